@@ -1,0 +1,104 @@
+#pragma once
+// orchmllm-bench: what a subcommand is, and the one place errors become exit codes.
+//
+// Each subcommand lives in its own header (plan.hpp, compare.hpp, generate.hpp, ...) and
+// provides a `command` value: its name, a one-line summary, its flags and its entry point
+// `int run_<name>(const parsed_args&, std::ostream& out, std::ostream& err)`. tool.hpp lists
+// them. Entry points wrap their body in `guarded`, so they can be called directly (tests do)
+// and still honour the exit-code contract:
+//
+//   0  success
+//   2  usage error (message + usage line), unreadable or malformed input, infeasible plan,
+//      any orchmllm::error: a one-line message on stderr, nothing on stdout, no output file
+//   1  anything unexpected (a bug): "internal error" and the exception text
+
+#include <algorithm>
+#include <exception>
+#include <orchmllm/core/error.hpp>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tool/args.hpp"
+#include "tool/file_io.hpp"
+
+namespace orchmllm::tool {
+
+/// Name of the executable, as shown in messages.
+inline constexpr std::string_view program_name = "orchmllm-bench";
+
+/// Exit codes of the tool.
+inline constexpr int exit_ok = 0;
+inline constexpr int exit_internal = 1;
+inline constexpr int exit_error = 2;
+
+/// A subcommand.
+struct command {
+  std::string name;              ///< as typed after the program name
+  std::string summary;           ///< one line for the command list
+  std::vector<flag_spec> flags;  ///< every flag it accepts
+  std::string details;           ///< further help text (may be empty; lines end in '\n')
+  int (*run)(const parsed_args&, std::ostream&, std::ostream&) = nullptr;
+};
+
+/// "usage: orchmllm-bench NAME --flag V [--opt V] ..." (one line).
+inline std::string usage_line(const command& cmd) {
+  // Appends rather than chains operator+ (which trips GCC 12's false -Wrestrict, PR 105329).
+  std::string s = "usage: ";
+  s.append(program_name).append(" ").append(cmd.name);
+  for (const auto& f : cmd.flags) s.append(" ").append(flag_synopsis(f));
+  return s;
+}
+
+/// Full help text of one subcommand.
+inline std::string command_help(const command& cmd) {
+  std::string s = usage_line(cmd) + "\n\n" + cmd.summary + "\n\nflags:\n";
+  std::size_t width = 0;
+  for (const auto& f : cmd.flags) {
+    const std::string t = "--" + f.name + (f.value_name.empty() ? "" : " " + f.value_name);
+    width = std::max(width, t.size());
+  }
+  for (const auto& f : cmd.flags) {
+    std::string t = "--" + f.name + (f.value_name.empty() ? "" : " " + f.value_name);
+    t.resize(width, ' ');
+    s += "  " + t + "  " + f.help + (f.required ? " (required)" : "") + "\n";
+  }
+  if (!cmd.details.empty()) s += "\n" + cmd.details;
+  return s;
+}
+
+namespace detail {
+/// Messages go on one line: embedded line breaks would split a log record.
+inline std::string one_line(std::string_view text) {
+  std::string s(text);
+  for (auto& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+}  // namespace detail
+
+/// Runs `body` (returning an exit code) and maps every exception to the exit-code contract
+/// above, writing the message to `err` prefixed with "orchmllm-bench NAME: ".
+template <class Body>
+int guarded(const command& cmd, std::ostream& err, Body&& body) {
+  const std::string prefix = std::string(program_name) + " " + cmd.name + ": ";
+  try {
+    return body();
+  } catch (const usage_error& e) {
+    err << prefix << detail::one_line(e.what()) << "\n" << usage_line(cmd) << "\n";
+  } catch (const orchmllm::error& e) {
+    // message() without the "[file:line]" of the detecting check: the messages name the value
+    // at fault (and, from the file readers, FILE:LINE of the input), which is what a user of
+    // the tool needs; the source location of a library check is in what() for debugging.
+    err << prefix << detail::one_line(e.message()) << "\n";
+  } catch (const io_error& e) {
+    err << prefix << detail::one_line(e.what()) << "\n";
+  } catch (const std::exception& e) {
+    err << prefix << "internal error: " << detail::one_line(e.what()) << "\n";
+    return exit_internal;
+  }
+  return exit_error;
+}
+
+}  // namespace orchmllm::tool

@@ -1,0 +1,237 @@
+#pragma once
+// orchmllm-bench: the ITEMS.csv format (what every data-parallel rank sampled).
+//
+//   rank,slot,length[,bytes]
+//   0,0,812
+//   0,1,95
+//   2,0,4096        <- rank 1 holds no items: fine
+//
+// One row per item; all values are non-negative 64-bit integers; rank < D (the --ranks value);
+// on each rank the slots are dense from 0. Rows may come in any order: they are sorted by
+// (rank, slot). The header must be exactly `rank,slot,length` or `rank,slot,length,bytes`
+// (spaces around fields and a UTF-8 byte order mark are tolerated, and so are blank lines and
+// CRLF line ends). Without a bytes column an item's payload size is its length.
+//
+// Every violation throws orchmllm::parse_error with a one-line message "FILE:LINE: ..." naming
+// the value at fault. The earliest bad line (in file order) is reported for per-row errors;
+// duplicate and missing slots are found after sorting and name the line of the offending row.
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <filesystem>
+#include <orchmllm/core/batch_layout.hpp>
+#include <orchmllm/core/error.hpp>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "tool/file_io.hpp"
+
+namespace orchmllm::tool {
+
+namespace detail {
+
+inline std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
+  return s;
+}
+
+/// Splits one CSV line at commas (no quoting: every field of these files is a bare integer).
+inline std::vector<std::string_view> split_fields(std::string_view line) {
+  std::vector<std::string_view> out;
+  std::size_t start = 0;
+  while (true) {
+    const auto comma = line.find(',', start);
+    out.push_back(trim(line.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start)));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+/// Iterates over the lines of a text with 1-based line numbers.
+class line_reader {
+ public:
+  explicit line_reader(std::string_view text) : text_(text) {
+    if (text_.substr(0, 3) == "\xEF\xBB\xBF") text_.remove_prefix(3);  // UTF-8 BOM
+  }
+  /// The next line (without its end-of-line) and its number; false at the end.
+  bool next(std::string_view& line, std::int64_t& number) {
+    if (pos_ >= text_.size()) return false;
+    const auto nl = text_.find('\n', pos_);
+    const auto end = nl == std::string_view::npos ? text_.size() : nl;
+    line = text_.substr(pos_, end - pos_);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    pos_ = end + 1;
+    number = ++line_;
+    return true;
+  }
+
+ private:
+  std::string_view text_;
+  std::size_t pos_ = 0;
+  std::int64_t line_ = 0;
+};
+
+/// A non-negative 64-bit integer field, or parse_error "FILE:LINE: <column> '<text>' ...".
+inline std::int64_t parse_count(std::string_view text, std::string_view column,
+                                std::string_view file, std::int64_t line) {
+  std::int64_t v = 0;
+  const auto* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, v);
+  auto where = [&] { return std::string(file) + ":" + std::to_string(line) + ": "; };
+  if (ec == std::errc::result_out_of_range)
+    ::orchmllm::detail::raise<parse_error>(where() + std::string(column) + " '" +
+                                           std::string(text) + "' is outside the 64-bit range");
+  if (text.empty() || ec != std::errc{} || p != end)
+    ::orchmllm::detail::raise<parse_error>(where() + std::string(column) + " '" +
+                                           std::string(text) + "' is not an integer");
+  if (v < 0)
+    ::orchmllm::detail::raise<parse_error>(where() + "negative " + std::string(column) + " " +
+                                           std::to_string(v) + " (must be >= 0)");
+  return v;
+}
+
+}  // namespace detail
+
+/// Parses the text of an ITEMS.csv for `ranks` ranks into a validated layout. `file` names the
+/// source in messages. When `item_lines` is given it receives the file line of every item, by
+/// global id (for later messages about single items). O(n log n) (rows are sorted),
+/// deterministic. Throws orchmllm::parse_error ("FILE:LINE: ...") on any violation of the
+/// format described above.
+inline batch_layout parse_items(std::string_view text, std::int64_t ranks, std::string_view file,
+                                std::vector<std::int64_t>* item_lines = nullptr) {
+  using ::orchmllm::detail::raise;
+  const std::string f(file);
+  ORCHMLLM_REQUIRE(ranks >= 1 && ranks <= INT32_MAX, invalid_argument_error, "rank count ", ranks,
+                   " outside [1, ", INT32_MAX, "]");
+  detail::line_reader lines(text);
+  std::string_view line;
+  std::int64_t number = 0;
+
+  // Header: the first non-blank line.
+  bool found = false;
+  while (lines.next(line, number))
+    if (!detail::trim(line).empty()) {
+      found = true;
+      break;
+    }
+  if (!found)
+    raise<parse_error>(f +
+                       ": empty file (expected the header 'rank,slot,length' or "
+                       "'rank,slot,length,bytes')");
+  static constexpr std::string_view expected[] = {"rank", "slot", "length", "bytes"};
+  const auto header = detail::split_fields(line);
+  const std::string at = f + ":" + std::to_string(number) + ": ";
+  const std::string hint = " (expected 'rank,slot,length' or 'rank,slot,length,bytes')";
+  for (std::size_t i = 0; i < header.size(); ++i) {
+    if (i >= 4)
+      raise<parse_error>(at + "unexpected extra column '" + std::string(header[i]) +
+                         "' in the header" + hint);
+    if (header[i] != expected[i])
+      raise<parse_error>(at + "header column " + std::to_string(i + 1) + " is '" +
+                         std::string(header[i]) + "', expected '" + std::string(expected[i]) + "'" +
+                         hint);
+  }
+  if (header.size() < 3)
+    raise<parse_error>(at + "header lacks column '" + std::string(expected[header.size()]) + "'" +
+                       hint);
+  const std::size_t columns = header.size();
+  const bool with_bytes = columns == 4;
+
+  struct row {
+    std::int64_t rank, slot, length, bytes, line;
+  };
+  std::vector<row> rows;
+  while (lines.next(line, number)) {
+    if (detail::trim(line).empty()) continue;
+    const auto fields = detail::split_fields(line);
+    const std::string here = f + ":" + std::to_string(number) + ": ";
+    if (fields.size() != columns)
+      raise<parse_error>(here + std::to_string(fields.size()) + " fields, expected " +
+                         std::to_string(columns) + " (" +
+                         (with_bytes ? "rank,slot,length,bytes" : "rank,slot,length") + "): '" +
+                         std::string(detail::trim(line)) + "'");
+    row r{};
+    r.line = number;
+    r.rank = detail::parse_count(fields[0], "rank", f, number);
+    r.slot = detail::parse_count(fields[1], "slot", f, number);
+    r.length = detail::parse_count(fields[2], "length", f, number);
+    r.bytes = with_bytes ? detail::parse_count(fields[3], "bytes", f, number) : 0;
+    if (r.rank >= ranks)
+      raise<parse_error>(here + "rank " + std::to_string(r.rank) + " is not below the rank count " +
+                         std::to_string(ranks) + " (--ranks)");
+    rows.push_back(r);
+  }
+
+  std::sort(rows.begin(), rows.end(), [](const row& a, const row& b) {
+    if (a.rank != b.rank) return a.rank < b.rank;
+    if (a.slot != b.slot) return a.slot < b.slot;
+    return a.line < b.line;
+  });
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(ranks) + 1, 0);
+  std::vector<std::int64_t> lengths;
+  std::vector<std::int64_t> bytes;
+  lengths.reserve(rows.size());
+  if (item_lines) {
+    item_lines->clear();
+    item_lines->reserve(rows.size());
+  }
+  if (with_bytes) bytes.reserve(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const row& r = rows[i];
+    const bool first_of_rank = i == 0 || rows[i - 1].rank != r.rank;
+    const std::int64_t want = first_of_rank ? 0 : rows[i - 1].slot + 1;
+    const std::string here = f + ":" + std::to_string(r.line) + ": ";
+    if (!first_of_rank && r.slot == rows[i - 1].slot)
+      raise<parse_error>(here + "duplicate item (rank " + std::to_string(r.rank) + ", slot " +
+                         std::to_string(r.slot) + "), first given on line " +
+                         std::to_string(rows[i - 1].line));
+    if (r.slot != want)
+      raise<parse_error>(here + "rank " + std::to_string(r.rank) + " has slot " +
+                         std::to_string(r.slot) + " but no slot " + std::to_string(want) +
+                         " (slots must be dense from 0 on each rank)");
+    ++offsets[static_cast<std::size_t>(r.rank) + 1];
+    lengths.push_back(r.length);
+    if (with_bytes) bytes.push_back(r.bytes);
+    if (item_lines) item_lines->push_back(r.line);
+  }
+  for (std::size_t r = 1; r < offsets.size(); ++r) offsets[r] += offsets[r - 1];
+  return batch_layout(std::move(offsets), std::move(lengths), std::move(bytes));
+}
+
+/// Reads and parses an ITEMS.csv file (see `parse_items`). Throws io_error when the file cannot
+/// be read and orchmllm::parse_error when its content is malformed.
+inline batch_layout read_items_file(const std::filesystem::path& path, std::int64_t ranks,
+                                    std::vector<std::int64_t>* item_lines = nullptr) {
+  return parse_items(read_file(path), ranks, path.string(), item_lines);
+}
+
+/// Formats a layout as ITEMS.csv text, rows in (rank, slot) order; the bytes column is written
+/// when the layout has explicit byte sizes. `parse_items(format_items(l), d, ...) == l`.
+inline std::string format_items(const batch_layout& layout) {
+  std::string out = layout.has_bytes() ? "rank,slot,length,bytes\n" : "rank,slot,length\n";
+  out.reserve(out.size() + static_cast<std::size_t>(layout.num_items()) * 16);
+  for (rank_t r = 0; r < layout.num_ranks(); ++r) {
+    for (auto g = layout.offset(r); g < layout.offset(r + 1); ++g) {
+      out += std::to_string(r);
+      out += ',';
+      out += std::to_string(g - layout.offset(r));
+      out += ',';
+      out += std::to_string(layout.length(g));
+      if (layout.has_bytes()) {
+        out += ',';
+        out += std::to_string(layout.bytes(g));
+      }
+      out += '\n';
+    }
+  }
+  return out;
+}
+
+}  // namespace orchmllm::tool

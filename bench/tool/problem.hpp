@@ -1,0 +1,202 @@
+#pragma once
+// orchmllm-bench: the balancing problem as given on the command line, shared by the
+// subcommands that balance (plan, compare, and later ones): the items file, the rank count,
+// the padding policy, the cost model and the per-rank constraints.
+//
+//   --items ITEMS.csv --ranks D
+//   --policy packed|padded [--pad-multiple K]
+//   --cost linear|quadratic:A,B          cost(l) = A·l + B·l²
+//   --cap C | --cap-bytes B               per-rank cap in tokens or payload bytes
+//   --min-items M  --max-items M          items per destination rank
+
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <optional>
+#include <orchmllm/orchmllm.hpp>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "tool/args.hpp"
+#include "tool/items_csv.hpp"
+#include "tool/json.hpp"
+
+namespace orchmllm::tool {
+
+/// Largest --ranks the tool accepts (the layout stores d + 1 offsets; a typo such as
+/// `--ranks 4000000000` should be an error, not an attempt to allocate gigabytes).
+inline constexpr std::int64_t max_ranks = std::int64_t{1} << 24;
+
+/// The cost models the tool offers. Balancing code visits it with a generic lambda, so every
+/// subcommand is written once for both (integral and floating-point) cost types.
+using any_cost = std::variant<linear_cost, quadratic_cost>;
+
+/// Everything a balancing subcommand needs besides the algorithm.
+struct problem {
+  std::string items_path;
+  batch_layout layout;
+  rank_t ranks = 0;
+  padding_policy policy = packed;
+  any_cost cost = linear_cost{};
+  std::string cost_name = "linear";  ///< canonical spelling, e.g. "quadratic:1,0.001"
+  constraints limits{};
+  std::vector<std::int64_t> item_lines;  ///< ITEMS.csv line of every item, by global id
+};
+
+/// The flags of `problem`, in usage order (subcommands append their own).
+inline std::vector<flag_spec> problem_flags() {
+  return {
+      {"items", "ITEMS.csv", "input: one row per item, header rank,slot,length[,bytes]", true},
+      {"ranks", "D", "number of data-parallel ranks (every rank in ITEMS.csv is below D)", true},
+      {"policy", "packed|padded",
+       "packed: a rank costs the sum of its items' costs; padded: count x cost(longest); "
+       "default packed",
+       false},
+      {"pad-multiple", "K", "padded policy: round the longest length up to a multiple of K", false},
+      {"cost", "linear|quadratic:A,B", "cost(l) = l, or A*l + B*l^2; default linear", false},
+      {"cap", "C", "per-rank cap in tokens (padded: count x padded longest length)", false},
+      {"cap-bytes", "B", "per-rank cap in payload bytes (the bytes column, else the length)",
+       false},
+      {"min-items", "M", "at least M items on every rank (1 = no empty rank)", false},
+      {"max-items", "M", "at most M items on every rank", false},
+  };
+}
+
+/// Name of a policy for output: "packed" or "padded".
+inline std::string policy_name(padding_policy p) { return p.is_padded() ? "padded" : "packed"; }
+
+/// The shortest text that reads back as exactly `v` ("0.0005", not %.17g's
+/// "0.00050000000000000001"): used in the canonical cost name.
+inline std::string shortest(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
+  return std::string(buf, r.ptr);
+}
+
+/// Parses --cost. Throws usage_error naming the flag and the value.
+inline std::pair<any_cost, std::string> parse_cost(std::string_view text) {
+  if (text == "linear") return {linear_cost{}, "linear"};
+  constexpr std::string_view prefix = "quadratic:";
+  if (text.substr(0, prefix.size()) == prefix) {
+    const auto rest = text.substr(prefix.size());
+    const auto comma = rest.find(',');
+    if (comma != std::string_view::npos) {
+      const double a = parsed_args::to_double("cost", rest.substr(0, comma));
+      const double b = parsed_args::to_double("cost", rest.substr(comma + 1));
+      try {
+        const auto c = quadratic_cost{0.0, a, b}.validated();
+        return {c, "quadratic:" + shortest(a) + "," + shortest(b)};
+      } catch (const invalid_argument_error& e) {
+        throw usage_error("--cost '" + std::string(text) + "': " + e.message());
+      }
+    }
+  }
+  throw usage_error("--cost is '" + std::string(text) +
+                    "', expected 'linear' or 'quadratic:A,B' (cost(l) = A*l + B*l^2)");
+}
+
+/// Parses --policy and --pad-multiple. Throws usage_error.
+inline padding_policy parse_policy(const parsed_args& args) {
+  const std::string name = args.get("policy").value_or("packed");
+  if (name == "packed") {
+    if (args.has("pad-multiple")) throw usage_error("--pad-multiple needs --policy padded");
+    return packed;
+  }
+  if (name == "padded") return padding_policy::padded(args.get_int("pad-multiple", 1, 1));
+  throw usage_error("--policy is '" + name + "', expected 'packed' or 'padded'");
+}
+
+/// Parses --cap / --cap-bytes / --min-items / --max-items. Throws usage_error.
+inline constraints parse_constraints(const parsed_args& args) {
+  constraints c;
+  if (args.has("cap") && args.has("cap-bytes"))
+    throw usage_error("--cap and --cap-bytes are exclusive (one per-rank cap)");
+  if (args.has("cap")) c.cap = capacity{capacity::measure::tokens, args.require_int("cap", 0)};
+  if (args.has("cap-bytes"))
+    c.cap = capacity{capacity::measure::bytes, args.require_int("cap-bytes", 0)};
+  c.min_items = args.get_int("min-items", 0, 0);
+  c.max_items = args.get_int("max-items", std::numeric_limits<std::int64_t>::max(), 0);
+  if (c.max_items < c.min_items)
+    throw usage_error("--max-items " + std::to_string(c.max_items) + " is below --min-items " +
+                      std::to_string(c.min_items));
+  return c;
+}
+
+/// Parses --algorithm (default auto). Throws usage_error naming the value.
+inline algorithm parse_algorithm_flag(const parsed_args& args) {
+  const std::string name = args.get("algorithm").value_or("auto");
+  try {
+    return parse_algorithm(name);
+  } catch (const invalid_argument_error& e) {
+    throw usage_error("--algorithm: " + e.message());
+  }
+}
+
+/// Rejects layouts whose totals would overflow 64-bit arithmetic inside the balancers (sums of
+/// lengths or bytes, padded footprints). Throws parse_error naming the file and the total.
+inline void check_totals(const batch_layout& layout, padding_policy policy, std::string_view file) {
+  constexpr auto max = std::numeric_limits<std::int64_t>::max();
+  std::int64_t tokens = 0, bytes = 0, longest = 0;
+  for (std::int64_t g = 0; g < layout.num_items(); ++g) {
+    const auto l = layout.length(g), b = layout.bytes(g);
+    if (l > max - tokens || b > max - bytes)
+      ::orchmllm::detail::raise<parse_error>(
+          std::string(file) +
+          ": the total length or byte size of the items exceeds 2^63 - 1 "
+          "(at item " +
+          std::to_string(g) + ")");
+    tokens += l;
+    bytes += b;
+    longest = std::max(longest, std::max(l, b));
+  }
+  if (policy.is_padded() && layout.num_items() > 0) {
+    const auto n = layout.num_items();
+    if (longest > max - policy.multiple() || (longest + policy.multiple()) > max / n)
+      ::orchmllm::detail::raise<parse_error>(std::string(file) + ": " + std::to_string(n) +
+                                             " items x padded length " + std::to_string(longest) +
+                                             " exceed 2^63 - 1");
+  }
+}
+
+/// Names the first item that alone exceeds the per-rank cap, with its ITEMS.csv line, before
+/// the balancer would report it by global id. Throws infeasible_error "FILE:LINE: ...".
+inline void check_single_item_caps(const problem& p) {
+  if (!p.limits.cap) return;
+  const auto& cap = *p.limits.cap;
+  const bool tokens = cap.what == capacity::measure::tokens;
+  for (std::int64_t g = 0; g < p.layout.num_items(); ++g) {
+    const auto need = tokens ? p.policy.padded_length(p.layout.length(g)) : p.layout.bytes(g);
+    if (need > cap.limit) {
+      const rank_t r = p.layout.rank_of(g);
+      ::orchmllm::detail::raise<infeasible_error>(
+          p.items_path + ":" + std::to_string(p.item_lines[static_cast<std::size_t>(g)]) +
+          ": item (rank " + std::to_string(r) + ", slot " + std::to_string(g - p.layout.offset(r)) +
+          ") alone needs " + std::to_string(need) + (tokens ? " tokens" : " bytes") +
+          ", above the per-rank cap of " + std::to_string(cap.limit) +
+          (tokens ? " (--cap)" : " (--cap-bytes)"));
+    }
+  }
+}
+
+/// Reads every problem flag and the items file. Throws usage_error for bad flags, io_error for
+/// an unreadable file, parse_error for a malformed one, infeasible_error for an item above the
+/// cap (other infeasibility is found by the balancer).
+inline problem load_problem(const parsed_args& args) {
+  problem p;
+  p.ranks = static_cast<rank_t>(args.require_int("ranks", 1, max_ranks));
+  p.policy = parse_policy(args);
+  auto [cost, name] = parse_cost(args.get("cost").value_or("linear"));
+  p.cost = cost;
+  p.cost_name = name;
+  p.limits = parse_constraints(args);
+  p.items_path = args.require("items");
+  p.layout = read_items_file(p.items_path, p.ranks, &p.item_lines);
+  check_totals(p.layout, p.policy, p.items_path);
+  check_single_item_caps(p);
+  return p;
+}
+
+}  // namespace orchmllm::tool

@@ -1,0 +1,113 @@
+# Driver for the package.* ctest entries (run with `cmake -P`).
+#
+# Required: -DMODE=find_package|add_subdirectory -DWORK_DIR=<dir>
+#           -DORCHMLLM_SOURCE_DIR=<repo root> -DORCHMLLM_BINARY_DIR=<build dir>
+# Optional: -DCMAKE_GENERATOR=... -DCMAKE_MAKE_PROGRAM=... -DCMAKE_CXX_COMPILER=...
+#           -DCMAKE_CXX_FLAGS=... -DCONFIG=<build type>
+#
+# find_package:     installs the orchmllm build tree into WORK_DIR/prefix, then
+#                   configures/builds/runs tests/package/find_package against it.
+# add_subdirectory: configures/builds/runs tests/package/add_subdirectory, which
+#                   add_subdirectory()s the repo root, and checks that orchmllm's
+#                   tests/benchmarks/examples are not configured there.
+cmake_minimum_required(VERSION 3.25)
+
+foreach(_var IN ITEMS MODE WORK_DIR ORCHMLLM_SOURCE_DIR ORCHMLLM_BINARY_DIR)
+  if(NOT DEFINED ${_var} OR "${${_var}}" STREQUAL "")
+    message(FATAL_ERROR "orchmllm_package_test: -D${_var}=... is required")
+  endif()
+endforeach()
+if(NOT DEFINED CONFIG OR CONFIG STREQUAL "")
+  set(CONFIG Release)
+endif()
+
+function(run_step what)
+  message(STATUS "[${MODE}] ${what}: ${ARGN}")
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc COMMAND_ECHO NONE)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "[${MODE}] ${what} failed (exit code ${rc})")
+  endif()
+endfunction()
+
+set(_build "${WORK_DIR}/build")
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+
+set(_configure_args
+  -S "${ORCHMLLM_SOURCE_DIR}/tests/package/${MODE}"
+  -B "${_build}"
+  "-DCMAKE_BUILD_TYPE=${CONFIG}"
+  -DCMAKE_FIND_PACKAGE_NO_PACKAGE_REGISTRY=ON)
+if(CMAKE_GENERATOR)
+  list(APPEND _configure_args -G "${CMAKE_GENERATOR}")
+endif()
+if(CMAKE_MAKE_PROGRAM)
+  list(APPEND _configure_args "-DCMAKE_MAKE_PROGRAM=${CMAKE_MAKE_PROGRAM}")
+endif()
+if(CMAKE_CXX_COMPILER)
+  list(APPEND _configure_args "-DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER}")
+endif()
+if(DEFINED CMAKE_CXX_FLAGS)
+  list(APPEND _configure_args "-DCMAKE_CXX_FLAGS=${CMAKE_CXX_FLAGS}")
+endif()
+
+if(MODE STREQUAL "find_package")
+  set(_prefix "${WORK_DIR}/prefix")
+  run_step("install" "${CMAKE_COMMAND}" --install "${ORCHMLLM_BINARY_DIR}"
+    --prefix "${_prefix}" --config "${CONFIG}")
+  # Only the fresh install prefix must satisfy find_package(orchmllm).
+  list(APPEND _configure_args "-DCMAKE_PREFIX_PATH=${_prefix}")
+elseif(MODE STREQUAL "add_subdirectory")
+  list(APPEND _configure_args "-DORCHMLLM_SOURCE_DIR=${ORCHMLLM_SOURCE_DIR}")
+else()
+  message(FATAL_ERROR "orchmllm_package_test: unknown MODE '${MODE}'")
+endif()
+
+run_step("configure" "${CMAKE_COMMAND}" ${_configure_args})
+run_step("build" "${CMAKE_COMMAND}" --build "${_build}" --config "${CONFIG}")
+
+# Locate and run the consumer executable.
+set(_exe "")
+foreach(_cand IN ITEMS "${_build}/consumer" "${_build}/${CONFIG}/consumer"
+                       "${_build}/consumer.exe" "${_build}/${CONFIG}/consumer.exe")
+  if(EXISTS "${_cand}")
+    set(_exe "${_cand}")
+    break()
+  endif()
+endforeach()
+if(NOT _exe)
+  message(FATAL_ERROR "[${MODE}] consumer executable not found under ${_build}")
+endif()
+execute_process(COMMAND "${_exe}" RESULT_VARIABLE _rc OUTPUT_VARIABLE _out
+  OUTPUT_STRIP_TRAILING_WHITESPACE)
+message(STATUS "[${MODE}] consumer output: ${_out}")
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "[${MODE}] consumer exited with ${_rc}")
+endif()
+
+# Post-conditions.
+file(STRINGS "${_build}/CMakeCache.txt" _cache)
+if(MODE STREQUAL "find_package")
+  list(FILTER _cache INCLUDE REGEX "^orchmllm_DIR:")
+  string(REGEX REPLACE "^orchmllm_DIR:[A-Z]+=" "" _found_dir "${_cache}")
+  file(REAL_PATH "${_prefix}" _real_prefix)
+  file(REAL_PATH "${_found_dir}" _real_found)
+  string(FIND "${_real_found}/" "${_real_prefix}/" _pos)
+  if(NOT _pos EQUAL 0)
+    message(FATAL_ERROR "[${MODE}] orchmllm was not found in the install prefix ${_prefix}: orchmllm_DIR=${_found_dir}")
+  endif()
+else()
+  foreach(_opt IN ITEMS TESTS BENCHMARKS EXAMPLES)
+    set(_line "${_cache}")
+    list(FILTER _line INCLUDE REGEX "^ORCHMLLM_BUILD_${_opt}:")
+    if(NOT _line MATCHES "=OFF$")
+      message(FATAL_ERROR "[${MODE}] ORCHMLLM_BUILD_${_opt} should default to OFF when not top-level: ${_line}")
+    endif()
+  endforeach()
+  foreach(_dir IN ITEMS tests bench examples)
+    if(EXISTS "${_build}/orchmllm-build/${_dir}")
+      message(FATAL_ERROR "[${MODE}] orchmllm's ${_dir}/ was configured in a non-top-level build")
+    endif()
+  endforeach()
+endif()
+message(STATUS "[${MODE}] OK")

@@ -1,0 +1,249 @@
+#pragma once
+/// @file cost_model.hpp
+/// Cost models: how long an item of a given length takes in a stage.
+///
+/// A cost model is any copyable callable `c(std::int64_t length)` returning an arithmetic value
+/// (integral or floating point) that is non-negative and non-decreasing in the length. Balancers
+/// compute in that value type: integral costs give exact arithmetic and integer lower bounds,
+/// floating costs are evaluated once per item and combined in a fixed order, so every rank gets
+/// bit-identical plans.
+///
+/// Provided models:
+///   linear_cost            c(l) = w·l (integral)
+///   quadratic_cost         c(l) = a + b·l + c·l² (attention-aware)
+///   transformer_flops_cost FLOPs of a decoder/encoder stack from its configuration
+///   fit_quadratic_cost()   least-squares fit of a quadratic_cost to profiled (length, seconds)
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "orchmllm/core/error.hpp"
+
+namespace orchmllm {
+
+/// Any copyable callable mapping an `std::int64_t` length to an arithmetic (non-bool) cost.
+template <class C>
+concept cost_model = std::copy_constructible<C> && std::invocable<const C&, std::int64_t> &&
+    std::is_arithmetic_v<std::remove_cvref_t<std::invoke_result_t<const C&, std::int64_t>>> &&
+    !std::same_as<std::remove_cvref_t<std::invoke_result_t<const C&, std::int64_t>>, bool>;
+
+/// The value type a cost model returns.
+template <cost_model C>
+using cost_type_t = std::remove_cvref_t<std::invoke_result_t<const C&, std::int64_t>>;
+
+/// c(l) = weight · l, in exact 64-bit integers (tokens, or tokens × a fixed integer weight).
+/// O(1), deterministic, noexcept (the caller keeps weight · l below 2^63).
+struct linear_cost {
+  std::int64_t weight = 1;
+  [[nodiscard]] constexpr std::int64_t operator()(std::int64_t length) const noexcept {
+    return weight * length;
+  }
+  friend constexpr bool operator==(const linear_cost&, const linear_cost&) = default;
+};
+
+/// c(l) = constant + linear · l + quadratic · l². The usual model of a transformer layer under
+/// variable-length attention: linear layers grow with l, attention with l². Coefficients must be
+/// finite and non-negative (checked by `validated()`; the call operator itself does not check).
+/// O(1), deterministic.
+struct quadratic_cost {
+  double constant = 0.0;
+  double linear = 1.0;
+  double quadratic = 0.0;
+
+  [[nodiscard]] constexpr double operator()(std::int64_t length) const noexcept {
+    const double l = static_cast<double>(length);
+    return constant + l * (linear + quadratic * l);
+  }
+
+  /// Returns *this after checking the coefficients are finite and non-negative (so the model is
+  /// non-decreasing). Throws `invalid_argument_error` naming the bad coefficient.
+  [[nodiscard]] quadratic_cost validated() const {
+    check(constant, "constant");
+    check(linear, "linear");
+    check(quadratic, "quadratic");
+    return *this;
+  }
+
+  friend constexpr bool operator==(const quadratic_cost&, const quadratic_cost&) = default;
+
+ private:
+  static void check(double v, const char* name) {
+    ORCHMLLM_REQUIRE(std::isfinite(v) && v >= 0.0, invalid_argument_error, "quadratic_cost ", name,
+                     " coefficient is ", v, ", must be finite and >= 0");
+  }
+};
+
+/// Shape of a transformer stack, for `transformer_flops_cost`.
+struct transformer_config {
+  std::int64_t hidden = 4096;       ///< model width h
+  std::int64_t layers = 32;         ///< number of transformer blocks L
+  std::int64_t heads = 32;          ///< attention heads (head_dim = h / heads)
+  std::int64_t kv_heads = 0;        ///< key/value heads for GQA; 0 means = heads
+  std::int64_t ffn_hidden = 11008;  ///< FFN inner width f
+  bool gated_ffn = true;            ///< SwiGLU-style FFN with 3 matrices (else 2)
+  bool causal = true;               ///< causal attention (only the lower triangle is computed)
+  std::int64_t vocab = 0;           ///< vocabulary for the output head; 0 = no head
+  double passes = 3.0;              ///< 1 = forward only, 3 = forward + backward
+};
+
+/// Matrix-multiply FLOPs of a transformer stack on one sequence of length l (documented in
+/// docs/cost_models.md):
+///
+///   per layer  2·l·h·(h + 2·h_kv)           Q, K, V projections (h_kv = kv_heads · h / heads)
+///            + 2·l·h²                       output projection
+///            + 2·l·h·f·(gated ? 3 : 2)      FFN
+///            + attention: causal 2·h·l·(l+1) (QKᵀ and AV over the l(l+1)/2 lower triangle),
+///                         full   4·h·l²
+///   total = passes · (layers · per-layer + 2·l·h·vocab)
+///
+/// O(1), deterministic. Construct through `transformer_flops_cost(config)`, which validates the
+/// configuration (positive sizes, heads dividing hidden, kv_heads dividing heads) and throws
+/// `invalid_argument_error` otherwise.
+class transformer_flops_cost {
+ public:
+  explicit transformer_flops_cost(const transformer_config& config) : config_(config) {
+    auto& c = config_;
+    if (c.kv_heads == 0) c.kv_heads = c.heads;
+    ORCHMLLM_REQUIRE(c.hidden > 0 && c.layers > 0 && c.heads > 0 && c.ffn_hidden >= 0 &&
+                         c.kv_heads > 0 && c.vocab >= 0,
+                     invalid_argument_error, "transformer_config needs positive sizes (hidden ",
+                     c.hidden, ", layers ", c.layers, ", heads ", c.heads, ", kv_heads ",
+                     c.kv_heads, ", ffn_hidden ", c.ffn_hidden, ", vocab ", c.vocab, ")");
+    ORCHMLLM_REQUIRE(c.hidden % c.heads == 0, invalid_argument_error, "hidden ", c.hidden,
+                     " is not a multiple of heads ", c.heads);
+    ORCHMLLM_REQUIRE(c.heads % c.kv_heads == 0, invalid_argument_error, "heads ", c.heads,
+                     " is not a multiple of kv_heads ", c.kv_heads);
+    ORCHMLLM_REQUIRE(std::isfinite(c.passes) && c.passes > 0, invalid_argument_error, "passes is ",
+                     c.passes, ", must be > 0");
+    const double h = static_cast<double>(c.hidden);
+    const double h_kv = static_cast<double>(c.kv_heads * (c.hidden / c.heads));
+    const double f = static_cast<double>(c.ffn_hidden);
+    const double L = static_cast<double>(c.layers);
+    linear_ =
+        c.passes *
+        (L * (2.0 * h * (h + 2.0 * h_kv) + 2.0 * h * h + 2.0 * h * f * (c.gated_ffn ? 3.0 : 2.0)) +
+         2.0 * h * static_cast<double>(c.vocab));
+    attention_ = c.passes * L * (c.causal ? 2.0 * h : 4.0 * h);
+  }
+
+  /// FLOPs for one sequence of `length` tokens.
+  [[nodiscard]] double operator()(std::int64_t length) const noexcept {
+    const double l = static_cast<double>(length);
+    const double attn = config_.causal ? l * (l + 1.0) : l * l;
+    return linear_ * l + attention_ * attn;
+  }
+
+  /// The configuration (with kv_heads resolved).
+  [[nodiscard]] const transformer_config& config() const noexcept { return config_; }
+
+ private:
+  transformer_config config_;
+  double linear_ = 0;     // FLOPs per token that do not depend on the sequence length
+  double attention_ = 0;  // FLOPs per attention-matrix entry
+};
+
+/// Least-squares fit of `quadratic_cost` to profiled (length, seconds) pairs.
+///
+/// `degree` 1 fits constant + linear·l, degree 2 adds quadratic·l². Coefficients that come out
+/// negative are clamped to 0 and the remaining ones refitted (non-negative least squares over
+/// the 2^(degree+1) active sets, tiny), so the fitted model is non-decreasing and usable with
+/// padded policies. Columns are scaled by the largest length before solving for conditioning.
+/// O(n log n) (the distinct-length count sorts), deterministic. Throws `invalid_argument_error`
+/// when sizes differ, fewer than degree + 1 distinct lengths are given, a length is negative, or a
+/// time is not finite or negative.
+inline quadratic_cost fit_quadratic_cost(std::span<const std::int64_t> lengths,
+                                         std::span<const double> seconds, int degree = 2) {
+  ORCHMLLM_REQUIRE(degree == 1 || degree == 2, invalid_argument_error, "degree is ", degree,
+                   ", must be 1 or 2");
+  ORCHMLLM_REQUIRE(lengths.size() == seconds.size(), invalid_argument_error, lengths.size(),
+                   " lengths but ", seconds.size(), " timings");
+  double max_len = 0;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    ORCHMLLM_REQUIRE(lengths[i] >= 0, invalid_argument_error, "sample ", i, " has negative length ",
+                     lengths[i]);
+    ORCHMLLM_REQUIRE(std::isfinite(seconds[i]) && seconds[i] >= 0, invalid_argument_error,
+                     "sample ", i, " has time ", seconds[i], ", must be finite and >= 0");
+    max_len = std::max(max_len, static_cast<double>(lengths[i]));
+  }
+  {
+    std::vector<std::int64_t> distinct(lengths.begin(), lengths.end());
+    std::sort(distinct.begin(), distinct.end());
+    const auto k = std::unique(distinct.begin(), distinct.end()) - distinct.begin();
+    ORCHMLLM_REQUIRE(k >= degree + 1, invalid_argument_error, "fitting degree ", degree,
+                     " needs at least ", degree + 1, " distinct lengths, got ", k);
+  }
+  const double scale = max_len > 0 ? max_len : 1.0;
+  const int m = degree + 1;
+  // Normal equations on scaled powers x = l / scale: G = Σ φφᵀ, r = Σ φ·t.
+  double G[3][3] = {};
+  double r[3] = {};
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    const double x = static_cast<double>(lengths[i]) / scale;
+    const double phi[3] = {1.0, x, x * x};
+    for (int a = 0; a < m; ++a) {
+      r[a] += phi[a] * seconds[i];
+      for (int b = 0; b < m; ++b) G[a][b] += phi[a] * phi[b];
+    }
+  }
+  // Non-negative least squares by enumerating active sets: solve the unconstrained problem on
+  // every subset of coefficients, keep the feasible (all >= 0) solution of least residual.
+  auto residual = [&](const double* coef) {
+    double s = 0;
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      const double x = static_cast<double>(lengths[i]) / scale;
+      const double pred = coef[0] + x * (coef[1] + x * coef[2]);
+      s += (pred - seconds[i]) * (pred - seconds[i]);
+    }
+    return s;
+  };
+  double best[3] = {0, 0, 0};
+  double best_res = residual(best);
+  for (int mask = 1; mask < (1 << m); ++mask) {
+    int idx[3];
+    int k = 0;
+    for (int a = 0; a < m; ++a)
+      if (mask & (1 << a)) idx[k++] = a;
+    double A[3][4] = {};
+    for (int i = 0; i < k; ++i) {
+      for (int j = 0; j < k; ++j) A[i][j] = G[idx[i]][idx[j]];
+      A[i][k] = r[idx[i]];
+    }
+    bool singular = false;
+    for (int c = 0; c < k && !singular; ++c) {  // Gaussian elimination, partial pivoting
+      int p = c;
+      for (int i = c + 1; i < k; ++i)
+        if (std::abs(A[i][c]) > std::abs(A[p][c])) p = i;
+      if (std::abs(A[p][c]) < 1e-300) {
+        singular = true;
+        break;
+      }
+      for (int j = 0; j <= k; ++j) std::swap(A[c][j], A[p][j]);
+      for (int i = 0; i < k; ++i) {
+        if (i == c) continue;
+        const double f = A[i][c] / A[c][c];
+        for (int j = c; j <= k; ++j) A[i][j] -= f * A[c][j];
+      }
+    }
+    if (singular) continue;
+    double coef[3] = {0, 0, 0};
+    bool feasible = true;
+    for (int i = 0; i < k; ++i) {
+      coef[idx[i]] = A[i][k] / A[i][i];
+      if (!(coef[idx[i]] >= 0)) feasible = false;
+    }
+    if (!feasible) continue;
+    const double res = residual(coef);
+    if (res < best_res) {
+      best_res = res;
+      for (int a = 0; a < 3; ++a) best[a] = coef[a];
+    }
+  }
+  return quadratic_cost{best[0], best[1] / scale, best[2] / (scale * scale)};
+}
+
+}  // namespace orchmllm

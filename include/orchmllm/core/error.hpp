@@ -1,0 +1,140 @@
+#pragma once
+/// @file error.hpp
+/// The exception hierarchy of the library.
+///
+/// Every failure the library detects raises a subclass of `orchmllm::error`. Messages name the
+/// offending value and the limit it broke, and end with the source location that detected it
+/// (`[file:line]`), so a log line is enough to find both the bad input and the check.
+///
+///   error                      base; catch this to catch everything the library throws
+///   ├── invalid_argument_error malformed input: negative length, wrong sizes, bad option
+///   │   └── parse_error        malformed text input (CSV), names the line
+///   └── infeasible_error       well-formed input that no plan can satisfy (caps, counts)
+
+#include <cstdint>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <version>
+
+#if defined(__cpp_lib_source_location)
+#include <source_location>
+#endif
+
+namespace orchmllm {
+
+namespace detail {
+#if defined(__cpp_lib_source_location)
+/// The location type recorded by errors: `std::source_location` where the standard library
+/// provides it.
+using source_location = std::source_location;
+#else
+// Fallback for C++20 toolchains whose library lacks <source_location> (e.g. clang 14 with
+// libstdc++ 12, Debian 12's default clang). The builtins, like std::source_location::current(),
+// evaluate at the call site when used as default arguments.
+struct source_location {
+  static constexpr source_location current(const char* file = __builtin_FILE(),
+                                           std::uint_least32_t line = __builtin_LINE()) noexcept {
+    source_location l;
+    l.file_ = file;
+    l.line_ = line;
+    return l;
+  }
+  [[nodiscard]] constexpr const char* file_name() const noexcept { return file_; }
+  [[nodiscard]] constexpr std::uint_least32_t line() const noexcept { return line_; }
+
+ private:
+  const char* file_ = "";
+  std::uint_least32_t line_ = 0;
+};
+#endif
+}  // namespace detail
+
+/// Base of every exception the library throws. `what()` is the full message including the
+/// location; `message()` is the message alone; `file()`/`line()` give the detecting check.
+class error : public std::runtime_error {
+ public:
+  explicit error(const std::string& message,
+                 detail::source_location where = detail::source_location::current())
+      : std::runtime_error(format(message, where)),
+        message_(message),
+        file_(where.file_name()),
+        line_(where.line()) {}
+
+  /// The message without the location suffix.
+  [[nodiscard]] const std::string& message() const noexcept { return message_; }
+  /// Source file of the check that raised the error.
+  [[nodiscard]] const char* file() const noexcept { return file_; }
+  /// Source line of the check that raised the error.
+  [[nodiscard]] std::uint_least32_t line() const noexcept { return line_; }
+
+ private:
+  static std::string format(const std::string& message, const detail::source_location& where) {
+    std::string_view file = where.file_name();
+    // Keep the path from "orchmllm/" on (or the basename) so messages stay short and stable.
+    if (auto p = file.rfind("orchmllm/"); p != std::string_view::npos) {
+      file.remove_prefix(p);
+    } else if (auto s = file.find_last_of("/\\"); s != std::string_view::npos) {
+      file.remove_prefix(s + 1);
+    }
+    std::string out = "orchmllm: " + message + " [";
+    out.append(file);
+    out += ':' + std::to_string(where.line()) + ']';
+    return out;
+  }
+
+  std::string message_;
+  const char* file_;
+  std::uint_least32_t line_;
+};
+
+/// Malformed input: a value outside its domain, sizes that do not match, a bad option.
+class invalid_argument_error : public error {
+ public:
+  using error::error;
+};
+
+/// Malformed text input; the message names the line (and column) at fault.
+class parse_error : public invalid_argument_error {
+ public:
+  using invalid_argument_error::invalid_argument_error;
+};
+
+/// Well-formed input for which no plan satisfies the constraints (per-rank caps, item counts).
+/// The message names the total, the limit and the rank count.
+class infeasible_error : public error {
+ public:
+  using error::error;
+};
+
+namespace detail {
+
+/// Concatenates streamable values into one string (used to build messages lazily, only on the
+/// failure path).
+template <class... Args>
+[[nodiscard]] std::string concat(const Args&... args) {
+  std::ostringstream os;
+  (void)(os << ... << args);  // void: an empty pack leaves a bare `os` statement
+  return os.str();
+}
+
+/// Throws `Error(message)` recording the caller's location.
+template <class Error>
+[[noreturn]] void raise(const std::string& message,
+                        source_location where = source_location::current()) {
+  throw Error(message, where);
+}
+
+}  // namespace detail
+}  // namespace orchmllm
+
+/// Checks `cond`; when false throws `ErrorType` with the streamed message parts. The message is
+/// only built on failure, so checks are cheap on hot paths.
+#define ORCHMLLM_REQUIRE(cond, ErrorType, ...)                                       \
+  do {                                                                               \
+    if (!(cond)) [[unlikely]] {                                                      \
+      ::orchmllm::detail::raise<ErrorType>(::orchmllm::detail::concat(__VA_ARGS__)); \
+    }                                                                                \
+  } while (false)

@@ -1,0 +1,339 @@
+#pragma once
+/// @file rearrangement.hpp
+/// A rearrangement (plan): where every item of a source layout goes, and the algebra on plans.
+///
+/// A plan maps every item of a source layout with `d_src` ranks (global ids 0..n-1 in the
+/// source's CSR order) to a destination rank and slot among `d_dst` ranks, bijectively: each
+/// destination slot receives exactly one item. It keeps both directions, so `destination_of(g)`
+/// and `source_of(h)` (h a destination global id) are O(1).
+///
+/// Destination slot order. Plans built by `from_destinations` (all balancers) order the items on
+/// each destination rank by increasing source global id, i.e. by (source rank, source slot):
+/// exactly the order in which an all-to-all(v) delivers them. `inverse` and `compose` keep the
+/// slots they are given, so the algebra is exact: `compose(p.inverse(), p)` is the identity of
+/// the source layout, `compose(p, p.inverse())` that of the destination layout, and
+/// `compose(b, a).inverse() == compose(a.inverse(), b.inverse())`.
+///
+/// Composition: `compose(second, first)` is "first, then second" (second ∘ first); `first`'s
+/// destination layout must be `second`'s source layout (same rank count and per-rank sizes).
+///
+/// Thread-safety: immutable after construction. Memory: O(n + d_src + d_dst); the dense
+/// count matrix is never stored (see `send_counts`, `count_matrix`).
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/error.hpp"
+
+namespace orchmllm {
+
+/// Destination of one item.
+struct placement {
+  rank_t rank;
+  std::int64_t slot;
+  friend constexpr bool operator==(const placement&, const placement&) = default;
+};
+
+class rearrangement {
+ public:
+  /// The empty plan (no ranks, no items).
+  rearrangement() : src_offsets_{0}, dst_offsets_{0} {}
+
+  /// Builds a plan from one destination rank per source item; slots follow the canonical order
+  /// (increasing source global id on each destination rank). `src_offsets` are the source
+  /// layout's CSR offsets. O(n + d). Throws `invalid_argument_error` when a rank is outside
+  /// [0, num_dst_ranks) or sizes disagree.
+  static rearrangement from_destinations(std::span<const std::int64_t> src_offsets,
+                                         std::span<const rank_t> dst_rank, rank_t num_dst_ranks) {
+    check_offsets(src_offsets, "source");
+    const auto n = static_cast<std::int64_t>(dst_rank.size());
+    ORCHMLLM_REQUIRE(src_offsets.back() == n, invalid_argument_error, "source layout has ",
+                     src_offsets.back(), " items but ", n, " destinations were given");
+    ORCHMLLM_REQUIRE(num_dst_ranks >= 0, invalid_argument_error, "destination rank count ",
+                     num_dst_ranks, " is negative");
+    rearrangement p;
+    p.src_offsets_.assign(src_offsets.begin(), src_offsets.end());
+    p.dst_offsets_.assign(static_cast<std::size_t>(num_dst_ranks) + 1, 0);
+    for (std::int64_t g = 0; g < n; ++g) {
+      const rank_t r = dst_rank[static_cast<std::size_t>(g)];
+      ORCHMLLM_REQUIRE(r >= 0 && r < num_dst_ranks, invalid_argument_error, "item ", g,
+                       " is sent to rank ", r, ", outside [0, ", num_dst_ranks, ")");
+      ++p.dst_offsets_[static_cast<std::size_t>(r) + 1];
+    }
+    for (std::size_t r = 1; r < p.dst_offsets_.size(); ++r)
+      p.dst_offsets_[r] += p.dst_offsets_[r - 1];
+    p.dst_rank_.assign(dst_rank.begin(), dst_rank.end());
+    p.dst_slot_.resize(static_cast<std::size_t>(n));
+    p.src_of_dst_.resize(static_cast<std::size_t>(n));
+    std::vector<std::int64_t> fill(p.dst_offsets_.begin(), p.dst_offsets_.end() - 1);
+    for (std::int64_t g = 0; g < n; ++g) {
+      const auto r = static_cast<std::size_t>(p.dst_rank_[static_cast<std::size_t>(g)]);
+      const std::int64_t h = fill[r]++;
+      p.dst_slot_[static_cast<std::size_t>(g)] = h - p.dst_offsets_[r];
+      p.src_of_dst_[static_cast<std::size_t>(h)] = g;
+    }
+    return p;
+  }
+
+  /// Builds a plan from explicit (rank, slot) destinations. The destination sizes follow from
+  /// the ranks; every (rank, slot) must be used exactly once with slots dense from 0.
+  /// O(n + d). Throws `invalid_argument_error` naming the first bad item.
+  static rearrangement from_placements(std::span<const std::int64_t> src_offsets,
+                                       std::span<const placement> destinations,
+                                       rank_t num_dst_ranks) {
+    std::vector<rank_t> ranks(destinations.size());
+    for (std::size_t g = 0; g < destinations.size(); ++g) ranks[g] = destinations[g].rank;
+    rearrangement p = from_destinations(src_offsets, ranks, num_dst_ranks);
+    std::vector<char> used(destinations.size(), 0);
+    for (std::size_t g = 0; g < destinations.size(); ++g) {
+      const auto r = static_cast<std::size_t>(destinations[g].rank);
+      const std::int64_t size = p.dst_offsets_[r + 1] - p.dst_offsets_[r];
+      const std::int64_t s = destinations[g].slot;
+      ORCHMLLM_REQUIRE(s >= 0 && s < size, invalid_argument_error, "item ", g, " goes to slot ", s,
+                       " of rank ", r, ", which receives ", size, " items");
+      const std::int64_t h = p.dst_offsets_[r] + s;
+      ORCHMLLM_REQUIRE(!used[static_cast<std::size_t>(h)], invalid_argument_error, "item ", g,
+                       " goes to slot ", s, " of rank ", r, ", already taken by item ",
+                       p.src_of_dst_[static_cast<std::size_t>(h)]);
+      used[static_cast<std::size_t>(h)] = 1;
+      p.dst_slot_[g] = s;
+      p.src_of_dst_[static_cast<std::size_t>(h)] = static_cast<std::int64_t>(g);
+    }
+    return p;
+  }
+
+  /// The plan that leaves every item where it is (d_dst = d_src). O(n + d).
+  static rearrangement identity(std::span<const std::int64_t> src_offsets) {
+    check_offsets(src_offsets, "source");
+    std::vector<rank_t> ranks(static_cast<std::size_t>(src_offsets.back()));
+    for (std::size_t r = 0; r + 1 < src_offsets.size(); ++r)
+      std::fill(ranks.begin() + src_offsets[r], ranks.begin() + src_offsets[r + 1],
+                static_cast<rank_t>(r));
+    return from_destinations(src_offsets, ranks, static_cast<rank_t>(src_offsets.size() - 1));
+  }
+  /// Identity plan of a layout.
+  static rearrangement identity(const batch_layout& layout) { return identity(layout.offsets()); }
+
+  /// Number of items.
+  [[nodiscard]] std::int64_t num_items() const noexcept {
+    return static_cast<std::int64_t>(dst_rank_.size());
+  }
+  [[nodiscard]] rank_t num_src_ranks() const noexcept {
+    return static_cast<rank_t>(src_offsets_.size() - 1);
+  }
+  [[nodiscard]] rank_t num_dst_ranks() const noexcept {
+    return static_cast<rank_t>(dst_offsets_.size() - 1);
+  }
+  /// Source CSR offsets (d_src + 1).
+  [[nodiscard]] std::span<const std::int64_t> src_offsets() const noexcept { return src_offsets_; }
+  /// Destination CSR offsets (d_dst + 1): rank r receives dst_offsets[r+1] - dst_offsets[r].
+  [[nodiscard]] std::span<const std::int64_t> dst_offsets() const noexcept { return dst_offsets_; }
+  /// Destination rank of every source item (indexed by source global id).
+  [[nodiscard]] std::span<const rank_t> dst_ranks() const noexcept { return dst_rank_; }
+  /// Destination slot of every source item.
+  [[nodiscard]] std::span<const std::int64_t> dst_slots() const noexcept { return dst_slot_; }
+  /// Source global id of every destination global id.
+  [[nodiscard]] std::span<const std::int64_t> sources() const noexcept { return src_of_dst_; }
+
+  /// Where source item g goes. O(1), no bounds check.
+  [[nodiscard]] placement destination_of(std::int64_t g) const noexcept {
+    return {dst_rank_[static_cast<std::size_t>(g)], dst_slot_[static_cast<std::size_t>(g)]};
+  }
+  /// Destination global id of source item g. O(1).
+  [[nodiscard]] std::int64_t destination_id(std::int64_t g) const noexcept {
+    return dst_offsets_[static_cast<std::size_t>(dst_rank_[static_cast<std::size_t>(g)])] +
+           dst_slot_[static_cast<std::size_t>(g)];
+  }
+  /// Source global id of destination global id h. O(1).
+  [[nodiscard]] std::int64_t source_of(std::int64_t h) const noexcept {
+    return src_of_dst_[static_cast<std::size_t>(h)];
+  }
+
+  /// Items source rank `src` sends to each destination rank (d_dst entries): one row of the
+  /// count matrix. O(items of src + d_dst).
+  [[nodiscard]] std::vector<std::int64_t> send_counts(rank_t src) const {
+    check_rank(src, num_src_ranks(), "source");
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(num_dst_ranks()), 0);
+    for (auto g = src_offsets_[static_cast<std::size_t>(src)];
+         g < src_offsets_[static_cast<std::size_t>(src) + 1]; ++g)
+      ++counts[static_cast<std::size_t>(dst_rank_[static_cast<std::size_t>(g)])];
+    return counts;
+  }
+  /// Items destination rank `dst` receives from each source rank (d_src entries): one column
+  /// of the count matrix. O(items of dst · log d_src + d_src).
+  [[nodiscard]] std::vector<std::int64_t> recv_counts(rank_t dst) const {
+    check_rank(dst, num_dst_ranks(), "destination");
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(num_src_ranks()), 0);
+    for (auto h = dst_offsets_[static_cast<std::size_t>(dst)];
+         h < dst_offsets_[static_cast<std::size_t>(dst) + 1]; ++h) {
+      const auto g = src_of_dst_[static_cast<std::size_t>(h)];
+      const auto it = std::upper_bound(src_offsets_.begin(), src_offsets_.end(), g);
+      ++counts[static_cast<std::size_t>(it - src_offsets_.begin() - 1)];
+    }
+    return counts;
+  }
+  /// Dense d_src × d_dst count matrix, row-major. O(n + d_src · d_dst) time and memory: meant
+  /// for tests and small d; use `send_counts` per rank at scale.
+  [[nodiscard]] std::vector<std::int64_t> count_matrix() const {
+    const auto cols = static_cast<std::size_t>(num_dst_ranks());
+    std::vector<std::int64_t> m(static_cast<std::size_t>(num_src_ranks()) * cols, 0);
+    for (std::size_t r = 0; r + 1 < src_offsets_.size(); ++r)
+      for (auto g = src_offsets_[r]; g < src_offsets_[r + 1]; ++g)
+        ++m[r * cols + static_cast<std::size_t>(dst_rank_[static_cast<std::size_t>(g)])];
+    return m;
+  }
+
+  /// The reverse plan: destination layout → source layout, each item back to its source
+  /// (rank, slot). `p.inverse().inverse() == p`. O(n + d).
+  [[nodiscard]] rearrangement inverse() const {
+    rearrangement q;
+    q.src_offsets_ = dst_offsets_;
+    q.dst_offsets_ = src_offsets_;
+    const auto n = dst_rank_.size();
+    q.dst_rank_.resize(n);
+    q.dst_slot_.resize(n);
+    q.src_of_dst_.resize(n);
+    for (std::size_t r = 0; r + 1 < src_offsets_.size(); ++r) {
+      for (auto g = src_offsets_[r]; g < src_offsets_[r + 1]; ++g) {
+        const auto h = static_cast<std::size_t>(destination_id(g));
+        q.dst_rank_[h] = static_cast<rank_t>(r);
+        q.dst_slot_[h] = g - src_offsets_[r];
+        q.src_of_dst_[static_cast<std::size_t>(g)] = static_cast<std::int64_t>(h);
+      }
+    }
+    return q;
+  }
+
+  /// Checks that the plan is a bijection with consistent offsets, ranks and slots. O(n + d).
+  /// Throws `invalid_argument_error` naming the first inconsistency. Plans built through the
+  /// factories above are always valid; this is for plans received from elsewhere.
+  void validate() const {
+    check_offsets(src_offsets_, "source");
+    check_offsets(dst_offsets_, "destination");
+    const auto n = num_items();
+    ORCHMLLM_REQUIRE(src_offsets_.back() == n && dst_offsets_.back() == n &&
+                         static_cast<std::int64_t>(dst_slot_.size()) == n &&
+                         static_cast<std::int64_t>(src_of_dst_.size()) == n,
+                     invalid_argument_error, "plan sizes disagree: ", n,
+                     " items, source offsets end at ", src_offsets_.back(),
+                     ", destination offsets end at ", dst_offsets_.back());
+    for (std::int64_t g = 0; g < n; ++g) {
+      const auto r = dst_rank_[static_cast<std::size_t>(g)];
+      ORCHMLLM_REQUIRE(r >= 0 && r < num_dst_ranks(), invalid_argument_error, "item ", g,
+                       " goes to rank ", r, ", outside [0, ", num_dst_ranks(), ")");
+      const auto s = dst_slot_[static_cast<std::size_t>(g)];
+      const auto size =
+          dst_offsets_[static_cast<std::size_t>(r) + 1] - dst_offsets_[static_cast<std::size_t>(r)];
+      ORCHMLLM_REQUIRE(s >= 0 && s < size, invalid_argument_error, "item ", g, " goes to slot ", s,
+                       " of rank ", r, ", which receives ", size, " items");
+      ORCHMLLM_REQUIRE(source_of(destination_id(g)) == g, invalid_argument_error, "item ", g,
+                       " and item ", source_of(destination_id(g)), " share slot ", s, " of rank ",
+                       r);
+    }
+  }
+
+  friend bool operator==(const rearrangement&, const rearrangement&) = default;
+
+ private:
+  static void check_offsets(std::span<const std::int64_t> offsets, const char* which) {
+    ORCHMLLM_REQUIRE(!offsets.empty() && offsets.front() == 0, invalid_argument_error, which,
+                     " offsets must start at 0");
+    for (std::size_t r = 1; r < offsets.size(); ++r)
+      ORCHMLLM_REQUIRE(offsets[r] >= offsets[r - 1], invalid_argument_error, which, " offsets[", r,
+                       "] = ", offsets[r], " is below offsets[", r - 1, "] = ", offsets[r - 1]);
+  }
+  static void check_rank(rank_t r, rank_t d, const char* which) {
+    ORCHMLLM_REQUIRE(r >= 0 && r < d, invalid_argument_error, which, " rank ", r, " outside [0, ",
+                     d, ")");
+  }
+
+  std::vector<std::int64_t> src_offsets_;
+  std::vector<std::int64_t> dst_offsets_;
+  std::vector<rank_t> dst_rank_;
+  std::vector<std::int64_t> dst_slot_;
+  std::vector<std::int64_t> src_of_dst_;
+};
+
+/// `second ∘ first`: first moves layout A to B, then second moves B to C. O(n + d).
+/// Throws `invalid_argument_error` when first's destination layout is not second's source.
+inline rearrangement compose(const rearrangement& second, const rearrangement& first) {
+  ORCHMLLM_REQUIRE(std::ranges::equal(first.dst_offsets(), second.src_offsets()),
+                   invalid_argument_error, "cannot compose: the first plan delivers ",
+                   first.num_items(), " items to ", first.num_dst_ranks(),
+                   " ranks but the second starts from ", second.num_items(), " items on ",
+                   second.num_src_ranks(), " ranks with other per-rank counts");
+  const auto n = first.num_items();
+  std::vector<placement> dest(static_cast<std::size_t>(n));
+  for (std::int64_t g = 0; g < n; ++g)
+    dest[static_cast<std::size_t>(g)] = second.destination_of(first.destination_id(g));
+  return rearrangement::from_placements(first.src_offsets(), dest, second.num_dst_ranks());
+}
+
+/// Moves one value per item into destination order: out[destination_id(g)] = in[g].
+/// `in` has one entry per source item in source global-id order. O(n).
+/// Throws `invalid_argument_error` when sizes disagree.
+template <class T>
+std::vector<T> apply(const rearrangement& plan, std::span<const T> in) {
+  ORCHMLLM_REQUIRE(static_cast<std::int64_t>(in.size()) == plan.num_items(), invalid_argument_error,
+                   "apply: ", in.size(), " values for a plan of ", plan.num_items(), " items");
+  std::vector<T> out;
+  out.reserve(in.size());
+  for (std::int64_t h = 0; h < plan.num_items(); ++h)
+    out.push_back(in[static_cast<std::size_t>(plan.source_of(h))]);
+  return out;
+}
+/// Convenience overload for vectors.
+template <class T>
+std::vector<T> apply(const rearrangement& plan, const std::vector<T>& in) {
+  return apply(plan, std::span<const T>(in));
+}
+
+/// Ragged rows: item g owns rows [row_offsets[g], row_offsets[g+1]) of `rows`, each row
+/// `row_width` elements. Returns the rows in destination order and their new row offsets.
+template <class T>
+struct ragged_rows {
+  std::vector<std::int64_t> row_offsets;  ///< n + 1 entries
+  std::vector<T> rows;                    ///< row_offsets.back() · row_width elements
+  std::int64_t row_width = 1;
+};
+
+/// Moves ragged rows into destination order. O(total elements + n). Throws
+/// `invalid_argument_error` when offsets are inconsistent with the plan or the data size.
+template <class T>
+ragged_rows<T> apply(const rearrangement& plan, const ragged_rows<T>& in) {
+  const auto n = plan.num_items();
+  ORCHMLLM_REQUIRE(in.row_width >= 0, invalid_argument_error, "row width ", in.row_width,
+                   " is negative");
+  ORCHMLLM_REQUIRE(
+      static_cast<std::int64_t>(in.row_offsets.size()) == n + 1 && in.row_offsets.front() == 0,
+      invalid_argument_error, "apply: ", in.row_offsets.size(), " row offsets for a plan of ", n,
+      " items (need n + 1 starting at 0)");
+  for (std::int64_t g = 0; g < n; ++g)
+    ORCHMLLM_REQUIRE(in.row_offsets[static_cast<std::size_t>(g) + 1] >=
+                         in.row_offsets[static_cast<std::size_t>(g)],
+                     invalid_argument_error, "row offsets decrease at item ", g);
+  ORCHMLLM_REQUIRE(
+      static_cast<std::int64_t>(in.rows.size()) == in.row_offsets.back() * in.row_width,
+      invalid_argument_error, "apply: ", in.rows.size(), " elements but offsets give ",
+      in.row_offsets.back(), " rows of width ", in.row_width);
+  ragged_rows<T> out;
+  out.row_width = in.row_width;
+  out.row_offsets.resize(static_cast<std::size_t>(n) + 1, 0);
+  out.rows.reserve(in.rows.size());
+  const auto w = static_cast<std::size_t>(in.row_width);
+  for (std::int64_t h = 0; h < n; ++h) {
+    const auto g = static_cast<std::size_t>(plan.source_of(h));
+    const auto b = static_cast<std::size_t>(in.row_offsets[g]) * w;
+    const auto e = static_cast<std::size_t>(in.row_offsets[g + 1]) * w;
+    out.rows.insert(out.rows.end(), in.rows.begin() + static_cast<std::ptrdiff_t>(b),
+                    in.rows.begin() + static_cast<std::ptrdiff_t>(e));
+    out.row_offsets[static_cast<std::size_t>(h) + 1] =
+        out.row_offsets[static_cast<std::size_t>(h)] + (in.row_offsets[g + 1] - in.row_offsets[g]);
+  }
+  return out;
+}
+
+}  // namespace orchmllm

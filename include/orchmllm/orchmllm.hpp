@@ -1,0 +1,18 @@
+#pragma once
+/// @file orchmllm.hpp
+/// Umbrella header: everything that needs no optional dependency.
+///   core/      batch layout, cost models, padding policies, constraints, rearrangement algebra,
+///              statistics and lower bounds, errors
+///   balance/   the Batch Post-Balancing Dispatcher (`balance`)
+/// Backends (MPI, NCCL, CUDA, GLPK, Eigen) live under orchmllm/backend/ and are never included
+/// from here.
+
+#include "orchmllm/version.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/cost_model.hpp"
+#include "orchmllm/core/padding.hpp"
+#include "orchmllm/core/constraints.hpp"
+#include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/core/statistics.hpp"
+#include "orchmllm/balance/balancer.hpp"

@@ -1,0 +1,849 @@
+// Tests of orchmllm::balance (balance/balancer.hpp) and the exact / fallback detail algorithms
+// behind it: optimality against brute force on small instances, invariants on many random
+// layouts, and the errors of bad input.
+
+#include "orchmllm/balance/balancer.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "orchmllm/core/statistics.hpp"
+#include "orchmllm/detail/balance/exact.hpp"
+#include "orchmllm/detail/balance/first_fit.hpp"
+#include "orchmllm/detail/balance/padded.hpp"
+
+namespace {
+
+using namespace orchmllm;
+
+// Uniform integer in [lo, hi] straight from the engine (same numbers on every platform).
+std::int64_t uniform(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {
+  return lo + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
+}
+
+// n items spread at random over d source ranks, lengths in [min_len, max_len], optional bytes.
+batch_layout random_layout(std::mt19937_64& rng, rank_t d, std::int64_t n, std::int64_t min_len,
+                           std::int64_t max_len, bool with_bytes = false) {
+  std::vector<std::vector<std::int64_t>> lengths(static_cast<std::size_t>(d));
+  std::vector<std::vector<std::int64_t>> bytes(static_cast<std::size_t>(d));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto r = static_cast<std::size_t>(uniform(rng, 0, d - 1));
+    lengths[r].push_back(uniform(rng, min_len, max_len));
+    bytes[r].push_back(uniform(rng, 0, 3 * max_len));
+  }
+  return with_bytes ? batch_layout::from_ranks(lengths, bytes) : batch_layout::from_ranks(lengths);
+}
+
+// Lognormal-ish lengths (exp of a uniform), many ranks, some of them empty.
+batch_layout skewed_layout(std::mt19937_64& rng, rank_t d, std::int64_t max_per_rank,
+                           bool with_bytes) {
+  std::vector<std::vector<std::int64_t>> lengths(static_cast<std::size_t>(d));
+  std::vector<std::vector<std::int64_t>> bytes(static_cast<std::size_t>(d));
+  for (auto& v : lengths) {
+    const auto k = uniform(rng, 0, max_per_rank);
+    for (std::int64_t i = 0; i < k; ++i) {
+      const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+      v.push_back(static_cast<std::int64_t>(std::exp(1.0 + 5.0 * u)) - 2);  // 0 .. ~400
+      if (v.back() < 0) v.back() = 0;
+    }
+  }
+  for (std::size_t r = 0; r < lengths.size(); ++r)
+    for (auto l : lengths[r]) bytes[r].push_back(2 * l + uniform(rng, 0, 16));
+  return with_bytes ? batch_layout::from_ranks(lengths, bytes) : batch_layout::from_ranks(lengths);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Independent evaluation of a plan (third check next to the façade and compute_statistics).
+// ---------------------------------------------------------------------------------------------
+template <class C>
+struct evaluation {
+  using Cost = cost_type_t<C>;
+  Cost makespan{};
+  std::vector<std::int64_t> count, tokens, bytes;
+};
+
+template <class C>
+evaluation<C> evaluate(const batch_layout& layout, std::span<const rank_t> dst, rank_t d,
+                       const C& cost, padding_policy policy) {
+  using Cost = cost_type_t<C>;
+  const auto ud = static_cast<std::size_t>(d);
+  std::vector<Cost> sum(ud, Cost{});
+  std::vector<std::int64_t> max_len(ud, 0), sum_len(ud, 0), sum_bytes(ud, 0), max_bytes(ud, 0);
+  evaluation<C> e;
+  e.count.assign(ud, 0);
+  // Items in global-id order: on each destination rank that is the plan's slot order.
+  for (std::int64_t g = 0; g < layout.num_items(); ++g) {
+    const auto r = static_cast<std::size_t>(dst[static_cast<std::size_t>(g)]);
+    ++e.count[r];
+    sum[r] += cost(layout.length(g));
+    max_len[r] = std::max(max_len[r], layout.length(g));
+    sum_len[r] += layout.length(g);
+    sum_bytes[r] += layout.bytes(g);
+    max_bytes[r] = std::max(max_bytes[r], layout.bytes(g));
+  }
+  for (std::size_t r = 0; r < ud; ++r) {
+    Cost load = sum[r];
+    if (policy.is_padded()) {
+      load = e.count[r] == 0 ? Cost{}
+                             : static_cast<Cost>(e.count[r]) *
+                                   static_cast<Cost>(cost(policy.padded_length(max_len[r])));
+    }
+    e.makespan = std::max(e.makespan, load);
+    e.tokens.push_back(policy.is_padded() ? e.count[r] * policy.padded_length(max_len[r])
+                                          : sum_len[r]);
+    e.bytes.push_back(policy.is_padded() ? e.count[r] * max_bytes[r] : sum_bytes[r]);
+  }
+  return e;
+}
+
+template <class C>
+bool feasible(const evaluation<C>& e, const constraints& lim) {
+  for (std::size_t r = 0; r < e.count.size(); ++r) {
+    if (e.count[r] < lim.min_items || e.count[r] > lim.max_items) return false;
+    if (lim.cap) {
+      const auto used = lim.cap->what == capacity::measure::tokens ? e.tokens[r] : e.bytes[r];
+      if (used > lim.cap->limit) return false;
+    }
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Brute force: every assignment up to renaming the ranks (restricted growth strings: item g may
+// join a rank already used or the first unused one). Ranks are identical, so this covers all
+// d^n assignments. Items are added in global-id order, so floating loads are summed exactly as
+// the façade sums them.
+// ---------------------------------------------------------------------------------------------
+template <class C>
+struct brute_force {
+  using Cost = cost_type_t<C>;
+  struct acc {
+    std::int64_t count = 0, max_len = 0, tokens = 0, bytes = 0, max_bytes = 0;
+    Cost sum{};
+  };
+
+  const batch_layout& layout;
+  const C& cost;
+  padding_policy policy;
+  const constraints& lim;
+  rank_t d;
+  std::vector<acc> a;
+  bool feasible = false;
+  Cost opt{};
+
+  brute_force(const batch_layout& l, const C& c, padding_policy p, const constraints& k)
+      : layout(l),
+        cost(c),
+        policy(p),
+        lim(k),
+        d(l.num_ranks()),
+        a(static_cast<std::size_t>(l.num_ranks())) {
+    if (d > 0) {
+      go(0, 0, Cost{});
+    } else {
+      feasible = layout.num_items() == 0;
+    }
+  }
+
+  std::int64_t footprint(const acc& x) const {
+    if (lim.cap->what == capacity::measure::tokens)
+      return policy.is_padded() ? x.count * policy.padded_length(x.max_len) : x.tokens;
+    return policy.is_padded() ? x.count * x.max_bytes : x.bytes;
+  }
+
+  Cost load_of(const acc& x) const {
+    if (!policy.is_padded()) return x.sum;
+    return x.count == 0 ? Cost{}
+                        : static_cast<Cost>(x.count) *
+                              static_cast<Cost>(cost(policy.padded_length(x.max_len)));
+  }
+
+  // `partial` = the largest load so far; loads only grow, so once it reaches the best makespan
+  // found the subtree cannot lower the optimum (feasibility is already known then).
+  void go(std::int64_t g, rank_t used, Cost partial) {
+    if (feasible && !(partial < opt)) return;
+    if (g == layout.num_items()) {
+      Cost mk{};
+      for (const auto& x : a) {
+        if (x.count < lim.min_items) return;
+        mk = std::max(mk, load_of(x));
+      }
+      if (!feasible || mk < opt) opt = mk;
+      feasible = true;
+      return;
+    }
+    const rank_t last = std::min<rank_t>(used, d - 1);
+    for (rank_t r = 0; r <= last; ++r) {
+      acc& x = a[static_cast<std::size_t>(r)];
+      const acc old = x;
+      ++x.count;
+      x.sum += cost(layout.length(g));
+      x.max_len = std::max(x.max_len, layout.length(g));
+      x.tokens += layout.length(g);
+      x.bytes += layout.bytes(g);
+      x.max_bytes = std::max(x.max_bytes, layout.bytes(g));
+      // Counts and footprints only grow: cutting here loses no feasible assignment.
+      if (x.count <= lim.max_items && (!lim.cap || footprint(x) <= lim.cap->limit))
+        go(g + 1, r == used ? static_cast<rank_t>(used + 1) : used, std::max(partial, load_of(x)));
+      x = old;
+    }
+  }
+};
+
+template <class Cost>
+bool same_cost(Cost a, Cost b) {
+  if constexpr (std::is_floating_point_v<Cost>) {
+    return std::abs(a - b) <= 1e-9 * std::max<Cost>(1, std::abs(b));
+  } else {
+    return a == b;
+  }
+}
+
+template <class Cost>
+bool at_most(Cost a, double bound) {
+  return static_cast<double>(a) <= bound * (1 + 1e-12) + 1e-9;
+}
+
+balance_options with(algorithm method, const constraints& lim = {}) {
+  balance_options o;
+  o.method = method;
+  o.limits = lim;
+  return o;
+}
+
+// Random limits for a small instance: caps in tokens around the per-rank average (sometimes
+// impossible), min/max item counts (sometimes crossing the obvious bounds).
+constraints random_limits(std::mt19937_64& rng, const batch_layout& layout, padding_policy policy) {
+  constraints lim;
+  const std::int64_t n = layout.num_items();
+  const std::int64_t d = layout.num_ranks();
+  const auto kind = uniform(rng, 0, 3);
+  if (kind == 0 || kind == 3) {
+    std::int64_t total = 0, largest = 0;
+    for (std::int64_t g = 0; g < n; ++g) {
+      total += policy.padded_length(layout.length(g));
+      largest = std::max(largest, policy.padded_length(layout.length(g)));
+    }
+    const std::int64_t avg = (total + d - 1) / d;
+    lim.cap = capacity{capacity::measure::tokens,
+                       std::max<std::int64_t>(
+                           0, std::max(largest, avg) +
+                                  uniform(rng, -2, 2) * std::max<std::int64_t>(1, largest / 2))};
+  }
+  if (kind == 1 || kind == 3) {
+    lim.min_items = uniform(rng, 0, 2);
+    if (uniform(rng, 0, 1) == 0) {
+      const std::int64_t even = d > 0 ? (n + d - 1) / d : 0;
+      lim.max_items = std::max<std::int64_t>(lim.min_items, even + uniform(rng, -1, 1));
+    }
+  }
+  if (kind == 2) lim.max_items = std::max<std::int64_t>(1, uniform(rng, 1, 4));
+  return lim;
+}
+
+struct tallies {
+  int packed_instances = 0;
+  int auto_optimal = 0;
+  int constrained_feasible = 0;
+  int constrained_infeasible = 0;
+};
+
+template <class C>
+void check_small_instance(std::mt19937_64& rng, const batch_layout& layout, const C& cost,
+                          tallies& t) {
+  const rank_t d = layout.num_ranks();
+  const double lpt_ratio = 4.0 / 3.0 - 1.0 / (3.0 * d);
+  const padding_policy policies[] = {packed, padded, padded_to_multiple(uniform(rng, 2, 8))};
+  for (const auto policy : policies) {
+    CAPTURE(policy.is_padded());
+    CAPTURE(policy.multiple());
+    // Unconstrained.
+    const brute_force<C> bf(layout, cost, policy, {});
+    REQUIRE(bf.feasible);
+    const auto ex = balance(layout, cost, policy, with(algorithm::exact));
+    CHECK(same_cost(ex.makespan, bf.opt));
+    CHECK(ex.proven_optimal);
+    const auto au = balance(layout, cost, policy, with(algorithm::automatic));
+    CHECK(at_most(au.makespan, lpt_ratio * static_cast<double>(bf.opt)));
+    if (au.proven_optimal) CHECK(same_cost(au.makespan, bf.opt));
+    if (policy.is_padded()) {
+      const auto pd = balance(layout, cost, policy, with(algorithm::padded));
+      CHECK(pd.makespan == bf.opt);  // a product, so exact even for floating costs
+      CHECK(pd.proven_optimal);
+      CHECK(au.makespan == bf.opt);
+    } else {
+      ++t.packed_instances;
+      if (same_cost(au.makespan, bf.opt)) ++t.auto_optimal;
+      const auto lp = balance(layout, cost, policy, with(algorithm::lpt));
+      CHECK(at_most(lp.makespan, lpt_ratio * static_cast<double>(bf.opt)));
+      const auto kk = balance(layout, cost, policy, with(algorithm::kk));
+      CHECK(at_most(kk.makespan, 2.0 * static_cast<double>(bf.opt)));
+    }
+
+    // Constrained: balance must agree with brute force on feasibility, and the exact methods
+    // on the optimum among feasible plans.
+    const constraints lim = random_limits(rng, layout, policy);
+    CAPTURE(lim.min_items);
+    CAPTURE(lim.max_items);
+    CAPTURE(lim.cap ? lim.cap->limit : -1);
+    const brute_force<C> bc(layout, cost, policy, lim);
+    ++(bc.feasible ? t.constrained_feasible : t.constrained_infeasible);
+    std::vector<algorithm> methods{algorithm::exact, algorithm::automatic};
+    if (policy.is_padded()) methods.push_back(algorithm::padded);
+    for (const auto method : methods) {
+      CAPTURE(to_string(method));
+      if (!bc.feasible) {
+        CHECK_THROWS_AS(balance(layout, cost, policy, with(method, lim)), infeasible_error);
+        continue;
+      }
+      const auto r = balance(layout, cost, policy, with(method, lim));
+      const auto e = evaluate(layout, r.plan.dst_ranks(), d, cost, policy);
+      CHECK(feasible(e, lim));
+      CHECK(e.makespan == r.makespan);
+      if (method != algorithm::automatic) {
+        CHECK(same_cost(r.makespan, bc.opt));
+        CHECK(r.proven_optimal);
+      }
+      if (r.proven_optimal) CHECK(same_cost(r.makespan, bc.opt));
+    }
+  }
+}
+
+}  // namespace
+
+// -------------------------------------------------------------------------------------------------
+// (a) Exactness against brute force.
+// -------------------------------------------------------------------------------------------------
+
+TEST_CASE("balance: exact methods are optimal on small random instances (brute force)") {
+  std::mt19937_64 rng(0x5eed0001);
+  tallies t;
+  for (int inst = 0; inst < 240; ++inst) {
+    CAPTURE(inst);
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 4));
+    const std::int64_t n = uniform(rng, 0, 10);
+    const std::int64_t max_len = std::array<std::int64_t, 3>{6, 20, 100}[inst % 3];
+    const batch_layout layout = random_layout(rng, d, n, inst % 4 == 0 ? 0 : 1, max_len);
+    check_small_instance(rng, layout, linear_cost{uniform(rng, 1, 3)}, t);
+    const quadratic_cost q{static_cast<double>(uniform(rng, 0, 2)),
+                           static_cast<double>(uniform(rng, 1, 4)) * 0.5,
+                           static_cast<double>(uniform(rng, 0, 3)) * 0.01};
+    check_small_instance(rng, layout, q, t);
+  }
+  MESSAGE("auto optimal on ", t.auto_optimal, " of ", t.packed_instances,
+          " packed instances; constrained: ", t.constrained_feasible, " feasible, ",
+          t.constrained_infeasible, " infeasible");
+  CHECK(t.auto_optimal >= 0.97 * t.packed_instances);
+  // The constrained half must exercise both outcomes.
+  CHECK(t.constrained_feasible > 100);
+  CHECK(t.constrained_infeasible > 30);
+}
+
+TEST_CASE("balance: padded is optimal with ties, zero lengths and rounding to a multiple") {
+  std::mt19937_64 rng(0x5eed0002);
+  for (int inst = 0; inst < 150; ++inst) {
+    CAPTURE(inst);
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 4));
+    const batch_layout layout = random_layout(rng, d, uniform(rng, 1, 9), 0, 5);  // many ties
+    for (const std::int64_t k : {1, 2, 4}) {
+      const auto policy = padded_to_multiple(k);
+      const linear_cost lin{1};
+      const quadratic_cost q{1.0, 0.5, 0.25};
+      CHECK(balance(layout, lin, policy, with(algorithm::padded)).makespan ==
+            brute_force<linear_cost>(layout, lin, policy, {}).opt);
+      CHECK(balance(layout, q, policy, with(algorithm::padded)).makespan ==
+            brute_force<quadratic_cost>(layout, q, policy, {}).opt);
+    }
+  }
+}
+
+// -------------------------------------------------------------------------------------------------
+// (b) Invariants on many random layouts.
+// -------------------------------------------------------------------------------------------------
+
+namespace {
+
+template <class C>
+void check_invariants(std::mt19937_64& rng, const batch_layout& layout, const C& cost,
+                      padding_policy policy, int& infeasible) {
+  const rank_t d = layout.num_ranks();
+  const std::int64_t n = layout.num_items();
+  std::vector<algorithm> methods{algorithm::lpt, algorithm::automatic};
+  methods.push_back(policy.is_padded() ? algorithm::padded : algorithm::kk);
+  if (n <= 12) methods.push_back(algorithm::exact);
+  const algorithm method = methods[static_cast<std::size_t>(
+      uniform(rng, 0, static_cast<std::int64_t>(methods.size()) - 1))];
+  balance_options o = with(method);
+  o.exact_node_budget = 20'000;  // keeps the debug build fast; optimality is tested above
+  o.refine = uniform(rng, 0, 1) == 1;
+  if (uniform(rng, 0, 2) == 0) {
+    // Loose-ish limits: cap at 1.5× the average footprint (at least the largest item).
+    const bool bytes = layout.has_bytes() && uniform(rng, 0, 1) == 1;
+    const auto what = bytes ? capacity::measure::bytes : capacity::measure::tokens;
+    std::int64_t total = 0, largest = 0;
+    for (std::int64_t g = 0; g < n; ++g) {
+      const auto f = detail::item_footprint(layout, g, policy, what);
+      total += f;
+      largest = std::max(largest, f);
+    }
+    const std::int64_t avg = d > 0 ? (total + d - 1) / d : 0;
+    const std::int64_t limit = policy.is_padded()
+                                   ? 3 * largest * std::max<std::int64_t>(1, (n + d - 1) / d) / 2
+                                   : std::max(largest, avg + avg / 2);
+    o.limits.cap = capacity{what, limit};
+    if (uniform(rng, 0, 1) == 1) o.limits.min_items = std::min<std::int64_t>(1, n / d);
+    if (uniform(rng, 0, 1) == 1) o.limits.max_items = (n + d - 1) / d + 2;
+  }
+  CAPTURE(to_string(method));
+  CAPTURE(policy.is_padded());
+  CAPTURE(o.limits.any());
+
+  std::optional<balance_result<cost_type_t<C>>> res;
+  try {
+    res = balance(layout, cost, policy, o);
+  } catch (const infeasible_error&) {
+    ++infeasible;
+    return;
+  }
+  const auto& r = *res;
+  const auto& p = r.plan;
+  REQUIRE_NOTHROW(p.validate());
+  REQUIRE(p.num_items() == n);
+  REQUIRE(p.num_dst_ranks() == d);
+  CHECK(std::ranges::equal(p.src_offsets(), layout.offsets()));
+  // Each item exactly once.
+  std::vector<std::int64_t> src(p.sources().begin(), p.sources().end());
+  std::sort(src.begin(), src.end());
+  for (std::int64_t h = 0; h < n; ++h) REQUIRE(src[static_cast<std::size_t>(h)] == h);
+  // Constraints, makespan and bound, three ways.
+  const auto e = evaluate(layout, p.dst_ranks(), d, cost, policy);
+  CHECK(feasible(e, o.limits));
+  const auto s = compute_statistics(layout, p, cost, policy, o.limits);
+  CHECK(r.makespan == e.makespan);
+  CHECK(r.makespan == s.makespan);
+  CHECK(r.lower_bound == s.lower_bound);
+  CHECK(r.lower_bound == makespan_lower_bound(layout, d, cost, policy, o.limits));
+  CHECK(static_cast<double>(r.makespan) >= static_cast<double>(r.lower_bound) * (1 - 1e-12));
+  CHECK(r.used != algorithm::automatic);
+  if (o.limits.cap) {
+    CHECK((o.limits.cap->what == capacity::measure::tokens ? s.max_tokens : s.max_bytes) <=
+          o.limits.cap->limit);
+  }
+  CHECK(s.min_items_per_rank >= o.limits.min_items);
+  CHECK(s.max_items_per_rank <= o.limits.max_items);
+  // Determinism.
+  const auto again = balance(layout, cost, policy, o);
+  CHECK(again.plan == p);
+  CHECK(again.makespan == r.makespan);
+  CHECK(again.used == r.used);
+  // auto is never worse than lpt or kk alone.
+  if (method == algorithm::automatic && !o.limits.any()) {
+    CHECK(r.makespan <= balance(layout, cost, policy, with(algorithm::lpt)).makespan);
+    if (!policy.is_padded())
+      CHECK(r.makespan <= balance(layout, cost, policy, with(algorithm::kk)).makespan);
+  }
+  // Plan algebra.
+  const auto id_src = rearrangement::identity(layout.offsets());
+  const auto id_dst = rearrangement::identity(p.dst_offsets());
+  CHECK(compose(p.inverse(), p) == id_src);
+  CHECK(compose(p, p.inverse()) == id_dst);
+  CHECK(p.inverse().inverse() == p);
+  // A second plan on the delivered layout: (q ∘ p)⁻¹ = p⁻¹ ∘ q⁻¹.
+  const auto lengths2 = orchmllm::apply(
+      p, std::vector<std::int64_t>(layout.lengths().begin(), layout.lengths().end()));
+  std::vector<std::int64_t> bytes(static_cast<std::size_t>(n));
+  for (std::int64_t g = 0; g < n; ++g) bytes[static_cast<std::size_t>(g)] = layout.bytes(g);
+  const batch_layout layout2(
+      std::vector<std::int64_t>(p.dst_offsets().begin(), p.dst_offsets().end()), lengths2,
+      orchmllm::apply(p, bytes));
+  const auto q = balance(layout2, cost, policy, with(algorithm::lpt)).plan;
+  CHECK(p.dst_offsets().size() == q.src_offsets().size());
+  const auto qp = compose(q, p);
+  CHECK(qp.inverse() == compose(p.inverse(), q.inverse()));
+  REQUIRE_NOTHROW(qp.validate());
+  // Balancing the delivered layout again cannot beat the optimum: its makespan is at least the
+  // same lower bound (the bound depends on the multiset of items only).
+  CHECK(makespan_lower_bound(layout2, d, cost, policy, o.limits) == r.lower_bound);
+}
+
+}  // namespace
+
+TEST_CASE("balance: invariants on thousands of random layouts") {
+  std::mt19937_64 rng(0x5eed0003);
+  int infeasible = 0;
+  const int rounds = 1500;
+  for (int inst = 0; inst < rounds; ++inst) {
+    CAPTURE(inst);
+    const auto d = static_cast<rank_t>(uniform(rng, 1, inst % 10 == 0 ? 300 : 24));
+    const bool with_bytes = inst % 3 == 0;
+    const batch_layout layout = skewed_layout(rng, d, inst % 10 == 0 ? 3 : 8, with_bytes);
+    const auto pick = uniform(rng, 0, 3);
+    const padding_policy policy = pick == 0   ? padded
+                                  : pick == 1 ? padded_to_multiple(uniform(rng, 2, 16))
+                                              : packed;
+    if (inst % 2 == 0) {
+      check_invariants(rng, layout, linear_cost{1}, policy, infeasible);
+    } else {
+      check_invariants(rng, layout, quadratic_cost{0.0, 1.0, 1.0 / 256}, policy, infeasible);
+    }
+  }
+  MESSAGE(infeasible, " of ", rounds, " constrained layouts were reported infeasible");
+  CHECK(infeasible < rounds / 20);
+}
+
+TEST_CASE("balance: padded on a large batch meets its bound checks and beats lpt") {
+  std::mt19937_64 rng(0x5eed0004);
+  const batch_layout layout = skewed_layout(rng, 512, 16, false);
+  const quadratic_cost q{0.0, 1.0, 1.0 / 512};
+  for (const auto policy : {padded, padded_to_multiple(64)}) {
+    const auto pd = balance(layout, q, policy, with(algorithm::padded));
+    const auto lp = balance(layout, q, policy, with(algorithm::lpt));
+    CHECK(pd.proven_optimal);
+    CHECK(pd.makespan <= lp.makespan);
+    CHECK(pd.makespan >= pd.lower_bound);
+    CHECK(balance(layout, q, policy).makespan == pd.makespan);  // auto = padded
+  }
+}
+
+// -------------------------------------------------------------------------------------------------
+// Detail functions: exact_search contract, padded with a bytes cap, constrained first fit.
+// -------------------------------------------------------------------------------------------------
+
+namespace {
+
+template <class C>
+struct prepared {
+  using Cost = cost_type_t<C>;
+  const batch_layout& layout;
+  std::vector<Cost> costs;
+  std::vector<std::int64_t> order;
+  constraints limits;
+  detail::balance_input<Cost> in;
+
+  prepared(const batch_layout& l, const C& cost, padding_policy policy, constraints lim)
+      : layout(l),
+        costs(make_costs(l, cost)),
+        order(detail::canonical_order<Cost>(l, costs, policy)),
+        limits(lim),
+        in{layout, l.num_ranks(), costs, order, policy, limits} {}
+
+  static std::vector<Cost> make_costs(const batch_layout& l, const C& cost) {
+    std::vector<Cost> c(static_cast<std::size_t>(l.num_items()));
+    for (std::int64_t g = 0; g < l.num_items(); ++g)
+      c[static_cast<std::size_t>(g)] = cost(l.length(g));
+    return c;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("exact_search: upper bound, budget and completeness") {
+  const auto layout = batch_layout::from_ranks({{9, 7, 6}, {5, 5, 4}, {3, 2, 2, 1}});
+  const linear_cost lin{1};
+  const prepared<linear_cost> p(layout, lin, packed, {});
+  const auto full = detail::exact_search(p.in, lin, 1'000'000);
+  REQUIRE(full.assignment);
+  CHECK(full.complete);
+  const auto opt = detail::assignment_makespan(p.in, lin, *full.assignment);
+  CHECK(opt == brute_force<linear_cost>(layout, lin, packed, {}).opt);
+  // Only strictly better than the bound is returned.
+  const auto same = detail::exact_search(p.in, lin, 1'000'000, std::optional<std::int64_t>(opt));
+  CHECK_FALSE(same.assignment);
+  CHECK(same.complete);
+  const auto looser =
+      detail::exact_search(p.in, lin, 1'000'000, std::optional<std::int64_t>(opt + 1));
+  REQUIRE(looser.assignment);
+  CHECK(detail::assignment_makespan(p.in, lin, *looser.assignment) == opt);
+  // A budget too small to finish: incomplete, deterministic.
+  const auto cut = detail::exact_search(p.in, lin, 5);
+  CHECK_FALSE(cut.complete);
+  const auto cut2 = detail::exact_search(p.in, lin, 5);
+  CHECK(cut.assignment == cut2.assignment);
+  // Infeasible constraints are proven infeasible.
+  constraints tight;
+  tight.cap =
+      capacity{capacity::measure::tokens, 15};  // total 44 on 3 ranks: 15+15+14, but 9+7 > 15
+  tight.max_items = 4;
+  const prepared<linear_cost> pt(layout, lin, packed, tight);
+  const auto inf = detail::exact_search(pt.in, lin, 1'000'000);
+  CHECK(inf.complete);
+  CHECK(inf.assignment.has_value() ==
+        brute_force<linear_cost>(layout, lin, packed, tight).feasible);
+  // Empty input.
+  const batch_layout empty = batch_layout::from_ranks({{}, {}});
+  const prepared<linear_cost> pe(empty, lin, packed, {});
+  const auto none = detail::exact_search(pe.in, lin, 0);
+  CHECK(none.complete);
+  REQUIRE(none.assignment);
+  CHECK(none.assignment->empty());
+}
+
+TEST_CASE("exact: symmetry breaking never merges ranks that differ (padded, small lengths)") {
+  // Lengths 1..4 under linear padded costs make many ranks reach equal loads from different
+  // (count, longest) states; only truly equal states may be merged.
+  std::mt19937_64 rng(0x5eed0008);
+  const linear_cost lin{1};
+  for (int inst = 0; inst < 400; ++inst) {
+    CAPTURE(inst);
+    const auto d = static_cast<rank_t>(uniform(rng, 2, 4));
+    const batch_layout layout = random_layout(rng, d, uniform(rng, 4, 10), 1, 4);
+    constraints lim;
+    if (inst % 2 == 1) lim.max_items = (layout.num_items() + d - 1) / d + uniform(rng, 0, 1);
+    if (inst % 4 == 3) lim.cap = capacity{capacity::measure::tokens, uniform(rng, 6, 12)};
+    const brute_force<linear_cost> bf(layout, lin, padded, lim);
+    if (!bf.feasible) continue;
+    const prepared<linear_cost> p(layout, lin, padded, lim);
+    const auto r = detail::exact_search(p.in, lin, 1'000'000);
+    REQUIRE(r.assignment);
+    CHECK(r.complete);
+    CHECK(detail::satisfies(p.in, *r.assignment));
+    CHECK(detail::assignment_makespan(p.in, lin, *r.assignment) == bf.opt);
+  }
+}
+
+TEST_CASE("padded_optimal: bytes caps are exact when bytes follow lengths, else a heuristic") {
+  std::mt19937_64 rng(0x5eed0005);
+  int unsorted_feasible = 0, unsorted_found = 0;
+  for (int inst = 0; inst < 200; ++inst) {
+    CAPTURE(inst);
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 4));
+    const std::int64_t n = uniform(rng, 1, 9);
+    const bool sorted_bytes = inst % 2 == 0;
+    batch_layout layout = random_layout(rng, d, n, 1, 20, !sorted_bytes);
+    if (sorted_bytes) {  // bytes = 3 · length + 1: non-increasing along the padded order
+      std::vector<std::int64_t> b(static_cast<std::size_t>(n));
+      for (std::int64_t g = 0; g < n; ++g)
+        b[static_cast<std::size_t>(g)] = 3 * layout.length(g) + 1;
+      layout = batch_layout(
+          std::vector<std::int64_t>(layout.offsets().begin(), layout.offsets().end()),
+          std::vector<std::int64_t>(layout.lengths().begin(), layout.lengths().end()), b);
+    }
+    std::int64_t largest = 0;
+    for (std::int64_t g = 0; g < n; ++g) largest = std::max(largest, layout.bytes(g));
+    constraints lim;
+    lim.cap = capacity{capacity::measure::bytes, largest * uniform(rng, 1, 4)};
+    const linear_cost lin{1};
+    const prepared<linear_cost> p(layout, lin, padded, lim);
+    const auto r = detail::padded_optimal(p.in, lin);
+    const brute_force<linear_cost> bf(layout, lin, padded, lim);
+    if (r.assignment) {
+      CHECK(detail::satisfies(p.in, *r.assignment));
+      if (r.optimal) CHECK(detail::assignment_makespan(p.in, lin, *r.assignment) == bf.opt);
+    }
+    if (sorted_bytes) {
+      CHECK(r.optimal);
+      CHECK(r.assignment.has_value() == bf.feasible);
+    } else if (bf.feasible) {
+      ++unsorted_feasible;
+      if (r.assignment) ++unsorted_found;
+    }
+  }
+  MESSAGE("unsorted bytes: padded found ", unsorted_found, " of ", unsorted_feasible,
+          " feasible instances");
+  CHECK(unsorted_feasible > 0);
+}
+
+TEST_CASE("constrained_first_fit: feasible whenever it answers, and usually answers") {
+  std::mt19937_64 rng(0x5eed0006);
+  int feasible_instances = 0, found = 0;
+  for (int inst = 0; inst < 300; ++inst) {
+    CAPTURE(inst);
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 4));
+    const batch_layout layout = random_layout(rng, d, uniform(rng, 1, 10), 1, 30, inst % 2 == 1);
+    const padding_policy policy = inst % 3 == 0 ? padded : packed;
+    constraints lim = random_limits(rng, layout, policy);
+    if (inst % 2 == 1 && lim.cap) lim.cap->what = capacity::measure::bytes;
+    const quadratic_cost q{0.0, 1.0, 0.05};
+    const prepared<quadratic_cost> p(layout, q, policy, lim);
+    const auto r = detail::constrained_first_fit(p.in, q);
+    if (r) CHECK(detail::satisfies(p.in, *r));
+    const brute_force<quadratic_cost> bf(layout, q, policy, lim);
+    if (r) CHECK(bf.feasible);
+    if (bf.feasible) {
+      ++feasible_instances;
+      if (r) ++found;
+    }
+  }
+  MESSAGE("first fit found a plan for ", found, " of ", feasible_instances, " feasible instances");
+  CHECK(found >= 0.9 * feasible_instances);
+}
+
+TEST_CASE("constrained_first_fit: large inputs with a tight cap and max_items stay feasible") {
+  // 256 ranks × 32 items, cap 10% above the average tokens, at most 64 items per rank: plain
+  // first fit fills the first ranks with small items up to max_items and strands the slack
+  // there; the fallback must still find a plan.
+  std::mt19937_64 rng(0x5eed0007);
+  const rank_t d = 256;
+  std::vector<std::vector<std::int64_t>> lengths(static_cast<std::size_t>(d));
+  for (auto& v : lengths)
+    for (int i = 0; i < 32; ++i) {
+      const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+      v.push_back(1 + static_cast<std::int64_t>(std::exp(3.0 + 4.0 * u)));
+    }
+  const batch_layout layout = batch_layout::from_ranks(lengths);
+  const quadratic_cost q{0.0, 1.0, 1.0 / 1024};
+  for (const auto policy : {packed, padded}) {
+    CAPTURE(policy.is_padded());
+    std::int64_t total = 0, largest = 0;
+    for (std::int64_t g = 0; g < layout.num_items(); ++g) {
+      total += layout.length(g);
+      largest = std::max(largest, layout.length(g));
+    }
+    constraints lim;
+    lim.cap =
+        capacity{capacity::measure::tokens,
+                 policy.is_padded() ? largest * 40 : std::max(largest, total / d + total / d / 10)};
+    lim.min_items = 1;
+    lim.max_items = 64;
+    const prepared<quadratic_cost> p(layout, q, policy, lim);
+    const auto r = detail::constrained_first_fit(p.in, q);
+    REQUIRE(r);
+    CHECK(detail::satisfies(p.in, *r));
+    const auto lb = makespan_lower_bound(layout, d, q, policy, lim);
+    MESSAGE("first fit ", (policy.is_padded() ? "padded" : "packed"), " ratio to bound ",
+            detail::assignment_makespan(p.in, q, *r) / lb);
+    // Through the façade (lpt or padded first, then this fallback if needed).
+    const auto b = balance(layout, q, policy, with(algorithm::automatic, lim));
+    CHECK(feasible(evaluate(layout, b.plan.dst_ranks(), d, q, policy), lim));
+  }
+}
+
+// -------------------------------------------------------------------------------------------------
+// (c) Bad input.
+// -------------------------------------------------------------------------------------------------
+
+TEST_CASE("balance: bad options raise invalid_argument_error") {
+  const auto layout = batch_layout::from_ranks({{5, 3}, {8}, {1, 1, 1}});
+  const linear_cost lin{1};
+  CHECK_THROWS_AS(balance(layout, lin, padded, with(algorithm::kk)), invalid_argument_error);
+  CHECK_THROWS_AS(balance(layout, lin, packed, with(algorithm::padded)), invalid_argument_error);
+  balance_options o;
+  o.refine_budget = -2;
+  CHECK_THROWS_AS(balance(layout, lin, packed, o), invalid_argument_error);
+  o = {};
+  o.exact_node_budget = -1;
+  CHECK_THROWS_AS(balance(layout, lin, packed, o), invalid_argument_error);
+  o = {};
+  o.exact_max_items = -1;
+  CHECK_THROWS_AS(balance(layout, lin, packed, o), invalid_argument_error);
+  o = {};
+  o.limits.min_items = -1;
+  CHECK_THROWS_AS(balance(layout, lin, packed, o), invalid_argument_error);
+  o = {};
+  o.limits.min_items = 2;
+  o.limits.max_items = 1;
+  CHECK_THROWS_AS(balance(layout, lin, packed, o), invalid_argument_error);
+  o = {};
+  o.limits.cap = capacity{capacity::measure::tokens, -1};
+  CHECK_THROWS_AS(balance(layout, lin, packed, o), invalid_argument_error);
+  // A cost model that returns a negative cost.
+  auto negative = [](std::int64_t l) { return 1 - l; };
+  CHECK_THROWS_AS(balance(layout, negative, packed), invalid_argument_error);
+  CHECK_THROWS_AS(parse_algorithm("fastest"), invalid_argument_error);
+  CHECK_THROWS_AS(detail::exact_search(prepared<linear_cost>(layout, lin, packed, {}).in, lin, -1),
+                  invalid_argument_error);
+  CHECK_THROWS_AS(detail::padded_optimal(prepared<linear_cost>(layout, lin, packed, {}).in, lin),
+                  invalid_argument_error);
+}
+
+TEST_CASE("balance: infeasible constraints raise infeasible_error naming the numbers") {
+  const linear_cost lin{1};
+  const auto small = batch_layout::from_ranks({{4, 3}, {4}, {1, 1, 1, 2}});  // 16 tokens
+  for (const auto method :
+       {algorithm::lpt, algorithm::kk, algorithm::exact, algorithm::automatic}) {
+    CAPTURE(to_string(method));
+    balance_options o = with(method);
+    o.limits.cap = capacity{capacity::measure::tokens, 5};  // 3 ranks × 5 = 15 < 16
+    try {
+      (void)balance(small, lin, packed, o);
+      FAIL("no exception");
+    } catch (const infeasible_error& e) {
+      const std::string m = e.what();
+      CHECK(m.find("total of 16") != std::string::npos);
+      CHECK(m.find("cap 5") != std::string::npos);
+      CHECK(m.find("3 ranks") != std::string::npos);
+    }
+  }
+  const auto layout = batch_layout::from_ranks({{5, 3}, {8}, {1, 1, 1}});  // 6 items, 19 tokens
+  // A single item above the cap.
+  balance_options o;
+  o.limits.cap = capacity{capacity::measure::tokens, 7};
+  try {
+    (void)balance(layout, lin, packed, o);
+    FAIL("no exception");
+  } catch (const infeasible_error& e) {
+    const std::string m = e.what();
+    CHECK(m.find("8") != std::string::npos);
+    CHECK(m.find("cap of 7") != std::string::npos);
+  }
+  o.limits.cap = capacity{capacity::measure::bytes, 4};
+  CHECK_THROWS_AS(balance(layout, lin, padded, with(algorithm::padded, o.limits)),
+                  infeasible_error);
+  // Item counts.
+  o = {};
+  o.limits.min_items = 3;  // 6 items cannot give 3 ranks 3 each
+  CHECK_THROWS_AS(balance(layout, lin, packed, o), infeasible_error);
+  CHECK_THROWS_AS(balance(layout, lin, padded, o), infeasible_error);
+  o.limits.min_items = 0;
+  o.limits.max_items = 1;  // 6 items do not fit 3 ranks of 1
+  CHECK_THROWS_AS(balance(layout, lin, packed, o), infeasible_error);
+  CHECK_THROWS_AS(balance(layout, lin, padded, o), infeasible_error);
+  // Totals fit but no packing does: 6 + 6 + 6 on two ranks of 10.
+  const auto three = batch_layout::from_ranks({{6, 6}, {6}});
+  for (const auto method : {algorithm::lpt, algorithm::exact, algorithm::automatic}) {
+    CAPTURE(to_string(method));
+    balance_options c = with(method);
+    c.limits.cap = capacity{capacity::measure::tokens, 10};
+    try {
+      (void)balance(three, lin, packed, c);
+      FAIL("no exception");
+    } catch (const infeasible_error& e) {
+      const std::string m = e.what();
+      CHECK(m.find("total 18") != std::string::npos);
+      CHECK(m.find("cap of 10") != std::string::npos);
+      CHECK(m.find("2 ranks") != std::string::npos);
+    }
+  }
+  // Padded: each rank holds at most one item of 5 under a cap of 9, three items, two ranks.
+  const auto padded3 = batch_layout::from_ranks({{5, 5}, {5}});
+  balance_options c = with(algorithm::padded);
+  c.limits.cap = capacity{capacity::measure::tokens, 9};
+  CHECK_THROWS_AS(balance(padded3, lin, padded, c), infeasible_error);
+  // Items but no ranks cannot be built; zero ranks with zero items is fine.
+  const batch_layout nothing;
+  CHECK(balance(nothing, lin).plan.num_items() == 0);
+}
+
+TEST_CASE("balance: edge cases") {
+  const linear_cost lin{1};
+  // Empty ranks, zero lengths, one rank.
+  const auto zeros = batch_layout::from_ranks({{0, 0}, {}, {0}});
+  for (const auto method : {algorithm::lpt, algorithm::exact, algorithm::automatic}) {
+    const auto r = balance(zeros, lin, packed, with(method));
+    CHECK(r.makespan == 0);
+    CHECK(r.proven_optimal);
+  }
+  const auto pz = balance(zeros, lin, padded, with(algorithm::padded));
+  CHECK(pz.makespan == 0);
+  constraints one_each;
+  one_each.min_items = 1;
+  const auto spread = balance(zeros, lin, padded, with(algorithm::padded, one_each));
+  for (rank_t r = 0; r < 3; ++r)
+    CHECK(spread.plan.dst_offsets()[static_cast<std::size_t>(r) + 1] -
+              spread.plan.dst_offsets()[static_cast<std::size_t>(r)] ==
+          1);
+  const auto single = batch_layout::from_ranks({{4, 9, 2}});
+  CHECK(balance(single, lin, padded, with(algorithm::padded)).makespan == 27);
+  CHECK(balance(single, lin, packed, with(algorithm::exact)).makespan == 15);
+}

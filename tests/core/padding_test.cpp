@@ -1,0 +1,235 @@
+// Tests for include/orchmllm/core/padding.hpp: the padding policies and the rank_load
+// accumulator (load, token and byte footprints) against hand values and an independent model.
+
+#include "orchmllm/core/padding.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "orchmllm/core/cost_model.hpp"
+#include "orchmllm/core/error.hpp"
+
+namespace {
+
+using orchmllm::invalid_argument_error;
+using orchmllm::linear_cost;
+using orchmllm::padding_policy;
+using orchmllm::quadratic_cost;
+using orchmllm::rank_load;
+
+// Usable at compile time.
+static_assert(orchmllm::packed.padded_length(5) == 5);
+static_assert(!orchmllm::packed.is_padded());
+static_assert(orchmllm::padded.is_padded());
+static_assert(orchmllm::padded.multiple() == 1);
+static_assert(orchmllm::padded_to_multiple(4).padded_length(5) == 8);
+static_assert(orchmllm::padded_to_multiple(4).padded_length(8) == 8);
+static_assert(orchmllm::padded_to_multiple(4).padded_length(0) == 0);
+static_assert(orchmllm::padding_policy::padded(16).multiple() == 16);
+static_assert([] {
+  rank_load<std::int64_t> acc(orchmllm::padded);
+  acc.add(3, 3, 30);
+  acc.add(5, 5, 10);
+  return acc.load(linear_cost{}) == 10 && acc.tokens() == 10 && acc.bytes() == 60;
+}());
+
+struct item {
+  std::int64_t length;
+  std::int64_t bytes;
+};
+
+}  // namespace
+
+TEST_CASE("padding: policy values") {
+  const auto p = orchmllm::packed;
+  CHECK(p.policy_kind() == padding_policy::kind::packed);
+  CHECK_FALSE(p.is_padded());
+  CHECK(p.multiple() == 1);
+  CHECK(p == padding_policy::packed());
+
+  const auto q = orchmllm::padded;
+  CHECK(q.policy_kind() == padding_policy::kind::padded);
+  CHECK(q.is_padded());
+  CHECK(q.multiple() == 1);
+  CHECK(q == padding_policy::padded());
+  CHECK(q == padding_policy::padded(1));
+  CHECK(q == orchmllm::padded_to_multiple(1));
+  CHECK(q != p);
+
+  const auto m = orchmllm::padded_to_multiple(8);
+  CHECK(m.is_padded());
+  CHECK(m.multiple() == 8);
+  CHECK(m != q);
+  CHECK(m == padding_policy::padded(8));
+  CHECK(m != orchmllm::padded_to_multiple(16));
+}
+
+TEST_CASE("padding: padded_length") {
+  for (std::int64_t l : std::vector<std::int64_t>{0, 1, 7, 8, 9, 1000, std::int64_t{1} << 40}) {
+    CHECK(orchmllm::packed.padded_length(l) == l);
+    CHECK(orchmllm::padded.padded_length(l) == l);
+  }
+  const auto m8 = orchmllm::padded_to_multiple(8);
+  CHECK(m8.padded_length(0) == 0);
+  CHECK(m8.padded_length(1) == 8);
+  CHECK(m8.padded_length(7) == 8);
+  CHECK(m8.padded_length(8) == 8);
+  CHECK(m8.padded_length(9) == 16);
+  CHECK(m8.padded_length(1000) == 1000);
+  CHECK(m8.padded_length(1001) == 1008);
+  const auto m3 = orchmllm::padded_to_multiple(3);
+  for (std::int64_t l = 0; l < 100; ++l) {
+    const auto p = m3.padded_length(l);
+    CHECK(p % 3 == 0);
+    CHECK(p >= l);
+    CHECK(p < l + 3);
+  }
+}
+
+TEST_CASE("padding: multiple < 1 throws") {
+  for (std::int64_t k : {0, -1, -64}) {
+    bool thrown = false;
+    try {
+      (void)orchmllm::padded_to_multiple(k);
+    } catch (const invalid_argument_error& e) {
+      thrown = true;
+      const std::string what = e.what();
+      CHECK(what.find("padding multiple is " + std::to_string(k)) != std::string::npos);
+      CHECK(what.find(">= 1") != std::string::npos);
+    }
+    CHECK(thrown);
+    CHECK_THROWS_AS((void)padding_policy::padded(k), invalid_argument_error);
+  }
+}
+
+TEST_CASE("padding: rank_load hand values") {
+  // items (length, bytes): (5, 50), (3, 10), (7, 20)
+  const std::vector<item> items{{5, 50}, {3, 10}, {7, 20}};
+  const linear_cost lin;
+  const quadratic_cost quad{1.0, 2.0, 0.5};
+
+  SUBCASE("packed") {
+    rank_load<std::int64_t> a(orchmllm::packed);
+    for (auto it : items) a.add(it.length, lin(it.length), it.bytes);
+    CHECK(a.count() == 3);
+    CHECK(a.max_length() == 7);
+    CHECK(a.load(lin) == 15);
+    CHECK(a.tokens() == 15);
+    CHECK(a.bytes() == 80);
+
+    rank_load<double> b(orchmllm::packed);
+    for (auto it : items) b.add(it.length, quad(it.length), it.bytes);
+    // (1 + 10 + 12.5) + (1 + 6 + 4.5) + (1 + 14 + 24.5)
+    CHECK(b.load(quad) == 23.5 + 11.5 + 39.5);
+    CHECK(b.tokens() == 15);
+    CHECK(b.bytes() == 80);
+  }
+  SUBCASE("padded") {
+    rank_load<std::int64_t> a(orchmllm::padded);
+    for (auto it : items) a.add(it.length, lin(it.length), it.bytes);
+    CHECK(a.load(lin) == 21);  // 3 × 7
+    CHECK(a.tokens() == 21);   // 3 × 7
+    CHECK(a.bytes() == 150);   // 3 × max bytes 50 (bytes are not padded to the multiple)
+
+    rank_load<double> b(orchmllm::padded);
+    for (auto it : items) b.add(it.length, quad(it.length), it.bytes);
+    CHECK(b.load(quad) == 3 * 39.5);
+  }
+  SUBCASE("padded to a multiple of 4") {
+    const auto policy = orchmllm::padded_to_multiple(4);
+    rank_load<std::int64_t> a(policy);
+    for (auto it : items) a.add(it.length, lin(it.length), it.bytes);
+    CHECK(a.load(lin) == 24);  // 3 × 8
+    CHECK(a.tokens() == 24);
+    CHECK(a.bytes() == 150);
+    CHECK(a.max_length() == 7);  // the raw maximum
+
+    rank_load<double> b(policy);
+    for (auto it : items) b.add(it.length, quad(it.length), it.bytes);
+    CHECK(b.load(quad) == 3 * quad(8));  // 3 × (1 + 16 + 32)
+    CHECK(b.load(quad) == 147.0);
+  }
+  SUBCASE("the largest length and the largest byte size may come from different items") {
+    rank_load<std::int64_t> a(orchmllm::padded);
+    a.add(10, 10, 1);
+    a.add(2, 2, 99);
+    CHECK(a.tokens() == 20);
+    CHECK(a.bytes() == 198);
+  }
+}
+
+TEST_CASE("padding: empty ranks and zero-length items") {
+  const quadratic_cost quad{2.0, 1.0, 1.0};
+  for (const auto policy : {orchmllm::packed, orchmllm::padded, orchmllm::padded_to_multiple(8)}) {
+    rank_load<double> empty(policy);
+    CHECK(empty.count() == 0);
+    CHECK(empty.load(quad) == 0.0);  // no items, no constant cost
+    CHECK(empty.tokens() == 0);
+    CHECK(empty.bytes() == 0);
+
+    rank_load<double> zeros(policy);
+    for (int i = 0; i < 3; ++i) zeros.add(0, quad(0), 0);
+    CHECK(zeros.count() == 3);
+    CHECK(zeros.load(quad) == 6.0);  // 3 × constant, packed and padded alike
+    CHECK(zeros.tokens() == 0);
+    CHECK(zeros.bytes() == 0);
+    CHECK(zeros.max_length() == 0);
+  }
+}
+
+TEST_CASE("padding: rank_load matches an independent computation on random items") {
+  std::mt19937_64 rng(99);
+  const quadratic_cost quad{0.5, 1.0, 0.01};
+  const linear_cost lin{3};
+  for (int iter = 0; iter < 1000; ++iter) {
+    const std::int64_t k = static_cast<std::int64_t>(rng() % 12);
+    const std::int64_t multiple = 1 + static_cast<std::int64_t>(rng() % 9);
+    std::vector<item> items;
+    for (std::int64_t i = 0; i < k; ++i)
+      items.push_back(
+          {static_cast<std::int64_t>(rng() % 200), static_cast<std::int64_t>(rng() % 5000)});
+
+    std::int64_t sum_len = 0, sum_bytes = 0, max_len = 0, max_bytes = 0;
+    double sum_quad = 0;
+    std::int64_t sum_lin = 0;
+    for (auto it : items) {
+      sum_len += it.length;
+      sum_bytes += it.bytes;
+      max_len = std::max(max_len, it.length);
+      max_bytes = std::max(max_bytes, it.bytes);
+      sum_quad += quad(it.length);
+      sum_lin += lin(it.length);
+    }
+    const std::int64_t padded_len = (max_len + multiple - 1) / multiple * multiple;
+
+    rank_load<std::int64_t> pl(orchmllm::packed);
+    rank_load<double> pq(orchmllm::packed);
+    rank_load<std::int64_t> dl(orchmllm::padded_to_multiple(multiple));
+    rank_load<double> dq(orchmllm::padded_to_multiple(multiple));
+    for (auto it : items) {
+      pl.add(it.length, lin(it.length), it.bytes);
+      pq.add(it.length, quad(it.length), it.bytes);
+      dl.add(it.length, lin(it.length), it.bytes);
+      dq.add(it.length, quad(it.length), it.bytes);
+    }
+    CHECK(pl.load(lin) == sum_lin);
+    CHECK(pq.load(quad) == sum_quad);  // same order of additions: bit-identical
+    CHECK(pl.tokens() == sum_len);
+    CHECK(pl.bytes() == sum_bytes);
+    CHECK(dl.load(lin) == k * lin(padded_len));
+    CHECK(dq.load(quad) == static_cast<double>(k) * quad(padded_len));
+    CHECK(dl.tokens() == k * padded_len);
+    CHECK(dl.bytes() == k * max_bytes);
+    CHECK(dl.count() == k);
+    CHECK(dl.max_length() == max_len);
+    // padding never lowers the load or the footprint
+    CHECK(dq.load(quad) >= pq.load(quad) - 1e-9);
+    CHECK(dl.tokens() >= pl.tokens());
+    CHECK(dl.bytes() >= pl.bytes());
+  }
+}
