@@ -1,9 +1,10 @@
 // Tests of the heuristic balancers (lpt, kk) and the refinement pass, through the façade
 // `orchmllm::balance` and, where a property belongs to one internal function, through it directly.
 //
-// Oracles written here, independent of the library: a brute-force optimum (exhaustive search
-// with only exact symmetry breaking and pruning), a naive O(n · d) greedy that spells out what
-// lpt must return item by item, and load / constraint recomputation from the plan.
+// Oracles independent of the library: a naive O(n · d) greedy (written here) that spells out
+// what lpt must return item by item; from support/test_support.hpp, a brute-force optimum
+// (exhaustive search with only exact symmetry breaking and pruning) and the load / constraint
+// recomputation from the plan.
 
 #include <doctest/doctest.h>
 
@@ -26,10 +27,12 @@
 #include "orchmllm/detail/balance/kk.hpp"
 #include "orchmllm/detail/balance/lpt.hpp"
 #include "orchmllm/detail/balance/refine.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
 using namespace orchmllm;
+using namespace orchmllm::test;  // support/test_support.hpp
 
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool sanitized = true;
@@ -46,19 +49,10 @@ constexpr bool sanitized = false;
 // ---------------------------------------------------------------------------------------------
 // Random inputs (fixed seeds; own distributions so the numbers are the same everywhere).
 
-std::int64_t uniform(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {  // [lo, hi]
-  return lo + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
-}
-
 // Lengths with deliberate ties and zeros: small alphabets make equal costs common.
 batch_layout random_layout(std::mt19937_64& rng, rank_t d, std::int64_t n, std::int64_t max_len,
                            bool with_bytes) {
-  std::vector<std::int64_t> offsets{0};
-  std::vector<std::int64_t> cuts;
-  for (std::int64_t i = 0; i < d - 1; ++i) cuts.push_back(uniform(rng, 0, n));
-  std::sort(cuts.begin(), cuts.end());
-  for (auto c : cuts) offsets.push_back(c);
-  offsets.push_back(n);
+  auto offsets = random_offsets(rng, d, n);
   std::vector<std::int64_t> lengths(static_cast<std::size_t>(n)), bytes;
   const bool tiny_alphabet = uniform(rng, 0, 3) == 0;
   for (auto& l : lengths) {
@@ -84,124 +78,6 @@ std::vector<std::int64_t> lognormal_lengths(std::mt19937_64& rng, std::size_t n,
     l = std::clamp<std::int64_t>(static_cast<std::int64_t>(std::exp(mu + sigma * z)), lo, hi);
   }
   return out;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Independent evaluation of an assignment (destination rank per item, global-id order).
-
-template <class Cost>
-struct rank_figures {
-  std::vector<Cost> load;
-  std::vector<std::int64_t> count, tokens, bytes;
-};
-
-template <class C>
-rank_figures<cost_type_t<C>> figures(const batch_layout& layout, std::span<const rank_t> dst,
-                                     rank_t d, const C& cost, padding_policy policy) {
-  using Cost = cost_type_t<C>;
-  const auto ud = static_cast<std::size_t>(d);
-  rank_figures<Cost> f{std::vector<Cost>(ud, Cost{}), std::vector<std::int64_t>(ud, 0),
-                       std::vector<std::int64_t>(ud, 0), std::vector<std::int64_t>(ud, 0)};
-  std::vector<std::int64_t> max_len(ud, 0), max_bytes(ud, 0);
-  for (std::int64_t g = 0; g < layout.num_items(); ++g) {
-    const auto r = static_cast<std::size_t>(dst[static_cast<std::size_t>(g)]);
-    ++f.count[r];
-    f.load[r] += cost(layout.length(g));  // packed: in global-id order, like the façade
-    f.tokens[r] += layout.length(g);
-    f.bytes[r] += layout.bytes(g);
-    max_len[r] = std::max(max_len[r], layout.length(g));
-    max_bytes[r] = std::max(max_bytes[r], layout.bytes(g));
-  }
-  if (policy.is_padded()) {
-    for (std::size_t r = 0; r < ud; ++r) {
-      f.load[r] = f.count[r] == 0 ? Cost{}
-                                  : static_cast<Cost>(f.count[r]) *
-                                        static_cast<Cost>(cost(policy.padded_length(max_len[r])));
-      f.tokens[r] = f.count[r] * policy.padded_length(max_len[r]);
-      f.bytes[r] = f.count[r] * max_bytes[r];
-    }
-  }
-  return f;
-}
-
-template <class Cost>
-Cost max_of(const std::vector<Cost>& v) {
-  return v.empty() ? Cost{} : *std::max_element(v.begin(), v.end());
-}
-
-template <class Cost>
-bool honours(const rank_figures<Cost>& f, const constraints& lim) {
-  for (std::size_t r = 0; r < f.count.size(); ++r) {
-    if (f.count[r] < lim.min_items || f.count[r] > lim.max_items) return false;
-    if (lim.cap) {
-      const auto used = lim.cap->what == capacity::measure::tokens ? f.tokens[r] : f.bytes[r];
-      if (used > lim.cap->limit) return false;
-    }
-  }
-  return true;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Brute-force optimum: every assignment up to renaming ranks (ranks are interchangeable: the
-// constraints are the same for all), pruned only by "a partial load already ≥ the best" and by
-// violated count / cap limits, both monotone as items are added. nullopt = infeasible.
-
-template <class C>
-std::optional<cost_type_t<C>> brute_force(const batch_layout& layout, rank_t d, const C& cost,
-                                          padding_policy policy, const constraints& lim = {}) {
-  using Cost = cost_type_t<C>;
-  const std::int64_t n = layout.num_items();
-  std::vector<std::int64_t> items(static_cast<std::size_t>(n));
-  std::iota(items.begin(), items.end(), std::int64_t{0});
-  std::sort(items.begin(), items.end(),
-            [&](auto a, auto b) { return layout.length(a) > layout.length(b); });
-  const auto ud = static_cast<std::size_t>(d);
-  std::vector<Cost> sum(ud, Cost{});
-  std::vector<std::int64_t> count(ud, 0), tokens(ud, 0), bytes(ud, 0), max_len(ud, 0),
-      max_bytes(ud, 0);
-  std::optional<Cost> best;
-  auto load_of = [&](std::size_t r) -> Cost {
-    if (!policy.is_padded()) return sum[r];
-    return count[r] == 0 ? Cost{}
-                         : static_cast<Cost>(count[r]) *
-                               static_cast<Cost>(cost(policy.padded_length(max_len[r])));
-  };
-  auto footprint = [&](std::size_t r) {
-    const bool tok = lim.cap->what == capacity::measure::tokens;
-    if (policy.is_padded())
-      return count[r] * (tok ? policy.padded_length(max_len[r]) : max_bytes[r]);
-    return tok ? tokens[r] : bytes[r];
-  };
-  auto rec = [&](auto&& self, std::size_t i, std::size_t used, Cost partial) -> void {
-    if (best && !(partial < *best)) return;
-    if (i == items.size()) {
-      for (std::size_t r = 0; r < ud; ++r)
-        if (count[r] < lim.min_items) return;
-      best = partial;
-      return;
-    }
-    std::int64_t deficit = 0;
-    for (std::size_t r = 0; r < ud; ++r)
-      deficit += std::max<std::int64_t>(0, lim.min_items - count[r]);
-    if (deficit > static_cast<std::int64_t>(items.size() - i)) return;
-    const std::int64_t g = items[i];
-    for (std::size_t r = 0; r < std::min(ud, used + 1); ++r) {
-      if (count[r] + 1 > lim.max_items) continue;
-      const auto saved =
-          std::make_tuple(sum[r], count[r], tokens[r], bytes[r], max_len[r], max_bytes[r]);
-      sum[r] += cost(layout.length(g));
-      ++count[r];
-      tokens[r] += layout.length(g);
-      bytes[r] += layout.bytes(g);
-      max_len[r] = std::max(max_len[r], layout.length(g));
-      max_bytes[r] = std::max(max_bytes[r], layout.bytes(g));
-      if (!lim.cap || footprint(r) <= lim.cap->limit)
-        self(self, i + 1, std::max(used, r + 1), std::max(partial, load_of(r)));
-      std::tie(sum[r], count[r], tokens[r], bytes[r], max_len[r], max_bytes[r]) = saved;
-    }
-  };
-  rec(rec, 0, 0, Cost{});
-  return best;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -274,17 +150,13 @@ std::optional<std::vector<rank_t>> naive_greedy(const batch_layout& layout, rank
   return out;
 }
 
-// Runs `detail::<algo>` on a layout the way the façade prepares its input.
-template <class C, class F>
-auto with_input(const batch_layout& layout, const C& cost, padding_policy policy,
-                const constraints& lim, F&& f) {
-  using Cost = cost_type_t<C>;
-  std::vector<Cost> costs(static_cast<std::size_t>(layout.num_items()));
-  for (std::int64_t g = 0; g < layout.num_items(); ++g)
-    costs[static_cast<std::size_t>(g)] = cost(layout.length(g));
-  const auto order = detail::canonical_order<Cost>(layout, costs, policy);
-  const detail::balance_input<Cost> in{layout, layout.num_ranks(), costs, order, policy, lim};
-  return f(in);
+// The cost model of one TEST_CASE_TEMPLATE instantiation: linear_cost{weight} or `quadratic`.
+template <class C>
+C pick_cost(std::int64_t weight, quadratic_cost quadratic) {
+  if constexpr (std::is_same_v<C, linear_cost>)
+    return linear_cost{weight};
+  else
+    return quadratic;
 }
 
 balance_options method(algorithm a, bool refine = false, constraints lim = {}) {
@@ -346,12 +218,7 @@ std::vector<rank_t> check_result(const batch_layout& layout, const C& cost, padd
 
 TEST_CASE_TEMPLATE("lpt is exactly the documented greedy (packed and padded, all constraints)", C,
                    linear_cost, quadratic_cost) {
-  const C cost = [] {
-    if constexpr (std::is_same_v<C, linear_cost>)
-      return linear_cost{3};
-    else
-      return quadratic_cost{1.5, 1.0, 0.05};
-  }();
+  const C cost = pick_cost<C>(3, {1.5, 1.0, 0.05});
   std::mt19937_64 rng(0x5eed0001);
   int compared = 0, constrained = 0, unconstrained_fail = 0;
   for (int iter = 0; iter < 1500; ++iter) {
@@ -370,8 +237,8 @@ TEST_CASE_TEMPLATE("lpt is exactly the documented greedy (packed and padded, all
       lim.cap = capacity{what, uniform(rng, 40, 200)};
     }
     const auto expected = naive_greedy(layout, d, cost, policy, lim);
-    const auto got = with_input(layout, cost, policy, lim,
-                                [&](const auto& in) { return detail::lpt(in, cost); });
+    const prepared<C> p(layout, cost, policy, lim);
+    const auto got = detail::lpt(p.in, cost);
     REQUIRE(got.has_value() == expected.has_value());
     if (got) {
       CHECK(*got == *expected);
@@ -389,12 +256,7 @@ TEST_CASE_TEMPLATE("lpt is exactly the documented greedy (packed and padded, all
 
 TEST_CASE_TEMPLATE("lpt within 4/3 - 1/(3d) of the brute-force optimum (packed)", C, linear_cost,
                    quadratic_cost) {
-  const C cost = [] {
-    if constexpr (std::is_same_v<C, linear_cost>)
-      return linear_cost{1};
-    else
-      return quadratic_cost{0.0, 1.0, 0.1};
-  }();
+  const C cost = pick_cost<C>(1, {0.0, 1.0, 0.1});
   std::mt19937_64 rng(0x5eed0002);
   int optimal = 0;
   const int instances = 400;
@@ -425,12 +287,7 @@ TEST_CASE_TEMPLATE("lpt within 4/3 - 1/(3d) of the brute-force optimum (packed)"
 
 TEST_CASE_TEMPLATE("kk within p1 + S/d <= 2 OPT, equal counts, refinement only helps", C,
                    linear_cost, quadratic_cost) {
-  const C cost = [] {
-    if constexpr (std::is_same_v<C, linear_cost>)
-      return linear_cost{1};
-    else
-      return quadratic_cost{0.0, 1.0, 0.1};
-  }();
+  const C cost = pick_cost<C>(1, {0.0, 1.0, 0.1});
   using Cost = cost_type_t<C>;
   std::mt19937_64 rng(0x5eed0003);
   int optimal = 0, refined_optimal = 0;
@@ -505,12 +362,7 @@ TEST_CASE("kk satisfies the equal-count constraint by construction") {
 
 TEST_CASE_TEMPLATE("refine keeps constraints and never raises the makespan (direct)", C,
                    linear_cost, quadratic_cost) {
-  const C cost = [] {
-    if constexpr (std::is_same_v<C, linear_cost>)
-      return linear_cost{2};
-    else
-      return quadratic_cost{0.5, 1.0, 0.03};
-  }();
+  const C cost = pick_cost<C>(2, {0.5, 1.0, 0.03});
   using Cost = cost_type_t<C>;
   std::mt19937_64 rng(0x5eed0005);
   int improved = 0, runs = 0;
@@ -528,37 +380,36 @@ TEST_CASE_TEMPLATE("refine keeps constraints and never raises the makespan (dire
       lim.cap = capacity{uniform(rng, 0, 1) ? capacity::measure::tokens : capacity::measure::bytes,
                          uniform(rng, 60, 400)};
     // Start from any assignment that satisfies the constraints: lpt's, else kk's, else skip.
-    with_input(layout, cost, policy, lim, [&](const auto& in) {
-      auto start = detail::lpt(in, cost);
-      if (!policy.is_padded() && (!start || uniform(rng, 0, 1) == 1)) {
-        auto k = detail::karmarkar_karp(in);
-        if (k) start = std::move(k);
-      }
-      if (!start) return 0;
-      REQUIRE(detail::satisfies(in, std::span<const rank_t>(*start)));
-      const Cost before = detail::assignment_makespan(in, cost, std::span<const rank_t>(*start));
-      const Cost lb = makespan_lower_bound(layout, d, cost, policy, lim);
-      auto a = *start;
-      detail::refine(in, cost, a, 2 * n + 64, lb);
-      ++runs;
-      CHECK(detail::satisfies(in, std::span<const rank_t>(a)));
-      const auto f = figures(layout, std::span<const rank_t>(a), d, cost, policy);
-      CHECK(honours(f, lim));
-      const Cost after = detail::assignment_makespan(in, cost, std::span<const rank_t>(a));
-      CHECK(after <= before);
-      improved += after < before;
-      // Deterministic.
-      auto b = *start;
-      detail::refine(in, cost, b, 2 * n + 64, lb);
-      CHECK(a == b);
-      // A zero budget or a target already met changes nothing.
-      auto c = *start;
-      detail::refine(in, cost, c, 0, lb);
-      CHECK(c == *start);
-      detail::refine(in, cost, c, 2 * n + 64, before);
-      CHECK(c == *start);
-      return 0;
-    });
+    const prepared<C> p(layout, cost, policy, lim);
+    const auto& in = p.in;
+    auto start = detail::lpt(in, cost);
+    if (!policy.is_padded() && (!start || uniform(rng, 0, 1) == 1)) {
+      auto k = detail::karmarkar_karp(in);
+      if (k) start = std::move(k);
+    }
+    if (!start) continue;
+    REQUIRE(detail::satisfies(in, std::span<const rank_t>(*start)));
+    const Cost before = detail::assignment_makespan(in, cost, std::span<const rank_t>(*start));
+    const Cost lb = makespan_lower_bound(layout, d, cost, policy, lim);
+    auto a = *start;
+    detail::refine(in, cost, a, 2 * n + 64, lb);
+    ++runs;
+    CHECK(detail::satisfies(in, std::span<const rank_t>(a)));
+    const auto f = figures(layout, std::span<const rank_t>(a), d, cost, policy);
+    CHECK(honours(f, lim));
+    const Cost after = detail::assignment_makespan(in, cost, std::span<const rank_t>(a));
+    CHECK(after <= before);
+    improved += after < before;
+    // Deterministic.
+    auto b = *start;
+    detail::refine(in, cost, b, 2 * n + 64, lb);
+    CHECK(a == b);
+    // A zero budget or a target already met changes nothing.
+    auto c = *start;
+    detail::refine(in, cost, c, 0, lb);
+    CHECK(c == *start);
+    detail::refine(in, cost, c, 2 * n + 64, before);
+    CHECK(c == *start);
   }
   MESSAGE("refine improved " << improved << " of " << runs << " runs");
   CHECK(runs > 1000);
@@ -567,12 +418,7 @@ TEST_CASE_TEMPLATE("refine keeps constraints and never raises the makespan (dire
 
 TEST_CASE_TEMPLATE("facade invariants on random layouts: lpt, kk, with and without refine", C,
                    linear_cost, quadratic_cost) {
-  const C cost = [] {
-    if constexpr (std::is_same_v<C, linear_cost>)
-      return linear_cost{1};
-    else
-      return quadratic_cost{2.0, 1.0, 0.02};
-  }();
+  const C cost = pick_cost<C>(1, {2.0, 1.0, 0.02});
   std::mt19937_64 rng(0x5eed0006);
   int ran = 0, infeasible = 0;
   for (int iter = 0; iter < 2500; ++iter) {

@@ -11,35 +11,16 @@
 #include <vector>
 
 #include "orchmllm/core/error.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
 using orchmllm::batch_layout;
 using orchmllm::invalid_argument_error;
 using orchmllm::rank_t;
+using orchmllm::test::expect_invalid;
+using orchmllm::test::uniform;
 using vec = std::vector<std::int64_t>;
-
-// Uniform integer in [lo, hi] from the raw engine (platform-independent enough for tests).
-std::int64_t uniform(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {
-  return lo + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
-}
-
-// Runs `f`, expects an invalid_argument_error whose message contains every needle.
-template <class F>
-void expect_invalid(F&& f, const std::vector<std::string>& needles) {
-  bool thrown = false;
-  try {
-    f();
-  } catch (const invalid_argument_error& e) {
-    thrown = true;
-    const std::string what = e.what();
-    for (const auto& n : needles) {
-      INFO("message: ", what, "; expected to contain: ", n);
-      CHECK(what.find(n) != std::string::npos);
-    }
-  }
-  CHECK(thrown);
-}
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "orchmllm/core/error.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
@@ -18,25 +19,9 @@ using orchmllm::capacity;
 using orchmllm::constraints;
 using orchmllm::infeasible_error;
 using orchmllm::invalid_argument_error;
+using orchmllm::test::expect_error;
 
 constexpr std::int64_t int64_max = std::numeric_limits<std::int64_t>::max();
-
-// Runs `f`, expects an `Error` whose message contains every needle.
-template <class Error, class F>
-void expect_error(F&& f, const std::vector<std::string>& needles) {
-  bool thrown = false;
-  try {
-    f();
-  } catch (const Error& e) {
-    thrown = true;
-    const std::string what = e.what();
-    for (const auto& n : needles) {
-      INFO("message: ", what, "; expected to contain: ", n);
-      CHECK(what.find(n) != std::string::npos);
-    }
-  }
-  CHECK(thrown);
-}
 
 constraints make(std::int64_t min_items, std::int64_t max_items) {
   constraints c;

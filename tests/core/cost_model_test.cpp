@@ -16,15 +16,16 @@
 #include <vector>
 
 #include "orchmllm/core/error.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
 using orchmllm::cost_model;
 using orchmllm::cost_type_t;
 using orchmllm::fit_quadratic_cost;
-using orchmllm::invalid_argument_error;
 using orchmllm::linear_cost;
 using orchmllm::quadratic_cost;
+using orchmllm::test::expect_invalid;
 using orchmllm::transformer_config;
 using orchmllm::transformer_flops_cost;
 
@@ -106,22 +107,6 @@ static_assert(linear_cost{3}(7) == 21);
 static_assert(quadratic_cost{1.0, 2.0, 3.0}(2) == 1.0 + 4.0 + 12.0);
 
 // ---- helpers ---------------------------------------------------------------------------------
-
-template <class F>
-void expect_invalid(F&& f, const std::vector<std::string>& needles) {
-  bool thrown = false;
-  try {
-    f();
-  } catch (const invalid_argument_error& e) {
-    thrown = true;
-    const std::string what = e.what();
-    for (const auto& n : needles) {
-      INFO("message: ", what, "; expected to contain: ", n);
-      CHECK(what.find(n) != std::string::npos);
-    }
-  }
-  CHECK(thrown);
-}
 
 // FLOPs of one sequence counted the slow way: every matrix multiply as (rows × inner × cols × 2),
 // attention per head and per query position over the keys it sees. Independent of the closed

@@ -13,6 +13,7 @@
 
 #include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/error.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
@@ -21,6 +22,7 @@ using orchmllm::linear_cost;
 using orchmllm::padding_policy;
 using orchmllm::quadratic_cost;
 using orchmllm::rank_load;
+using orchmllm::test::expect_invalid;
 
 // Usable at compile time.
 static_assert(orchmllm::packed.padded_length(5) == 5);
@@ -93,16 +95,8 @@ TEST_CASE("padding: padded_length") {
 
 TEST_CASE("padding: multiple < 1 throws") {
   for (std::int64_t k : {0, -1, -64}) {
-    bool thrown = false;
-    try {
-      (void)orchmllm::padded_to_multiple(k);
-    } catch (const invalid_argument_error& e) {
-      thrown = true;
-      const std::string what = e.what();
-      CHECK(what.find("padding multiple is " + std::to_string(k)) != std::string::npos);
-      CHECK(what.find(">= 1") != std::string::npos);
-    }
-    CHECK(thrown);
+    expect_invalid([&] { (void)orchmllm::padded_to_multiple(k); },
+                   {"padding multiple is " + std::to_string(k), ">= 1"});
     CHECK_THROWS_AS((void)padding_policy::padded(k), invalid_argument_error);
   }
 }

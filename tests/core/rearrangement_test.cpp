@@ -16,6 +16,7 @@
 
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
@@ -26,39 +27,11 @@ using orchmllm::placement;
 using orchmllm::ragged_rows;
 using orchmllm::rank_t;
 using orchmllm::rearrangement;
+using orchmllm::test::expect_invalid;
+using orchmllm::test::random_offsets;
+using orchmllm::test::uniform;
 using vec = std::vector<std::int64_t>;
 using ranks = std::vector<rank_t>;
-
-std::int64_t uniform(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {
-  return lo + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
-}
-
-template <class F>
-void expect_invalid(F&& f, const std::vector<std::string>& needles) {
-  bool thrown = false;
-  try {
-    f();
-  } catch (const invalid_argument_error& e) {
-    thrown = true;
-    const std::string what = e.what();
-    for (const auto& n : needles) {
-      INFO("message: ", what, "; expected to contain: ", n);
-      CHECK(what.find(n) != std::string::npos);
-    }
-  }
-  CHECK(thrown);
-}
-
-// Random CSR offsets of d ranks holding n items in total (empty ranks are common).
-vec random_offsets(std::mt19937_64& rng, rank_t d, std::int64_t n) {
-  vec cuts;
-  for (rank_t r = 0; r + 1 < d; ++r) cuts.push_back(uniform(rng, 0, n));
-  std::sort(cuts.begin(), cuts.end());
-  vec off{0};
-  off.insert(off.end(), cuts.begin(), cuts.end());
-  if (d > 0) off.push_back(n);
-  return off;
-}
 
 // Random destination ranks (d_dst > 0 unless n == 0); skewed so some ranks stay empty.
 ranks random_destinations(std::mt19937_64& rng, std::int64_t n, rank_t d_dst) {
@@ -208,34 +181,23 @@ TEST_CASE("rearrangement: from_placements keeps the given slots") {
 
 TEST_CASE("rearrangement: construction errors") {
   const vec src{0, 2, 3};
+  // Building a plan from `src` must fail with an invalid_argument_error naming every needle.
+  const auto bad_destinations = [&](const ranks& dst, rank_t d_dst,
+                                    const std::vector<std::string>& needles) {
+    expect_invalid([&] { (void)rearrangement::from_destinations(src, dst, d_dst); }, needles);
+  };
+  const auto bad_placements = [&](const std::vector<placement>& pl,
+                                  const std::vector<std::string>& needles) {
+    expect_invalid([&] { (void)rearrangement::from_placements(src, pl, 2); }, needles);
+  };
   SUBCASE("destination rank out of range") {
-    expect_invalid(
-        [&] {
-          (void)rearrangement::from_destinations(src, ranks{0, 5, 1}, 3);
-        },
-        {"item 1", "rank 5", "[0, 3)"});
-    expect_invalid(
-        [&] {
-          (void)rearrangement::from_destinations(src, ranks{0, 1, -1}, 3);
-        },
-        {"item 2", "rank -1"});
-    expect_invalid(
-        [&] {
-          (void)rearrangement::from_destinations(src, ranks{0, 0, 0}, 0);
-        },
-        {"item 0", "[0, 0)"});
+    bad_destinations({0, 5, 1}, 3, {"item 1", "rank 5", "[0, 3)"});
+    bad_destinations({0, 1, -1}, 3, {"item 2", "rank -1"});
+    bad_destinations({0, 0, 0}, 0, {"item 0", "[0, 0)"});
   }
   SUBCASE("sizes disagree") {
-    expect_invalid(
-        [&] {
-          (void)rearrangement::from_destinations(src, ranks{0, 1}, 2);
-        },
-        {"3 items", "2 destinations"});
-    expect_invalid(
-        [&] {
-          (void)rearrangement::from_destinations(src, ranks{0, 1, 1, 0}, 2);
-        },
-        {"3 items", "4 destinations"});
+    bad_destinations({0, 1}, 2, {"3 items", "2 destinations"});
+    bad_destinations({0, 1, 1, 0}, 2, {"3 items", "4 destinations"});
   }
   SUBCASE("negative destination rank count") {
     expect_invalid([] { (void)rearrangement::from_destinations(vec{0}, ranks{}, -1); },
@@ -258,39 +220,16 @@ TEST_CASE("rearrangement: construction errors") {
   }
   SUBCASE("from_placements: slot out of range") {
     // two items go to rank 1, so slots 0 and 1 exist there
-    expect_invalid(
-        [&] {
-          (void)rearrangement::from_placements(src, std::vector<placement>{{1, 0}, {1, 2}, {0, 0}},
-                                               2);
-        },
-        {"item 1", "slot 2", "rank 1", "receives 2 items"});
-    expect_invalid(
-        [&] {
-          (void)rearrangement::from_placements(src, std::vector<placement>{{1, -1}, {1, 0}, {0, 0}},
-                                               2);
-        },
-        {"item 0", "slot -1"});
+    bad_placements({{1, 0}, {1, 2}, {0, 0}}, {"item 1", "slot 2", "rank 1", "receives 2 items"});
+    bad_placements({{1, -1}, {1, 0}, {0, 0}}, {"item 0", "slot -1"});
   }
   SUBCASE("from_placements: duplicate slot") {
-    expect_invalid(
-        [&] {
-          (void)rearrangement::from_placements(src, std::vector<placement>{{1, 1}, {0, 0}, {1, 1}},
-                                               2);
-        },
-        {"item 2", "slot 1", "rank 1", "already taken by item 0"});
+    bad_placements({{1, 1}, {0, 0}, {1, 1}},
+                   {"item 2", "slot 1", "rank 1", "already taken by item 0"});
   }
   SUBCASE("from_placements: rank out of range, size mismatch") {
-    expect_invalid(
-        [&] {
-          (void)rearrangement::from_placements(src, std::vector<placement>{{0, 0}, {2, 0}, {0, 1}},
-                                               2);
-        },
-        {"item 1", "rank 2"});
-    expect_invalid(
-        [&] {
-          (void)rearrangement::from_placements(src, std::vector<placement>{{0, 0}}, 2);
-        },
-        {"3 items", "1 destinations"});
+    bad_placements({{0, 0}, {2, 0}, {0, 1}}, {"item 1", "rank 2"});
+    bad_placements({{0, 0}}, {"3 items", "1 destinations"});
   }
 }
 

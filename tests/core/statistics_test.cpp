@@ -19,6 +19,7 @@
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/padding.hpp"
 #include "orchmllm/core/rearrangement.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
@@ -33,11 +34,9 @@ using orchmllm::quadratic_cost;
 using orchmllm::rank_loads;
 using orchmllm::rank_t;
 using orchmllm::rearrangement;
+using orchmllm::test::expect_invalid;
+using orchmllm::test::uniform;
 using vec = std::vector<std::int64_t>;
-
-std::int64_t uniform(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {
-  return lo + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
-}
 
 constraints with_min(std::int64_t m) {
   constraints c;
@@ -167,14 +166,8 @@ TEST_CASE("statistics: rank_loads before and after, hand example") {
 TEST_CASE("statistics: a plan that does not start from the layout is rejected") {
   const auto layout = batch_layout::from_ranks({{1, 2}, {3}});
   const auto other = rearrangement::identity(batch_layout::from_ranks({{1}, {2, 3}}));
-  bool thrown = false;
-  try {
-    (void)rank_loads(layout, other, linear_cost{}, orchmllm::packed);
-  } catch (const invalid_argument_error& e) {
-    thrown = true;
-    CHECK(std::string(e.what()).find("does not start from this layout") != std::string::npos);
-  }
-  CHECK(thrown);
+  expect_invalid([&] { (void)rank_loads(layout, other, linear_cost{}, orchmllm::packed); },
+                 {"does not start from this layout"});
   CHECK_THROWS_AS((void)compute_statistics(layout, other, linear_cost{}, orchmllm::packed),
                   invalid_argument_error);
 }
@@ -215,14 +208,8 @@ TEST_CASE("statistics: empty layouts and all-zero loads") {
   CHECK(s2.max_items_per_rank == 2);
 
   const auto items = batch_layout::from_ranks({{3, 4}});
-  bool thrown = false;
-  try {
-    (void)makespan_lower_bound(items, 0, linear_cost{}, orchmllm::packed);
-  } catch (const invalid_argument_error& e) {
-    thrown = true;
-    CHECK(std::string(e.what()).find("2 items on 0 ranks") != std::string::npos);
-  }
-  CHECK(thrown);
+  expect_invalid([&] { (void)makespan_lower_bound(items, 0, linear_cost{}, orchmllm::packed); },
+                 {"2 items on 0 ranks"});
 }
 
 TEST_CASE("statistics: compute_statistics recomputed independently on random instances") {

@@ -1,9 +1,10 @@
 #pragma once
-// Shared plumbing of the balancers: the problem view every algorithm receives, the canonical
-// item order, and constraint checks. Internal: may change without notice.
+// Shared plumbing of the balancers: the extreme Cost values, the problem view every algorithm
+// receives, the canonical item order, and constraint checks. Internal: may change without notice.
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <span>
@@ -15,6 +16,27 @@
 #include "orchmllm/detail/core/order.hpp"
 
 namespace orchmllm::detail {
+
+/// The largest Cost (+infinity where it has one): a makespan target no load exceeds, with which
+/// a balancer meets only the hard limits.
+template <class Cost>
+constexpr Cost unbounded() noexcept {
+  if constexpr (std::numeric_limits<Cost>::has_infinity) {
+    return std::numeric_limits<Cost>::infinity();
+  } else {
+    return std::numeric_limits<Cost>::max();
+  }
+}
+
+/// The smallest Cost (-infinity where it has one), below every load and room.
+template <class Cost>
+constexpr Cost lowest() noexcept {
+  if constexpr (std::numeric_limits<Cost>::has_infinity) {
+    return -std::numeric_limits<Cost>::infinity();
+  } else {
+    return std::numeric_limits<Cost>::lowest();
+  }
+}
 
 /// Everything a balancer needs, computed once by the façade.
 /// - costs[g]  = cost(length(g)) for every item g (global id order);

@@ -69,24 +69,6 @@ namespace first_fit_impl {
 inline constexpr std::int64_t none = std::numeric_limits<std::int64_t>::min();
 inline constexpr std::int64_t all = std::numeric_limits<std::int64_t>::max();
 
-template <class Cost>
-constexpr Cost unbounded() noexcept {
-  if constexpr (std::numeric_limits<Cost>::has_infinity) {
-    return std::numeric_limits<Cost>::infinity();
-  } else {
-    return std::numeric_limits<Cost>::max();
-  }
-}
-
-template <class Cost>
-constexpr Cost lowest() noexcept {
-  if constexpr (std::numeric_limits<Cost>::has_infinity) {
-    return -std::numeric_limits<Cost>::infinity();
-  } else {
-    return std::numeric_limits<Cost>::lowest();
-  }
-}
-
 // The rooms of a rank: it can take an item iff every room is >= the item's need. Conditions
 // whose need does not depend on the item (count below max_items, owed items in the min_items
 // reserve, every padded load/cap test but the item's own bytes) are not rooms: a rank failing
@@ -321,7 +303,7 @@ std::optional<std::vector<rank_t>> constrained_first_fit(const balance_input<Cos
   if (n == 0) return std::vector<rank_t>{};
   if (in.d <= 0) return std::nullopt;
 
-  const Cost inf = first_fit_impl::unbounded<Cost>();
+  const Cost inf = unbounded<Cost>();
   Cost lo = makespan_lower_bound(in.layout, in.d, cost, in.policy, in.limits);
 
   // 1. Feasibility: plain cap-and-count FFD.

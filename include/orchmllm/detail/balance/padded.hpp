@@ -33,7 +33,6 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -57,16 +56,6 @@ struct padded_result {
 };
 
 namespace padded_impl {
-
-// Largest value of the search space: the greedy at this target only meets the hard limits.
-template <class Cost>
-constexpr Cost unbounded() noexcept {
-  if constexpr (std::numeric_limits<Cost>::has_infinity) {
-    return std::numeric_limits<Cost>::infinity();
-  } else {
-    return std::numeric_limits<Cost>::max();
-  }
-}
 
 // Largest c in [0, limit] with Cost(c) * unit <= T, for unit > 0 and limit >= 0. The integral
 // quotient is exact; the floating one is rounded, so it is corrected against the product itself
@@ -226,7 +215,7 @@ padded_result<Cost> padded_optimal(const balance_input<Cost>& in, const C& cost)
 
   // Upper end: the greedy under the hard limits alone. Infeasible there means infeasible
   // everywhere (feasibility only grows with T), which is a proof when the greedy is exact.
-  const auto top = check.run(padded_impl::unbounded<Cost>());
+  const auto top = check.run(unbounded<Cost>());
   if (!top.feasible) {
     result.optimal = bytes_sorted;
     return result;

@@ -1,0 +1,232 @@
+#pragma once
+// Helpers shared by the doctest suites under tests/ (included as "support/test_support.hpp";
+// tests/CMakeLists.txt puts tests/ on the include path; only *_test.cpp files become tests):
+//  - fixed-seed random numbers from the raw engine (the same numbers on every platform);
+//  - expect_error / expect_invalid: "throws this error type, naming these values";
+//  - for the balancer suites, oracles independent of the library: the per-rank figures of an
+//    assignment, and a brute-force optimum over every assignment.
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/constraints.hpp"
+#include "orchmllm/core/cost_model.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/core/padding.hpp"
+#include "orchmllm/detail/balance/common.hpp"
+
+namespace orchmllm::test {
+
+// ---------------------------------------------------------------------------------------------
+// Random inputs.
+
+/// Uniform integer in [lo, hi] straight from the engine (the modulo bias does not matter for
+/// tests; std distributions would give other numbers on other standard libraries).
+inline std::int64_t uniform(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {
+  return lo + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
+}
+
+/// Random CSR offsets of d ranks holding n items in total (empty ranks are common).
+inline std::vector<std::int64_t> random_offsets(std::mt19937_64& rng, rank_t d, std::int64_t n) {
+  std::vector<std::int64_t> cuts;
+  for (rank_t r = 0; r + 1 < d; ++r) cuts.push_back(uniform(rng, 0, n));
+  std::sort(cuts.begin(), cuts.end());
+  std::vector<std::int64_t> off{0};
+  off.insert(off.end(), cuts.begin(), cuts.end());
+  if (d > 0) off.push_back(n);
+  return off;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors.
+
+/// Runs `f`, expects an `Error` whose message contains every needle (a check fails, naming the
+/// message, for each missing needle, and one more if nothing is thrown; an exception of another
+/// type propagates and fails the test case).
+template <class Error, class F>
+void expect_error(F&& f, const std::vector<std::string>& needles) {
+  bool thrown = false;
+  try {
+    f();
+  } catch (const Error& e) {
+    thrown = true;
+    const std::string what = e.what();
+    for (const auto& n : needles) {
+      INFO("message: ", what, "; expected to contain: ", n);
+      CHECK(what.find(n) != std::string::npos);
+    }
+  }
+  CHECK(thrown);
+}
+
+/// expect_error for the most common case, invalid_argument_error.
+template <class F>
+void expect_invalid(F&& f, const std::vector<std::string>& needles) {
+  expect_error<invalid_argument_error>(std::forward<F>(f), needles);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Balancer oracles.
+
+/// Per-rank figures of an assignment: load, item count, token and byte footprints.
+template <class Cost>
+struct rank_figures {
+  std::vector<Cost> load;
+  std::vector<std::int64_t> count, tokens, bytes;
+};
+
+/// Figures of `dst` (destination rank per item, global-id order) on d ranks, recomputed without
+/// the library. Packed loads are summed in global-id order, as the façade sums them, so they are
+/// bit-identical to the reported ones also for floating costs.
+template <class C>
+rank_figures<cost_type_t<C>> figures(const batch_layout& layout, std::span<const rank_t> dst,
+                                     rank_t d, const C& cost, padding_policy policy) {
+  using Cost = cost_type_t<C>;
+  const auto ud = static_cast<std::size_t>(d);
+  rank_figures<Cost> f{std::vector<Cost>(ud, Cost{}), std::vector<std::int64_t>(ud, 0),
+                       std::vector<std::int64_t>(ud, 0), std::vector<std::int64_t>(ud, 0)};
+  std::vector<std::int64_t> max_len(ud, 0), max_bytes(ud, 0);
+  for (std::int64_t g = 0; g < layout.num_items(); ++g) {
+    const auto r = static_cast<std::size_t>(dst[static_cast<std::size_t>(g)]);
+    ++f.count[r];
+    f.load[r] += cost(layout.length(g));
+    f.tokens[r] += layout.length(g);
+    f.bytes[r] += layout.bytes(g);
+    max_len[r] = std::max(max_len[r], layout.length(g));
+    max_bytes[r] = std::max(max_bytes[r], layout.bytes(g));
+  }
+  if (policy.is_padded()) {
+    for (std::size_t r = 0; r < ud; ++r) {
+      f.load[r] = f.count[r] == 0 ? Cost{}
+                                  : static_cast<Cost>(f.count[r]) *
+                                        static_cast<Cost>(cost(policy.padded_length(max_len[r])));
+      f.tokens[r] = f.count[r] * policy.padded_length(max_len[r]);
+      f.bytes[r] = f.count[r] * max_bytes[r];
+    }
+  }
+  return f;
+}
+
+/// Largest element, Cost{} for none (the makespan of a list of loads).
+template <class Cost>
+Cost max_of(const std::vector<Cost>& v) {
+  return v.empty() ? Cost{} : *std::max_element(v.begin(), v.end());
+}
+
+/// Whether the figures satisfy every constraint (item counts and the cap).
+template <class Cost>
+bool honours(const rank_figures<Cost>& f, const constraints& lim) {
+  for (std::size_t r = 0; r < f.count.size(); ++r) {
+    if (f.count[r] < lim.min_items || f.count[r] > lim.max_items) return false;
+    if (lim.cap) {
+      const auto used = lim.cap->what == capacity::measure::tokens ? f.tokens[r] : f.bytes[r];
+      if (used > lim.cap->limit) return false;
+    }
+  }
+  return true;
+}
+
+/// Brute-force optimal makespan over every assignment of the layout's items to d ranks, up to
+/// renaming ranks (restricted growth strings; ranks are interchangeable: the constraints are the
+/// same for all), pruned only by "a partial load already >= the best" and by violated count /
+/// cap limits, all monotone as items are added. nullopt = no assignment satisfies the limits.
+/// Items are placed longest first; packed floating loads are therefore summed in that order and
+/// may differ from the façade's by a few ulps (padded loads are one product: exact).
+template <class C>
+std::optional<cost_type_t<C>> brute_force(const batch_layout& layout, rank_t d, const C& cost,
+                                          padding_policy policy, const constraints& lim = {}) {
+  using Cost = cost_type_t<C>;
+  const std::int64_t n = layout.num_items();
+  std::vector<std::int64_t> items(static_cast<std::size_t>(n));
+  std::iota(items.begin(), items.end(), std::int64_t{0});
+  std::sort(items.begin(), items.end(),
+            [&](auto a, auto b) { return layout.length(a) > layout.length(b); });
+  const auto ud = static_cast<std::size_t>(d);
+  std::vector<Cost> sum(ud, Cost{});
+  std::vector<std::int64_t> count(ud, 0), tokens(ud, 0), bytes(ud, 0), max_len(ud, 0),
+      max_bytes(ud, 0);
+  std::optional<Cost> best;
+  auto load_of = [&](std::size_t r) -> Cost {
+    if (!policy.is_padded()) return sum[r];
+    return count[r] == 0 ? Cost{}
+                         : static_cast<Cost>(count[r]) *
+                               static_cast<Cost>(cost(policy.padded_length(max_len[r])));
+  };
+  auto footprint = [&](std::size_t r) {
+    const bool tok = lim.cap->what == capacity::measure::tokens;
+    if (policy.is_padded())
+      return count[r] * (tok ? policy.padded_length(max_len[r]) : max_bytes[r]);
+    return tok ? tokens[r] : bytes[r];
+  };
+  auto rec = [&](auto&& self, std::size_t i, std::size_t used, Cost partial) -> void {
+    if (best && !(partial < *best)) return;
+    if (i == items.size()) {
+      for (std::size_t r = 0; r < ud; ++r)
+        if (count[r] < lim.min_items) return;
+      best = partial;
+      return;
+    }
+    std::int64_t deficit = 0;
+    for (std::size_t r = 0; r < ud; ++r)
+      deficit += std::max<std::int64_t>(0, lim.min_items - count[r]);
+    if (deficit > static_cast<std::int64_t>(items.size() - i)) return;
+    const std::int64_t g = items[i];
+    for (std::size_t r = 0; r < std::min(ud, used + 1); ++r) {
+      if (count[r] + 1 > lim.max_items) continue;
+      const auto saved =
+          std::make_tuple(sum[r], count[r], tokens[r], bytes[r], max_len[r], max_bytes[r]);
+      sum[r] += cost(layout.length(g));
+      ++count[r];
+      tokens[r] += layout.length(g);
+      bytes[r] += layout.bytes(g);
+      max_len[r] = std::max(max_len[r], layout.length(g));
+      max_bytes[r] = std::max(max_bytes[r], layout.bytes(g));
+      if (!lim.cap || footprint(r) <= lim.cap->limit)
+        self(self, i + 1, std::max(used, r + 1), std::max(partial, load_of(r)));
+      std::tie(sum[r], count[r], tokens[r], bytes[r], max_len[r], max_bytes[r]) = saved;
+    }
+  };
+  rec(rec, 0, 0, Cost{});
+  return best;
+}
+
+/// The input of a detail:: balancer, prepared the way the façade prepares it (costs per item,
+/// canonical order). Owns everything `in` points to; not copyable or movable for that reason.
+template <class C>
+struct prepared {
+  using Cost = cost_type_t<C>;
+  const batch_layout& layout;
+  std::vector<Cost> costs;
+  std::vector<std::int64_t> order;
+  constraints limits;
+  detail::balance_input<Cost> in;
+
+  prepared(const batch_layout& l, const C& cost, padding_policy policy, constraints lim)
+      : layout(l),
+        costs(make_costs(l, cost)),
+        order(detail::canonical_order<Cost>(l, costs, policy)),
+        limits(lim),
+        in{layout, l.num_ranks(), costs, order, policy, limits} {}
+  prepared(const prepared&) = delete;
+  prepared& operator=(const prepared&) = delete;
+
+  static std::vector<Cost> make_costs(const batch_layout& l, const C& cost) {
+    std::vector<Cost> c(static_cast<std::size_t>(l.num_items()));
+    for (std::int64_t g = 0; g < l.num_items(); ++g)
+      c[static_cast<std::size_t>(g)] = cost(l.length(g));
+    return c;
+  }
+};
+
+}  // namespace orchmllm::test
