@@ -88,7 +88,10 @@ void stage_row(const char* stage, const char* cost_name, const orchmllm::batch_l
   const auto t1 = clock::now();
   const double ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
   const auto s = orchmllm::compute_statistics(layout, r.plan, cost, policy);
-  const double speedup = static_cast<double>(s.makespan_before) / static_cast<double>(s.makespan);
+  // An empty stage (no item anywhere) has makespan 0 before and after: call that 1×.
+  const double speedup =
+      s.makespan > 0 ? static_cast<double>(s.makespan_before) / static_cast<double>(s.makespan)
+                     : 1.0;
   std::printf("%-7s %-6s %-11s %8lld %9.3f %9.4f %10.6f %7.2fx %-7s %8.1f\n", stage,
               policy.is_padded() ? "padded" : "packed", cost_name,
               static_cast<long long>(layout.num_items()), s.imbalance_before, s.imbalance_after,
@@ -125,21 +128,22 @@ int main(int argc, char** argv) {
     std::int64_t tokens = 0;
     for (const auto l : batch.llm.lengths()) tokens += l;
     std::printf("OrchMLLM demo: batch post-balancing of one synthetic multimodal global batch\n");
-    std::printf("%lld DP ranks x %lld samples = %lld samples (seed %llu): %lld images, "
-                "%lld audio clips, %.2fM LLM tokens\n\n",
-                static_cast<long long>(a.ranks), static_cast<long long>(a.samples_per_rank),
-                static_cast<long long>(batch.samples.size()),
-                static_cast<unsigned long long>(a.seed),
-                static_cast<long long>(batch.vision.num_items()),
-                static_cast<long long>(batch.audio.num_items()), static_cast<double>(tokens) / 1e6);
+    std::printf(
+        "%lld DP ranks x %lld samples = %lld samples (seed %llu): %lld images, "
+        "%lld audio clips, %.2fM LLM tokens\n\n",
+        static_cast<long long>(a.ranks), static_cast<long long>(a.samples_per_rank),
+        static_cast<long long>(batch.samples.size()), static_cast<unsigned long long>(a.seed),
+        static_cast<long long>(batch.vision.num_items()),
+        static_cast<long long>(batch.audio.num_items()), static_cast<double>(tokens) / 1e6);
     std::printf("%-7s %-6s %-11s %8s %9s %9s %10s %8s %-7s %8s\n", "stage", "policy", "cost",
                 "items", "imb.bef", "imb.aft", "ratio/LB", "speedup", "algo", "plan ms");
     stage_row("vision", "ViT FLOPs", batch.vision, vit_cost, orchmllm::packed);
     stage_row("audio", "linear", batch.audio, audio_cost, orchmllm::padded);
     stage_row("llm", "7B FLOPs", batch.llm, llm_cost, orchmllm::packed);
-    std::printf("\nimb. = max/mean rank load; ratio/LB = planned makespan / lower bound (1 = "
-                "optimal);\nspeedup = stage makespan before / after; plan ms = one "
-                "orchmllm::balance call (auto).\n");
+    std::printf(
+        "\nimb. = max/mean rank load; ratio/LB = planned makespan / lower bound (1 = "
+        "optimal);\nspeedup = stage makespan before / after; plan ms = one "
+        "orchmllm::balance call (auto).\n");
   } catch (const orchmllm::error& e) {
     std::fprintf(stderr, "orchmllm_demo: %s\n", e.what());
     return 1;

@@ -50,8 +50,9 @@ def grid_tables(rows):
         if not any(k[0] == fam for k in rows):
             continue
         out.append(f"### {fam}\n")
-        out.append("| d | items/rank | n | time (µs) | items/s | ratio to LB | imbalance | used |")
-        out.append("|---:|---:|---:|---:|---:|---:|---:|---|")
+        out.append("| d | items/rank | n | time (µs) | items/s | ratio to LB | imbalance | "
+                   "proven | used |")
+        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
         for d in RANKS:
             for k in PER_RANK:
                 b = rows.get((fam, (d, k)))
@@ -61,7 +62,7 @@ def grid_tables(rows):
                 out.append(
                     f"| {d} | {k} | {d * k} | {t(ms(b))} | {fmt_rate(b['items_per_second'])} | "
                     f"{b.get('ratio', float('nan')):.6f} | {b.get('imbalance', float('nan')):.6f} "
-                    f"| {label} |")
+                    f"| {int(b['proven']) if 'proven' in b else ''} | {label} |")
         out.append("")
     return out
 
@@ -113,7 +114,7 @@ def targets(rows):
     t = rows.get(("BM_target_time", (2560, 64)))
     if t:
         out += ["### BM_target_time/2560/64 (interleaved timing)\n",
-                "| sort+heap µs | lpt µs | auto µs | lpt / sort+heap | auto / sort+heap | "
+                "| sort+heap ms | lpt ms | auto ms | lpt / sort+heap | auto / sort+heap | "
                 "auto ratio | auto used |",
                 "|---:|---:|---:|---:|---:|---:|---|",
                 f"| {t['sort_heap_ms']:.3f} | {t['lpt_ms']:.3f} | {t['auto_ms']:.3f} | "

@@ -44,9 +44,7 @@ class random_source {
       : engine_(splitmix64(splitmix64(seed) ^ stream)) {}
 
   /// Uniform in [0, 1) with 53 random bits.
-  double uniform01() noexcept {
-    return static_cast<double>(engine_() >> 11) * 0x1.0p-53;
-  }
+  double uniform01() noexcept { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }
   /// Uniform in [lo, hi).
   double uniform(double lo, double hi) noexcept { return lo + (hi - lo) * uniform01(); }
   /// Uniform integer in [lo, hi] (hi - lo < 2^32; the modulo bias of a 64-bit draw is < 2^-32).
@@ -103,8 +101,8 @@ struct lognormal_spec {
 /// rank r uses stream r of `seed`. O(d·k). Bytes default to the lengths.
 inline batch_layout lognormal_layout(std::int64_t d, std::int64_t items_per_rank,
                                      const lognormal_spec& spec = {}, std::uint64_t seed = 1) {
-  ORCHMLLM_REQUIRE(d >= 0 && items_per_rank >= 0, invalid_argument_error, "lognormal_layout: d ",
-                   d, " and items_per_rank ", items_per_rank, " must be >= 0");
+  ORCHMLLM_REQUIRE(d >= 0 && items_per_rank >= 0, invalid_argument_error, "lognormal_layout: d ", d,
+                   " and items_per_rank ", items_per_rank, " must be >= 0");
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(d) + 1);
   std::vector<std::int64_t> lengths;
   lengths.reserve(static_cast<std::size_t>(d * items_per_rank));
@@ -123,19 +121,19 @@ inline batch_layout lognormal_layout(std::int64_t d, std::int64_t items_per_rank
 
 /// One image after the Qwen2-VL resize.
 struct image_item {
-  std::int64_t height = 0;      ///< resized height in pixels (multiple of 28)
-  std::int64_t width = 0;       ///< resized width in pixels (multiple of 28)
-  std::int64_t llm_tokens = 0;  ///< (height/28)·(width/28)
-  std::int64_t vit_patches = 0; ///< 4 · llm_tokens (14 px patches, 2×2 merge)
+  std::int64_t height = 0;       ///< resized height in pixels (multiple of 28)
+  std::int64_t width = 0;        ///< resized width in pixels (multiple of 28)
+  std::int64_t llm_tokens = 0;   ///< (height/28)·(width/28)
+  std::int64_t vit_patches = 0;  ///< 4 · llm_tokens (14 px patches, 2×2 merge)
 };
 
 /// One audio clip for a Whisper-style encoder (padded to 30 s windows).
 struct audio_item {
-  double seconds = 0;                 ///< clip duration
-  std::int64_t windows = 0;           ///< ⌈seconds / 30⌉ (at least 1)
-  std::int64_t encoder_positions = 0; ///< 1500 · windows
-  std::int64_t llm_tokens = 0;        ///< round(25 · seconds)
-  std::int64_t mel_frames = 0;        ///< ⌈100 · seconds⌉ (unpadded mel features shipped)
+  double seconds = 0;                  ///< clip duration
+  std::int64_t windows = 0;            ///< ⌈seconds / 30⌉ (at least 1)
+  std::int64_t encoder_positions = 0;  ///< 1500 · windows
+  std::int64_t llm_tokens = 0;         ///< round(25 · seconds)
+  std::int64_t mel_frames = 0;         ///< ⌈100 · seconds⌉ (unpadded mel features shipped)
 };
 
 /// One training sample.
@@ -153,18 +151,18 @@ struct sample {
 
 /// Knobs of `make_multimodal_batch` (defaults: workloads.md).
 struct multimodal_spec {
-  std::int64_t ranks = 2560;           ///< DP ranks d
-  std::int64_t samples_per_rank = 8;   ///< samples each rank draws
-  double audio_fraction = 0.25;        ///< share of audio (ASR-style) samples
-  std::int64_t min_image_tokens = 256; ///< Qwen2-VL min_pixels = 256·28² (README override)
-  std::int64_t max_image_tokens = 1280;///< Qwen2-VL max_pixels = 1280·28²
+  std::int64_t ranks = 2560;             ///< DP ranks d
+  std::int64_t samples_per_rank = 8;     ///< samples each rank draws
+  double audio_fraction = 0.25;          ///< share of audio (ASR-style) samples
+  std::int64_t min_image_tokens = 256;   ///< Qwen2-VL min_pixels = 256·28² (README override)
+  std::int64_t max_image_tokens = 1280;  ///< Qwen2-VL max_pixels = 1280·28²
   std::uint64_t seed = 1;
 };
 
 /// Byte sizes used for the layouts' payloads (simple, documented, not measured):
 inline constexpr std::int64_t bytes_per_vit_patch = 3 * 14 * 14 * 2;  ///< RGB 14×14 bf16 = 1176
-inline constexpr std::int64_t bytes_per_mel_frame = 128 * 2;         ///< 128 mel bins, bf16
-inline constexpr std::int64_t bytes_per_llm_token = 4;               ///< int32 token id / slot
+inline constexpr std::int64_t bytes_per_mel_frame = 128 * 2;          ///< 128 mel bins, bf16
+inline constexpr std::int64_t bytes_per_llm_token = 4;                ///< int32 token id / slot
 
 /// A global batch and its three stage layouts.
 ///  * vision: one item per image, length = ViT patches, bytes = patches · 1176, parent = the
@@ -270,9 +268,8 @@ inline sample draw_sample(random_source& rng, const multimodal_spec& spec) {
 /// Builds the global batch: rank r draws `samples_per_rank` samples from stream r of the seed.
 /// O(d·k). Throws invalid_argument_error for negative sizes or an audio_fraction outside [0, 1].
 inline multimodal_batch make_multimodal_batch(const multimodal_spec& spec) {
-  ORCHMLLM_REQUIRE(spec.ranks >= 0 && spec.samples_per_rank >= 0, invalid_argument_error,
-                   "ranks ", spec.ranks, " and samples_per_rank ", spec.samples_per_rank,
-                   " must be >= 0");
+  ORCHMLLM_REQUIRE(spec.ranks >= 0 && spec.samples_per_rank >= 0, invalid_argument_error, "ranks ",
+                   spec.ranks, " and samples_per_rank ", spec.samples_per_rank, " must be >= 0");
   ORCHMLLM_REQUIRE(spec.audio_fraction >= 0 && spec.audio_fraction <= 1, invalid_argument_error,
                    "audio_fraction ", spec.audio_fraction, " outside [0, 1]");
   ORCHMLLM_REQUIRE(spec.min_image_tokens >= 1 && spec.min_image_tokens <= spec.max_image_tokens,

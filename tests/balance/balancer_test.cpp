@@ -137,7 +137,7 @@ void check_small_instance(std::mt19937_64& rng, const batch_layout& layout, cons
     CHECK(at_most(au.makespan, lpt_ratio * static_cast<double>(*bf)));
     if (au.proven_optimal) CHECK(same_cost(au.makespan, *bf));
     if (policy.is_padded()) {
-      const auto pd = balance(layout, cost, policy, with(algorithm::padded));
+      const auto pd = balance(layout, cost, policy, with(algorithm::padded_exact));
       CHECK(pd.makespan == *bf);  // a product, so exact even for floating costs
       CHECK(pd.proven_optimal);
       CHECK(au.makespan == *bf);
@@ -159,7 +159,7 @@ void check_small_instance(std::mt19937_64& rng, const batch_layout& layout, cons
     const auto bc = brute_force(layout, d, cost, policy, lim);
     ++(bc ? t.constrained_feasible : t.constrained_infeasible);
     std::vector<algorithm> methods{algorithm::exact, algorithm::automatic};
-    if (policy.is_padded()) methods.push_back(algorithm::padded);
+    if (policy.is_padded()) methods.push_back(algorithm::padded_exact);
     for (const auto method : methods) {
       CAPTURE(to_string(method));
       if (!bc) {
@@ -219,9 +219,9 @@ TEST_CASE("balance: padded is optimal with ties, zero lengths and rounding to a 
       const auto policy = padded_to_multiple(k);
       const linear_cost lin{1};
       const quadratic_cost q{1.0, 0.5, 0.25};
-      CHECK(balance(layout, lin, policy, with(algorithm::padded)).makespan ==
+      CHECK(balance(layout, lin, policy, with(algorithm::padded_exact)).makespan ==
             brute_force(layout, d, lin, policy));
-      CHECK(balance(layout, q, policy, with(algorithm::padded)).makespan ==
+      CHECK(balance(layout, q, policy, with(algorithm::padded_exact)).makespan ==
             brute_force(layout, d, q, policy));
     }
   }
@@ -239,7 +239,7 @@ void check_invariants(std::mt19937_64& rng, const batch_layout& layout, const C&
   const rank_t d = layout.num_ranks();
   const std::int64_t n = layout.num_items();
   std::vector<algorithm> methods{algorithm::lpt, algorithm::automatic};
-  methods.push_back(policy.is_padded() ? algorithm::padded : algorithm::kk);
+  methods.push_back(policy.is_padded() ? algorithm::padded_exact : algorithm::kk);
   if (n <= 12) methods.push_back(algorithm::exact);
   const algorithm method = methods[static_cast<std::size_t>(
       uniform(rng, 0, static_cast<std::int64_t>(methods.size()) - 1))];
@@ -366,7 +366,7 @@ TEST_CASE("balance: padded on a large batch meets its bound checks and beats lpt
   const batch_layout layout = skewed_layout(rng, 512, 16, false);
   const quadratic_cost q{0.0, 1.0, 1.0 / 512};
   for (const auto policy : {padded, padded_to_multiple(64)}) {
-    const auto pd = balance(layout, q, policy, with(algorithm::padded));
+    const auto pd = balance(layout, q, policy, with(algorithm::padded_exact));
     const auto lp = balance(layout, q, policy, with(algorithm::lpt));
     CHECK(pd.proven_optimal);
     CHECK(pd.makespan <= lp.makespan);
@@ -558,7 +558,7 @@ TEST_CASE("balance: bad options raise invalid_argument_error") {
   const auto layout = batch_layout::from_ranks({{5, 3}, {8}, {1, 1, 1}});
   const linear_cost lin{1};
   CHECK_THROWS_AS(balance(layout, lin, padded, with(algorithm::kk)), invalid_argument_error);
-  CHECK_THROWS_AS(balance(layout, lin, packed, with(algorithm::padded)), invalid_argument_error);
+  CHECK_THROWS_AS(balance(layout, lin, packed, with(algorithm::padded_exact)), invalid_argument_error);
   balance_options o;
   o.refine_budget = -2;
   CHECK_THROWS_AS(balance(layout, lin, packed, o), invalid_argument_error);
@@ -606,7 +606,7 @@ TEST_CASE("balance: infeasible constraints raise infeasible_error naming the num
   expect_error<infeasible_error>([&] { (void)balance(layout, lin, packed, o); },
                                  {"8", "cap of 7"});
   o.limits.cap = capacity{capacity::measure::bytes, 4};
-  CHECK_THROWS_AS(balance(layout, lin, padded, with(algorithm::padded, o.limits)),
+  CHECK_THROWS_AS(balance(layout, lin, padded, with(algorithm::padded_exact, o.limits)),
                   infeasible_error);
   // Item counts.
   o = {};
@@ -628,7 +628,7 @@ TEST_CASE("balance: infeasible constraints raise infeasible_error naming the num
   }
   // Padded: each rank holds at most one item of 5 under a cap of 9, three items, two ranks.
   const auto padded3 = batch_layout::from_ranks({{5, 5}, {5}});
-  balance_options c = with(algorithm::padded);
+  balance_options c = with(algorithm::padded_exact);
   c.limits.cap = capacity{capacity::measure::tokens, 9};
   CHECK_THROWS_AS(balance(padded3, lin, padded, c), infeasible_error);
   // Items but no ranks cannot be built; zero ranks with zero items is fine.
@@ -645,16 +645,16 @@ TEST_CASE("balance: edge cases") {
     CHECK(r.makespan == 0);
     CHECK(r.proven_optimal);
   }
-  const auto pz = balance(zeros, lin, padded, with(algorithm::padded));
+  const auto pz = balance(zeros, lin, padded, with(algorithm::padded_exact));
   CHECK(pz.makespan == 0);
   constraints one_each;
   one_each.min_items = 1;
-  const auto spread = balance(zeros, lin, padded, with(algorithm::padded, one_each));
+  const auto spread = balance(zeros, lin, padded, with(algorithm::padded_exact, one_each));
   for (rank_t r = 0; r < 3; ++r)
     CHECK(spread.plan.dst_offsets()[static_cast<std::size_t>(r) + 1] -
               spread.plan.dst_offsets()[static_cast<std::size_t>(r)] ==
           1);
   const auto single = batch_layout::from_ranks({{4, 9, 2}});
-  CHECK(balance(single, lin, padded, with(algorithm::padded)).makespan == 27);
+  CHECK(balance(single, lin, padded, with(algorithm::padded_exact)).makespan == 27);
   CHECK(balance(single, lin, packed, with(algorithm::exact)).makespan == 15);
 }

@@ -821,7 +821,7 @@ TEST_CASE("plan: PLAN.csv and JSON are correct for every policy, cost and constr
     check_plan_run(cfg, layout, quad, dir);
     cfg.flags = {"--policy", "padded", "--algorithm", "padded"};
     cfg.policy = orchmllm::padded;
-    cfg.options.method = orchmllm::algorithm::padded;
+    cfg.options.method = orchmllm::algorithm::padded_exact;
     check_plan_run(cfg, layout, orchmllm::linear_cost{}, dir);
   }
   SUBCASE("token cap, byte cap, item counts") {

@@ -18,12 +18,12 @@
 ///   exact      depth-first branch and bound over all assignments with symmetry breaking and a
 ///              node budget; optimal when it completes (`balance_result::proven_optimal`).
 ///              Meant for small inputs (n ≲ 20).
-///   padded     the exact algorithm for padded policies: descending lengths, contiguous runs,
+///   padded_exact ("padded") the exact algorithm for padded policies: descending lengths, contiguous runs,
 ///              binary search on the makespan with a greedy feasibility check. Optimal
 ///              (proof in docs/algorithms.md). O(n log n + d · log T).
-///   automatic  packed: lpt, stop if it meets the lower bound; else kk, refinement of the
-///              better one, and the exact search on small inputs; returns the best plan found
-///              (never worse than lpt or kk). Padded: `padded`.
+///   automatic  packed: lpt and its refinement; if that misses the lower bound, kk and a
+///              refinement of the better plan; then the exact search on small inputs. Returns
+///              the best plan found (never worse than lpt or kk). Padded: `padded_exact`.
 /// Refinement (`balance_options::refine`, always on in `automatic`): moves and swaps between
 /// the heaviest rank and the lighter ones while the makespan drops, stopping at the lower bound
 /// or after `refine_budget` steps.
@@ -67,16 +67,17 @@
 namespace orchmllm {
 
 /// Balancing algorithm; see the file comment.
-enum class algorithm : std::uint8_t { none, lpt, kk, exact, padded, automatic };
+enum class algorithm : std::uint8_t { none, lpt, kk, exact, padded_exact, automatic };
 
-/// Name of an algorithm as used by the command-line tool ("auto" for automatic).
+/// Name of an algorithm as used by the command-line tool ("auto" for automatic, "padded" for
+/// padded_exact).
 constexpr std::string_view to_string(algorithm a) noexcept {
   switch (a) {
     case algorithm::none: return "none";
     case algorithm::lpt: return "lpt";
     case algorithm::kk: return "kk";
     case algorithm::exact: return "exact";
-    case algorithm::padded: return "padded";
+    case algorithm::padded_exact: return "padded";
     case algorithm::automatic: return "auto";
   }
   return "?";
@@ -86,7 +87,7 @@ constexpr std::string_view to_string(algorithm a) noexcept {
 /// naming the unknown name.
 inline algorithm parse_algorithm(std::string_view name) {
   for (auto a : {algorithm::none, algorithm::lpt, algorithm::kk, algorithm::exact,
-                 algorithm::padded, algorithm::automatic})
+                 algorithm::padded_exact, algorithm::automatic})
     if (to_string(a) == name) return a;
   detail::raise<invalid_argument_error>(detail::concat(
       "unknown algorithm '", name, "' (expected none, lpt, kk, exact, padded or auto)"));
@@ -179,7 +180,7 @@ balance_result<cost_type_t<C>> balance(const batch_layout& layout, const C& cost
   ORCHMLLM_REQUIRE(!(options.method == algorithm::kk && policy.is_padded()),
                    invalid_argument_error,
                    "kk balances the packed policy only; use padded or auto for padded batches");
-  ORCHMLLM_REQUIRE(!(options.method == algorithm::padded && !policy.is_padded()),
+  ORCHMLLM_REQUIRE(!(options.method == algorithm::padded_exact && !policy.is_padded()),
                    invalid_argument_error,
                    "the padded algorithm needs a padded policy; use lpt, kk or auto for packed");
 
@@ -246,10 +247,10 @@ balance_result<cost_type_t<C>> balance(const batch_layout& layout, const C& cost
       proven = r.complete && best.has_value();
       break;
     }
-    case algorithm::padded: {
+    case algorithm::padded_exact: {
       auto r = detail::padded_optimal(in, cost);
       infeasible = r.optimal && !r.assignment;
-      consider(std::move(r.assignment), algorithm::padded);
+      consider(std::move(r.assignment), algorithm::padded_exact);
       proven = r.optimal && best.has_value();
       break;
     }
@@ -257,7 +258,7 @@ balance_result<cost_type_t<C>> balance(const batch_layout& layout, const C& cost
       if (policy.is_padded()) {
         auto r = detail::padded_optimal(in, cost);
         infeasible = r.optimal && !r.assignment;
-        consider(std::move(r.assignment), algorithm::padded);
+        consider(std::move(r.assignment), algorithm::padded_exact);
         proven = r.optimal && best.has_value();
         if (!proven && !infeasible) {
           consider(detail::lpt(in, cost), algorithm::lpt);

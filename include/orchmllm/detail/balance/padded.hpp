@@ -1,6 +1,6 @@
 #pragma once
 // The exact balancer for padded policies (rank load = count · cost(padded length of its longest
-// item)). Internal: reached through orchmllm::balance with algorithm::padded (or automatic with
+// item)). Internal: reached through orchmllm::balance with algorithm::padded_exact (or automatic with
 // a padded policy). The optimality proof is in docs/algorithms.md ("Padded policies").
 //
 // Outline. Items are scanned in `in.order` (length descending, id ascending), positions
