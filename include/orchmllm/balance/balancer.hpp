@@ -18,9 +18,9 @@
 ///   exact      depth-first branch and bound over all assignments with symmetry breaking and a
 ///              node budget; optimal when it completes (`balance_result::proven_optimal`).
 ///              Meant for small inputs (n ≲ 20).
-///   padded_exact ("padded") the exact algorithm for padded policies: descending lengths, contiguous runs,
-///              binary search on the makespan with a greedy feasibility check. Optimal
-///              (proof in docs/algorithms.md). O(n log n + d · log T).
+///   padded_exact  ("padded" in the tool) the exact algorithm for padded policies: descending
+///              lengths, contiguous runs, binary search on the makespan with a greedy feasibility
+///              check. Optimal (proof in docs/algorithms.md). O(n log n + d · log T).
 ///   automatic  packed: lpt and its refinement; if that misses the lower bound, kk and a
 ///              refinement of the better plan; then the exact search on small inputs. Returns
 ///              the best plan found (never worse than lpt or kk). Padded: `padded_exact`.
@@ -196,8 +196,7 @@ balance_result<cost_type_t<C>> balance(const batch_layout& layout, const C& cost
   detail::check_feasible(in);
 
   balance_result<Cost> result;
-  result.lower_bound = detail::lower_bound_in_order<C>(layout, order, std::span<const Cost>(costs), d,
-                                                     cost, policy, options.limits);
+  result.lower_bound = detail::input_lower_bound(in, cost);
   const std::int64_t budget = options.refine_budget >= 0 ? options.refine_budget : 2 * n + 64;
 
   std::optional<std::vector<rank_t>> best;

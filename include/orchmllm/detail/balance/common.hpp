@@ -13,6 +13,7 @@
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/constraints.hpp"
 #include "orchmllm/core/padding.hpp"
+#include "orchmllm/core/statistics.hpp"
 #include "orchmllm/detail/core/order.hpp"
 
 namespace orchmllm::detail {
@@ -52,6 +53,13 @@ struct balance_input {
   padding_policy policy;
   const constraints& limits;
 };
+
+/// makespan_lower_bound of the input, computed on its canonical order in O(n) instead of
+/// re-deriving the costs and sorting again.
+template <class Cost, class C>
+Cost input_lower_bound(const balance_input<Cost>& in, const C& cost) {
+  return lower_bound_in_order<C>(in.layout, in.order, in.costs, in.d, cost, in.policy, in.limits);
+}
 
 /// Footprint of one item alone under the cap's measure (tokens: padded length; bytes: bytes).
 inline std::int64_t item_footprint(const batch_layout& layout, std::int64_t g,

@@ -139,7 +139,7 @@ exact_result<Cost> exact_search(const balance_input<Cost>& in, const C& cost,
   const bool tokens_cap = lim.cap && lim.cap->what == capacity::measure::tokens;
   const bool bytes_cap = lim.cap && lim.cap->what == capacity::measure::bytes;
   const std::int64_t cap = lim.cap ? lim.cap->limit : 0;
-  const Cost lower = makespan_lower_bound(in.layout, in.d, cost, in.policy, lim);
+  const Cost lower = input_lower_bound(in, cost);
 
   bool have_best = upper_bound.has_value();
   Cost best = upper_bound.value_or(Cost{});

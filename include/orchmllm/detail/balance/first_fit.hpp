@@ -304,7 +304,7 @@ std::optional<std::vector<rank_t>> constrained_first_fit(const balance_input<Cos
   if (in.d <= 0) return std::nullopt;
 
   const Cost inf = unbounded<Cost>();
-  Cost lo = makespan_lower_bound(in.layout, in.d, cost, in.policy, in.limits);
+  Cost lo = input_lower_bound(in, cost);
 
   // 1. Feasibility: plain cap-and-count FFD.
   seq_t seq(in, cost, std::vector<std::int64_t>(in.order.begin(), in.order.end()));

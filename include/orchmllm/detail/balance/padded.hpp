@@ -1,7 +1,7 @@
 #pragma once
 // The exact balancer for padded policies (rank load = count · cost(padded length of its longest
-// item)). Internal: reached through orchmllm::balance with algorithm::padded_exact (or automatic with
-// a padded policy). The optimality proof is in docs/algorithms.md ("Padded policies").
+// item)). Internal: reached through orchmllm::balance with algorithm::padded_exact (or automatic
+// with a padded policy). The optimality proof is in docs/algorithms.md ("Padded policies").
 //
 // Outline. Items are scanned in `in.order` (length descending, id ascending), positions
 // 0..n-1. Some optimal partition into at most d groups is contiguous in that order, so a
@@ -221,7 +221,7 @@ padded_result<Cost> padded_optimal(const balance_input<Cost>& in, const C& cost)
     return result;
   }
   Cost hi = top.makespan;  // feasible
-  Cost lo = makespan_lower_bound(in.layout, in.d, cost, in.policy, in.limits);
+  Cost lo = input_lower_bound(in, cost);
   lo = std::min(lo, hi);  // the bound is valid; this only guards the invariant lo <= hi
 
   if constexpr (std::is_integral_v<Cost>) {
