@@ -597,3 +597,106 @@ TEST_CASE("rearrangement: plans between different rank counts") {
   CHECK(to_vec(all_to_one.sources()) == vec{0, 1, 2, 3, 4, 5});
   CHECK(all_to_one.recv_counts(0) == vec{4, 2});
 }
+
+namespace {
+
+// FNV-1a written out from the documented definition (offset basis 14695981039346656037, prime
+// 1099511628211, every value as 8 little-endian bytes): |src_offsets|, src_offsets,
+// |dst_offsets|, dst_offsets, then per source item its destination rank (as uint32) and slot.
+std::uint64_t reference_fingerprint(const vec& src, const vec& dst, const ranks& rank_of,
+                                    const vec& slot_of) {
+  std::uint64_t h = 14695981039346656037ULL;
+  auto bytes_of = [&](std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= static_cast<std::uint8_t>(v >> (8 * i));
+      h *= 1099511628211ULL;
+    }
+  };
+  bytes_of(src.size());
+  for (const auto v : src) bytes_of(static_cast<std::uint64_t>(v));
+  bytes_of(dst.size());
+  for (const auto v : dst) bytes_of(static_cast<std::uint64_t>(v));
+  for (std::size_t g = 0; g < rank_of.size(); ++g) {
+    bytes_of(static_cast<std::uint32_t>(rank_of[g]));
+    bytes_of(static_cast<std::uint64_t>(slot_of[g]));
+  }
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("rearrangement: fingerprint follows its definition and separates plans") {
+  using orchmllm::fingerprint;
+  // The empty plan and a hand example, against the written-out definition.
+  const rearrangement empty;
+  CHECK(fingerprint(empty) == reference_fingerprint(vec{0}, vec{0}, ranks{}, vec{}));
+  const vec src{0, 3, 3, 5};
+  const auto p = rearrangement::from_destinations(src, ranks{1, 0, 1, 1, 0}, 3);
+  CHECK(fingerprint(p) ==
+        reference_fingerprint(src, vec{0, 2, 5, 5}, ranks{1, 0, 1, 1, 0}, vec{0, 0, 1, 2, 1}));
+
+  // Equal plans, however built, have equal fingerprints.
+  const auto same = rearrangement::from_placements(
+      src, std::vector<placement>{{1, 0}, {0, 0}, {1, 1}, {1, 2}, {0, 1}}, 3);
+  REQUIRE(same == p);
+  CHECK(fingerprint(same) == fingerprint(p));
+  const rearrangement copy = p;
+  CHECK(fingerprint(copy) == fingerprint(p));
+  CHECK(fingerprint(p.inverse().inverse()) == fingerprint(p));
+
+  // Any single change changes it: one item's rank, a slot swap, the source offsets (same
+  // destinations, items split differently), an extra empty rank on either side.
+  CHECK(fingerprint(rearrangement::from_destinations(src, ranks{1, 0, 1, 2, 0}, 3)) !=
+        fingerprint(p));
+  CHECK(fingerprint(rearrangement::from_placements(
+            src, std::vector<placement>{{1, 1}, {0, 0}, {1, 0}, {1, 2}, {0, 1}}, 3)) !=
+        fingerprint(p));
+  CHECK(fingerprint(rearrangement::from_destinations(vec{0, 2, 3, 5}, ranks{1, 0, 1, 1, 0}, 3)) !=
+        fingerprint(p));
+  CHECK(fingerprint(rearrangement::from_destinations(vec{0, 3, 3, 5, 5}, ranks{1, 0, 1, 1, 0},
+                                                     3)) != fingerprint(p));
+  CHECK(fingerprint(rearrangement::from_destinations(src, ranks{1, 0, 1, 1, 0}, 4)) !=
+        fingerprint(p));
+  CHECK(fingerprint(p.inverse()) != fingerprint(p));
+  CHECK(fingerprint(rearrangement::identity(vec{0, 0})) !=
+        fingerprint(rearrangement::identity(vec{0})));
+}
+
+TEST_CASE("rearrangement: fingerprint changes under every single mutation of random plans") {
+  using orchmllm::fingerprint;
+  std::mt19937_64 rng(99);
+  std::int64_t compared = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 8));
+    const auto n = uniform(rng, 1, 40);
+    const auto src = random_offsets(rng, d, n);
+    const auto p = random_plan(rng, src, d, iter % 2 == 1);
+    const auto fp = fingerprint(p);
+    INFO("iteration ", iter);
+    REQUIRE(fp == fingerprint(rearrangement(p)));
+    std::vector<placement> pl(static_cast<std::size_t>(n));
+    for (std::int64_t g = 0; g < n; ++g) pl[static_cast<std::size_t>(g)] = p.destination_of(g);
+    REQUIRE(rearrangement::from_placements(src, pl, d) == p);
+    CHECK(fingerprint(rearrangement::from_placements(src, pl, d)) == fp);
+    // Swap the destinations of every pair of items that land in different places.
+    for (std::int64_t a = 0; a < n; ++a)
+      for (std::int64_t b = a + 1; b < n; ++b) {
+        auto q = pl;
+        std::swap(q[static_cast<std::size_t>(a)], q[static_cast<std::size_t>(b)]);
+        CHECK(fingerprint(rearrangement::from_placements(src, q, d)) != fp);
+        ++compared;
+      }
+    // Move one item to the end of another rank.
+    if (d > 1) {
+      const auto g = uniform(rng, 0, n - 1);
+      const auto from = p.dst_ranks()[static_cast<std::size_t>(g)];
+      const auto to = static_cast<rank_t>((from + 1) % d);
+      auto ranks_moved = ranks(p.dst_ranks().begin(), p.dst_ranks().end());
+      ranks_moved[static_cast<std::size_t>(g)] = to;
+      CHECK(fingerprint(rearrangement::from_destinations(src, ranks_moved, d)) !=
+            fingerprint(rearrangement::from_destinations(
+                src, ranks(p.dst_ranks().begin(), p.dst_ranks().end()), d)));
+    }
+  }
+  CHECK(compared > 10000);
+}

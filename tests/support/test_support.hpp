@@ -230,3 +230,68 @@ struct prepared {
 };
 
 }  // namespace orchmllm::test
+
+// ---------------------------------------------------------------------------------------------
+// Communication helpers (route, dispatch, metadata and topology suites).
+
+#include <cstddef>
+
+#include "orchmllm/core/rearrangement.hpp"
+
+namespace orchmllm::test {
+
+/// A random plan from `src` offsets onto `d_dst` ranks. Each item stays on its source rank with
+/// probability stay_percent / 100 (when that rank exists among the destinations), otherwise it
+/// goes to a uniformly random rank. `shuffle`: slots are a random permutation on every
+/// destination rank (built with from_placements), otherwise the canonical order.
+inline rearrangement random_rearrangement(std::mt19937_64& rng, std::span<const std::int64_t> src,
+                                          rank_t d_dst, bool shuffle, int stay_percent = 0) {
+  const auto n = src.back();
+  std::vector<rank_t> dst(static_cast<std::size_t>(n));
+  for (std::size_t r = 0; r + 1 < src.size(); ++r)
+    for (auto g = src[r]; g < src[r + 1]; ++g) {
+      const bool stay = static_cast<rank_t>(r) < d_dst && uniform(rng, 0, 99) < stay_percent;
+      dst[static_cast<std::size_t>(g)] =
+          stay ? static_cast<rank_t>(r) : static_cast<rank_t>(uniform(rng, 0, d_dst - 1));
+    }
+  if (!shuffle) return rearrangement::from_destinations(src, dst, d_dst);
+  std::vector<std::vector<std::int64_t>> per_rank(static_cast<std::size_t>(d_dst));
+  for (std::int64_t g = 0; g < n; ++g)
+    per_rank[static_cast<std::size_t>(dst[static_cast<std::size_t>(g)])].push_back(g);
+  std::vector<placement> pl(static_cast<std::size_t>(n));
+  for (rank_t r = 0; r < d_dst; ++r) {
+    auto& items = per_rank[static_cast<std::size_t>(r)];
+    std::shuffle(items.begin(), items.end(), rng);
+    for (std::size_t s = 0; s < items.size(); ++s)
+      pl[static_cast<std::size_t>(items[s])] = placement{r, static_cast<std::int64_t>(s)};
+  }
+  return rearrangement::from_placements(src, pl, d_dst);
+}
+
+/// A random valid node map of d ranks (nodes numbered in order of their lowest rank, usually
+/// not consecutive blocks, uneven sizes): a restricted growth string over at most `max_nodes`.
+inline std::vector<rank_t> random_node_map(std::mt19937_64& rng, rank_t d, rank_t max_nodes) {
+  std::vector<rank_t> node(static_cast<std::size_t>(d));
+  rank_t used = 0;
+  for (auto& m : node) {
+    const rank_t limit = std::min(used, max_nodes - 1);  // `used` opens a new node
+    m = static_cast<rank_t>(uniform(rng, 0, limit));
+    if (m == used) ++used;
+  }
+  return node;
+}
+
+/// Deterministic content byte of (a, b, c), e.g. (source rank, slot, byte in the item): a
+/// 64-bit mix, so swapped, shifted or duplicated blocks never compare equal by accident.
+inline std::byte content_byte(std::int64_t a, std::int64_t b, std::int64_t c) noexcept {
+  std::uint64_t x =
+      (static_cast<std::uint64_t>(a) * 0x9E3779B97F4A7C15ULL) ^
+      ((static_cast<std::uint64_t>(b) + 0x632BE59BD9B4E019ULL) * 0xC2B2AE3D27D4EB4FULL) ^
+      ((static_cast<std::uint64_t>(c) + 0x165667B19E3779F9ULL) * 0xD6E8FEB86659FD93ULL);
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ULL;
+  x ^= x >> 29;
+  return static_cast<std::byte>(x & 0xffU);
+}
+
+}  // namespace orchmllm::test

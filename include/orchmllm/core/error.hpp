@@ -93,20 +93,43 @@ class error : public std::runtime_error {
 /// Malformed input: a value outside its domain, sizes that do not match, a bad option.
 class invalid_argument_error : public error {
  public:
-  using error::error;
+  // Spelled out rather than inherited (`using Base::Base;`): nvcc 13.0's front end crashes
+  // ("compare_expressions: bad expr kind") on inherited constructors whose default argument
+  // calls source_location::current().
+  explicit invalid_argument_error(const std::string& message,
+                                  detail::source_location where = detail::source_location::current())
+      : error(message, where) {}
 };
 
 /// Malformed text input; the message names the line (and column) at fault.
 class parse_error : public invalid_argument_error {
  public:
-  using invalid_argument_error::invalid_argument_error;
+  // Spelled out for nvcc 13.0 (see invalid_argument_error).
+  explicit parse_error(const std::string& message,
+                       detail::source_location where = detail::source_location::current())
+      : invalid_argument_error(message, where) {}
 };
 
 /// Well-formed input for which no plan satisfies the constraints (per-rank caps, item counts).
 /// The message names the total, the limit and the rank count.
 class infeasible_error : public error {
  public:
-  using error::error;
+  // Spelled out for nvcc 13.0 (see invalid_argument_error).
+  explicit infeasible_error(const std::string& message,
+                            detail::source_location where = detail::source_location::current())
+      : error(message, where) {}
+};
+
+/// A collective operation failed: a peer rank failed or aborted, ranks disagree on what they
+/// move (plan fingerprint, row width, item counts), a backend call returned an error, or a
+/// transfer did not finish within its timeout. Collectives raise it on every rank that takes
+/// part, so no rank is left waiting for a peer that has given up.
+class communication_error : public error {
+ public:
+  // Spelled out for nvcc 13.0 (see invalid_argument_error).
+  explicit communication_error(const std::string& message,
+                               detail::source_location where = detail::source_location::current())
+      : error(message, where) {}
 };
 
 namespace detail {
