@@ -4,6 +4,9 @@
 ///   core/      batch layout, cost models, padding policies, constraints, rearrangement algebra,
 ///              statistics and lower bounds, errors
 ///   balance/   the Batch Post-Balancing Dispatcher (`balance`)
+///   topology/  cluster shape and link figures
+///   comm/      the communicator concept, the in-process backend (`local::run`), metadata
+///              exchange (`gather_layout`), routes and `dispatch`/`combine` of ragged payloads
 /// Backends (MPI, NCCL, CUDA, GLPK, Eigen) live under orchmllm/backend/ and are never included
 /// from here.
 
@@ -16,3 +19,11 @@
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/core/statistics.hpp"
 #include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/topology/topology.hpp"
+#include "orchmllm/comm/communicator.hpp"
+#include "orchmllm/comm/local.hpp"
+#include "orchmllm/comm/metadata.hpp"
+#include "orchmllm/comm/payload.hpp"
+#include "orchmllm/comm/mover.hpp"
+#include "orchmllm/comm/route.hpp"
+#include "orchmllm/comm/dispatch.hpp"

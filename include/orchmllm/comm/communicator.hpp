@@ -1,0 +1,62 @@
+#pragma once
+/// @file communicator.hpp
+/// The `communicator` concept: what the data-movement layer needs from a transport.
+///
+/// A communicator is one rank's handle on a group of `size()` ranks. Ranks are grouped into
+/// nodes (`node()`, `num_nodes()`, `local_rank()`, `local_size()`); node indices run over
+/// 0..num_nodes-1 in order of each node's lowest rank, and local ranks in increasing rank order
+/// inside a node. Nodes need not be consecutive blocks of ranks nor all of one size.
+///
+/// Operations (all collective: every rank of the group calls them in the same order):
+/// - `barrier()`.
+/// - `all_gather(send, bytes, recv)`: every rank contributes `bytes` bytes (the same value on
+///   every rank); `recv` receives size()·bytes bytes, rank r's at r·bytes. Host memory.
+/// - `all_gatherv(send, bytes, recv, counts, displs)`: rank r contributes counts[r] bytes,
+///   written at recv + displs[r]; `bytes` must equal counts[rank()]. Host memory. Meant for
+///   metadata (lengths, fingerprints): small.
+/// - `all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs)`: rank r
+///   sends send_counts[p] bytes from send + send_displs[p] to every rank p, and receives
+///   recv_counts[p] bytes from p at recv + recv_displs[p]. Counts must match pairwise
+///   (send_counts[p] on r == recv_counts[r] on p). Buffers live in the communicator's
+///   `payload_memory` (host, or device memory for GPU backends). Zero counts are ordinary:
+///   nothing is posted for that peer, on both sides. Counts and displacements are 64-bit;
+///   backends whose engine counts in 32 bits split transfers into chunks.
+///
+/// Errors: a backend failure, a peer that failed or aborted, or a timeout raises
+/// `communication_error` on every rank that observes it; backends document which. Arguments
+/// of the wrong size raise `invalid_argument_error` before anything is sent.
+///
+/// Models: `orchmllm::local::communicator` (threads in one process, comm/local.hpp),
+/// `orchmllm::mpi::communicator` (backend/mpi/communicator.hpp),
+/// `orchmllm::nccl::communicator` (backend/nccl/communicator.cuh).
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "orchmllm/core/batch_layout.hpp"
+
+namespace orchmllm {
+
+/// Where a communicator's `all_to_allv` buffers live.
+enum class memory_kind { host, device };
+
+/// See the file comment for the semantics each operation must have.
+template <class C>
+concept communicator = requires(C& c, const C& cc, const std::byte* in, std::byte* out,
+                                std::int64_t bytes, std::span<const std::int64_t> v) {
+  { cc.rank() } -> std::same_as<rank_t>;
+  { cc.size() } -> std::same_as<rank_t>;
+  { cc.node() } -> std::same_as<rank_t>;
+  { cc.num_nodes() } -> std::same_as<rank_t>;
+  { cc.local_rank() } -> std::same_as<rank_t>;
+  { cc.local_size() } -> std::same_as<rank_t>;
+  { C::payload_memory } -> std::convertible_to<memory_kind>;
+  c.barrier();
+  c.all_gather(in, bytes, out);
+  c.all_gatherv(in, bytes, out, v, v);
+  c.all_to_allv(in, v, v, out, v, v);
+};
+
+}  // namespace orchmllm

@@ -1,0 +1,271 @@
+#pragma once
+/// @file dispatch.hpp
+/// Moving payloads along a plan: `dispatch` (source → destination order), `combine` (back),
+/// and `build_route`, the collective that checks the ranks agree and builds a reusable route.
+///
+/// Typical step, on every rank of the group:
+/// @code
+///   auto plan = orchmllm::balance(layout, cost, orchmllm::packed).plan;     // same everywhere
+///   auto moved = orchmllm::dispatch(comm, plan, my_pixels);                  // to the balanced ranks
+///   ... forward/backward on moved ...
+///   auto grads = orchmllm::combine(comm, plan, grads_at_destination);        // back where they came from
+/// @endcode
+///
+/// Safety. Before any payload byte moves, every call gathers one small record per rank (plan
+/// fingerprint, row width, item count, node, schedule, link figures, local validity) and every
+/// rank checks
+/// all records. Ranks that built different plans, use different row widths, schedules or link
+/// figures, hold
+/// a number of items the plan does not expect, or hold an invalid payload all raise the same
+/// `communication_error` on every rank, naming the first rank at fault; nothing hangs and
+/// nothing is corrupted silently.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "orchmllm/comm/communicator.hpp"
+#include "orchmllm/comm/mover.hpp"
+#include "orchmllm/comm/payload.hpp"
+#include "orchmllm/comm/route.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/topology/topology.hpp"
+
+namespace orchmllm {
+
+/// Options of `build_route`, `dispatch` and `combine`. Every rank must pass the same values
+/// (checked: `links` steer the `automatic` choice, so ranks with different figures could pick
+/// different schedules).
+struct dispatch_options {
+  schedule sched = schedule::automatic;  ///< direct, node-wise or chosen by the time model
+  link_params links{};                   ///< figures of the time model
+};
+
+/// What one `dispatch`/`combine` did on this rank.
+struct dispatch_report {
+  schedule used = schedule::direct;  ///< the schedule the route used
+  traffic_stats sent{};              ///< bytes/messages this rank sent, by link class
+  double predicted_seconds = 0;      ///< time model of the whole exchange
+  std::int64_t input_bytes = 0;      ///< bytes this rank contributed
+  std::int64_t output_bytes = 0;     ///< bytes this rank received
+};
+
+namespace detail {
+
+// Why a rank cannot take part; shared in the record so every rank raises the same error.
+enum class local_fault : std::int32_t {
+  none = 0,
+  ranks_mismatch,
+  not_square,
+  bad_payload,
+  bad_links
+};
+
+inline const char* to_string(local_fault f) noexcept {
+  switch (f) {
+    case local_fault::none: return "none";
+    case local_fault::ranks_mismatch: return "its plan has another rank count than the group";
+    case local_fault::not_square: return "its plan does not map the group onto itself";
+    case local_fault::bad_payload: return "its payload is invalid (negative or overflowing "
+                                          "sizes, or data of the wrong size)";
+    case local_fault::bad_links: return "its link figures (dispatch_options::links) are invalid";
+  }
+  return "?";
+}
+
+struct rank_record {
+  std::uint64_t fingerprint;
+  std::int64_t unit_bytes;
+  std::int64_t items;
+  std::int32_t node;
+  std::int32_t fault;
+  std::int32_t sched;
+  std::int32_t plan_ranks;
+  double links[4];  // intra bandwidth, intra latency, inter bandwidth, inter latency
+};
+static_assert(sizeof(rank_record) == 72 && std::is_trivially_copyable_v<rank_record>);
+
+inline std::string describe_links(const rank_record& r) {
+  return concat("intra ", r.links[0], " B/s + ", r.links[1], " s, inter ", r.links[2], " B/s + ",
+                r.links[3], " s");
+}
+
+// The collective part of build_route: exchanges records and per-item counts, checks them on
+// every rank (identical data, identical verdicts), returns every item's count (rows or bytes)
+// in source global-id order and the topology from the communicator's nodes.
+template <communicator Comm>
+std::vector<std::int64_t> exchange_item_counts(Comm& comm, const rearrangement& plan,
+                                               std::span<const std::int64_t> local_counts,
+                                               std::int64_t unit_bytes, local_fault fault,
+                                               schedule sched, topology& topo_out,
+                                               const link_params& links) {
+  const rank_t d = comm.size();
+  const rank_t me = comm.rank();
+  if (fault == local_fault::none && plan.num_src_ranks() != d) fault = local_fault::ranks_mismatch;
+  if (fault == local_fault::none && plan.num_dst_ranks() != plan.num_src_ranks())
+    fault = local_fault::not_square;
+  // Checked here, not in the topology constructor below: one rank throwing there would leave
+  // the others waiting in the all-gatherv.
+  if (fault == local_fault::none) {
+    try {
+      links.validate();
+    } catch (const error&) {
+      fault = local_fault::bad_links;
+    }
+  }
+  rank_record mine{fingerprint(plan), unit_bytes, static_cast<std::int64_t>(local_counts.size()),
+                   comm.node(), static_cast<std::int32_t>(fault),
+                   static_cast<std::int32_t>(sched), plan.num_src_ranks(),
+                   {links.intra_bandwidth, links.intra_latency, links.inter_bandwidth,
+                    links.inter_latency}};
+  std::vector<rank_record> all(static_cast<std::size_t>(d));
+  std::byte raw[sizeof(rank_record)];
+  std::memcpy(raw, &mine, sizeof mine);
+  comm.all_gather(raw, static_cast<std::int64_t>(sizeof mine),
+                  reinterpret_cast<std::byte*>(all.data()));
+  for (rank_t r = 0; r < d; ++r) {
+    const auto& rec = all[static_cast<std::size_t>(r)];
+    if (rec.fault != 0)
+      detail::raise<communication_error>(detail::concat(
+          "rank ", r, " cannot take part in the exchange: ",
+          to_string(static_cast<local_fault>(rec.fault)),
+          rec.fault == static_cast<std::int32_t>(local_fault::ranks_mismatch)
+              ? detail::concat(" (plan for ", rec.plan_ranks, " ranks, group of ", d, ")")
+              : std::string()));
+  }
+  const auto& r0 = all[0];
+  for (rank_t r = 1; r < d; ++r) {
+    const auto& rec = all[static_cast<std::size_t>(r)];
+    ORCHMLLM_REQUIRE(rec.fingerprint == r0.fingerprint, communication_error,
+                     "ranks disagree on the plan: rank 0 has fingerprint ", r0.fingerprint,
+                     ", rank ", r, " has ", rec.fingerprint,
+                     " (plans built from different inputs?)");
+    ORCHMLLM_REQUIRE(rec.unit_bytes == r0.unit_bytes, communication_error,
+                     "ranks disagree on the row width: rank 0 uses ", r0.unit_bytes,
+                     " bytes, rank ", r, " uses ", rec.unit_bytes);
+    ORCHMLLM_REQUIRE(rec.sched == r0.sched, communication_error,
+                     "ranks disagree on the schedule: rank 0 asks for ",
+                     to_string(static_cast<schedule>(r0.sched)), ", rank ", r, " for ",
+                     to_string(static_cast<schedule>(rec.sched)));
+    // Valid figures (no NaN: faults are checked above), so == is exact agreement.
+    ORCHMLLM_REQUIRE(rec.links[0] == r0.links[0] && rec.links[1] == r0.links[1] &&
+                         rec.links[2] == r0.links[2] && rec.links[3] == r0.links[3],
+                     communication_error, "ranks disagree on the link figures: rank 0 has ",
+                     describe_links(r0), ", rank ", r, " has ", describe_links(rec));
+  }
+  const auto off = plan.src_offsets();
+  for (rank_t r = 0; r < d; ++r) {
+    const auto expected = off[static_cast<std::size_t>(r) + 1] - off[static_cast<std::size_t>(r)];
+    ORCHMLLM_REQUIRE(all[static_cast<std::size_t>(r)].items == expected, communication_error,
+                     "rank ", r, " holds ", all[static_cast<std::size_t>(r)].items,
+                     " items but the plan expects ", expected);
+  }
+  std::vector<rank_t> nodes(static_cast<std::size_t>(d));
+  for (rank_t r = 0; r < d; ++r) nodes[static_cast<std::size_t>(r)] = all[static_cast<std::size_t>(r)].node;
+  topo_out = topology(std::move(nodes), links);
+
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(d)), displs(static_cast<std::size_t>(d));
+  for (rank_t r = 0; r < d; ++r) {
+    counts[static_cast<std::size_t>(r)] =
+        all[static_cast<std::size_t>(r)].items * static_cast<std::int64_t>(sizeof(std::int64_t));
+    displs[static_cast<std::size_t>(r)] =
+        off[static_cast<std::size_t>(r)] * static_cast<std::int64_t>(sizeof(std::int64_t));
+  }
+  std::vector<std::int64_t> global(static_cast<std::size_t>(plan.num_items()));
+  comm.all_gatherv(reinterpret_cast<const std::byte*>(local_counts.data()),
+                   counts[static_cast<std::size_t>(me)],
+                   reinterpret_cast<std::byte*>(global.data()), counts, displs);
+  for (std::size_t g = 0; g < global.size(); ++g)
+    ORCHMLLM_REQUIRE(global[g] >= 0, communication_error, "item ", g, " has size ", global[g]);
+  return global;
+}
+
+inline local_fault check_payload(const ragged_payload& p) noexcept {
+  try {
+    p.validate();
+  } catch (const error&) {
+    return local_fault::bad_payload;
+  }
+  return local_fault::none;
+}
+
+}  // namespace detail
+
+/// Collective: builds this rank's route for moving items of the given byte sizes along `plan`.
+/// `local_item_bytes` has one entry per item this rank holds (slot order). Exchanges one
+/// record per rank and every item's size (an all-gather and an all-gatherv: O(n) bytes), checks
+/// agreement (see the file comment), takes the node structure from `comm`, then builds the
+/// route locally (`route::build`). Use it to move device payloads (`execute` with a device
+/// mover) or to reuse one route for several tensors. Throws `communication_error` on every
+/// rank when the ranks disagree or one of them has bad input; what `route::build` throws.
+template <communicator Comm>
+route build_route(Comm& comm, const rearrangement& plan,
+                  std::span<const std::int64_t> local_item_bytes,
+                  const dispatch_options& options = {}) {
+  detail::local_fault fault = detail::local_fault::none;
+  for (const auto b : local_item_bytes)
+    if (b < 0) fault = detail::local_fault::bad_payload;
+  topology topo;
+  const auto bytes = detail::exchange_item_counts(comm, plan, local_item_bytes, 1, fault,
+                                                  options.sched, topo, options.links);
+  return route::build(plan, bytes, topo, comm.rank(), options.sched);
+}
+
+/// Collective: moves every rank's ragged payload along `plan`. On return, this rank holds the
+/// items the plan sends it, in destination slot order, with their row counts; the row width is
+/// unchanged. Every item arrives exactly once and byte-identical. One metadata all-gather and
+/// all-gatherv, then one all-to-all(v) per hop of the schedule. O(bytes + n log n) per rank.
+/// Deterministic. Throws `communication_error` on every rank when ranks disagree (plan, row
+/// width, schedule, item counts) or one holds an invalid payload; whatever the communicator
+/// throws.
+template <communicator Comm>
+ragged_payload dispatch(Comm& comm, const rearrangement& plan, const ragged_payload& local,
+                        const dispatch_options& options = {}, dispatch_report* report = nullptr) {
+  static_assert(Comm::payload_memory == memory_kind::host,
+                "dispatch moves host payloads; for device memory use build_route + execute with "
+                "a device mover");
+  topology topo;
+  const auto rows = detail::exchange_item_counts(comm, plan, local.rows, local.row_bytes,
+                                                 detail::check_payload(local), options.sched,
+                                                 topo, options.links);
+  std::vector<std::int64_t> bytes(rows.size());
+  for (std::size_t g = 0; g < rows.size(); ++g) bytes[g] = rows[g] * local.row_bytes;
+  const route r = route::build(plan, bytes, topo, comm.rank(), options.sched);
+
+  ragged_payload out;
+  out.row_bytes = local.row_bytes;
+  const auto doff = plan.dst_offsets();
+  const auto me = static_cast<std::size_t>(comm.rank());
+  out.rows.reserve(static_cast<std::size_t>(doff[me + 1] - doff[me]));
+  for (auto h = doff[me]; h < doff[me + 1]; ++h)
+    out.rows.push_back(rows[static_cast<std::size_t>(plan.source_of(h))]);
+  out.data.resize(static_cast<std::size_t>(r.output_bytes()));
+  host_mover mover;
+  execute(comm, r, local.data.data(), out.data.data(), mover);
+  if (report != nullptr) {
+    report->used = r.used();
+    report->sent = r.sent();
+    report->predicted_seconds = r.predicted_seconds();
+    report->input_bytes = r.input_bytes();
+    report->output_bytes = r.output_bytes();
+  }
+  return out;
+}
+
+/// Collective: the reverse of `dispatch` (used for gradients). `at_destination` holds this
+/// rank's items of the plan's destination layout in slot order; on return this rank holds its
+/// original source items in slot order. Same cost, guarantees and errors as `dispatch` along
+/// `plan.inverse()` (plus O(n) to invert the plan).
+template <communicator Comm>
+ragged_payload combine(Comm& comm, const rearrangement& plan,
+                       const ragged_payload& at_destination, const dispatch_options& options = {},
+                       dispatch_report* report = nullptr) {
+  return dispatch(comm, plan.inverse(), at_destination, options, report);
+}
+
+}  // namespace orchmllm

@@ -1,0 +1,85 @@
+#pragma once
+/// @file metadata.hpp
+/// Metadata exchange: every rank's local item list → the global batch layout, on every rank.
+///
+/// Step 1 of batch post-balancing: each rank publishes the lengths (and optionally payload
+/// bytes) of the items it sampled; afterwards every rank holds the same `batch_layout` and can
+/// compute the same plan without further communication.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "orchmllm/comm/communicator.hpp"
+#include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/error.hpp"
+
+namespace orchmllm {
+
+/// Collective: gathers every rank's item lengths (and bytes, when `bytes` is non-empty on every
+/// rank that holds items; it must then have one entry per local item, and ranks without items
+/// follow the others) into the global layout, identical on every rank; item `slot` of rank `r`
+/// gets global id offset(r) + slot. One all-gather of a 24-byte record per rank and one
+/// all-gatherv per array: O(n) bytes. Deterministic.
+/// Throws `communication_error` on every rank when ranks disagree on whether bytes are given,
+/// or one rank's input is malformed (bytes of another size than lengths, negative values);
+/// what the communicator throws.
+template <communicator Comm>
+batch_layout gather_layout(Comm& comm, std::span<const std::int64_t> lengths,
+                           std::span<const std::int64_t> bytes = {}) {
+  const auto d = static_cast<std::size_t>(comm.size());
+  struct record {
+    std::int64_t items;
+    std::int64_t has_bytes;
+    std::int64_t bad;  // 0 ok, 1 sizes disagree, 2 negative value
+  };
+  // has_bytes: 0 no, 1 yes, 2 either. A rank without items passes empty spans either way (it
+  // cannot give bytes for no items), so it follows the ranks that have items.
+  record mine{static_cast<std::int64_t>(lengths.size()),
+              lengths.empty() && bytes.empty() ? 2 : (bytes.empty() ? 0 : 1), 0};
+  if (!bytes.empty() && bytes.size() != lengths.size()) mine.bad = 1;
+  for (const auto v : lengths)
+    if (v < 0) mine.bad = 2;
+  for (const auto v : bytes)
+    if (v < 0) mine.bad = 2;
+  std::vector<record> all(d);
+  std::byte raw[sizeof(record)];
+  std::memcpy(raw, &mine, sizeof mine);
+  comm.all_gather(raw, static_cast<std::int64_t>(sizeof mine),
+                  reinterpret_cast<std::byte*>(all.data()));
+  std::size_t decides = 0;  // the first rank with items (its choice is the group's)
+  while (decides + 1 < d && all[decides].has_bytes == 2) ++decides;
+  const bool has_bytes = all[decides].has_bytes == 1;
+  for (std::size_t r = 0; r < d; ++r) {
+    ORCHMLLM_REQUIRE(all[r].bad != 1, communication_error, "rank ", r,
+                     " gave payload bytes for another number of items than lengths");
+    ORCHMLLM_REQUIRE(all[r].bad != 2, communication_error, "rank ", r,
+                     " gave a negative length or byte count");
+    ORCHMLLM_REQUIRE(all[r].has_bytes == 2 || (all[r].has_bytes == 1) == has_bytes,
+                     communication_error,
+                     "ranks disagree on whether payload bytes are given: rank ", decides,
+                     has_bytes ? " gives" : " does not give", " them, rank ", r,
+                     all[r].has_bytes == 1 ? " does" : " does not");
+  }
+  std::vector<std::int64_t> offsets(d + 1, 0), counts(d), displs(d);
+  for (std::size_t r = 0; r < d; ++r) {
+    offsets[r + 1] = offsets[r] + all[r].items;
+    counts[r] = all[r].items * static_cast<std::int64_t>(sizeof(std::int64_t));
+    displs[r] = offsets[r] * static_cast<std::int64_t>(sizeof(std::int64_t));
+  }
+  const auto me = static_cast<std::size_t>(comm.rank());
+  auto gather = [&](std::span<const std::int64_t> local) {
+    std::vector<std::int64_t> global(static_cast<std::size_t>(offsets[d]));
+    comm.all_gatherv(reinterpret_cast<const std::byte*>(local.data()), counts[me],
+                     reinterpret_cast<std::byte*>(global.data()), counts, displs);
+    return global;
+  };
+  auto global_lengths = gather(lengths);
+  std::vector<std::int64_t> global_bytes;
+  if (has_bytes) global_bytes = gather(bytes);
+  return batch_layout(std::move(offsets), std::move(global_lengths), std::move(global_bytes));
+}
+
+}  // namespace orchmllm

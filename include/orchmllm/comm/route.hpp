@@ -1,0 +1,551 @@
+#pragma once
+/// @file route.hpp
+/// Routes: one rank's precomputed program for moving ragged bytes along a plan, and `execute`.
+///
+/// A route is the plan/execute split of the data movement. From the global view (the plan,
+/// every item's byte size, the topology), identical on every rank, each rank builds its own
+/// route without communicating: a sequence of hops, each one pack (a gather of byte segments
+/// into a send buffer grouped by peer) and one all-to-all(v), followed by one unpack into
+/// destination slot order. `execute` runs it with any `communicator` and any `byte_mover`, so
+/// the same route moves host payloads over MPI or the local backend and device payloads over
+/// NCCL. Build once per plan and reuse it for every tensor that follows the same plan with the
+/// same per-item byte sizes (e.g. activations and gradients of equal width).
+///
+/// Schedules (see docs/communication.md for the model and the proofs of delivery):
+/// - `direct`: one hop, every item straight from its source rank to its destination rank.
+/// - `node_wise`: three hops. (1) Inside the source node, items bound for another node are
+///   regrouped onto "rails": the bytes each (source node, destination node) pair exchanges are
+///   split evenly over min(G_src, G_dst) rails, walking items in (source local rank, destination
+///   id) order so items mostly keep their own GPU's rail; items whose destination is in the
+///   same node go straight there. (2) Rail l of the source node sends to rail l of the
+///   destination node: only GPUs of the same local index talk across nodes, every NIC of a node
+///   carries about 1/G of the node's traffic, and a rank exchanges one message per node instead
+///   of one per rank. (3) Inside the destination node, rails scatter to the final ranks.
+///   Inter-node bytes are the same as `direct`; intra-node bytes grow by the forwarding hops.
+/// - `automatic`: builds both and keeps the one the time model predicts faster (ties: direct).
+///   Hops in which no item changes rank anywhere are dropped (e.g. all of node-wise on one node).
+///
+/// Order on the wire: in every hop, the bytes for one peer are in increasing destination global
+/// id; a receive buffer holds the peers' blocks in increasing rank. Both sides derive this from
+/// the same global data, so no offsets travel with the payload.
+///
+/// Time model (`predicted_seconds`): per hop, each rank's send time and receive time are
+/// Σ messages · latency + bytes / bandwidth over intra- and inter-node links (`link_params`;
+/// a message is a non-empty block to another rank);
+/// a hop takes as long as its slowest rank in either direction, and hops add up. Self copies
+/// are free. Deterministic: every rank computes the same value and so the same choice.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "orchmllm/comm/communicator.hpp"
+#include "orchmllm/comm/mover.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/detail/comm/segments.hpp"
+#include "orchmllm/topology/topology.hpp"
+
+namespace orchmllm {
+
+/// How a route moves data between nodes (see the file comment).
+enum class schedule { direct, node_wise, automatic };
+
+/// "direct", "node-wise", "auto".
+[[nodiscard]] inline const char* to_string(schedule s) noexcept {
+  switch (s) {
+    case schedule::direct: return "direct";
+    case schedule::node_wise: return "node-wise";
+    case schedule::automatic: return "auto";
+  }
+  return "?";
+}
+
+/// Parses "direct", "node-wise" (or "node_wise"), "auto" (or "automatic"). Throws
+/// `invalid_argument_error` listing the accepted names.
+[[nodiscard]] inline schedule parse_schedule(std::string_view name) {
+  if (name == "direct") return schedule::direct;
+  if (name == "node-wise" || name == "node_wise") return schedule::node_wise;
+  if (name == "auto" || name == "automatic") return schedule::automatic;
+  detail::raise<invalid_argument_error>(detail::concat(
+      "unknown schedule '", name, "' (expected one of: direct, node-wise, auto)"));
+}
+
+/// Bytes and messages by link class. For a plan (`plan_traffic`): what a source rank's items
+/// need, by where they end up. For a route (`route::sent`): what a rank actually sends over all
+/// hops, forwarding included. `local_bytes` never leave the rank (self copies).
+struct traffic_stats {
+  std::int64_t local_bytes = 0;          ///< stay on their rank
+  std::int64_t intra_node_bytes = 0;     ///< cross a link inside a node
+  std::int64_t inter_node_bytes = 0;     ///< cross a link between nodes
+  std::int64_t intra_node_messages = 0;  ///< non-empty blocks to other ranks of the same node
+  std::int64_t inter_node_messages = 0;  ///< non-empty blocks to ranks of other nodes
+
+  /// Bytes that leave their rank.
+  [[nodiscard]] std::int64_t moved_bytes() const noexcept {
+    return intra_node_bytes + inter_node_bytes;
+  }
+  /// All bytes, local ones included.
+  [[nodiscard]] std::int64_t total_bytes() const noexcept { return local_bytes + moved_bytes(); }
+
+  traffic_stats& operator+=(const traffic_stats& o) noexcept {
+    local_bytes += o.local_bytes;
+    intra_node_bytes += o.intra_node_bytes;
+    inter_node_bytes += o.inter_node_bytes;
+    intra_node_messages += o.intra_node_messages;
+    inter_node_messages += o.inter_node_messages;
+    return *this;
+  }
+  friend bool operator==(const traffic_stats&, const traffic_stats&) = default;
+};
+
+namespace detail {
+
+// Checks that item_bytes has one non-negative entry per item and the topology matches the plan.
+inline void check_route_inputs(const rearrangement& plan, std::span<const std::int64_t> item_bytes,
+                               const topology& topo) {
+  ORCHMLLM_REQUIRE(plan.num_src_ranks() == plan.num_dst_ranks(), invalid_argument_error,
+                   "a route needs a plan between equal rank counts, got ", plan.num_src_ranks(),
+                   " source and ", plan.num_dst_ranks(), " destination ranks");
+  ORCHMLLM_REQUIRE(topo.num_ranks() == plan.num_src_ranks(), invalid_argument_error,
+                   "the topology has ", topo.num_ranks(), " ranks but the plan ",
+                   plan.num_src_ranks());
+  ORCHMLLM_REQUIRE(static_cast<std::int64_t>(item_bytes.size()) == plan.num_items(),
+                   invalid_argument_error, item_bytes.size(), " item sizes for a plan of ",
+                   plan.num_items(), " items");
+  for (std::size_t g = 0; g < item_bytes.size(); ++g)
+    ORCHMLLM_REQUIRE(item_bytes[g] >= 0, invalid_argument_error, "item ", g, " has ",
+                     item_bytes[g], " bytes");
+}
+
+// Source rank of every item (n entries).
+inline std::vector<rank_t> source_ranks(const rearrangement& plan) {
+  std::vector<rank_t> src(static_cast<std::size_t>(plan.num_items()));
+  const auto off = plan.src_offsets();
+  for (std::size_t r = 0; r + 1 < off.size(); ++r)
+    std::fill(src.begin() + off[r], src.begin() + off[r + 1], static_cast<rank_t>(r));
+  return src;
+}
+
+// Where every item is before and after each hop: at[g·(hops+1) + k], k = 0..hops.
+struct item_paths {
+  int hops = 0;
+  std::vector<rank_t> at;
+
+  [[nodiscard]] rank_t where(std::int64_t g, int k) const noexcept {
+    return at[static_cast<std::size_t>(g) * static_cast<std::size_t>(hops + 1) +
+              static_cast<std::size_t>(k)];
+  }
+};
+
+inline item_paths direct_paths(const rearrangement& plan, std::span<const rank_t> src) {
+  item_paths p;
+  p.hops = 1;
+  const auto n = static_cast<std::size_t>(plan.num_items());
+  p.at.resize(2 * n);
+  for (std::size_t g = 0; g < n; ++g) {
+    p.at[2 * g] = src[g];
+    p.at[2 * g + 1] = plan.dst_ranks()[g];
+  }
+  return p;
+}
+
+// Node-wise paths [s, rail in source node, same rail in destination node, t]; see route.hpp's
+// file comment. Rails split each node pair's bytes evenly, walking its items in (source local
+// rank, destination id) order.
+inline item_paths node_wise_paths(const rearrangement& plan, std::span<const std::int64_t> bytes,
+                                  const topology& topo, std::span<const rank_t> src) {
+  item_paths p;
+  p.hops = 3;
+  const auto n = static_cast<std::size_t>(plan.num_items());
+  p.at.resize(4 * n);
+  std::vector<std::int64_t> remote;  // items that change node
+  for (std::size_t g = 0; g < n; ++g) {
+    const rank_t s = src[g];
+    const rank_t t = plan.dst_ranks()[g];
+    p.at[4 * g] = s;
+    if (topo.same_node(s, t)) {
+      p.at[4 * g + 1] = p.at[4 * g + 2] = p.at[4 * g + 3] = t;
+    } else {
+      p.at[4 * g + 3] = t;
+      remote.push_back(static_cast<std::int64_t>(g));
+    }
+  }
+  auto key_less = [&](std::int64_t a, std::int64_t b) {
+    const auto ga = static_cast<std::size_t>(a), gb = static_cast<std::size_t>(b);
+    const rank_t na = topo.node_of(src[ga]), nb = topo.node_of(src[gb]);
+    if (na != nb) return na < nb;
+    const rank_t ma = topo.node_of(plan.dst_ranks()[ga]), mb = topo.node_of(plan.dst_ranks()[gb]);
+    if (ma != mb) return ma < mb;
+    const rank_t la = topo.local_rank(src[ga]), lb = topo.local_rank(src[gb]);
+    if (la != lb) return la < lb;
+    return plan.destination_id(a) < plan.destination_id(b);
+  };
+  std::sort(remote.begin(), remote.end(), key_less);
+  for (std::size_t i = 0; i < remote.size();) {
+    const auto g0 = static_cast<std::size_t>(remote[i]);
+    const rank_t ns = topo.node_of(src[g0]);
+    const rank_t nt = topo.node_of(plan.dst_ranks()[g0]);
+    std::size_t j = i;
+    std::int64_t total = 0;
+    while (j < remote.size() &&
+           topo.node_of(src[static_cast<std::size_t>(remote[j])]) == ns &&
+           topo.node_of(plan.dst_ranks()[static_cast<std::size_t>(remote[j])]) == nt) {
+      total += bytes[static_cast<std::size_t>(remote[j])];
+      ++j;
+    }
+    const rank_t rails = std::min(topo.node_size(ns), topo.node_size(nt));
+    const auto count = static_cast<std::int64_t>(j - i);
+    std::int64_t cum = 0;
+    for (std::size_t k = i; k < j; ++k) {
+      const auto g = static_cast<std::size_t>(remote[k]);
+      const std::int64_t b = bytes[g];
+      rank_t rail;
+      if (total > 0) {
+        // Midpoint of the item's byte range, scaled to [0, rails): an even byte split.
+        const double mid = (static_cast<double>(cum) + 0.5 * static_cast<double>(b)) /
+                           static_cast<double>(total);
+        rail = static_cast<rank_t>(std::min<double>(rails - 1, std::floor(mid * rails)));
+      } else {
+        rail = static_cast<rank_t>(static_cast<std::int64_t>(k - i) * rails / count);
+      }
+      cum += b;
+      p.at[4 * g + 1] = topo.rank_at(ns, rail);
+      p.at[4 * g + 2] = topo.rank_at(nt, rail);
+    }
+    i = j;
+  }
+  return p;
+}
+
+// Drops hops in which no item changes rank (the same decision on every rank).
+inline item_paths drop_idle_hops(const item_paths& p, std::int64_t n) {
+  std::vector<int> keep{0};
+  for (int k = 1; k <= p.hops; ++k) {
+    bool moves = false;
+    for (std::int64_t g = 0; g < n && !moves; ++g) moves = p.where(g, k - 1) != p.where(g, k);
+    if (moves) keep.push_back(k);
+  }
+  if (static_cast<int>(keep.size()) == p.hops + 1) return p;
+  item_paths q;
+  q.hops = static_cast<int>(keep.size()) - 1;
+  q.at.reserve(static_cast<std::size_t>(n) * keep.size());
+  for (std::int64_t g = 0; g < n; ++g) {
+    // A dropped hop moves nothing (column k equals column k-1), so the kept columns still end
+    // at each item's final rank.
+    for (const int k : keep) q.at.push_back(p.where(g, k));
+  }
+  return q;
+}
+
+// Time model of a set of paths (see route.hpp's file comment). O(hops · n log n).
+inline double predict_seconds(const item_paths& p, std::span<const std::int64_t> bytes,
+                              const topology& topo) {
+  const auto d = static_cast<std::size_t>(topo.num_ranks());
+  const auto n = static_cast<std::int64_t>(bytes.size());
+  const auto& L = topo.links;
+  double total = 0;
+  std::vector<double> send_t(d), recv_t(d);
+  std::vector<std::int64_t> pairs;
+  for (int k = 1; k <= p.hops; ++k) {
+    std::fill(send_t.begin(), send_t.end(), 0.0);
+    std::fill(recv_t.begin(), recv_t.end(), 0.0);
+    pairs.clear();
+    for (std::int64_t g = 0; g < n; ++g) {
+      const rank_t a = p.where(g, k - 1), b = p.where(g, k);
+      // Zero-byte items post no message (zero counts are skipped on both sides): no latency.
+      if (a == b || bytes[static_cast<std::size_t>(g)] == 0) continue;
+      const double secs = static_cast<double>(bytes[static_cast<std::size_t>(g)]) /
+                          (topo.same_node(a, b) ? L.intra_bandwidth : L.inter_bandwidth);
+      send_t[static_cast<std::size_t>(a)] += secs;
+      recv_t[static_cast<std::size_t>(b)] += secs;
+      pairs.push_back(static_cast<std::int64_t>(a) * static_cast<std::int64_t>(d) + b);
+    }
+    std::sort(pairs.begin(), pairs.end());
+    pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+    for (const auto key : pairs) {
+      const auto a = static_cast<rank_t>(key / static_cast<std::int64_t>(d));
+      const auto b = static_cast<rank_t>(key % static_cast<std::int64_t>(d));
+      const double lat = topo.same_node(a, b) ? L.intra_latency : L.inter_latency;
+      send_t[static_cast<std::size_t>(a)] += lat;
+      recv_t[static_cast<std::size_t>(b)] += lat;
+    }
+    double hop = 0;
+    for (std::size_t r = 0; r < d; ++r) hop = std::max({hop, send_t[r], recv_t[r]});
+    total += hop;
+  }
+  return total;
+}
+
+}  // namespace detail
+
+/// Per source rank (d entries): the bytes of its items by where the plan puts them, whatever
+/// the schedule: `local_bytes` stay on the rank, `intra_node_bytes` go to another rank of the
+/// same node, `inter_node_bytes` to another node; messages count the distinct destination
+/// ranks of each class. O(n log n + d). Deterministic. Throws `invalid_argument_error` when
+/// sizes disagree or a byte count is negative.
+[[nodiscard]] inline std::vector<traffic_stats> plan_traffic(const rearrangement& plan,
+                                                             std::span<const std::int64_t> item_bytes,
+                                                             const topology& topo) {
+  detail::check_route_inputs(plan, item_bytes, topo);
+  std::vector<traffic_stats> out(static_cast<std::size_t>(plan.num_src_ranks()));
+  const auto off = plan.src_offsets();
+  std::vector<rank_t> peers;
+  for (std::size_t r = 0; r + 1 < off.size(); ++r) {
+    auto& st = out[r];
+    peers.clear();
+    for (auto g = off[r]; g < off[r + 1]; ++g) {
+      const rank_t t = plan.dst_ranks()[static_cast<std::size_t>(g)];
+      const std::int64_t b = item_bytes[static_cast<std::size_t>(g)];
+      if (t == static_cast<rank_t>(r)) {
+        st.local_bytes += b;
+        continue;
+      }
+      (topo.same_node(static_cast<rank_t>(r), t) ? st.intra_node_bytes : st.inter_node_bytes) += b;
+      if (b > 0) peers.push_back(t);
+    }
+    std::sort(peers.begin(), peers.end());
+    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+    for (const rank_t t : peers)
+      ++(topo.same_node(static_cast<rank_t>(r), t) ? st.intra_node_messages
+                                                   : st.inter_node_messages);
+  }
+  return out;
+}
+
+/// One rank's program for moving ragged bytes along a plan (see the file comment).
+class route {
+ public:
+  /// One pack + all-to-all(v). Counts and displacements are in bytes, one entry per rank.
+  struct hop {
+    std::vector<std::int64_t> send_counts, send_displs, recv_counts, recv_displs;
+    detail::segment_list pack;  ///< previous buffer → send buffer
+    bool pack_identity = false;  ///< the previous buffer already is the send buffer
+    std::int64_t send_bytes = 0;
+    std::int64_t recv_bytes = 0;
+  };
+
+  /// An empty route (no ranks).
+  route() = default;
+
+  /// Builds rank `rank`'s route. `item_bytes` has one entry per source item (global id order):
+  /// its payload size in bytes. The plan must map d ranks to the same d ranks and `topo` must
+  /// have d ranks. O(hops · n log n + d) time, O(n + d) memory (both schedules with
+  /// `automatic`). Deterministic: every rank derives the same schedule, order and offsets.
+  /// Throws `invalid_argument_error` for mismatched sizes, negative bytes or a rank outside
+  /// [0, d).
+  static route build(const rearrangement& plan, std::span<const std::int64_t> item_bytes,
+                     const topology& topo, rank_t rank, schedule s = schedule::automatic) {
+    detail::check_route_inputs(plan, item_bytes, topo);
+    ORCHMLLM_REQUIRE(rank >= 0 && rank < topo.num_ranks(), invalid_argument_error, "rank ", rank,
+                     " outside [0, ", topo.num_ranks(), ")");
+    const auto src = detail::source_ranks(plan);
+    const auto n = plan.num_items();
+    route r;
+    r.rank_ = rank;
+    r.num_ranks_ = topo.num_ranks();
+    r.predicted_[0] = r.predicted_[1] = std::numeric_limits<double>::quiet_NaN();
+    detail::item_paths chosen;
+    if (s == schedule::direct || s == schedule::automatic) {
+      chosen = detail::drop_idle_hops(detail::direct_paths(plan, src), n);
+      r.predicted_[0] = detail::predict_seconds(chosen, item_bytes, topo);
+      r.used_ = schedule::direct;
+    }
+    if (s == schedule::node_wise || s == schedule::automatic) {
+      auto nw = detail::drop_idle_hops(detail::node_wise_paths(plan, item_bytes, topo, src), n);
+      r.predicted_[1] = detail::predict_seconds(nw, item_bytes, topo);
+      if (s == schedule::node_wise || r.predicted_[1] < r.predicted_[0]) {
+        chosen = std::move(nw);
+        r.used_ = schedule::node_wise;
+      }
+    }
+    r.compile(plan, item_bytes, topo, chosen);
+    return r;
+  }
+
+  /// This route's rank and the group size.
+  [[nodiscard]] rank_t rank() const noexcept { return rank_; }
+  [[nodiscard]] rank_t num_ranks() const noexcept { return num_ranks_; }
+  /// The schedule actually used (never `automatic`).
+  [[nodiscard]] schedule used() const noexcept { return used_; }
+  /// Bytes this rank contributes (its source items, slot order) and receives (its destination
+  /// items, slot order).
+  [[nodiscard]] std::int64_t input_bytes() const noexcept { return input_bytes_; }
+  [[nodiscard]] std::int64_t output_bytes() const noexcept { return output_bytes_; }
+  /// Byte size of every item this rank receives, in destination slot order.
+  [[nodiscard]] std::span<const std::int64_t> output_item_bytes() const noexcept {
+    return output_item_bytes_;
+  }
+  /// The hops (0 when no item changes rank; 1 for direct; up to 3 for node-wise).
+  [[nodiscard]] std::span<const hop> hops() const noexcept { return hops_; }
+  /// Final gather from the last receive buffer (or the input, with no hops) into slot order.
+  [[nodiscard]] const detail::segment_list& unpack() const noexcept { return unpack_; }
+  /// The last hop receives straight into the output.
+  [[nodiscard]] bool unpack_identity() const noexcept { return unpack_identity_; }
+  /// What this rank sends over all hops, by link class (forwarding hops included; a self copy
+  /// in a hop counts as `local_bytes`; with no hops the whole input is local). For `direct`
+  /// this equals `plan_traffic(...)[rank()]`.
+  [[nodiscard]] const traffic_stats& sent() const noexcept { return sent_; }
+  /// Modelled time of the whole group's exchange under the used schedule, in seconds.
+  [[nodiscard]] double predicted_seconds() const noexcept {
+    return predicted_[used_ == schedule::direct ? 0 : 1];
+  }
+  /// Modelled time under `direct` or `node_wise`; NaN for a schedule that was not built (only
+  /// `automatic` builds both).
+  [[nodiscard]] double predicted_seconds(schedule s) const noexcept {
+    if (s == schedule::automatic) return predicted_seconds();
+    return predicted_[s == schedule::direct ? 0 : 1];
+  }
+
+ private:
+  void compile(const rearrangement& plan, std::span<const std::int64_t> bytes,
+               const topology& topo, const detail::item_paths& p) {
+    const auto n = plan.num_items();
+    const auto d = static_cast<std::size_t>(num_ranks_);
+    const rank_t me = rank_;
+    std::vector<std::int64_t> pos(static_cast<std::size_t>(n), -1);
+    {
+      const auto off = plan.src_offsets();
+      std::int64_t at = 0;
+      for (auto g = off[static_cast<std::size_t>(me)]; g < off[static_cast<std::size_t>(me) + 1];
+           ++g) {
+        pos[static_cast<std::size_t>(g)] = at;
+        at += bytes[static_cast<std::size_t>(g)];
+      }
+      input_bytes_ = at;
+    }
+    std::vector<std::int64_t> out_items, in_items;
+    for (int k = 1; k <= p.hops; ++k) {
+      hop h;
+      h.send_counts.assign(d, 0);
+      h.recv_counts.assign(d, 0);
+      out_items.clear();
+      in_items.clear();
+      for (std::int64_t g = 0; g < n; ++g) {
+        if (p.where(g, k - 1) == me) out_items.push_back(g);
+        if (p.where(g, k) == me) in_items.push_back(g);
+      }
+      auto by_peer = [&](int col) {
+        return [&, col](std::int64_t a, std::int64_t b) {
+          const rank_t pa = p.where(a, col), pb = p.where(b, col);
+          if (pa != pb) return pa < pb;
+          return plan.destination_id(a) < plan.destination_id(b);
+        };
+      };
+      std::sort(out_items.begin(), out_items.end(), by_peer(k));
+      std::sort(in_items.begin(), in_items.end(), by_peer(k - 1));
+      std::int64_t at = 0;
+      for (const auto g : out_items) {
+        const auto b = bytes[static_cast<std::size_t>(g)];
+        const rank_t to = p.where(g, k);
+        h.pack.push(pos[static_cast<std::size_t>(g)], at, b);
+        h.send_counts[static_cast<std::size_t>(to)] += b;
+        at += b;
+        if (to == me)
+          sent_.local_bytes += b;
+        else
+          (topo.same_node(me, to) ? sent_.intra_node_bytes : sent_.inter_node_bytes) += b;
+      }
+      h.send_bytes = at;
+      h.pack_identity = h.pack.is_identity(at);
+      at = 0;
+      for (const auto g : in_items) {
+        const auto b = bytes[static_cast<std::size_t>(g)];
+        h.recv_counts[static_cast<std::size_t>(p.where(g, k - 1))] += b;
+        pos[static_cast<std::size_t>(g)] = at;
+        at += b;
+      }
+      h.recv_bytes = at;
+      h.send_displs = exclusive_scan(h.send_counts);
+      h.recv_displs = exclusive_scan(h.recv_counts);
+      for (std::size_t q = 0; q < d; ++q) {
+        if (static_cast<rank_t>(q) == me || h.send_counts[q] == 0) continue;
+        ++(topo.same_node(me, static_cast<rank_t>(q)) ? sent_.intra_node_messages
+                                                      : sent_.inter_node_messages);
+      }
+      hops_.push_back(std::move(h));
+    }
+    // No hops: nothing changes rank, so the whole input is a self copy (the unpack). Counting it
+    // keeps `sent()` of a direct route equal to `plan_traffic` for every plan.
+    if (hops_.empty()) sent_.local_bytes = input_bytes_;
+    const auto doff = plan.dst_offsets();
+    std::int64_t at = 0;
+    for (auto hid = doff[static_cast<std::size_t>(me)]; hid < doff[static_cast<std::size_t>(me) + 1];
+         ++hid) {
+      const auto g = static_cast<std::size_t>(plan.source_of(hid));
+      unpack_.push(pos[g], at, bytes[g]);
+      output_item_bytes_.push_back(bytes[g]);
+      at += bytes[g];
+    }
+    output_bytes_ = at;
+    unpack_identity_ = !hops_.empty() && unpack_.is_identity(at);
+  }
+
+  static std::vector<std::int64_t> exclusive_scan(const std::vector<std::int64_t>& v) {
+    std::vector<std::int64_t> out(v.size(), 0);
+    for (std::size_t i = 1; i < v.size(); ++i) out[i] = out[i - 1] + v[i - 1];
+    return out;
+  }
+
+  rank_t rank_ = 0;
+  rank_t num_ranks_ = 0;
+  schedule used_ = schedule::direct;
+  std::int64_t input_bytes_ = 0;
+  std::int64_t output_bytes_ = 0;
+  std::vector<std::int64_t> output_item_bytes_;
+  std::vector<hop> hops_;
+  detail::segment_list unpack_;
+  bool unpack_identity_ = false;
+  traffic_stats sent_;
+  double predicted_[2] = {0, 0};
+};
+
+/// Runs `r` on this rank: `in` holds the rank's source items in slot order (`r.input_bytes()`
+/// bytes), `out` receives its destination items in slot order (`r.output_bytes()` bytes); both
+/// in the communicator's payload memory, which `mover` must serve. Collective over `comm`: every
+/// rank runs its own route of the same plan. Each hop is one pack (skipped when the data is
+/// already grouped by peer) and one `all_to_allv`; the last hop receives straight into `out`
+/// when the arrival order is already slot order. O(bytes moved + segments).
+/// Throws `invalid_argument_error` when `comm`'s rank or size differ from the route's (a caller
+/// bug, raised before any communication on this rank only) and whatever the communicator
+/// throws (`communication_error`).
+template <communicator Comm, byte_mover Mover>
+void execute(Comm& comm, const route& r, const std::byte* in, std::byte* out, Mover& mover) {
+  ORCHMLLM_REQUIRE(comm.rank() == r.rank() && comm.size() == r.num_ranks(), invalid_argument_error,
+                   "route built for rank ", r.rank(), " of ", r.num_ranks(),
+                   " executed on rank ", comm.rank(), " of ", comm.size());
+  const std::byte* cur = in;
+  int cur_slot = -1;  // -1: the caller's input
+  const auto hops = r.hops();
+  for (std::size_t i = 0; i < hops.size(); ++i) {
+    const auto& h = hops[i];
+    const std::byte* send = cur;
+    int send_slot = cur_slot;
+    if (!h.pack_identity) {
+      send_slot = cur_slot == 0 ? 1 : 0;
+      std::byte* buf = mover.scratch(send_slot, h.send_bytes);
+      mover.gather(cur, buf, h.pack);
+      send = buf;
+    }
+    std::byte* recv = nullptr;
+    int recv_slot = -1;
+    if (i + 1 == hops.size() && r.unpack_identity()) {
+      recv = out;
+    } else {
+      recv_slot = send_slot == 0 ? 1 : 0;
+      recv = mover.scratch(recv_slot, h.recv_bytes);
+    }
+    comm.all_to_allv(send, h.send_counts, h.send_displs, recv, h.recv_counts, h.recv_displs);
+    cur = recv;
+    cur_slot = recv_slot;
+  }
+  if (!r.unpack_identity()) mover.gather(cur, out, r.unpack());
+}
+
+}  // namespace orchmllm
