@@ -1,0 +1,767 @@
+#pragma once
+/// @file communicator.hpp
+/// MPI backend of the `orchmllm::communicator` concept (CMake target `orchmllm::mpi`, option
+/// `ORCHMLLM_ENABLE_MPI`, macro `ORCHMLLM_HAS_MPI`).
+///
+/// - `orchmllm::mpi::environment`: RAII MPI_Init_thread / MPI_Finalize.
+/// - `orchmllm::mpi::communicator`: one rank's handle on a duplicate of an MPI communicator, with
+///   node groups (real ones from MPI_Comm_split_type, or faked blocks of G ranks for tests) and
+///   all-gather(v) / all-to-all(v) of host bytes with 64-bit counts, chunked where MPI counts in
+///   `int`.
+///
+/// Failure model. all_gather, all_gatherv and all_to_allv first agree on their arguments with
+/// one small MPI_Allreduce, so a rank with bad arguments (wrong span sizes, negative counts, a
+/// `bytes` that differs between ranks) makes *every* rank throw `invalid_argument_error` before
+/// any payload moves, and the communicator stays usable. After the transfer a second small
+/// MPI_Allreduce agrees on the outcome, so an MPI error or a short message seen by one rank
+/// raises `communication_error` on every rank. Ranks that disagree on pairwise counts
+/// (send_counts[p] on r != recv_counts[r] on p) break the contract of the concept;
+/// `communicator_options::verify_counts` makes all_to_allv check this (one extra MPI_Alltoall
+/// of the counts) and raise `communication_error` on every rank instead. A rank that dies, or
+/// an MPI failure in the middle of a point-to-point transfer, can still leave peers blocked
+/// inside MPI: MPI offers no portable way out (use the launcher's timeout).
+///
+/// Environment variable: `ORCHMLLM_RANKS_PER_NODE=G` (G >= 1) fakes nodes as consecutive blocks
+/// of G ranks whenever `communicator_options::ranks_per_node` is 0; unset, empty or "0" means
+/// real nodes. Anything else (not a non-negative integer) raises invalid_argument_error from
+/// the constructor on every rank.
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <charconv>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "orchmllm/comm/communicator.hpp"
+#include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/detail/comm/chunking.hpp"
+
+namespace orchmllm::detail::mpi_backend {
+
+// Text for an MPI error code: the implementation's string plus the code itself.
+inline std::string error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  std::string out;
+  if (MPI_Error_string(code, text, &len) == MPI_SUCCESS && len > 0)
+    out.assign(text, len);
+  else
+    out = "unknown MPI error";
+  return out + " (MPI error code " + std::to_string(code) + ")";
+}
+
+// Throws communication_error naming the MPI call and the error. The location is the caller's.
+inline void check(int rc, std::string_view call,
+                  source_location where = source_location::current()) {
+  if (rc != MPI_SUCCESS) [[unlikely]]
+    throw communication_error(std::string(call) + " failed: " + error_string(rc), where);
+}
+
+// The outcome of a local transfer attempt that must be agreed on before anyone throws.
+struct outcome {
+  int rc = MPI_SUCCESS;
+  std::string what;  // empty when rc == MPI_SUCCESS
+  void fail(int code, std::string text) {
+    if (rc != MPI_SUCCESS) return;  // keep the first failure
+    rc = code == MPI_SUCCESS ? MPI_ERR_OTHER : code;
+    what = std::move(text);
+  }
+  [[nodiscard]] bool ok() const noexcept { return rc == MPI_SUCCESS; }
+};
+
+// FNV-1a over 64-bit values: a deterministic digest for "do all ranks pass the same counts".
+inline std::int64_t digest(std::span<const std::int64_t> v) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::int64_t x : v) {
+    auto u = static_cast<std::uint64_t>(x);
+    for (int b = 0; b < 8; ++b) {
+      h ^= (u >> (8 * b)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  }
+  return std::bit_cast<std::int64_t>(h);
+}
+
+// Parses ORCHMLLM_RANKS_PER_NODE; nullopt when unset or empty.
+inline std::optional<std::int64_t> ranks_per_node_from_env() {
+  const char* text = std::getenv("ORCHMLLM_RANKS_PER_NODE");
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  std::string_view s(text);
+  std::int64_t value = -1;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  ORCHMLLM_REQUIRE(ec == std::errc() && end == s.data() + s.size() && value >= 0 &&
+                       value <= std::numeric_limits<rank_t>::max(),
+                   invalid_argument_error, "ORCHMLLM_RANKS_PER_NODE='", s,
+                   "' is not an integer in [0, ", std::numeric_limits<rank_t>::max(), "]");
+  return value;
+}
+
+}  // namespace orchmllm::detail::mpi_backend
+
+namespace orchmllm::mpi {
+
+/// RAII owner of the MPI library's lifetime for programs that do not manage it themselves.
+///
+/// The constructor calls MPI_Init_thread(argc, argv, required) unless MPI is already
+/// initialised (then it only records the thread level); the destructor calls MPI_Finalize only
+/// if this object initialised MPI and MPI is not finalised yet. Destroy every
+/// `mpi::communicator` before it. Not copyable or movable. Throws communication_error when
+/// MPI_Init_thread fails and invalid_argument_error when MPI was already finalised.
+class environment {
+ public:
+  /// Initialises MPI without command-line arguments.
+  explicit environment(int required = MPI_THREAD_FUNNELED)
+      : environment(nullptr, nullptr, required) {}
+
+  /// Initialises MPI with main's arguments (MPI may strip its own from them).
+  environment(int* argc, char*** argv, int required = MPI_THREAD_FUNNELED) {
+    int finalized = 0;
+    detail::mpi_backend::check(MPI_Finalized(&finalized), "MPI_Finalized");
+    ORCHMLLM_REQUIRE(!finalized, invalid_argument_error,
+                     "MPI was already finalised; it cannot be initialised again");
+    int initialized = 0;
+    detail::mpi_backend::check(MPI_Initialized(&initialized), "MPI_Initialized");
+    if (initialized) {
+      detail::mpi_backend::check(MPI_Query_thread(&provided_), "MPI_Query_thread");
+    } else {
+      detail::mpi_backend::check(MPI_Init_thread(argc, argv, required, &provided_),
+                                 "MPI_Init_thread");
+      owns_ = true;
+    }
+  }
+
+  environment(const environment&) = delete;
+  environment& operator=(const environment&) = delete;
+  environment(environment&&) = delete;
+  environment& operator=(environment&&) = delete;
+
+  ~environment() {
+    if (!owns_) return;
+    int finalized = 0;
+    if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Finalize();
+  }
+
+  /// True when this object called MPI_Init_thread (and will call MPI_Finalize).
+  [[nodiscard]] bool initialised_here() const noexcept { return owns_; }
+  /// The thread support level MPI provides (MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE); may be
+  /// below the requested one, which the caller should check if it matters.
+  [[nodiscard]] int thread_level() const noexcept { return provided_; }
+
+ private:
+  bool owns_ = false;
+  int provided_ = MPI_THREAD_SINGLE;
+};
+
+/// Construction options of `mpi::communicator`. Every rank must pass the same values (checked:
+/// invalid_argument_error on every rank otherwise).
+struct communicator_options {
+  /// 0: real nodes (ranks that share memory, MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)), unless
+  /// the environment variable ORCHMLLM_RANKS_PER_NODE overrides it. G > 0: nodes are
+  /// consecutive blocks of G ranks, the last one smaller when G does not divide size() (how CI
+  /// fakes 2x4, 4x2 or 3+3+2 on one machine). Negative: invalid.
+  rank_t ranks_per_node = 0;
+  /// The largest number of bytes one MPI call moves per peer, in [1, INT_MAX]. Transfers above
+  /// it (or whose displacements do not fit in `int`) take the chunked point-to-point path.
+  /// Tests lower it to force that path.
+  std::int64_t max_chunk_bytes = INT_MAX;
+  /// When true, all_to_allv first exchanges send counts (one MPI_Alltoall of size() int64) and
+  /// raises communication_error on every rank if any rank's recv_counts disagree with what its
+  /// peers send. Off by default: callers such as the dispatch layer already check a plan
+  /// fingerprint collectively.
+  bool verify_counts = false;
+};
+
+/// One rank's handle on a group of MPI processes; models `orchmllm::communicator` with host
+/// payload memory.
+///
+/// The constructor duplicates the given MPI communicator (MPI_Comm_dup), so the library's
+/// traffic never matches the caller's messages, and sets MPI_ERRORS_RETURN on the duplicate, so
+/// failures become exceptions instead of aborts. The destructor frees the duplicate
+/// (MPI_Comm_free is collective: destroy communicators in the same order on every rank, and
+/// before MPI_Finalize). Movable, not copyable; a moved-from object may only be destroyed or
+/// assigned to.
+///
+/// Node numbering follows the concept: nodes are numbered 0..num_nodes()-1 in order of their
+/// lowest rank, local ranks in increasing rank order.
+///
+/// Operations are collective, synchronous (buffers may be reused on return), deterministic in
+/// what they deliver, and not thread-safe (one thread per rank at a time; MPI_THREAD_FUNNELED
+/// suffices). Each adds two MPI_Allreduce of a few int64 to the transfer (argument agreement
+/// before, outcome agreement after; see the file comment). Transfers that fit in `int` and
+/// `max_chunk_bytes` use one MPI_Alltoallv / MPI_Allgather / MPI_Allgatherv of MPI_BYTE; the
+/// others (ranks agree on the path first) use MPI_Irecv/MPI_Isend per peer in messages of at
+/// most `max_chunk_bytes` bytes, addressed in 64 bits, at most 4 in flight per peer and
+/// direction, completed with MPI_Waitsome. Zero counts post nothing. A rank's own block is
+/// copied with memcpy on the chunked path. Send and receive buffers must not overlap.
+class communicator {
+ public:
+  using options = communicator_options;
+
+  /// Buffers of all_to_allv live in host memory.
+  static constexpr memory_kind payload_memory = memory_kind::host;
+
+  /// Collective over `comm`. O(size()) time and memory (plus MPI_Comm_dup, MPI_Comm_split_type
+  /// and an MPI_Allgather of one int for real nodes). Throws invalid_argument_error on every
+  /// rank for options that are invalid or differ between ranks (ranks_per_node < 0,
+  /// max_chunk_bytes outside [1, INT_MAX], a malformed ORCHMLLM_RANKS_PER_NODE), and when MPI
+  /// is not initialised or `comm` is MPI_COMM_NULL (locally); communication_error when an MPI
+  /// call fails.
+  explicit communicator(MPI_Comm comm = MPI_COMM_WORLD, options opts = {}) : opts_(opts) {
+    namespace impl = ::orchmllm::detail::mpi_backend;
+    int initialized = 0;
+    impl::check(MPI_Initialized(&initialized), "MPI_Initialized");
+    ORCHMLLM_REQUIRE(initialized, invalid_argument_error,
+                     "MPI is not initialised: create an orchmllm::mpi::environment (or call "
+                     "MPI_Init) before an orchmllm::mpi::communicator");
+    ORCHMLLM_REQUIRE(comm != MPI_COMM_NULL, invalid_argument_error,
+                     "mpi::communicator: the MPI communicator is MPI_COMM_NULL");
+    MPI_Comm dup = MPI_COMM_NULL;
+    impl::check(MPI_Comm_dup(comm, &dup), "MPI_Comm_dup");
+    handle_.comm = dup;  // owned from here on: freed if anything below throws
+    impl::check(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    int r = 0;
+    int s = 0;
+    impl::check(MPI_Comm_rank(dup, &r), "MPI_Comm_rank");
+    impl::check(MPI_Comm_size(dup, &s), "MPI_Comm_size");
+    rank_ = r;
+    size_ = s;
+
+    // Resolve and validate the options locally, then agree, so that a bad option on one rank
+    // fails every rank here instead of hanging the first collective.
+    std::optional<invalid_argument_error> local;
+    std::int64_t per_node = opts_.ranks_per_node;
+    try {
+      ORCHMLLM_REQUIRE(opts_.ranks_per_node >= 0, invalid_argument_error,
+                       "mpi::communicator: ranks_per_node = ", opts_.ranks_per_node,
+                       " is negative (0 means real nodes)");
+      ORCHMLLM_REQUIRE(opts_.max_chunk_bytes >= 1 && opts_.max_chunk_bytes <= INT_MAX,
+                       invalid_argument_error,
+                       "mpi::communicator: max_chunk_bytes = ", opts_.max_chunk_bytes,
+                       " is outside [1, ", INT_MAX, "]");
+      if (per_node == 0) {
+        if (auto env = impl::ranks_per_node_from_env()) per_node = *env;
+      }
+    } catch (const invalid_argument_error& e) {
+      local = e;
+    }
+    const std::array<std::int64_t, 3> keys{per_node, opts_.max_chunk_bytes,
+                                           opts_.verify_counts ? 1 : 0};
+    const agreement a = agree("mpi::communicator", local.has_value(), keys, false, false);
+    if (local) throw *local;
+    throw_if_invalid("mpi::communicator", a);
+    const char* names[] = {"ranks_per_node (after ORCHMLLM_RANKS_PER_NODE)", "max_chunk_bytes",
+                           "verify_counts"};
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      ORCHMLLM_REQUIRE(a.key_min[k] == a.key_max[k], invalid_argument_error,
+                       "mpi::communicator: ranks pass different ", names[k], ": from ",
+                       a.key_min[k], " to ", a.key_max[k]);
+    }
+    opts_.ranks_per_node = static_cast<rank_t>(per_node);
+
+    node_of_.resize(static_cast<std::size_t>(size_));
+    if (per_node > 0) {
+      const rank_t g = opts_.ranks_per_node;
+      for (rank_t q = 0; q < size_; ++q) node_of_[static_cast<std::size_t>(q)] = q / g;
+      num_nodes_ = size_ / g + (size_ % g != 0 ? 1 : 0);
+      node_ = rank_ / g;
+      local_rank_ = rank_ % g;
+      local_size_ = std::min<rank_t>(g, size_ - node_ * g);
+    } else {
+      real_nodes();
+    }
+  }
+
+  communicator(const communicator&) = delete;
+  communicator& operator=(const communicator&) = delete;
+  communicator(communicator&&) noexcept = default;
+  communicator& operator=(communicator&&) noexcept = default;
+  ~communicator() = default;
+
+  /// This rank, 0..size()-1. O(1).
+  [[nodiscard]] rank_t rank() const noexcept { return rank_; }
+  /// Number of ranks. O(1).
+  [[nodiscard]] rank_t size() const noexcept { return size_; }
+  /// This rank's node, 0..num_nodes()-1. O(1).
+  [[nodiscard]] rank_t node() const noexcept { return node_; }
+  /// Number of nodes. O(1).
+  [[nodiscard]] rank_t num_nodes() const noexcept { return num_nodes_; }
+  /// This rank's index inside its node. O(1).
+  [[nodiscard]] rank_t local_rank() const noexcept { return local_rank_; }
+  /// Number of ranks on this rank's node. O(1).
+  [[nodiscard]] rank_t local_size() const noexcept { return local_size_; }
+  /// Node of any rank r (the same table on every rank). O(1); invalid_argument_error when r is
+  /// outside [0, size()).
+  [[nodiscard]] rank_t node_of(rank_t r) const {
+    ORCHMLLM_REQUIRE(r >= 0 && r < size_, invalid_argument_error, "node_of: rank ", r,
+                     " is outside [0, ", size_, ")");
+    return node_of_[static_cast<std::size_t>(r)];
+  }
+  /// The options in effect (ranks_per_node after the environment override).
+  [[nodiscard]] const options& settings() const noexcept { return opts_; }
+  /// The duplicated MPI communicator (owned by this object; do not free it). Useful to time
+  /// a plain MPI_Alltoallv on the same group.
+  [[nodiscard]] MPI_Comm native_handle() const noexcept { return handle_.comm; }
+  /// How many all_gather / all_gatherv / all_to_allv calls took the chunked point-to-point
+  /// path (the same on every rank). Diagnostics and tests.
+  [[nodiscard]] std::int64_t chunked_calls() const noexcept { return chunked_calls_; }
+
+  /// MPI_Barrier. Throws communication_error when it fails.
+  void barrier() { ::orchmllm::detail::mpi_backend::check(MPI_Barrier(comm()), "MPI_Barrier"); }
+
+  /// Every rank contributes `bytes` bytes from `send` (the same `bytes` on every rank); `recv`
+  /// receives size()·bytes bytes, rank r's block at r·bytes. O(size()·bytes) bytes moved.
+  /// Throws invalid_argument_error on every rank when some rank passes bytes < 0, a null
+  /// buffer with bytes > 0, a size()·bytes that overflows 64 bits, or a `bytes` differing from
+  /// the others'; communication_error on every rank when the transfer fails.
+  void all_gather(const std::byte* send, std::int64_t bytes, std::byte* recv) {
+    static constexpr const char* op = "all_gather";
+    const auto p = static_cast<std::size_t>(size_);
+    std::optional<invalid_argument_error> local;
+    try {
+      ORCHMLLM_REQUIRE(bytes >= 0, invalid_argument_error, op, ": bytes = ", bytes, " is negative");
+      ORCHMLLM_REQUIRE(bytes <= std::numeric_limits<std::int64_t>::max() / size_,
+                       invalid_argument_error, op, ": size() * bytes = ", size_, " * ", bytes,
+                       " exceeds the 64-bit byte range");
+      ORCHMLLM_REQUIRE(bytes == 0 || (send != nullptr && recv != nullptr), invalid_argument_error,
+                       op, ": null buffer with bytes = ", bytes);
+    } catch (const invalid_argument_error& e) {
+      local = e;
+    }
+    const bool fits = !local && bytes <= limit() && bytes * size_ <= INT_MAX;
+    const agreement a =
+        agree(op, local.has_value(), std::array<std::int64_t, 1>{bytes}, !fits, false);
+    if (local) throw *local;
+    throw_if_invalid(op, a);
+    ORCHMLLM_REQUIRE(a.key_min[0] == a.key_max[0], invalid_argument_error, op,
+                     ": ranks pass different byte counts, from ", a.key_min[0], " to ",
+                     a.key_max[0],
+                     " (all_gather needs the same count everywhere; use "
+                     "all_gatherv)");
+    ::orchmllm::detail::mpi_backend::outcome out;
+    if (!a.chunked) {
+      const int n = static_cast<int>(bytes);
+      const int rc = MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm());
+      if (rc != MPI_SUCCESS)
+        out.fail(rc, "MPI_Allgather failed: " + ::orchmllm::detail::mpi_backend::error_string(rc));
+    } else {
+      ++chunked_calls_;
+      std::vector<std::int64_t> send_counts(p, bytes);
+      std::vector<std::int64_t> send_displs(p, 0);
+      std::vector<std::int64_t> recv_counts(p, bytes);
+      std::vector<std::int64_t> recv_displs(p);
+      for (std::size_t q = 0; q < p; ++q) recv_displs[q] = static_cast<std::int64_t>(q) * bytes;
+      exchange_chunked(send, send_counts, send_displs, recv, recv_counts, recv_displs, out);
+    }
+    finish(op, out);
+  }
+
+  /// Rank r contributes counts[r] bytes (`bytes` must equal counts[rank()]), written at
+  /// recv + displs[r] on every rank. `counts` must be the same on every rank; `displs` may
+  /// differ. O(Σ counts) bytes moved. Throws invalid_argument_error on every rank when some
+  /// rank passes spans whose size is not size(), negative counts or displacements, displ +
+  /// count overflowing 64 bits, bytes != counts[rank()], null buffers with data, or counts that
+  /// differ from the other ranks'; communication_error on every rank when the transfer fails.
+  void all_gatherv(const std::byte* send, std::int64_t bytes, std::byte* recv,
+                   std::span<const std::int64_t> counts, std::span<const std::int64_t> displs) {
+    static constexpr const char* op = "all_gatherv";
+    namespace d = ::orchmllm::detail;
+    const auto p = static_cast<std::size_t>(size_);
+    const auto me = static_cast<std::size_t>(rank_);
+    std::optional<invalid_argument_error> local;
+    try {
+      d::validate_counts_displs(counts, displs, p, "all_gatherv: recv");
+      ORCHMLLM_REQUIRE(bytes == counts[me], invalid_argument_error, op, ": bytes = ", bytes,
+                       " but counts[", rank_, "] = ", counts[me]);
+      ORCHMLLM_REQUIRE(bytes == 0 || send != nullptr, invalid_argument_error, op,
+                       ": null send buffer with bytes = ", bytes);
+      for (std::size_t q = 0; q < p; ++q) {
+        ORCHMLLM_REQUIRE(counts[q] == 0 || recv != nullptr, invalid_argument_error, op,
+                         ": null recv buffer with counts[", q, "] = ", counts[q]);
+      }
+    } catch (const invalid_argument_error& e) {
+      local = e;
+    }
+    const bool fits = !local && d::fits_in_int_call(counts, displs, limit());
+    const std::int64_t key = local ? 0 : ::orchmllm::detail::mpi_backend::digest(counts);
+    const agreement a =
+        agree(op, local.has_value(), std::array<std::int64_t, 1>{key}, !fits, false);
+    if (local) throw *local;
+    throw_if_invalid(op, a);
+    ORCHMLLM_REQUIRE(a.key_min[0] == a.key_max[0], invalid_argument_error, op,
+                     ": ranks pass different counts (all_gatherv needs the same counts on "
+                     "every rank)");
+    ::orchmllm::detail::mpi_backend::outcome out;
+    if (!a.chunked) {
+      std::vector<int> c(p);
+      std::vector<int> o(p);
+      for (std::size_t q = 0; q < p; ++q) {
+        c[q] = static_cast<int>(counts[q]);
+        o[q] = static_cast<int>(displs[q]);
+      }
+      const int rc = MPI_Allgatherv(send, static_cast<int>(bytes), MPI_BYTE, recv, c.data(),
+                                    o.data(), MPI_BYTE, comm());
+      if (rc != MPI_SUCCESS)
+        out.fail(rc, "MPI_Allgatherv failed: " + d::mpi_backend::error_string(rc));
+    } else {
+      ++chunked_calls_;
+      std::vector<std::int64_t> send_counts(p, bytes);
+      std::vector<std::int64_t> send_displs(p, 0);
+      exchange_chunked(send, send_counts, send_displs, recv, counts, displs, out);
+    }
+    finish(op, out);
+  }
+
+  /// Rank r sends send_counts[q] bytes from send + send_displs[q] to every rank q and receives
+  /// recv_counts[q] bytes from q at recv + recv_displs[q]; counts must match pairwise (see
+  /// `communicator_options::verify_counts`). Zero counts post nothing on either side.
+  /// O(Σ counts) bytes moved, O(size()) extra memory. Throws
+  /// invalid_argument_error on every rank when some rank passes spans whose size is not
+  /// size(), negative counts or displacements, displ + count overflowing 64 bits, or null
+  /// buffers with data; communication_error on every rank when counts disagree (with
+  /// verify_counts) or the transfer fails (including a message shorter than its recv count).
+  void all_to_allv(const std::byte* send, std::span<const std::int64_t> send_counts,
+                   std::span<const std::int64_t> send_displs, std::byte* recv,
+                   std::span<const std::int64_t> recv_counts,
+                   std::span<const std::int64_t> recv_displs) {
+    static constexpr const char* op = "all_to_allv";
+    namespace d = ::orchmllm::detail;
+    const auto p = static_cast<std::size_t>(size_);
+    std::optional<invalid_argument_error> local;
+    try {
+      d::validate_counts_displs(send_counts, send_displs, p, "all_to_allv: send");
+      d::validate_counts_displs(recv_counts, recv_displs, p, "all_to_allv: recv");
+      for (std::size_t q = 0; q < p; ++q) {
+        ORCHMLLM_REQUIRE(send_counts[q] == 0 || send != nullptr, invalid_argument_error, op,
+                         ": null send buffer with send_counts[", q, "] = ", send_counts[q]);
+        ORCHMLLM_REQUIRE(recv_counts[q] == 0 || recv != nullptr, invalid_argument_error, op,
+                         ": null recv buffer with recv_counts[", q, "] = ", recv_counts[q]);
+      }
+    } catch (const invalid_argument_error& e) {
+      local = e;
+    }
+    // Optional pairwise check: learn what every peer is about to send us. A rank with invalid
+    // arguments still takes part (sending -1s) so nobody blocks.
+    std::optional<communication_error> mismatch;
+    if (opts_.verify_counts) {
+      std::vector<std::int64_t> mine(p, -1);
+      if (!local) std::copy(send_counts.begin(), send_counts.end(), mine.begin());
+      std::vector<std::int64_t> theirs(p, -1);
+      d::mpi_backend::check(
+          MPI_Alltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T, comm()),
+          "MPI_Alltoall (all_to_allv count check)");
+      for (std::size_t q = 0; q < p && !local && !mismatch; ++q) {
+        if (theirs[q] >= 0 && theirs[q] != recv_counts[q])
+          mismatch.emplace(d::concat(op, ": rank ", rank_, " expects recv_counts[", q,
+                                     "] = ", recv_counts[q], " bytes but rank ", q, " sends ",
+                                     theirs[q], "; nothing was sent"));
+      }
+    }
+    const bool fits = !local && d::fits_in_int_call(send_counts, send_displs, limit()) &&
+                      d::fits_in_int_call(recv_counts, recv_displs, limit());
+    const agreement a =
+        agree(op, local.has_value(), std::array<std::int64_t, 0>{}, !fits, mismatch.has_value());
+    if (local) throw *local;
+    throw_if_invalid(op, a);
+    if (mismatch) throw *mismatch;
+    ORCHMLLM_REQUIRE(a.mismatch_rank < 0, communication_error, op,
+                     ": send and receive counts disagree between ranks (rank ", a.mismatch_rank,
+                     " detected it); nothing was sent");
+    d::mpi_backend::outcome out;
+    if (!a.chunked) {
+      std::vector<int> sc(p);
+      std::vector<int> sd(p);
+      std::vector<int> rc(p);
+      std::vector<int> rd(p);
+      for (std::size_t q = 0; q < p; ++q) {
+        sc[q] = static_cast<int>(send_counts[q]);
+        sd[q] = static_cast<int>(send_displs[q]);
+        rc[q] = static_cast<int>(recv_counts[q]);
+        rd[q] = static_cast<int>(recv_displs[q]);
+      }
+      const int code = MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(),
+                                     rd.data(), MPI_BYTE, comm());
+      if (code != MPI_SUCCESS)
+        out.fail(code, "MPI_Alltoallv failed: " + d::mpi_backend::error_string(code));
+    } else {
+      ++chunked_calls_;
+      exchange_chunked(send, send_counts, send_displs, recv, recv_counts, recv_displs, out);
+    }
+    finish(op, out);
+  }
+
+ private:
+  // Owns the duplicated MPI_Comm; moves leave MPI_COMM_NULL behind.
+  struct comm_handle {
+    MPI_Comm comm = MPI_COMM_NULL;
+    comm_handle() = default;
+    comm_handle(const comm_handle&) = delete;
+    comm_handle& operator=(const comm_handle&) = delete;
+    comm_handle(comm_handle&& o) noexcept : comm(std::exchange(o.comm, MPI_COMM_NULL)) {}
+    comm_handle& operator=(comm_handle&& o) noexcept {
+      if (this != &o) {
+        release();
+        comm = std::exchange(o.comm, MPI_COMM_NULL);
+      }
+      return *this;
+    }
+    ~comm_handle() { release(); }
+    void release() noexcept {
+      if (comm == MPI_COMM_NULL) return;
+      // Freeing after MPI_Finalize is an error; a communicator outliving MPI just leaks.
+      int finalized = 0;
+      if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Comm_free(&comm);
+      comm = MPI_COMM_NULL;
+    }
+  };
+
+  // What the ranks agreed on before a transfer.
+  struct agreement {
+    std::int64_t bad_rank = -1;       // highest rank with invalid arguments, -1 if none
+    std::int64_t mismatch_rank = -1;  // highest rank that saw a count mismatch, -1 if none
+    bool chunked = false;             // some rank needs the chunked path
+    std::array<std::int64_t, 3> key_min{};
+    std::array<std::int64_t, 3> key_max{};
+  };
+
+  [[nodiscard]] MPI_Comm comm() const {
+    ORCHMLLM_REQUIRE(handle_.comm != MPI_COMM_NULL, invalid_argument_error,
+                     "mpi::communicator used after it was moved from");
+    return handle_.comm;
+  }
+  [[nodiscard]] std::int64_t limit() const noexcept { return opts_.max_chunk_bytes; }
+
+  // One MPI_Allreduce(MAX) over [bad rank+1, mismatch rank+1, chunked, k0, ~k0, k1, ~k1, ...]:
+  // ~k is monotone decreasing and never overflows, so max(~k) gives ~min(k).
+  template <std::size_t K>
+  agreement agree(const char* op, bool invalid, const std::array<std::int64_t, K>& keys,
+                  bool chunked, bool mismatch) {
+    static_assert(K <= 3);
+    std::array<std::int64_t, 3 + 2 * K> v{};
+    v[0] = invalid ? rank_ + 1 : 0;
+    v[1] = mismatch ? rank_ + 1 : 0;
+    v[2] = chunked ? 1 : 0;
+    if constexpr (K > 0) {
+      for (std::size_t k = 0; k < K; ++k) {
+        v[3 + 2 * k] = invalid ? std::numeric_limits<std::int64_t>::min() : keys[k];
+        v[4 + 2 * k] = invalid ? std::numeric_limits<std::int64_t>::min() : ~keys[k];
+      }
+    }
+    std::array<std::int64_t, 3 + 2 * K> r{};
+    ::orchmllm::detail::mpi_backend::check(
+        MPI_Allreduce(v.data(), r.data(), static_cast<int>(v.size()), MPI_INT64_T, MPI_MAX, comm()),
+        std::string("MPI_Allreduce (") + op + " argument agreement)");
+    agreement a;
+    a.bad_rank = r[0] - 1;
+    a.mismatch_rank = r[1] - 1;
+    a.chunked = r[2] != 0;
+    if constexpr (K > 0) {
+      for (std::size_t k = 0; k < K; ++k) {
+        a.key_max[k] = r[3 + 2 * k];
+        a.key_min[k] = ~r[4 + 2 * k];
+      }
+    }
+    return a;
+  }
+
+  static void throw_if_invalid(const char* op, const agreement& a) {
+    ORCHMLLM_REQUIRE(a.bad_rank < 0, invalid_argument_error, op, ": rank ", a.bad_rank,
+                     " passed invalid arguments (its own error names them); nothing was sent");
+  }
+
+  // Agrees on the outcome, then throws on every rank if any rank failed.
+  void finish(const char* op, const ::orchmllm::detail::mpi_backend::outcome& out) {
+    const std::int64_t mine = out.ok() ? 0 : rank_ + 1;
+    std::int64_t worst = 0;
+    const int rc = MPI_Allreduce(&mine, &worst, 1, MPI_INT64_T, MPI_MAX, comm());
+    if (!out.ok())
+      throw communication_error(::orchmllm::detail::concat(op, " on rank ", rank_, ": ", out.what));
+    ::orchmllm::detail::mpi_backend::check(
+        rc, std::string("MPI_Allreduce (") + op + " outcome agreement)");
+    ORCHMLLM_REQUIRE(worst == 0, communication_error, op, ": the transfer failed on rank ",
+                     worst - 1, " (its own error names the cause)");
+  }
+
+  // Point-to-point exchange in messages of at most limit() bytes, with a sliding window of
+  // `lane_window` messages in flight per (peer, direction) lane: posting every message of a call
+  // at once (hundreds of thousands with a tiny limit) drowns the engine: Open MPI's shared
+  // memory transport ran 1 MiB per rank in 7-byte chunks for minutes. MPI_Waitsome refills a
+  // lane's slot as soon as one of its messages completes. Lanes progress independently (a
+  // lane's next message only waits for its own earlier ones), so the window cannot deadlock.
+  // Failures are recorded in `out` (not thrown) so that finish() can agree on them; a short
+  // message does not stop the protocol (the peers still expect the remaining messages), an MPI
+  // call that fails does.
+  void exchange_chunked(const std::byte* send, std::span<const std::int64_t> send_counts,
+                        std::span<const std::int64_t> send_displs, std::byte* recv,
+                        std::span<const std::int64_t> recv_counts,
+                        std::span<const std::int64_t> recv_displs,
+                        ::orchmllm::detail::mpi_backend::outcome& out) {
+    namespace d = ::orchmllm::detail;
+    constexpr std::size_t lane_window = 4;
+    // Chunks of one (source, tag, communicator) are matched in posting order (MPI's
+    // non-overtaking rule), so one tag suffices, also across consecutive calls.
+    constexpr int tag = 0x0c4d;
+    const auto p = static_cast<std::size_t>(size_);
+    const auto me = static_cast<std::size_t>(rank_);
+    // One lane per peer and direction with data; the own block never goes through MPI. Chunks
+    // are computed on the fly (nth_chunk), so memory stays O(size()) whatever the limit.
+    struct lane {
+      int peer;
+      bool receive;
+      std::int64_t count;
+      std::int64_t displ;
+      std::int64_t next = 0;  // first chunk not posted yet
+    };
+    std::vector<lane> lanes;
+    lanes.reserve(2 * p);
+    // Receive from rank - k and send to rank + k, k = 1..p-1: spreads the first messages over
+    // all peers instead of every rank starting with rank 0.
+    for (std::size_t k = 1; k < p; ++k) {
+      const std::size_t from = (me + p - k) % p;
+      if (recv_counts[from] > 0)
+        lanes.push_back({static_cast<int>(from), true, recv_counts[from], recv_displs[from]});
+      const std::size_t to = (me + k) % p;
+      if (send_counts[to] > 0)
+        lanes.push_back({static_cast<int>(to), false, send_counts[to], send_displs[to]});
+    }
+    const std::size_t slots = lanes.size() * lane_window;
+    std::vector<MPI_Request> requests(slots, MPI_REQUEST_NULL);
+    std::vector<std::int64_t> expected(slots, 0);  // bytes of the receive in each slot
+
+    // Posts the lane's next message into `slot` (which is free); false after an MPI failure.
+    auto post = [&](std::size_t slot) {
+      lane& l = lanes[slot / lane_window];
+      if (l.next == d::chunk_count(l.count, limit())) return true;
+      const d::chunk c = d::nth_chunk(l.count, l.displ, limit(), l.next++);
+      const int code = l.receive ? MPI_Irecv(recv + c.offset, static_cast<int>(c.bytes), MPI_BYTE,
+                                             l.peer, tag, comm(), &requests[slot])
+                                 : MPI_Isend(send + c.offset, static_cast<int>(c.bytes), MPI_BYTE,
+                                             l.peer, tag, comm(), &requests[slot]);
+      if (code != MPI_SUCCESS) {
+        out.fail(code, d::concat(l.receive ? "MPI_Irecv from rank " : "MPI_Isend to rank ", l.peer,
+                                 " failed: ", d::mpi_backend::error_string(code)));
+        requests[slot] = MPI_REQUEST_NULL;
+        return false;
+      }
+      expected[slot] = c.bytes;
+      return true;
+    };
+    bool posting = true;
+    for (std::size_t slot = 0; slot < slots && posting; ++slot) posting = post(slot);
+
+    // Own block, overlapped with the first messages in flight.
+    if (posting) {
+      const std::int64_t n = std::min(send_counts[me], recv_counts[me]);
+      if (n > 0)  // memcpy with a null pointer is undefined even for 0 bytes
+        std::memcpy(recv + recv_displs[me], send + send_displs[me], static_cast<std::size_t>(n));
+      if (send_counts[me] != recv_counts[me])
+        out.fail(MPI_ERR_COUNT, d::concat("own block: send_counts[", me, "] = ", send_counts[me],
+                                          " but recv_counts[", me, "] = ", recv_counts[me]));
+    }
+
+    std::vector<int> done(slots);
+    std::vector<MPI_Status> statuses(slots);
+    while (posting) {
+      int count = 0;
+      const int code = MPI_Waitsome(static_cast<int>(slots), requests.data(), &count, done.data(),
+                                    statuses.data());
+      if (code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) {
+        out.fail(code, "MPI_Waitsome failed: " + d::mpi_backend::error_string(code));
+        posting = false;
+        break;
+      }
+      if (count == MPI_UNDEFINED) break;  // every slot is empty: all messages completed
+      for (int i = 0; i < count && posting; ++i) {
+        const auto slot = static_cast<std::size_t>(done[static_cast<std::size_t>(i)]);
+        const MPI_Status& st = statuses[static_cast<std::size_t>(i)];
+        const lane& l = lanes[slot / lane_window];
+        if (code == MPI_ERR_IN_STATUS && st.MPI_ERROR != MPI_SUCCESS) {
+          out.fail(st.MPI_ERROR,
+                   d::concat(l.receive ? "receive from rank " : "send to rank ", l.peer,
+                             " failed: ", d::mpi_backend::error_string(st.MPI_ERROR)));
+          posting = false;
+          break;
+        }
+        if (l.receive) {
+          // A short message means the sender's count was smaller than ours: the bytes after
+          // it would silently stay stale.
+          int got = 0;
+          MPI_Get_count(&st, MPI_BYTE, &got);
+          if (got != expected[slot])
+            out.fail(
+                MPI_ERR_TRUNCATE,
+                d::concat("received a message of ", got, " bytes from rank ", l.peer, " where ",
+                          expected[slot], " were expected (send and receive counts disagree)"));
+        }
+        posting = post(slot);
+      }
+    }
+    // After an MPI failure: the buffers must not be released with requests in flight.
+    if (!posting) {
+      std::vector<MPI_Request> left;
+      for (MPI_Request r : requests)
+        if (r != MPI_REQUEST_NULL) left.push_back(r);
+      MPI_Waitall(static_cast<int>(left.size()), left.data(), MPI_STATUSES_IGNORE);
+    }
+  }
+
+  void real_nodes() {
+    namespace impl = ::orchmllm::detail::mpi_backend;
+    MPI_Comm node_comm = MPI_COMM_NULL;
+    impl::check(
+        MPI_Comm_split_type(handle_.comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm),
+        "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+    comm_handle node;  // frees node_comm on every path
+    node.comm = node_comm;
+    impl::check(MPI_Comm_set_errhandler(node_comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    int lr = 0;
+    int ls = 0;
+    impl::check(MPI_Comm_rank(node_comm, &lr), "MPI_Comm_rank");
+    impl::check(MPI_Comm_size(node_comm, &ls), "MPI_Comm_size");
+    int leader = rank_;  // the node's lowest rank names it
+    impl::check(MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, node_comm),
+                "MPI_Allreduce (node leader)");
+    std::vector<int> leaders(static_cast<std::size_t>(size_));
+    impl::check(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, handle_.comm),
+                "MPI_Allgather (node leaders)");
+    std::vector<int> distinct = leaders;
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    for (std::size_t q = 0; q < leaders.size(); ++q) {
+      node_of_[q] = static_cast<rank_t>(
+          std::lower_bound(distinct.begin(), distinct.end(), leaders[q]) - distinct.begin());
+    }
+    num_nodes_ = static_cast<rank_t>(distinct.size());
+    node_ = node_of_[static_cast<std::size_t>(rank_)];
+    local_rank_ = lr;
+    local_size_ = ls;
+  }
+
+  comm_handle handle_;
+  options opts_;
+  rank_t rank_ = 0;
+  rank_t size_ = 0;
+  rank_t node_ = 0;
+  rank_t num_nodes_ = 0;
+  rank_t local_rank_ = 0;
+  rank_t local_size_ = 0;
+  std::vector<rank_t> node_of_;
+  std::int64_t chunked_calls_ = 0;
+};
+
+static_assert(::orchmllm::communicator<communicator>);
+
+}  // namespace orchmllm::mpi
