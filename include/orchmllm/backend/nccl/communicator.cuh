@@ -1,0 +1,462 @@
+#pragma once
+/// @file communicator.cuh
+/// NCCL backend of the `orchmllm::communicator` concept: `orchmllm::nccl::communicator`, with
+/// all_to_allv payloads in device memory (CMake target orchmllm::nccl, option
+/// ORCHMLLM_ENABLE_NCCL, macro ORCHMLLM_HAS_NCCL). Needs NCCL >= 2.14, CUDA and MPI.
+///
+/// Bootstrap and metadata go over MPI: the communicator holds an `orchmllm::mpi::communicator`
+/// (a duplicate of the bootstrap MPI communicator) that provides rank, size and node shape,
+/// carries rank 0's ncclUniqueId to everybody (MPI_Bcast), runs the host-memory collectives
+/// (barrier, all_gather, all_gatherv) and the small agreements that keep ranks failing together.
+/// The payload exchange (all_to_allv) is one NCCL group of ncclSend/ncclRecv of bytes on the
+/// CUDA stream given at construction.
+///
+/// Failure model (after the MPI backend's): before each exchange the ranks agree on their
+/// arguments with one MPI_Allreduce, so bad arguments on any rank raise invalid_argument_error
+/// on every rank and nothing is sent. NCCL runs non-blocking (ncclConfig_t::blocking = 0): the
+/// host polls ncclCommGetAsyncError and cudaStreamQuery, so an NCCL error, a CUDA error or a
+/// transfer that outlasts `options::timeout` (a dead or diverged peer) aborts the NCCL
+/// communicator (ncclCommAbort) instead of hanging. Then the ranks agree on the outcome (one
+/// more MPI_Allreduce) and every rank raises communication_error; an aborted communicator
+/// raises communication_error from every later all_to_allv. Ranks that disagree on pairwise
+/// counts break the concept's contract: with `options::verify_counts` this is detected before
+/// sending (communication_error on every rank), otherwise the mismatched transfer times out.
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "orchmllm/backend/mpi/communicator.hpp"
+#include "orchmllm/comm/communicator.hpp"
+#include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/detail/comm/chunking.hpp"
+
+#if !defined(NCCL_VERSION_CODE) || !defined(NCCL_VERSION)
+#error "orchmllm/backend/nccl/communicator.cuh: nccl.h defines no NCCL_VERSION_CODE"
+#elif NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
+#error \
+    "orchmllm/backend/nccl/communicator.cuh needs NCCL >= 2.14 (ncclCommInitRankConfig, non-blocking communicators, ncclCommFinalize)"
+#endif
+
+namespace orchmllm::nccl {
+
+/// Construction options of `nccl::communicator`. Every rank must pass the same values
+/// (checked: invalid_argument_error on every rank otherwise).
+struct communicator_options {
+  /// Node shape, as in mpi::communicator_options: 0 means real nodes (shared-memory groups,
+  /// or the ORCHMLLM_RANKS_PER_NODE environment variable); G > 0 fakes consecutive blocks of G
+  /// ranks. Only what node()/local_rank() report changes; NCCL finds its own topology.
+  rank_t ranks_per_node = 0;
+  /// Longest wait for communicator creation, one all_to_allv (including work queued on the
+  /// stream before it) or finalisation before the communicator is aborted. Must be positive.
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  /// When true, all_to_allv first exchanges send counts over MPI (one MPI_Alltoall of size()
+  /// int64) and raises communication_error on every rank if they disagree with the peers'
+  /// recv_counts, before anything is posted to NCCL.
+  bool verify_counts = false;
+};
+
+namespace detail {
+
+// "ncclXxx failed: <error string> (<last error detail>)".
+inline std::string nccl_message(const char* call, ncclResult_t rc, ncclComm_t comm) {
+  std::string out = ::orchmllm::detail::concat(call, " failed: ", ncclGetErrorString(rc));
+  if (comm != nullptr) {
+    const char* last = ncclGetLastError(comm);
+    if (last != nullptr && *last != '\0') out += ::orchmllm::detail::concat(" (", last, ")");
+  }
+  return out;
+}
+
+}  // namespace detail
+
+/// One rank's handle on an NCCL communicator; models `orchmllm::communicator` with device
+/// payload memory. See the file comment for the failure model.
+///
+/// The CUDA device current at construction is the communicator's device (call cudaSetDevice
+/// first); `stream` must belong to it and outlive the communicator. all_to_allv is
+/// synchronous: it returns when the stream's work up to and including the exchange has
+/// completed, so buffers may be reused at once. The metadata collectives use host memory and
+/// MPI. Operations are collective, deterministic in what they deliver, and not thread-safe.
+/// Not copyable or movable (hold it in a std::unique_ptr to move it).
+class communicator {
+ public:
+  using options = communicator_options;
+
+  /// Buffers of all_to_allv live in device memory.
+  static constexpr memory_kind payload_memory = memory_kind::device;
+
+  /// Collective over `bootstrap`: builds the MPI communicator, broadcasts rank 0's
+  /// ncclUniqueId, creates a non-blocking NCCL communicator (ncclCommInitRankConfig) and waits
+  /// for it, at most `opts.timeout`. O(size()) host work plus NCCL's initialisation.
+  /// Throws invalid_argument_error on every rank for invalid or differing options (and what
+  /// mpi::communicator's constructor throws: MPI not initialised, MPI_COMM_NULL);
+  /// communication_error on every rank when ncclGetUniqueId or the NCCL initialisation fails
+  /// or times out on any rank.
+  communicator(MPI_Comm bootstrap, cudaStream_t stream, options opts = {})
+      : mpi_(bootstrap, mpi_options(opts)), stream_(stream), opts_(opts) {
+    namespace od = ::orchmllm::detail;
+    // Options: agreed like mpi::communicator's (the timeout and verify flag are ours).
+    const bool bad = opts_.timeout.count() <= 0;
+    const std::int64_t keys[2] = {static_cast<std::int64_t>(opts_.timeout.count()),
+                                  opts_.verify_counts ? 1 : 0};
+    const auto a = agree(bad, keys);
+    ORCHMLLM_REQUIRE(!bad, invalid_argument_error,
+                     "nccl::communicator: timeout = ", opts_.timeout.count(),
+                     " ms must be positive");
+    ORCHMLLM_REQUIRE(a.bad_rank < 0, invalid_argument_error, "nccl::communicator: rank ",
+                     a.bad_rank, " passed invalid options (its own error names them)");
+    ORCHMLLM_REQUIRE(
+        a.key_min[0] == a.key_max[0] && a.key_min[1] == a.key_max[1], invalid_argument_error,
+        "nccl::communicator: ranks pass different options (timeout from ", a.key_min[0], " to ",
+        a.key_max[0], " ms, verify_counts from ", a.key_min[1], " to ", a.key_max[1], ")");
+
+    // Rank 0's id, with a status word so a failed ncclGetUniqueId fails everyone.
+    struct {
+      std::int64_t status;
+      ncclUniqueId id;
+    } message{};
+    std::string root_error;
+    if (mpi_.rank() == 0) {
+      const ncclResult_t rc = ncclGetUniqueId(&message.id);
+      message.status = rc;
+      if (rc != ncclSuccess) root_error = detail::nccl_message("ncclGetUniqueId", rc, nullptr);
+    }
+    od::mpi_backend::check(
+        MPI_Bcast(&message, static_cast<int>(sizeof message), MPI_BYTE, 0, mpi_.native_handle()),
+        "MPI_Bcast (ncclUniqueId)");
+    if (message.status != ncclSuccess) {
+      throw communication_error(
+          mpi_.rank() == 0
+              ? root_error
+              : od::concat("nccl::communicator: ncclGetUniqueId failed on rank 0: ",
+                           ncclGetErrorString(static_cast<ncclResult_t>(message.status))));
+    }
+
+    std::string failure;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // every call returns at once; we poll with a deadline
+    const ncclResult_t rc =
+        ncclCommInitRankConfig(&comm_, mpi_.size(), message.id, mpi_.rank(), &config);
+    if (rc != ncclSuccess && rc != ncclInProgress) {
+      failure = detail::nccl_message("ncclCommInitRankConfig", rc, nullptr);
+    } else {
+      failure = wait_ready("ncclCommInitRankConfig");
+    }
+    if (!failure.empty()) abort();
+    std::int64_t failed_rank = -1;
+    try {
+      failed_rank = agree_outcome(!failure.empty());
+    } catch (...) {
+      abort();  // no destructor runs for a throwing constructor: release the NCCL side here
+      throw;
+    }
+    if (!failure.empty()) {
+      throw communication_error(
+          od::concat("nccl::communicator on rank ", mpi_.rank(), ": ", failure));
+    }
+    if (failed_rank >= 0) {
+      abort();  // the group is incomplete: this rank's communicator can never be used
+      throw communication_error(
+          od::concat("nccl::communicator: NCCL initialisation failed on rank ", failed_rank,
+                     " (its own error names the cause)"));
+    }
+  }
+
+  communicator(const communicator&) = delete;
+  communicator& operator=(const communicator&) = delete;
+  communicator(communicator&&) = delete;
+  communicator& operator=(communicator&&) = delete;
+
+  /// Finalises (ncclCommFinalize, waiting at most the timeout) and destroys the NCCL
+  /// communicator, or only aborts it when finalisation fails or times out; nothing for an
+  /// aborted one. Then frees the MPI duplicate (collective: destroy on every rank, in the same
+  /// order, before MPI_Finalize). Never throws.
+  ~communicator() {
+    if (comm_ == nullptr || aborted_) return;
+    const ncclResult_t rc = ncclCommFinalize(comm_);
+    if ((rc == ncclSuccess || rc == ncclInProgress) && wait_ready("ncclCommFinalize").empty()) {
+      ncclCommDestroy(comm_);
+    } else {
+      ncclCommAbort(comm_);
+    }
+    comm_ = nullptr;
+  }
+
+  /// This rank, 0..size()-1 (the MPI rank in `bootstrap`). O(1).
+  [[nodiscard]] rank_t rank() const noexcept { return mpi_.rank(); }
+  /// Number of ranks. O(1).
+  [[nodiscard]] rank_t size() const noexcept { return mpi_.size(); }
+  /// This rank's node (see communicator_options::ranks_per_node). O(1).
+  [[nodiscard]] rank_t node() const noexcept { return mpi_.node(); }
+  /// Number of nodes. O(1).
+  [[nodiscard]] rank_t num_nodes() const noexcept { return mpi_.num_nodes(); }
+  /// This rank's index inside its node. O(1).
+  [[nodiscard]] rank_t local_rank() const noexcept { return mpi_.local_rank(); }
+  /// Number of ranks on this rank's node. O(1).
+  [[nodiscard]] rank_t local_size() const noexcept { return mpi_.local_size(); }
+
+  /// The NCCL communicator (owned; do not destroy it). Null once aborted.
+  [[nodiscard]] ncclComm_t native_handle() const noexcept { return aborted_ ? nullptr : comm_; }
+  /// The CUDA stream all_to_allv runs on.
+  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
+  /// The MPI communicator used for bootstrap and metadata.
+  [[nodiscard]] mpi::communicator& bootstrap() noexcept { return mpi_; }
+  /// The options in effect.
+  [[nodiscard]] const options& settings() const noexcept { return opts_; }
+  /// True after an error or a timeout aborted the NCCL communicator (on every rank together).
+  [[nodiscard]] bool aborted() const noexcept { return aborted_; }
+
+  /// Version of the NCCL library loaded at run time (NCCL_VERSION_CODE encoding, e.g. 22809
+  /// for 2.28.9). Throws communication_error if ncclGetVersion fails.
+  [[nodiscard]] static int library_version() {
+    int v = 0;
+    const ncclResult_t rc = ncclGetVersion(&v);
+    if (rc != ncclSuccess)
+      throw communication_error(detail::nccl_message("ncclGetVersion", rc, nullptr));
+    return v;
+  }
+
+  /// MPI barrier over the group (host; does not wait for the stream). Throws
+  /// communication_error.
+  void barrier() { mpi_.barrier(); }
+
+  /// Host-memory all_gather over MPI (see mpi::communicator::all_gather).
+  void all_gather(const std::byte* send, std::int64_t bytes, std::byte* recv) {
+    mpi_.all_gather(send, bytes, recv);
+  }
+
+  /// Host-memory all_gatherv over MPI (see mpi::communicator::all_gatherv).
+  void all_gatherv(const std::byte* send, std::int64_t bytes, std::byte* recv,
+                   std::span<const std::int64_t> counts, std::span<const std::int64_t> displs) {
+    mpi_.all_gatherv(send, bytes, recv, counts, displs);
+  }
+
+  /// Rank r sends send_counts[q] bytes from send + send_displs[q] to every rank q and receives
+  /// recv_counts[q] bytes from q at recv + recv_displs[q]; `send` and `recv` are device memory
+  /// of this communicator's device. One NCCL group: ncclSend/ncclRecv of ncclUint8 for each
+  /// peer with a nonzero count (zero counts post nothing, on both sides; the own block goes
+  /// through NCCL too), on the stream; then waits for the stream. 64-bit counts need no
+  /// chunking (NCCL counts in size_t). Send and receive ranges must not overlap.
+  ///
+  /// O(size()) host work, two MPI_Allreduce of two int64 (plus one MPI_Alltoall with
+  /// verify_counts), O(Σ counts) bytes moved. Throws invalid_argument_error on every rank when
+  /// some rank passes spans whose size is not size(), negative counts or displacements,
+  /// displ + count overflowing 64 bits, or a null buffer with data; communication_error on
+  /// every rank when counts disagree (verify_counts), when NCCL or CUDA report an error, when
+  /// the exchange does not finish within the timeout on some rank (the communicator is then
+  /// aborted), or when it was aborted before.
+  void all_to_allv(const std::byte* send, std::span<const std::int64_t> send_counts,
+                   std::span<const std::int64_t> send_displs, std::byte* recv,
+                   std::span<const std::int64_t> recv_counts,
+                   std::span<const std::int64_t> recv_displs) {
+    namespace od = ::orchmllm::detail;
+    static constexpr const char* op = "nccl all_to_allv";
+    // After an abort every rank is aborted (outcomes are agreed), so all throw here together.
+    ORCHMLLM_REQUIRE(!aborted_, communication_error, op,
+                     ": the NCCL communicator was aborted after an earlier failure");
+    const auto p = static_cast<std::size_t>(mpi_.size());
+    std::optional<invalid_argument_error> local;
+    try {
+      od::validate_counts_displs(send_counts, send_displs, p, "all_to_allv: send");
+      od::validate_counts_displs(recv_counts, recv_displs, p, "all_to_allv: recv");
+      for (std::size_t q = 0; q < p; ++q) {
+        ORCHMLLM_REQUIRE(send_counts[q] == 0 || send != nullptr, invalid_argument_error, op,
+                         ": null send buffer with send_counts[", q, "] = ", send_counts[q]);
+        ORCHMLLM_REQUIRE(recv_counts[q] == 0 || recv != nullptr, invalid_argument_error, op,
+                         ": null recv buffer with recv_counts[", q, "] = ", recv_counts[q]);
+      }
+    } catch (const invalid_argument_error& e) {
+      local = e;
+    }
+    std::optional<communication_error> mismatch;
+    if (opts_.verify_counts) {
+      // Learn what every peer is about to send us; a rank with invalid arguments sends -1s.
+      std::vector<std::int64_t> mine(p, -1);
+      if (!local) std::copy(send_counts.begin(), send_counts.end(), mine.begin());
+      std::vector<std::int64_t> theirs(p, -1);
+      od::mpi_backend::check(MPI_Alltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1,
+                                          MPI_INT64_T, mpi_.native_handle()),
+                             "MPI_Alltoall (nccl all_to_allv count check)");
+      for (std::size_t q = 0; q < p && !local && !mismatch; ++q) {
+        if (theirs[q] >= 0 && theirs[q] != recv_counts[q]) {
+          mismatch.emplace(od::concat(op, ": rank ", mpi_.rank(), " expects recv_counts[", q,
+                                      "] = ", recv_counts[q], " bytes but rank ", q, " sends ",
+                                      theirs[q], "; nothing was sent"));
+        }
+      }
+    }
+    const std::int64_t none[2] = {0, 0};
+    const auto a = agree(local.has_value(), none, mismatch.has_value());
+    if (local) throw *local;
+    ORCHMLLM_REQUIRE(a.bad_rank < 0, invalid_argument_error, op, ": rank ", a.bad_rank,
+                     " passed invalid arguments (its own error names them); nothing was sent");
+    if (mismatch) throw *mismatch;
+    ORCHMLLM_REQUIRE(a.mismatch_rank < 0, communication_error, op,
+                     ": send and receive counts disagree between ranks (rank ", a.mismatch_rank,
+                     " detected it); nothing was sent");
+
+    std::string failure = exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    if (!failure.empty()) abort();
+    const std::int64_t failed_rank = agree_outcome(!failure.empty());
+    if (!failure.empty()) {
+      throw communication_error(od::concat(op, " on rank ", mpi_.rank(), ": ", failure,
+                                           "; the NCCL communicator was aborted"));
+    }
+    if (failed_rank >= 0) {
+      abort();  // a peer aborted: this communicator can never complete another exchange
+      throw communication_error(od::concat(op, ": the exchange failed on rank ", failed_rank,
+                                           " (its own error names the cause); the NCCL "
+                                           "communicator was aborted"));
+    }
+  }
+
+ private:
+  struct agreement {
+    std::int64_t bad_rank = -1;
+    std::int64_t mismatch_rank = -1;
+    std::int64_t key_min[2] = {0, 0};
+    std::int64_t key_max[2] = {0, 0};
+  };
+
+  static mpi::communicator_options mpi_options(const options& o) {
+    mpi::communicator_options m;
+    m.ranks_per_node = o.ranks_per_node;
+    return m;
+  }
+
+  // One MPI_Allreduce(MAX) of [bad rank + 1, mismatch rank + 1, k0, ~k0, k1, ~k1]
+  // (max(~k) = ~min(k), so one reduction gives both extremes of each key).
+  agreement agree(bool invalid, const std::int64_t (&keys)[2], bool mismatch = false) {
+    const std::int64_t lowest = std::numeric_limits<std::int64_t>::min();
+    const std::int64_t me = mpi_.rank();
+    std::int64_t v[6] = {invalid ? me + 1 : 0,       mismatch ? me + 1 : 0,
+                         invalid ? lowest : keys[0], invalid ? lowest : ~keys[0],
+                         invalid ? lowest : keys[1], invalid ? lowest : ~keys[1]};
+    std::int64_t r[6] = {};
+    ::orchmllm::detail::mpi_backend::check(
+        MPI_Allreduce(v, r, 6, MPI_INT64_T, MPI_MAX, mpi_.native_handle()),
+        "MPI_Allreduce (nccl argument agreement)");
+    agreement a;
+    a.bad_rank = r[0] - 1;
+    a.mismatch_rank = r[1] - 1;
+    for (int k = 0; k < 2; ++k) {
+      a.key_max[k] = r[2 + 2 * k];
+      a.key_min[k] = ~r[3 + 2 * k];
+    }
+    return a;
+  }
+
+  // Highest rank that failed, or -1. Every rank calls it after each NCCL phase.
+  std::int64_t agree_outcome(bool failed) {
+    const std::int64_t mine = failed ? mpi_.rank() + 1 : 0;
+    std::int64_t worst = 0;
+    ::orchmllm::detail::mpi_backend::check(
+        MPI_Allreduce(&mine, &worst, 1, MPI_INT64_T, MPI_MAX, mpi_.native_handle()),
+        "MPI_Allreduce (nccl outcome agreement)");
+    return worst - 1;
+  }
+
+  // Polls until the non-blocking communicator has no operation in progress. Returns "" on
+  // success, else the failure (NCCL error or timeout) for `what`.
+  std::string wait_ready(const char* what) {
+    const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
+      if (rc != ncclSuccess) return detail::nccl_message("ncclCommGetAsyncError", rc, comm_);
+      if (state == ncclSuccess) return {};
+      if (state != ncclInProgress) return detail::nccl_message(what, state, comm_);
+      if (std::chrono::steady_clock::now() > deadline) return timeout_message(what);
+      std::this_thread::yield();
+    }
+  }
+
+  std::string timeout_message(const char* what) const {
+    return ::orchmllm::detail::concat(what, " did not complete within the timeout of ",
+                                      opts_.timeout.count(),
+                                      " ms (a peer rank failed, diverged or is stuck)");
+  }
+
+  // Posts the group and waits for the stream. Returns "" on success, else the failure.
+  std::string exchange(const std::byte* send, std::span<const std::int64_t> send_counts,
+                       std::span<const std::int64_t> send_displs, std::byte* recv,
+                       std::span<const std::int64_t> recv_counts,
+                       std::span<const std::int64_t> recv_displs) {
+    const auto p = send_counts.size();
+    bool any = false;
+    for (std::size_t q = 0; q < p; ++q) any = any || send_counts[q] > 0 || recv_counts[q] > 0;
+    if (any) {
+      ncclResult_t rc = ncclGroupStart();
+      if (rc != ncclSuccess) return detail::nccl_message("ncclGroupStart", rc, comm_);
+      std::string failure;
+      for (std::size_t q = 0; q < p && failure.empty(); ++q) {
+        const int peer = static_cast<int>(q);
+        if (send_counts[q] > 0) {
+          rc = ncclSend(send + send_displs[q], static_cast<std::size_t>(send_counts[q]), ncclUint8,
+                        peer, comm_, stream_);
+          if (rc != ncclSuccess && rc != ncclInProgress)
+            failure = detail::nccl_message("ncclSend", rc, comm_);
+        }
+        if (failure.empty() && recv_counts[q] > 0) {
+          rc = ncclRecv(recv + recv_displs[q], static_cast<std::size_t>(recv_counts[q]), ncclUint8,
+                        peer, comm_, stream_);
+          if (rc != ncclSuccess && rc != ncclInProgress)
+            failure = detail::nccl_message("ncclRecv", rc, comm_);
+        }
+      }
+      rc = ncclGroupEnd();  // always closes the group, also after a failed call inside it
+      if (!failure.empty()) return failure;
+      if (rc != ncclSuccess && rc != ncclInProgress)
+        return detail::nccl_message("ncclGroupEnd", rc, comm_);
+    }
+    // Non-blocking: the group may still be launching (ncclInProgress) before its kernels are
+    // on the stream, so the stream is only queried once NCCL reports success.
+    const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
+      if (rc != ncclSuccess) return detail::nccl_message("ncclCommGetAsyncError", rc, comm_);
+      if (state != ncclSuccess && state != ncclInProgress)
+        return detail::nccl_message("ncclSend/ncclRecv group", state, comm_);
+      if (state == ncclSuccess) {
+        const cudaError_t q = cudaStreamQuery(stream_);
+        if (q == cudaSuccess) return {};
+        if (q != cudaErrorNotReady) {
+          return ::orchmllm::detail::concat("cudaStreamQuery failed: ", cudaGetErrorName(q), ": ",
+                                            cudaGetErrorString(q));
+        }
+      }
+      if (std::chrono::steady_clock::now() > deadline) return timeout_message("the exchange");
+      std::this_thread::yield();
+    }
+  }
+
+  void abort() noexcept {
+    if (comm_ != nullptr && !aborted_) ncclCommAbort(comm_);
+    aborted_ = true;
+  }
+
+  mpi::communicator mpi_;
+  cudaStream_t stream_;
+  options opts_;
+  ncclComm_t comm_ = nullptr;
+  bool aborted_ = false;
+};
+
+static_assert(::orchmllm::communicator<communicator>);
+
+}  // namespace orchmllm::nccl

@@ -1,0 +1,375 @@
+#pragma once
+/// @file gather.hpp
+/// Byte-segment gather with Thrust: one source for every Thrust system (CPP and OMP on the host
+/// with any C++20 compiler; CUDA with nvcc), and `thrust_mover`, the `byte_mover` built on it.
+///
+/// A gather copies segment i from in + src[i] to out + dst[i], bytes[i] bytes (see
+/// detail/comm/segments.hpp; `detail::gather_segments_host` is the reference). Segments are
+/// skewed in practice (an image is megabytes, a caption a few hundred bytes), so one work item
+/// per segment would leave most workers idle behind the largest one. Here every segment is cut
+/// into chunks of at most `chunk_bytes` bytes; an inclusive scan of the per-segment chunk counts
+/// numbers all chunks globally, and each work item finds its segment by binary search in that
+/// scan. Inside a chunk the copy uses the widest word (16, 8 or 4 bytes) that the source and
+/// destination addresses allow together, with byte copies for the unaligned head and tail.
+/// On the CUDA system each chunk is shared by 32 consecutive work items (one warp) that copy
+/// interleaved words, so a warp's loads and stores are contiguous.
+///
+/// Requirements: C++20; the CCCL headers (Thrust 2.x or newer; target orchmllm::thrust puts them
+/// on the include path). Compiles as plain .hpp: the CUDA-only parts are behind __CUDACC__.
+/// Macro ORCHMLLM_HOST_DEVICE expands to `__host__ __device__` under nvcc, to nothing elsewhere.
+
+#include <thrust/execution_policy.h>
+#include <thrust/for_each.h>
+#include <thrust/functional.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
+#include <thrust/memory.h>
+#include <thrust/system/cpp/vector.h>
+#include <thrust/transform_reduce.h>
+#include <thrust/transform_scan.h>
+
+#if defined(_OPENMP)
+#include <thrust/system/omp/vector.h>
+#endif
+#if defined(__CUDACC__)
+#include <thrust/system/cuda/execution_policy.h>
+#include <thrust/system/cuda/vector.h>
+#endif
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "orchmllm/comm/mover.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/detail/comm/segments.hpp"
+
+#if !defined(ORCHMLLM_HOST_DEVICE)
+#if defined(__CUDACC__)
+#define ORCHMLLM_HOST_DEVICE __host__ __device__
+#else
+#define ORCHMLLM_HOST_DEVICE
+#endif
+#endif
+
+namespace orchmllm {
+
+/// Default chunk size of the Thrust gather: large enough that the per-chunk binary search is
+/// noise, small enough that a multi-megabyte segment spreads over many workers.
+inline constexpr std::int64_t default_gather_chunk_bytes = 4096;
+
+namespace detail::thrust_gather {
+
+// Words the copy moves; memcpy on the host (no aliasing questions; compilers emit one move),
+// a direct vector load/store on the device (ld/st.global.v2.u64 for 16 bytes).
+struct alignas(16) word16 {
+  std::uint64_t lo, hi;
+};
+
+template <class Word>
+ORCHMLLM_HOST_DEVICE inline void copy_word(std::byte* d, const std::byte* s) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<Word*>(d) = *reinterpret_cast<const Word*>(s);
+#else
+  std::memcpy(d, s, sizeof(Word));
+#endif
+}
+
+// Lane `lane` of `lanes` copies its share of [s, s + n) to d: bytes lane, lane + lanes, ... of
+// the head (up to the first Word boundary of s), words lane, lane + lanes, ... of the body, bytes
+// likewise of the tail. Requires s and d to have the same address modulo sizeof(Word).
+template <class Word>
+ORCHMLLM_HOST_DEVICE inline void copy_lane_words(std::byte* d, const std::byte* s, std::int64_t n,
+                                                 std::int64_t lane, std::int64_t lanes) {
+  constexpr std::int64_t w = sizeof(Word);
+  const auto mis = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(s) & (w - 1));
+  std::int64_t head = (w - mis) & (w - 1);
+  if (head > n) head = n;
+  for (std::int64_t i = lane; i < head; i += lanes) d[i] = s[i];
+  const std::int64_t words = (n - head) / w;
+  std::byte* dw = d + head;
+  const std::byte* sw = s + head;
+  for (std::int64_t k = lane; k < words; k += lanes) copy_word<Word>(dw + k * w, sw + k * w);
+  for (std::int64_t i = head + words * w + lane; i < n; i += lanes) d[i] = s[i];
+}
+
+/// Copies lane `lane`'s share (of `lanes`) of n bytes from s to d with the widest word both
+/// addresses allow. All lanes together copy every byte exactly once. O(n / lanes) per lane.
+ORCHMLLM_HOST_DEVICE inline void copy_lane(std::byte* d, const std::byte* s, std::int64_t n,
+                                           std::int64_t lane, std::int64_t lanes) {
+  const auto diff = reinterpret_cast<std::uintptr_t>(s) ^ reinterpret_cast<std::uintptr_t>(d);
+  if ((diff & 15u) == 0) {
+    copy_lane_words<word16>(d, s, n, lane, lanes);
+  } else if ((diff & 7u) == 0) {
+    copy_lane_words<std::uint64_t>(d, s, n, lane, lanes);
+  } else if ((diff & 3u) == 0) {
+    copy_lane_words<std::uint32_t>(d, s, n, lane, lanes);
+  } else {
+    for (std::int64_t i = lane; i < n; i += lanes) d[i] = s[i];
+  }
+}
+
+// ceil(bytes / chunk): the number of chunks of one segment (0 for an empty segment).
+struct chunk_count {
+  std::int64_t chunk;
+  ORCHMLLM_HOST_DEVICE std::int64_t operator()(std::int64_t bytes) const {
+    return bytes <= 0 ? 0 : (bytes + chunk - 1) / chunk;
+  }
+};
+
+// One work item: lane (item % lanes) of chunk (item / lanes). `ends` is the inclusive scan of
+// the per-segment chunk counts, so chunk c belongs to the first segment whose end exceeds c.
+struct copy_chunk {
+  const std::byte* in;
+  std::byte* out;
+  const std::int64_t* src;
+  const std::int64_t* dst;
+  const std::int64_t* bytes;
+  const std::int64_t* ends;
+  std::int64_t num_segments;
+  std::int64_t chunk;
+  std::int64_t lanes;
+
+  ORCHMLLM_HOST_DEVICE void operator()(std::int64_t item) const {
+    const std::int64_t c = item / lanes;
+    const std::int64_t lane = item - c * lanes;
+    std::int64_t lo = 0, hi = num_segments;  // upper_bound(ends, c)
+    while (lo < hi) {
+      const std::int64_t mid = lo + (hi - lo) / 2;
+      if (ends[mid] <= c) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    const std::int64_t seg = lo;
+    const std::int64_t first = seg == 0 ? 0 : ends[seg - 1];
+    const std::int64_t offset = (c - first) * chunk;
+    std::int64_t n = bytes[seg] - offset;
+    if (n > chunk) n = chunk;
+    copy_lane(out + dst[seg] + offset, in + src[seg] + offset, n, lane, lanes);
+  }
+};
+
+/// Work items per chunk for a policy: 32 (a warp) on the CUDA system, 1 on host systems (every
+/// other system: CPP, OMP, TBB, whose memory the host reads directly).
+template <class ExecutionPolicy>
+constexpr std::int64_t lanes_for() {
+#if defined(__CUDACC__)
+  if constexpr (std::is_base_of_v<thrust::cuda_cub::execution_policy<ExecutionPolicy>,
+                                  ExecutionPolicy>) {
+    return 32;
+  }
+#endif
+  return 1;
+}
+
+inline void check_chunk(std::int64_t chunk_bytes) {
+  ORCHMLLM_REQUIRE(chunk_bytes >= 16 && chunk_bytes % 16 == 0, invalid_argument_error,
+                   "gather_segments: chunk_bytes = ", chunk_bytes,
+                   " must be a positive multiple of 16 (so chunks keep 16-byte alignment)");
+}
+
+/// The gather once the chunk scan `ends` (in the policy's system) and its last value
+/// `total_chunks` are known: one for_each over total_chunks * lanes work items.
+template <class ExecutionPolicy>
+void gather_with_ends(const ExecutionPolicy& policy, const std::byte* in, std::byte* out,
+                      const std::int64_t* src, const std::int64_t* dst, const std::int64_t* bytes,
+                      const std::int64_t* ends, std::int64_t num_segments,
+                      std::int64_t total_chunks, std::int64_t chunk_bytes) {
+  if (total_chunks <= 0) return;
+  constexpr std::int64_t lanes = lanes_for<ExecutionPolicy>();
+  thrust::for_each_n(policy, thrust::counting_iterator<std::int64_t>(0), total_chunks * lanes,
+                     copy_chunk{in, out, src, dst, bytes, ends, num_segments, chunk_bytes, lanes});
+}
+
+// Returns a temporary buffer to its system on scope exit (also when an algorithm throws).
+template <class ExecutionPolicy, class Pointer>
+struct temporary_guard {
+  const ExecutionPolicy& policy;
+  Pointer ptr;
+  std::ptrdiff_t n;
+  temporary_guard(const ExecutionPolicy& p, Pointer q, std::ptrdiff_t m)
+      : policy(p), ptr(q), n(m) {}
+  temporary_guard(const temporary_guard&) = delete;
+  temporary_guard& operator=(const temporary_guard&) = delete;
+  ~temporary_guard() { thrust::return_temporary_buffer(policy, ptr, n); }
+};
+
+}  // namespace detail::thrust_gather
+
+/// Gathers `num_segments` byte segments: for every i, copies bytes[i] bytes from in + src[i] to
+/// out + dst[i]. `in`, `out` and the three int64 arrays must be accessible in the policy's
+/// system (host memory for thrust::cpp / thrust::omp, device memory for thrust::cuda / device).
+///
+/// Load-balanced: segments are cut into chunks of at most `chunk_bytes` bytes (a transform scan
+/// of per-segment chunk counts, in a temporary buffer of the policy's system), and every chunk
+/// is one work item that finds its segment by binary search; copies use 16-byte words where the
+/// source and destination are 16-byte aligned relative to each other (else 8, 4 or 1).
+///
+/// Preconditions (not checked: the arrays may live in device memory): bytes[i] >= 0; every
+/// segment inside its buffer; destination segments pairwise disjoint and not overlapping any
+/// source segment. Zero-byte segments and num_segments == 0 are fine (nothing is copied).
+///
+/// Complexity: O(num_segments) for the scan (and, on CUDA, a reduction), plus
+/// O(total_chunks · log(num_segments) + total bytes) for the copy, spread over the system's
+/// workers. Returns when the copy is complete for synchronous policies (thrust::cuda::par,
+/// thrust::device); with thrust::cuda::par_nosync it is only enqueued after the scan.
+/// Deterministic: every output byte is written exactly once with the value of its source byte.
+/// Throws `invalid_argument_error` if num_segments < 0 or chunk_bytes is not a positive
+/// multiple of 16; whatever the system throws on allocation or launch failure
+/// (thrust::system_error, std::bad_alloc).
+template <class ExecutionPolicy>
+void gather_segments(const ExecutionPolicy& policy, const std::byte* in, std::byte* out,
+                     const std::int64_t* src, const std::int64_t* dst, const std::int64_t* bytes,
+                     std::int64_t num_segments,
+                     std::int64_t chunk_bytes = default_gather_chunk_bytes) {
+  namespace tg = detail::thrust_gather;
+  ORCHMLLM_REQUIRE(num_segments >= 0, invalid_argument_error,
+                   "gather_segments: num_segments = ", num_segments, " must be >= 0");
+  tg::check_chunk(chunk_bytes);
+  if (num_segments == 0) return;
+  const tg::chunk_count count{chunk_bytes};
+  constexpr bool host_memory = tg::lanes_for<ExecutionPolicy>() == 1;
+  std::int64_t total_chunks = 0;
+  if constexpr (!host_memory) {
+    // Device memory: the total comes back to the host through a reduction, before anything is
+    // allocated (an all-empty gather allocates nothing).
+    total_chunks = thrust::transform_reduce(policy, bytes, bytes + num_segments, count,
+                                            std::int64_t{0}, thrust::plus<std::int64_t>());
+    if (total_chunks == 0) return;
+  }
+  auto buffer = thrust::get_temporary_buffer<std::int64_t>(policy, num_segments);
+  const tg::temporary_guard<ExecutionPolicy, decltype(buffer.first)> guard(policy, buffer.first,
+                                                                           buffer.second);
+  std::int64_t* ends = thrust::raw_pointer_cast(buffer.first);
+  thrust::transform_inclusive_scan(policy, bytes, bytes + num_segments, ends, count,
+                                   thrust::plus<std::int64_t>());
+  if constexpr (host_memory) {
+    // Host systems: the scan's last value is readable directly (and OMP's reduce trips UBSan
+    // inside Thrust: a null-reference idiom in thrust::reference).
+    total_chunks = ends[num_segments - 1];
+    if (total_chunks == 0) return;
+  }
+  tg::gather_with_ends(policy, in, out, src, dst, bytes, ends, num_segments, total_chunks,
+                       chunk_bytes);
+}
+
+namespace detail {
+
+/// Vector type of a Thrust system tag: thrust::cpp::tag; thrust::omp::tag when compiling with
+/// OpenMP (Thrust's OMP algorithms refuse to build without it); thrust::cuda::tag under nvcc.
+/// The device system's tag (thrust::device_system_tag) is one of these.
+template <class System>
+struct thrust_system_traits;  // unsupported system: no definition
+
+template <>
+struct thrust_system_traits<thrust::system::cpp::tag> {
+  template <class T>
+  using vector = thrust::system::cpp::vector<T>;
+};
+
+#if defined(_OPENMP)
+template <>
+struct thrust_system_traits<thrust::system::omp::tag> {
+  template <class T>
+  using vector = thrust::system::omp::vector<T>;
+};
+#endif
+
+#if defined(__CUDACC__)
+template <>
+struct thrust_system_traits<thrust::system::cuda::tag> {
+  template <class T>
+  using vector = thrust::system::cuda::vector<T>;
+};
+#endif
+
+}  // namespace detail
+
+/// `byte_mover` for any Thrust system `System` (a system tag: thrust::cpp::tag,
+/// thrust::omp::tag with OpenMP, thrust::cuda::tag with nvcc, or thrust::device_system_tag).
+/// Scratch buffers are vectors of that system; `gather` computes the chunk scan of the host segment
+/// list on the host, uploads src | dst | bytes | ends into one vector of the system (one transfer)
+/// and runs the chunked gather with the system's tag as the execution policy.
+///
+/// For CUDA with an explicit stream and CUB's batched memcpy use `cuda::device_mover`
+/// (backend/cuda/mover.cuh). Not thread-safe (one mover per rank / thread). Deterministic.
+template <class System>
+class thrust_mover {
+ public:
+  /// The vector type of the system, e.g. thrust::cpp::vector<T>.
+  template <class T>
+  using vector = typename detail::thrust_system_traits<System>::template vector<T>;
+
+  /// Throws `invalid_argument_error` if chunk_bytes is not a positive multiple of 16.
+  explicit thrust_mover(std::int64_t chunk_bytes = default_gather_chunk_bytes)
+      : chunk_bytes_(chunk_bytes) {
+    detail::thrust_gather::check_chunk(chunk_bytes);
+  }
+
+  /// A buffer of at least `bytes` bytes in the system's memory, valid until the next scratch
+  /// call with the same slot (0 or 1; any other value means 1). Reuses the allocation when it
+  /// is large enough; otherwise frees it and allocates `bytes` (old contents are not kept).
+  /// O(1) when reused, O(bytes) when it grows (the system value-initialises new vectors).
+  /// Throws `invalid_argument_error` if bytes < 0; the system's allocation errors.
+  std::byte* scratch(int slot, std::int64_t bytes) {
+    ORCHMLLM_REQUIRE(bytes >= 0, invalid_argument_error, "thrust_mover::scratch: bytes = ", bytes,
+                     " must be >= 0");
+    auto& b = buffers_[slot == 0 ? 0 : 1];
+    if (static_cast<std::int64_t>(b.size()) < bytes) {
+      b = vector<std::byte>();  // free first: peak memory is the new buffer, not both
+      b.resize(static_cast<std::size_t>(bytes));
+    }
+    return thrust::raw_pointer_cast(b.data());
+  }
+
+  /// Gathers `segments` from `in` to `out` (both in the system's memory). O(segments) on the
+  /// host plus the chunked gather (see gather_segments). Returns when the copy is complete.
+  /// Throws `invalid_argument_error` for a malformed list (arrays of different sizes, a
+  /// negative offset or size), naming the segment; the system's errors.
+  void gather(const std::byte* in, std::byte* out, const detail::segment_list& segments) {
+    const auto n = static_cast<std::int64_t>(segments.size());
+    ORCHMLLM_REQUIRE(
+        segments.dst.size() == segments.src.size() && segments.bytes.size() == segments.src.size(),
+        invalid_argument_error, "thrust_mover::gather: segment arrays differ in size (src ",
+        segments.src.size(), ", dst ", segments.dst.size(), ", bytes ", segments.bytes.size(), ")");
+    if (n == 0) return;
+    const detail::thrust_gather::chunk_count count{chunk_bytes_};
+    host_.resize(static_cast<std::size_t>(4 * n));
+    std::int64_t total = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      ORCHMLLM_REQUIRE(segments.src[k] >= 0 && segments.dst[k] >= 0 && segments.bytes[k] >= 0,
+                       invalid_argument_error, "thrust_mover::gather: segment ", i, " has src ",
+                       segments.src[k], ", dst ", segments.dst[k], ", bytes ", segments.bytes[k],
+                       " (all must be >= 0)");
+      host_[k] = segments.src[k];
+      host_[static_cast<std::size_t>(n) + k] = segments.dst[k];
+      host_[static_cast<std::size_t>(2 * n) + k] = segments.bytes[k];
+      total += count(segments.bytes[k]);
+      host_[static_cast<std::size_t>(3 * n) + k] = total;
+    }
+    if (total == 0) return;
+    table_.resize(host_.size());
+    thrust::copy(host_.begin(), host_.end(), table_.begin());
+    const std::int64_t* t = thrust::raw_pointer_cast(table_.data());
+    detail::thrust_gather::gather_with_ends(System{}, in, out, t, t + n, t + 2 * n, t + 3 * n, n,
+                                            total, chunk_bytes_);
+  }
+
+  /// The chunk size this mover gathers with.
+  [[nodiscard]] std::int64_t chunk_bytes() const noexcept { return chunk_bytes_; }
+
+ private:
+  std::int64_t chunk_bytes_;
+  vector<std::byte> buffers_[2];
+  vector<std::int64_t> table_;      // src | dst | bytes | ends in the system's memory
+  std::vector<std::int64_t> host_;  // the same, staged on the host
+};
+
+static_assert(byte_mover<thrust_mover<thrust::system::cpp::tag>>);
+
+}  // namespace orchmllm

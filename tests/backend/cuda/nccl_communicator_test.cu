@@ -1,0 +1,145 @@
+// GPU runtime test of nccl::communicator, run under mpiexec (one rank in ctest; the device
+// check script also runs it on one GPU). The conformance suite of the communicator concept runs
+// with device payload buffers (cuda_staging): self send/recv, zero counts, gapped
+// displacements, 1 MiB, bad spans. Exits with 77 (ctest: skipped) when no CUDA device is
+// present. Uses the MPI doctest main (tests/backend/mpi/mpi_main.cpp).
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "cuda_support.hpp"
+#include "orchmllm/backend/cuda/mover.cuh"
+#include "orchmllm/backend/nccl/communicator.cuh"
+#include "support/communicator_conformance.hpp"
+#include "support/test_support.hpp"
+
+namespace {
+
+using orchmllm::rank_t;
+using orchmllm::test::test_stream;
+
+// One GPU per rank of a node (ranks beyond the device count share devices round-robin).
+void select_device() {
+  int local = 0;
+  MPI_Comm node_comm = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node_comm);
+  MPI_Comm_rank(node_comm, &local);
+  MPI_Comm_free(&node_comm);
+  ORCHMLLM_CUDA_CHECK(cudaSetDevice(local % orchmllm::test::cuda_device_count));
+}
+
+}  // namespace
+
+TEST_CASE("nccl communicator: library version") {
+  const int v = orchmllm::nccl::communicator::library_version();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) {
+    std::printf("NCCL library %d.%d.%d (headers %d.%d.%d)\n", v / 10000, (v / 100) % 100, v % 100,
+                NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+  }
+  CHECK(v >= NCCL_VERSION(2, 14, 0));
+}
+
+TEST_CASE("nccl communicator: conformance suite with device payloads") {
+  select_device();
+  test_stream stream;
+  orchmllm::nccl::communicator comm(MPI_COMM_WORLD, stream.get());
+  CHECK(comm.size() >= 1);
+  CHECK(comm.stream() == stream.get());
+  CHECK(comm.native_handle() != nullptr);
+  CHECK_NOTHROW(orchmllm::test::check_communicator_conformance(
+      comm, orchmllm::test::cuda_staging{stream.get()}));
+  CHECK_FALSE(comm.aborted());
+}
+
+TEST_CASE("nccl communicator: verify_counts catches a count mismatch before sending") {
+  select_device();
+  test_stream stream;
+  orchmllm::nccl::communicator::options opts;
+  opts.verify_counts = true;
+  opts.timeout = std::chrono::seconds(60);
+  orchmllm::nccl::communicator comm(MPI_COMM_WORLD, stream.get(), opts);
+  CHECK_NOTHROW(orchmllm::test::check_communicator_conformance(
+      comm, orchmllm::test::cuda_staging{stream.get()}));
+  // Every rank expects one byte more from rank 0 than rank 0 sends.
+  const auto n = static_cast<std::size_t>(comm.size());
+  orchmllm::test::cuda_staging staging{stream.get()};
+  std::byte* buf = staging.alloc(1024);
+  std::vector<std::int64_t> send_counts(n, 0), recv_counts(n, 0), displs(n, 0);
+  if (comm.rank() == 0) std::fill(send_counts.begin(), send_counts.end(), 5);
+  recv_counts[0] = 6;
+  orchmllm::test::expect_error<orchmllm::communication_error>(
+      [&] { comm.all_to_allv(buf, send_counts, displs, buf + 512, recv_counts, displs); },
+      {"disagree"});
+  CHECK_FALSE(comm.aborted());  // nothing was posted: still usable
+  CHECK_NOTHROW(orchmllm::test::check_communicator_conformance(comm, staging));
+  staging.free(buf);
+}
+
+TEST_CASE("nccl communicator: invalid options raise on every rank") {
+  select_device();
+  test_stream stream;
+  orchmllm::nccl::communicator::options opts;
+  opts.timeout = std::chrono::milliseconds(0);
+  orchmllm::test::expect_invalid(
+      [&] { orchmllm::nccl::communicator comm(MPI_COMM_WORLD, stream.get(), opts); },
+      {"timeout = 0 ms"});
+}
+
+TEST_CASE("nccl communicator: device_mover packs on the stream before the exchange") {
+  // Pack (gather) -> all_to_allv -> unpack, all queued on one stream: every rank sends each peer
+  // q a block of (q + 1) * 1000 + rank bytes cut from its input in reverse segment order.
+  select_device();
+  test_stream stream;
+  orchmllm::nccl::communicator comm(MPI_COMM_WORLD, stream.get());
+  for (auto method : {orchmllm::cuda::gather_method::cub_batched,
+                      orchmllm::cuda::gather_method::thrust_chunked}) {
+    orchmllm::cuda::device_mover mover(stream.get(), method);
+    const rank_t n = comm.size();
+    const rank_t me = comm.rank();
+    std::vector<std::int64_t> send_counts(static_cast<std::size_t>(n)),
+        recv_counts(static_cast<std::size_t>(n)), send_displs(static_cast<std::size_t>(n)),
+        recv_displs(static_cast<std::size_t>(n));
+    std::int64_t send_total = 0, recv_total = 0;
+    for (rank_t q = 0; q < n; ++q) {
+      const auto k = static_cast<std::size_t>(q);
+      send_counts[k] = (q + 1) * 1000 + me;
+      recv_counts[k] = (me + 1) * 1000 + q;
+      send_displs[k] = send_total;
+      recv_displs[k] = recv_total;
+      send_total += send_counts[k];
+      recv_total += recv_counts[k];
+    }
+    // Input: the send blocks stored in reverse peer order; packing restores peer order.
+    std::vector<std::byte> input(static_cast<std::size_t>(send_total));
+    orchmllm::detail::segment_list pack;
+    std::int64_t pos = 0;
+    for (rank_t q = n - 1; q >= 0; --q) {
+      const auto k = static_cast<std::size_t>(q);
+      orchmllm::test::fill_block(input.data() + pos, send_counts[k], 900, me, q);
+      pack.push(pos, send_displs[k], send_counts[k]);
+      pos += send_counts[k];
+    }
+    std::byte* in = mover.scratch(0, send_total);
+    orchmllm::test::upload(in, input, stream.get());
+    std::byte* send = mover.scratch(1, send_total);
+    mover.gather(in, send, pack);  // queued; the exchange below is ordered after it
+    orchmllm::test::cuda_staging staging{stream.get()};
+    std::byte* recv = staging.alloc(recv_total);
+    comm.all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    const auto got = orchmllm::test::download(recv, recv_total, stream.get());
+    for (rank_t q = 0; q < n; ++q) {
+      const auto k = static_cast<std::size_t>(q);
+      CHECK(orchmllm::test::first_block_mismatch(got.data() + recv_displs[k], recv_counts[k], 900,
+                                                 q, me) == -1);
+    }
+    staging.free(recv);
+  }
+}
