@@ -4,6 +4,7 @@
 //   orchmllm-bench generate --ranks D --items-per-rank K --out ITEMS.csv
 //   orchmllm-bench plan     --items ITEMS.csv --ranks D --out PLAN.csv
 //   orchmllm-bench compare  --items ITEMS.csv --ranks D
+//   orchmllm-bench dispatch --backend local|mpi --items ITEMS.csv --plan PLAN.csv
 //   orchmllm-bench help [SUBCOMMAND]
 //
 // `run` dispatches to one subcommand; each lives in its own header and is listed in
@@ -19,6 +20,7 @@
 #include "tool/args.hpp"
 #include "tool/command.hpp"
 #include "tool/compare.hpp"
+#include "tool/dispatch.hpp"
 #include "tool/generate.hpp"
 #include "tool/plan.hpp"
 
@@ -27,7 +29,7 @@ namespace orchmllm::tool {
 /// Every subcommand, in the order `help` lists them.
 inline const std::vector<const command*>& commands() {
   static const std::vector<const command*> all = {&generate_command(), &plan_command(),
-                                                  &compare_command()};
+                                                  &compare_command(), &dispatch_command()};
   return all;
 }
 
@@ -66,7 +68,7 @@ inline std::string general_help() {
 inline int run(std::span<const std::string> args, std::ostream& out, std::ostream& err) {
   const std::string prefix = std::string(program_name) + ": ";
   const std::string usage = "usage: " + std::string(program_name) +
-                            " generate|plan|compare|help [FLAGS] (see '" +
+                            " generate|plan|compare|dispatch|help [FLAGS] (see '" +
                             std::string(program_name) + " help')";
   if (args.empty()) {
     err << prefix << "missing subcommand\n" << usage << "\n";

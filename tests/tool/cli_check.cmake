@@ -1,14 +1,24 @@
 # End-to-end checks of the real orchmllm-bench binary (registered as ctest tool.cli_<CASE> in
 # bench/CMakeLists.txt, next to the executable's definition).
 #
-#   cmake -DTOOL=<path to orchmllm-bench> -DCASE=plan|bad_input|usage -DWORK_DIR=<scratch dir>
-#         -P tests/tool/cli_check.cmake
+#   cmake -DTOOL=<path to orchmllm-bench> -DCASE=plan|bad_input|usage|dispatch
+#         -DWORK_DIR=<scratch dir> -P tests/tool/cli_check.cmake
+#   cmake ... -DCASE=dispatch_mpi -DMPIEXEC=<mpiexec> -DMPIEXEC_NUMPROC_FLAG=-np
+#         [-DMPIEXEC_OVERSUBSCRIBE=--oversubscribe] -P tests/tool/cli_check.cmake
 #
 # plan:      generate -> plan -> compare succeed (exit 0); generate is byte-reproducible; PLAN.csv
 #            has one row per item; stdout is one JSON object.
 # bad_input: malformed ITEMS.csv and infeasible caps exit 2 with a one-line message naming the
 #            line/value, print nothing on stdout and leave no output (or temporary) file.
 # usage:     usage mistakes exit 2 with a usage line; --help exits 0.
+# dispatch:  generate -> plan -> dispatch --backend local on 8 ranks faked as 4 nodes of 2
+#            (--gpus-per-node 2), every schedule: one JSON line, verified true, the requested
+#            schedule used, moved = intra + inter = the plan's bytes_moved; one node has no
+#            inter-node bytes; bad dispatch input exits 2 with one line and no stdout.
+# dispatch_mpi: the same files under `mpiexec -np 8 orchmllm-bench dispatch --backend mpi
+#            --gpus-per-node 4` (2 faked nodes of 4), every schedule, verified true with an
+#            alltoallv baseline; a world of 3 ranks for 8-rank files and a missing PLAN.csv exit
+#            2, reported once (by rank 0).
 
 cmake_minimum_required(VERSION 3.25)
 
@@ -143,6 +153,139 @@ elseif(CASE STREQUAL "usage")
   run(2 plan --items items.csv --ranks --out plan.csv)
   expect_match("${ERR}" "flag --ranks needs a value" "missing value")
   expect_dir_contents(items.csv)
+
+elseif(CASE STREQUAL "dispatch" OR CASE STREQUAL "dispatch_mpi")
+  # JSON integer field <key> of <json> into <out>.
+  function(json_int json key out)
+    if(NOT json MATCHES "\"${key}\":([0-9]+)[,}]")
+      message(FATAL_ERROR "no integer \"${key}\" in: ${json}")
+    endif()
+    set(${out} "${CMAKE_MATCH_1}" PARENT_SCOPE)
+  endfunction()
+  # Checks one dispatch JSON line: verified, the schedule used, the byte accounting.
+  function(check_dispatch json backend nodes gpus schedule bytes_moved)
+    string(CONCAT _re "^{\"verified\":true,\"backend\":\"${backend}\",\"ranks\":8,"
+                     "\"nodes\":${nodes},\"gpus_per_node\":${gpus},\"schedule\":\"[a-z-]+\","
+                     "\"requested_schedule\":\"${schedule}\",.*\"dispatch_seconds\":[0-9.e+-]+,"
+                     "\"execute_seconds\":[0-9.e+-]+,\"combine_seconds\":[0-9.e+-]+,"
+                     "\"alltoallv_seconds\":[^,]+,.*}\n$")
+    expect_match("${json}" "${_re}" "dispatch ${backend} ${schedule} stdout")
+    if(NOT schedule STREQUAL "auto")
+      expect_match("${json}" "\"schedule\":\"${schedule}\"" "schedule used")
+    endif()
+    if(backend STREQUAL "mpi")
+      expect_match("${json}" "\"alltoallv_seconds\":[0-9]" "alltoallv baseline")
+    else()
+      expect_match("${json}" "\"alltoallv_seconds\":null" "no baseline for local")
+    endif()
+    json_int("${json}" moved_bytes _moved)
+    json_int("${json}" intra_node_bytes _intra)
+    json_int("${json}" inter_node_bytes _inter)
+    math(EXPR _sum "${_intra} + ${_inter}")
+    if(NOT _moved EQUAL _sum OR NOT _moved EQUAL bytes_moved)
+      message(FATAL_ERROR "moved_bytes ${_moved}, intra ${_intra} + inter ${_inter}, plan's "
+                          "bytes_moved ${bytes_moved}: ${json}")
+    endif()
+    if(nodes EQUAL 1 AND NOT _inter EQUAL 0)
+      message(FATAL_ERROR "one node but ${_inter} inter-node bytes: ${json}")
+    endif()
+  endfunction()
+
+  run(0 generate --ranks 8 --items-per-rank 12 --seed 5 --bytes-per-token 3 --out items.csv)
+  run(0 plan --items items.csv --ranks 8 --out plan.csv)
+  json_int("${OUT}" bytes_moved _plan_moved)
+  if(_plan_moved EQUAL 0)
+    message(FATAL_ERROR "the test plan moves nothing: ${OUT}")
+  endif()
+
+  if(CASE STREQUAL "dispatch")
+    foreach(_s IN ITEMS direct node-wise auto)
+      run(0 dispatch --backend local --items items.csv --plan plan.csv --gpus-per-node 2
+             --schedule ${_s} --repeat 2)
+      check_dispatch("${OUT}" local 4 2 ${_s} ${_plan_moved})
+      if(NOT ERR STREQUAL "")
+        message(FATAL_ERROR "dispatch wrote to stderr: ${ERR}")
+      endif()
+    endforeach()
+    # Defaults: one node (no inter-node bytes), the rank count inferred from the files.
+    run(0 dispatch --backend local --items items.csv --plan plan.csv --repeat 1)
+    check_dispatch("${OUT}" local 1 8 auto ${_plan_moved})
+    # Items without a bytes column carry their length in bytes; --ranks given explicitly.
+    run(0 generate --ranks 8 --items-per-rank 5 --seed 9 --out short.csv)
+    run(0 plan --items short.csv --ranks 8 --out short_plan.csv)
+    json_int("${OUT}" bytes_moved _short_moved)
+    run(0 dispatch --backend local --items short.csv --plan short_plan.csv --ranks 8
+           --gpus-per-node 3 --schedule node-wise --repeat 1)
+    check_dispatch("${OUT}" local 3 3 node-wise ${_short_moved})
+
+    # Bad input: exit 2, one line on stderr, nothing on stdout.
+    function(bad_dispatch regex)
+      run(2 dispatch ${ARGN})
+      if(NOT OUT STREQUAL "")
+        message(FATAL_ERROR "dispatch ${ARGN}: stdout not empty: ${OUT}")
+      endif()
+      expect_match("${ERR}" "^orchmllm-bench dispatch: [^\n]*${regex}" "dispatch ${ARGN}")
+    endfunction()
+    bad_dispatch("short_plan.csv: no row for source item 5\n$"
+                 --backend local --items items.csv --plan short_plan.csv)
+    bad_dispatch("items.csv:[0-9]+: rank 4 is not below the rank count 4"
+                 --backend local --items items.csv --plan plan.csv --ranks 4)
+    bad_dispatch("--backend is 'tcp', expected 'local' or 'mpi'\nusage: orchmllm-bench dispatch"
+                 --backend tcp --items items.csv --plan plan.csv)
+    bad_dispatch("--schedule is 'ring'" --backend local --items items.csv --plan plan.csv
+                 --schedule ring)
+    bad_dispatch("--repeat is 0, must be in \\[1, 1000\\]" --backend local --items items.csv
+                 --plan plan.csv --repeat 0)
+    bad_dispatch("missing required flag --plan" --backend local --items items.csv)
+    bad_dispatch("cannot open 'nope.csv'" --backend local --items items.csv --plan nope.csv)
+    run(0 help dispatch)
+    expect_match("${OUT}" "--backend local\\|mpi" "help dispatch")
+    expect_dir_contents(items.csv plan.csv short.csv short_plan.csv)
+  else()
+    foreach(_var MPIEXEC MPIEXEC_NUMPROC_FLAG)
+      if(NOT DEFINED ${_var} OR "${${_var}}" STREQUAL "")
+        message(FATAL_ERROR "cli_check.cmake: CASE dispatch_mpi needs -D${_var}=...")
+      endif()
+    endforeach()
+    set(ENV{OMPI_ALLOW_RUN_AS_ROOT} 1)
+    set(ENV{OMPI_ALLOW_RUN_AS_ROOT_CONFIRM} 1)
+    set(ENV{OMPI_MCA_rmaps_base_oversubscribe} 1)
+    # run_mpi(<expected exit code> <ranks> <args...>): the tool under mpiexec; sets OUT and ERR.
+    function(run_mpi expected ranks)
+      execute_process(COMMAND "${MPIEXEC}" ${MPIEXEC_NUMPROC_FLAG} ${ranks} ${MPIEXEC_OVERSUBSCRIBE}
+                              "${TOOL}" ${ARGN}
+        WORKING_DIRECTORY "${WORK_DIR}" TIMEOUT 120
+        RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+      if(NOT rc STREQUAL "${expected}")
+        message(FATAL_ERROR "mpiexec -np ${ranks} orchmllm-bench ${ARGN}: exit ${rc}, expected "
+                            "${expected}\nstdout: ${out}\nstderr: ${err}")
+      endif()
+      set(OUT "${out}" PARENT_SCOPE)
+      set(ERR "${err}" PARENT_SCOPE)
+    endfunction()
+    foreach(_s IN ITEMS direct node-wise auto)
+      run_mpi(0 8 dispatch --backend mpi --items items.csv --plan plan.csv --gpus-per-node 4
+                 --schedule ${_s} --repeat 2)
+      check_dispatch("${OUT}" mpi 2 4 ${_s} ${_plan_moved})
+    endforeach()
+    run_mpi(2 3 dispatch --backend mpi --items items.csv --plan plan.csv --repeat 1)
+    if(NOT OUT STREQUAL "")
+      message(FATAL_ERROR "wrong world size: stdout not empty: ${OUT}")
+    endif()
+    string(REGEX MATCHALL "the MPI world has 3 ranks but the files describe 8" _hits "${ERR}")
+    list(LENGTH _hits _n)
+    if(NOT _n EQUAL 1)
+      message(FATAL_ERROR "wrong world size reported ${_n} times (expected once by rank 0):\n${ERR}")
+    endif()
+    # A file only rank 0 would read: every rank fails alike, rank 0 reports once.
+    run_mpi(2 4 dispatch --backend mpi --items items.csv --plan nope.csv --repeat 1)
+    string(REGEX MATCHALL "cannot open 'nope.csv'" _hits "${ERR}")
+    list(LENGTH _hits _n)
+    if(NOT OUT STREQUAL "" OR NOT _n EQUAL 1)
+      message(FATAL_ERROR "missing file under MPI: stdout '${OUT}', message ${_n} times:\n${ERR}")
+    endif()
+    expect_dir_contents(items.csv plan.csv)
+  endif()
 
 else()
   message(FATAL_ERROR "cli_check.cmake: unknown CASE '${CASE}'")
