@@ -169,7 +169,9 @@ stage_row run_stage(orchmllm::mpi::communicator& comm, const stage_def& s, int s
   // 4. Move the payload to the balanced ranks.
   const auto mine = local_payload(s, stage, me);
   orchmllm::dispatch_report report;
-  const orchmllm::dispatch_options opts{sched, topo.links};
+  orchmllm::dispatch_options opts;
+  opts.sched = sched;
+  opts.links = topo.links;
   comm.barrier();
   const auto t0 = std::chrono::steady_clock::now();
   const auto moved = orchmllm::dispatch(comm, plan, mine, opts, &report);

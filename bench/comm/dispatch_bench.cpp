@@ -92,7 +92,8 @@ measurement measure(const all_to_all_case& c, rank_t d, rank_t ranks_per_node,
       [&](orchmllm::local::communicator& comm) {
         const rank_t me = comm.rank();
         const auto mine = tool::make_source_payload(c.layout, me);
-        const orchmllm::dispatch_options opts{sched, {}};
+        orchmllm::dispatch_options opts;
+        opts.sched = sched;
         const auto my_bytes = mine.rows;  // row_bytes = 1
         const auto route = orchmllm::build_route(comm, c.plan, my_bytes, opts);
         orchmllm::host_mover mover;

@@ -588,7 +588,8 @@ dispatch_summary run_dispatch_rank(Comm& comm, const batch_layout& layout,
     sum.predicted_node_wise_seconds = both.predicted_seconds(schedule::node_wise);
   }
 
-  const dispatch_options opts{s.sched, s.links};
+  host_mover dispatch_scratch;  // reused by dispatch/combine, as a trainer would
+  const dispatch_options opts{s.sched, s.links, &dispatch_scratch};
   const auto my_bytes = std::span<const std::int64_t>(item_bytes).subspan(
       static_cast<std::size_t>(layout.offset(me)),
       static_cast<std::size_t>(layout.rank_size(me)));

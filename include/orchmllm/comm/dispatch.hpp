@@ -44,6 +44,9 @@ namespace orchmllm {
 struct dispatch_options {
   schedule sched = schedule::automatic;  ///< direct, node-wise or chosen by the time model
   link_params links{};                   ///< figures of the time model
+  /// Scratch buffers to reuse across calls (per rank, not shared between threads); null: each
+  /// call allocates its own. Steady-state steps that pass one allocate only their outputs.
+  host_mover* scratch = nullptr;
 };
 
 /// What one `dispatch`/`combine` did on this rank.
@@ -245,8 +248,9 @@ ragged_payload dispatch(Comm& comm, const rearrangement& plan, const ragged_payl
   for (auto h = doff[me]; h < doff[me + 1]; ++h)
     out.rows.push_back(rows[static_cast<std::size_t>(plan.source_of(h))]);
   out.data.resize(static_cast<std::size_t>(r.output_bytes()));
-  host_mover mover;
-  execute(comm, r, local.data.data(), out.data.data(), mover);
+  host_mover own;
+  execute(comm, r, local.data.data(), out.data.data(),
+          options.scratch != nullptr ? *options.scratch : own);
   if (report != nullptr) {
     report->used = r.used();
     report->sent = r.sent();
