@@ -26,6 +26,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "orchmllm/comm/communicator.hpp"
@@ -219,19 +220,28 @@ route build_route(Comm& comm, const rearrangement& plan,
   return route::build(plan, bytes, topo, comm.rank(), options.sched);
 }
 
-/// Collective: moves every rank's ragged payload along `plan`. On return, this rank holds the
-/// items the plan sends it, in destination slot order, with their row counts; the row width is
+/// Collective: moves every rank's ragged payload along `plan` into `out`, reusing `out`'s
+/// storage (a trainer that keeps `out` between steps allocates nothing once it is large
+/// enough; `out` may be `local` itself, at the cost of a temporary). On return, `out` holds the items the
+/// plan sends this rank, in destination slot order, with their row counts; the row width is
 /// unchanged. Every item arrives exactly once and byte-identical. One metadata all-gather and
 /// all-gatherv, then one all-to-all(v) per hop of the schedule. O(bytes + n log n) per rank.
 /// Deterministic. Throws `communication_error` on every rank when ranks disagree (plan, row
-/// width, schedule, item counts) or one holds an invalid payload; whatever the communicator
-/// throws.
+/// width, schedule, link figures, item counts) or one holds an invalid payload; whatever the
+/// communicator throws. `out` is unspecified after a throw.
 template <communicator Comm>
-ragged_payload dispatch(Comm& comm, const rearrangement& plan, const ragged_payload& local,
-                        const dispatch_options& options = {}, dispatch_report* report = nullptr) {
+void dispatch(Comm& comm, const rearrangement& plan, const ragged_payload& local,
+              ragged_payload& out, const dispatch_options& options = {},
+              dispatch_report* report = nullptr) {
   static_assert(Comm::payload_memory == memory_kind::host,
                 "dispatch moves host payloads; for device memory use build_route + execute with "
                 "a device mover");
+  if (&local == &out) {  // in place: move through a temporary
+    ragged_payload moved;
+    dispatch(comm, plan, local, moved, options, report);
+    out = std::move(moved);
+    return;
+  }
   topology topo;
   const auto rows = detail::exchange_item_counts(comm, plan, local.rows, local.row_bytes,
                                                  detail::check_payload(local), options.sched,
@@ -240,10 +250,10 @@ ragged_payload dispatch(Comm& comm, const rearrangement& plan, const ragged_payl
   for (std::size_t g = 0; g < rows.size(); ++g) bytes[g] = rows[g] * local.row_bytes;
   const route r = route::build(plan, bytes, topo, comm.rank(), options.sched);
 
-  ragged_payload out;
   out.row_bytes = local.row_bytes;
   const auto doff = plan.dst_offsets();
   const auto me = static_cast<std::size_t>(comm.rank());
+  out.rows.clear();
   out.rows.reserve(static_cast<std::size_t>(doff[me + 1] - doff[me]));
   for (auto h = doff[me]; h < doff[me + 1]; ++h)
     out.rows.push_back(rows[static_cast<std::size_t>(plan.source_of(h))]);
@@ -258,6 +268,14 @@ ragged_payload dispatch(Comm& comm, const rearrangement& plan, const ragged_payl
     report->input_bytes = r.input_bytes();
     report->output_bytes = r.output_bytes();
   }
+}
+
+/// Collective: as above, returning a new payload.
+template <communicator Comm>
+ragged_payload dispatch(Comm& comm, const rearrangement& plan, const ragged_payload& local,
+                        const dispatch_options& options = {}, dispatch_report* report = nullptr) {
+  ragged_payload out;
+  dispatch(comm, plan, local, out, options, report);
   return out;
 }
 
@@ -270,6 +288,15 @@ ragged_payload combine(Comm& comm, const rearrangement& plan,
                        const ragged_payload& at_destination, const dispatch_options& options = {},
                        dispatch_report* report = nullptr) {
   return dispatch(comm, plan.inverse(), at_destination, options, report);
+}
+
+/// Collective: `combine` into a caller-owned payload whose storage is reused (see the
+/// reusing `dispatch`).
+template <communicator Comm>
+void combine(Comm& comm, const rearrangement& plan, const ragged_payload& at_destination,
+             ragged_payload& out, const dispatch_options& options = {},
+             dispatch_report* report = nullptr) {
+  dispatch(comm, plan.inverse(), at_destination, out, options, report);
 }
 
 }  // namespace orchmllm

@@ -37,6 +37,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -506,11 +507,24 @@ class route {
   double predicted_[2] = {0, 0};
 };
 
+/// Optional communicator capability: `all_to_allv_gather(in, segments, send_counts,
+/// send_displs, recv, recv_counts, recv_displs)` performs the all_to_allv whose send buffer is
+/// the gather of `segments` from `in` without materialising it, and returns false (on every
+/// rank, before anything moves) when it cannot, in which case `execute` packs and calls
+/// `all_to_allv`. `mpi::communicator` has it (MPI derived datatypes).
+template <class C>
+concept gathering_communicator =
+    communicator<C> && requires(C& c, const std::byte* in, std::byte* out,
+                                const detail::segment_list& s, std::span<const std::int64_t> v) {
+      { c.all_to_allv_gather(in, s, v, v, out, v, v) } -> std::same_as<bool>;
+    };
+
 /// Runs `r` on this rank: `in` holds the rank's source items in slot order (`r.input_bytes()`
 /// bytes), `out` receives its destination items in slot order (`r.output_bytes()` bytes); both
 /// in the communicator's payload memory, which `mover` must serve. Collective over `comm`: every
 /// rank runs its own route of the same plan. Each hop is one pack (skipped when the data is
-/// already grouped by peer) and one `all_to_allv`; the last hop receives straight into `out`
+/// already grouped by peer, or done by the communicator itself when it is a
+/// `gathering_communicator`) and one `all_to_allv`; the last hop receives straight into `out`
 /// when the arrival order is already slot order. O(bytes moved + segments).
 /// Throws `invalid_argument_error` when `comm`'s rank or size differ from the route's (a caller
 /// bug, raised before any communication on this rank only) and whatever the communicator
@@ -525,6 +539,20 @@ void execute(Comm& comm, const route& r, const std::byte* in, std::byte* out, Mo
   const auto hops = r.hops();
   for (std::size_t i = 0; i < hops.size(); ++i) {
     const auto& h = hops[i];
+    if constexpr (gathering_communicator<Comm>) {
+      // The communicator sends straight from the current buffer (no pack copy) when it can.
+      // Every rank takes this call for every hop (an identity pack is one segment), so all
+      // ranks enter the same collective.
+      const bool into_out = i + 1 == hops.size() && r.unpack_identity();
+      const int recv_slot = into_out ? -1 : (cur_slot == 0 ? 1 : 0);
+      std::byte* recv = into_out ? out : mover.scratch(recv_slot, h.recv_bytes);
+      if (comm.all_to_allv_gather(cur, h.pack, h.send_counts, h.send_displs, recv,
+                                  h.recv_counts, h.recv_displs)) {
+        cur = recv;
+        cur_slot = recv_slot;
+        continue;
+      }
+    }
     const std::byte* send = cur;
     int send_slot = cur_slot;
     if (!h.pack_identity) {

@@ -12,9 +12,12 @@
 /// Failure model. all_gather, all_gatherv and all_to_allv first agree on their arguments with
 /// one small MPI_Allreduce, so a rank with bad arguments (wrong span sizes, negative counts, a
 /// `bytes` that differs between ranks) makes *every* rank throw `invalid_argument_error` before
-/// any payload moves, and the communicator stays usable. After the transfer a second small
-/// MPI_Allreduce agrees on the outcome, so an MPI error or a short message seen by one rank
-/// raises `communication_error` on every rank. Ranks that disagree on pairwise counts
+/// any payload moves, and the communicator stays usable. After a chunked (point-to-point)
+/// transfer a second small MPI_Allreduce agrees on the outcome, so an MPI error or a short
+/// message seen by one rank raises `communication_error` on every rank; a single MPI
+/// collective (the fast path) needs no second round trip: a failure there raises
+/// `communication_error` on the ranks MPI reports it to, after which MPI leaves the
+/// communicator undefined. Ranks that disagree on pairwise counts
 /// (send_counts[p] on r != recv_counts[r] on p) break the contract of the concept;
 /// `communicator_options::verify_counts` makes all_to_allv check this (one extra MPI_Alltoall
 /// of the counts) and raise `communication_error` on every rank instead. A rank that dies, or
@@ -49,6 +52,7 @@
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/detail/comm/chunking.hpp"
+#include "orchmllm/detail/comm/segments.hpp"
 
 namespace orchmllm::detail::mpi_backend {
 
@@ -200,8 +204,9 @@ struct communicator_options {
 ///
 /// Operations are collective, synchronous (buffers may be reused on return), deterministic in
 /// what they deliver, and not thread-safe (one thread per rank at a time; MPI_THREAD_FUNNELED
-/// suffices). Each adds two MPI_Allreduce of a few int64 to the transfer (argument agreement
-/// before, outcome agreement after; see the file comment). Transfers that fit in `int` and
+/// suffices). Each adds one MPI_Allreduce of a few int64 before the transfer (argument
+/// agreement) and, on the chunked path only, one after it (outcome agreement; see the file
+/// comment). Transfers that fit in `int` and
 /// `max_chunk_bytes` use one MPI_Alltoallv / MPI_Allgather / MPI_Allgatherv of MPI_BYTE; the
 /// others (ranks agree on the path first) use MPI_Irecv/MPI_Isend per peer in messages of at
 /// most `max_chunk_bytes` bytes, addressed in 64 bits, at most 4 in flight per peer and
@@ -366,7 +371,7 @@ class communicator {
       for (std::size_t q = 0; q < p; ++q) recv_displs[q] = static_cast<std::int64_t>(q) * bytes;
       exchange_chunked(send, send_counts, send_displs, recv, recv_counts, recv_displs, out);
     }
-    finish(op, out);
+    finish(op, out, a.chunked);
   }
 
   /// Rank r contributes counts[r] bytes (`bytes` must equal counts[rank()]), written at
@@ -422,7 +427,108 @@ class communicator {
       std::vector<std::int64_t> send_displs(p, 0);
       exchange_chunked(send, send_counts, send_displs, recv, counts, displs, out);
     }
-    finish(op, out);
+    finish(op, out, a.chunked);
+  }
+
+  /// Optional capability used by `orchmllm::execute`: an all_to_allv whose send buffer is the
+  /// gather of `segments` from `in` (a route hop's pack: segment destinations address the
+  /// packed send buffer that send_counts/send_displs describe). Each peer's block goes out
+  /// straight from `in` as one MPI_Type_create_hindexed datatype in one MPI_Alltoallw, so the
+  /// pack copy is never made. Returns false, on every rank and before anything moves, when the
+  /// call does not fit MPI's `int` counts (the caller then packs and calls all_to_allv, which
+  /// chunks). Same agreement, errors and guarantees as all_to_allv; O(segments + size()) host
+  /// work to build the datatypes.
+  bool all_to_allv_gather(const std::byte* in, const ::orchmllm::detail::segment_list& segments,
+                          std::span<const std::int64_t> send_counts,
+                          std::span<const std::int64_t> send_displs, std::byte* recv,
+                          std::span<const std::int64_t> recv_counts,
+                          std::span<const std::int64_t> recv_displs) {
+    static constexpr const char* op = "all_to_allv";
+    namespace d = ::orchmllm::detail;
+    const auto p = static_cast<std::size_t>(size_);
+    std::optional<invalid_argument_error> local;
+    bool seg_fits = segments.size() <= static_cast<std::size_t>(INT_MAX);
+    try {
+      d::validate_counts_displs(send_counts, send_displs, p, "all_to_allv: send");
+      d::validate_counts_displs(recv_counts, recv_displs, p, "all_to_allv: recv");
+      for (std::size_t q = 0; q < p; ++q)
+        ORCHMLLM_REQUIRE(recv_counts[q] == 0 || recv != nullptr, invalid_argument_error, op,
+                         ": null recv buffer with recv_counts[", q, "] = ", recv_counts[q]);
+      for (std::size_t k = 0; k < segments.size(); ++k) {
+        ORCHMLLM_REQUIRE(segments.bytes[k] >= 0 && segments.src[k] >= 0 && segments.dst[k] >= 0,
+                         invalid_argument_error, op, ": segment ", k, " is negative");
+        ORCHMLLM_REQUIRE(in != nullptr, invalid_argument_error, op,
+                         ": null send buffer with segments to gather");
+        seg_fits = seg_fits && segments.bytes[k] <= INT_MAX;
+      }
+    } catch (const invalid_argument_error& e) {
+      local = e;
+    }
+    const bool fits = !local && seg_fits && d::fits_in_int_call(send_counts, send_displs, limit()) &&
+                      d::fits_in_int_call(recv_counts, recv_displs, limit());
+
+    // One hindexed type per peer: the segments (sorted by packed offset) that fall in the
+    // peer's packed range [send_displs[q], send_displs[q] + send_counts[q]); segments merged
+    // across a peer boundary are split there. Built before the agreement so that a failure
+    // here is agreed on like a bad argument.
+    std::vector<MPI_Datatype> stypes(p, MPI_BYTE), rtypes(p, MPI_BYTE);
+    std::vector<int> sc(p, 0), sd(p, 0), rc(p, 0), rd(p, 0);
+    auto free_types = [&stypes] {
+      for (auto& t : stypes)
+        if (t != MPI_BYTE) MPI_Type_free(&t);
+    };
+    if (fits) {
+      std::vector<int> lens;
+      std::vector<MPI_Aint> disps;
+      std::size_t k = 0;
+      for (std::size_t q = 0; q < p && !local; ++q) {
+        rc[q] = static_cast<int>(recv_counts[q]);
+        rd[q] = static_cast<int>(recv_displs[q]);
+        if (send_counts[q] == 0) continue;
+        const std::int64_t begin = send_displs[q], end = begin + send_counts[q];
+        while (k < segments.size() && segments.dst[k] + segments.bytes[k] <= begin) ++k;
+        lens.clear();
+        disps.clear();
+        std::int64_t covered = 0;
+        for (std::size_t j = k; j < segments.size() && segments.dst[j] < end; ++j) {
+          const std::int64_t lo = std::max(segments.dst[j], begin);
+          const std::int64_t hi = std::min(segments.dst[j] + segments.bytes[j], end);
+          disps.push_back(static_cast<MPI_Aint>(segments.src[j] + (lo - segments.dst[j])));
+          lens.push_back(static_cast<int>(hi - lo));
+          covered += hi - lo;
+        }
+        if (covered != send_counts[q]) {
+          local.emplace(d::concat(op, ": the segments cover ", covered, " of the ",
+                                  send_counts[q], " bytes for rank ", q,
+                                  " (segments must be sorted by packed offset and tile it)"));
+          break;
+        }
+        int code = MPI_Type_create_hindexed(static_cast<int>(lens.size()), lens.data(),
+                                            disps.data(), MPI_BYTE, &stypes[q]);
+        if (code == MPI_SUCCESS) code = MPI_Type_commit(&stypes[q]);
+        if (code != MPI_SUCCESS) {
+          local.emplace(d::concat(op, ": MPI_Type_create_hindexed for rank ", q,
+                                  " failed: ", d::mpi_backend::error_string(code)));
+          break;
+        }
+        sc[q] = 1;
+      }
+    }
+    const agreement a =
+        agree(op, local.has_value(), std::array<std::int64_t, 0>{}, !fits, false);
+    if (local || a.bad_rank >= 0 || a.chunked) free_types();
+    if (local) throw *local;
+    throw_if_invalid(op, a);
+    if (a.chunked) return false;
+
+    d::mpi_backend::outcome out;
+    const int code = MPI_Alltoallw(in, sc.data(), sd.data(), stypes.data(), recv, rc.data(),
+                                   rd.data(), rtypes.data(), comm());
+    free_types();
+    if (code != MPI_SUCCESS)
+      out.fail(code, "MPI_Alltoallw failed: " + d::mpi_backend::error_string(code));
+    finish(op, out, false);
+    return true;
   }
 
   /// Rank r sends send_counts[q] bytes from send + send_displs[q] to every rank q and receives
@@ -500,7 +606,7 @@ class communicator {
       ++chunked_calls_;
       exchange_chunked(send, send_counts, send_displs, recv, recv_counts, recv_displs, out);
     }
-    finish(op, out);
+    finish(op, out, a.chunked);
   }
 
  private:
@@ -582,8 +688,18 @@ class communicator {
                      " passed invalid arguments (its own error names them); nothing was sent");
   }
 
-  // Agrees on the outcome, then throws on every rank if any rank failed.
-  void finish(const char* op, const ::orchmllm::detail::mpi_backend::outcome& out) {
+  // After a point-to-point (chunked) transfer: agrees on the outcome, then throws on every rank
+  // if any rank failed (a short message is seen by its receiver only). After a single MPI
+  // collective there is nothing to agree on: MPI reports a failed collective on the ranks it
+  // fails on and leaves the communicator's state undefined (Open MPI aborts the job), so the
+  // rank that sees the error throws and the fast path costs no extra round trip.
+  void finish(const char* op, const ::orchmllm::detail::mpi_backend::outcome& out, bool chunked) {
+    if (!chunked) {
+      if (!out.ok())
+        throw communication_error(
+            ::orchmllm::detail::concat(op, " on rank ", rank_, ": ", out.what));
+      return;
+    }
     const std::int64_t mine = out.ok() ? 0 : rank_ + 1;
     std::int64_t worst = 0;
     const int rc = MPI_Allreduce(&mine, &worst, 1, MPI_INT64_T, MPI_MAX, comm());
