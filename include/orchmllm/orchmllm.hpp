@@ -4,7 +4,7 @@
 ///   core/      batch layout, cost models, padding policies, constraints, rearrangement algebra,
 ///              statistics and lower bounds, errors
 ///   balance/   the Batch Post-Balancing Dispatcher (`balance`)
-///   topology/  cluster shape and link figures
+///   topology/  cluster shape and link figures, mapping balanced bins to ranks (`map_bins`)
 ///   comm/      the communicator concept, the in-process backend (`local::run`), metadata
 ///              exchange (`gather_layout`), routes and `dispatch`/`combine` of ragged payloads
 /// Backends (MPI, NCCL, CUDA, GLPK, Eigen) live under orchmllm/backend/ and are never included
@@ -20,6 +20,7 @@
 #include "orchmllm/core/statistics.hpp"
 #include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/topology/topology.hpp"
+#include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/comm/communicator.hpp"
 #include "orchmllm/comm/local.hpp"
 #include "orchmllm/comm/metadata.hpp"
