@@ -1,13 +1,18 @@
 #pragma once
-// orchmllm-bench plan: balance one ITEMS.csv, write PLAN.csv, print the figures as JSON.
+// orchmllm-bench plan: balance one ITEMS.csv, map the balanced bins to ranks (identity, or
+// topology-aware with --gpus-per-node), write PLAN.csv, print the figures as JSON.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <limits>
 #include <orchmllm/orchmllm.hpp>
 #include <ostream>
+#include <span>
 #include <string>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include "tool/args.hpp"
 #include "tool/command.hpp"
@@ -30,9 +35,20 @@ inline const command& plan_command() {
     c.flags.insert(c.flags.begin() + 5,
                    {"algorithm", "none|lpt|kk|exact|padded|auto",
                     "balancer; default auto (best plan found, reported as \"algorithm\")", false});
+    c.flags.push_back({"gpus-per-node", "G",
+                       "nodes are consecutive blocks of G ranks (the last may be smaller); "
+                       "default: every rank on one node",
+                       false});
+    c.flags.push_back({"mapping", "identity|transport",
+                       "bins -> ranks: identity (bin k on rank k) or transport (fewest "
+                       "inter-node bytes, needs --gpus-per-node); default transport with "
+                       "--gpus-per-node, else identity",
+                       false});
     c.flags.push_back(
         {"out", "PLAN.csv", "output: rank,slot,dst_rank,dst_slot per input item", true});
     c.details =
+        "The balancer's bins are mapped to ranks by orchmllm::map_bins (--mapping) and PLAN.csv\n"
+        "holds the mapped plan; the byte size of an item is its bytes column (else its length).\n"
         "PLAN.csv has one row per input item in (rank, slot) order; on every destination rank the\n"
         "items are ordered by (source rank, source slot). It is written to a temporary file and\n"
         "renamed, so a failed run leaves no output file.\n"
@@ -42,10 +58,16 @@ inline const command& plan_command() {
         "makespan, makespan_before, lower_bound, ratio (makespan / lower_bound),\n"
         "imbalance_before, imbalance_after (max / mean load), mean_load, plan_seconds (the\n"
         "balance() call only, no file I/O), proven_optimal, items_moved, bytes_moved, max_tokens,\n"
-        "max_bytes, max_items_per_rank, min_items_per_rank, items_file, plan_file.\n"
+        "max_bytes, max_items_per_rank, min_items_per_rank, items_file, plan_file,\n"
+        "gpus_per_node (0: one node), mapping, moved_bytes, inter_node_bytes,\n"
+        "inter_node_bytes_lower_bound (no mapping moves fewer bytes across nodes),\n"
+        "max_node_egress_bytes, max_node_ingress_bytes (largest bytes leaving / entering one\n"
+        "node), predicted_comm_seconds (modelled all-to-all time, default link figures, auto\n"
+        "schedule). Figures of the plan (items_moved, bytes_moved, ...) are those of PLAN.csv.\n"
         "\n"
-        "exit status: 0 ok; 2 bad usage, unreadable or malformed ITEMS.csv (the message names\n"
-        "the line and value), or infeasible constraints.\n";
+        "exit status: 0 ok; 2 bad usage (including --mapping transport without --gpus-per-node),\n"
+        "unreadable or malformed ITEMS.csv (the message names the line and value), infeasible\n"
+        "constraints, or total bytes above the mapping's overflow guard.\n";
     c.run = &run_plan;
     return c;
   }();
@@ -57,13 +79,70 @@ inline std::string json_optional(std::optional<std::int64_t> v) {
   return v ? std::to_string(*v) : std::string("null");
 }
 
-/// Runs `plan`: reads the problem, calls orchmllm::balance (timed alone), writes PLAN.csv
-/// atomically, prints the JSON line. Returns the exit code (see command.hpp).
+/// Parses --gpus-per-node (0 when absent: one node) and --mapping (default transport with
+/// --gpus-per-node, identity without). Throws usage_error for an unknown mapping, a G outside
+/// [1, max_ranks], or transport without --gpus-per-node.
+inline std::pair<rank_t, mapping_method> parse_mapping_flags(const parsed_args& args) {
+  const auto g = static_cast<rank_t>(args.get_int("gpus-per-node", 0, 1, max_ranks));
+  mapping_method m = g > 0 ? mapping_method::transport : mapping_method::identity;
+  if (const auto name = args.get("mapping")) {
+    try {
+      m = parse_mapping(*name);
+    } catch (const invalid_argument_error& e) {
+      throw usage_error("--mapping: " + e.message());
+    }
+    if (m == mapping_method::transport && g == 0)
+      throw usage_error("--mapping transport needs --gpus-per-node (the node size)");
+  }
+  return {g, m};
+}
+
+/// Node-level traffic of a plan: the largest bytes leaving one node and entering one node
+/// (items whose source and destination ranks are on different nodes). O(n + N).
+struct node_traffic {
+  std::int64_t max_egress = 0;
+  std::int64_t max_ingress = 0;
+};
+
+inline node_traffic compute_node_traffic(const rearrangement& plan,
+                                         std::span<const std::int64_t> item_bytes,
+                                         const topology& topo) {
+  const auto nodes = static_cast<std::size_t>(topo.num_nodes());
+  std::vector<std::int64_t> egress(nodes, 0), ingress(nodes, 0);
+  const auto off = plan.src_offsets();
+  for (std::size_t r = 0; r + 1 < off.size(); ++r) {
+    const rank_t src_node = topo.node_of(static_cast<rank_t>(r));
+    for (auto g = off[r]; g < off[r + 1]; ++g) {
+      const rank_t dst_node = topo.node_of(plan.dst_ranks()[static_cast<std::size_t>(g)]);
+      if (dst_node == src_node) continue;
+      egress[static_cast<std::size_t>(src_node)] += item_bytes[static_cast<std::size_t>(g)];
+      ingress[static_cast<std::size_t>(dst_node)] += item_bytes[static_cast<std::size_t>(g)];
+    }
+  }
+  node_traffic t;
+  for (std::size_t m = 0; m < nodes; ++m) {
+    t.max_egress = std::max(t.max_egress, egress[m]);
+    t.max_ingress = std::max(t.max_ingress, ingress[m]);
+  }
+  return t;
+}
+
+/// Runs `plan`: reads the problem, calls orchmllm::balance (timed alone), maps the bins to
+/// ranks with orchmllm::map_bins, writes the mapped PLAN.csv atomically, prints the JSON line.
+/// Returns the exit code (see command.hpp).
 inline int run_plan(const parsed_args& args, std::ostream& out, std::ostream& err) {
   return guarded(plan_command(), err, [&] {
     const algorithm requested = parse_algorithm_flag(args);
+    // Plain variables, not a structured binding: the visitor lambda below captures them.
+    const auto mapping_flags = parse_mapping_flags(args);
+    const rank_t gpus_per_node = mapping_flags.first;
+    const mapping_method mapping = mapping_flags.second;
     const std::string out_path = args.require("out");
     const problem p = load_problem(args);
+    const topology topo = topology::uniform(p.ranks, gpus_per_node);
+    std::vector<std::int64_t> item_bytes(static_cast<std::size_t>(p.layout.num_items()));
+    for (std::int64_t g = 0; g < p.layout.num_items(); ++g)
+      item_bytes[static_cast<std::size_t>(g)] = p.layout.bytes(g);
     balance_options options;
     options.method = requested;
     options.limits = p.limits;
@@ -76,8 +155,16 @@ inline int run_plan(const parsed_args& args, std::ostream& out, std::ostream& er
           const auto result = balance(p.layout, cost, p.policy, options);
           const auto stop = std::chrono::steady_clock::now();
           const double seconds = std::chrono::duration<double>(stop - start).count();
-          const auto s = compute_statistics(p.layout, result.plan, cost, p.policy, p.limits);
-          plan_text = format_plan(result.plan);
+          // Mapping permutes whole bins, so the balance figures are unchanged; the movement
+          // figures (items_moved, bytes_moved) are those of the mapped plan, the one written.
+          const auto mapped = map_bins(result.plan, item_bytes, topo, mapping);
+          const auto s = compute_statistics(p.layout, mapped.plan, cost, p.policy, p.limits);
+          const auto traffic = compute_node_traffic(mapped.plan, item_bytes, topo);
+          // The time model's figure is the group's, identical on every rank; rank 0 asks.
+          const double comm_seconds =
+              route::build(mapped.plan, item_bytes, topo, 0, schedule::automatic)
+                  .predicted_seconds();
+          plan_text = format_plan(mapped.plan);
 
           json_object j;
           j.add("algorithm", to_string(result.used))
@@ -114,7 +201,15 @@ inline int run_plan(const parsed_args& args, std::ostream& out, std::ostream& er
               .add("max_items_per_rank", s.max_items_per_rank)
               .add("min_items_per_rank", s.min_items_per_rank)
               .add("items_file", p.items_path)
-              .add("plan_file", out_path);
+              .add("plan_file", out_path)
+              .add("gpus_per_node", static_cast<std::int64_t>(gpus_per_node))
+              .add("mapping", std::string(to_string(mapping)))
+              .add("moved_bytes", mapped.moved_bytes)
+              .add("inter_node_bytes", mapped.inter_node_bytes)
+              .add("inter_node_bytes_lower_bound", mapped.inter_node_bytes_lower_bound)
+              .add("max_node_egress_bytes", traffic.max_egress)
+              .add("max_node_ingress_bytes", traffic.max_ingress)
+              .add("predicted_comm_seconds", comm_seconds);
           line = j.str();
         },
         p.cost);

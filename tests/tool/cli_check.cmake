@@ -7,7 +7,8 @@
 #         [-DMPIEXEC_OVERSUBSCRIBE=--oversubscribe] -P tests/tool/cli_check.cmake
 #
 # plan:      generate -> plan -> compare succeed (exit 0); generate is byte-reproducible; PLAN.csv
-#            has one row per item; stdout is one JSON object.
+#            has one row per item; stdout is one JSON object; --gpus-per-node 4 maps with
+#            transport (inter_node_bytes reported); --mapping transport without it exits 2.
 # bad_input: malformed ITEMS.csv and infeasible caps exit 2 with a one-line message naming the
 #            line/value, print nothing on stdout and leave no output (or temporary) file.
 # usage:     usage mistakes exit 2 with a usage line; --help exits 0.
@@ -93,6 +94,17 @@ if(CASE STREQUAL "plan")
     message(FATAL_ERROR "--cap 40000 not respected: ${OUT}")
   endif()
 
+  run(0 plan --items items.csv --ranks 64 --gpus-per-node 4 --out mapped.csv)
+  expect_match("${OUT}" "\"gpus_per_node\":4,\"mapping\":\"transport\"" "mapped plan mapping")
+  expect_match("${OUT}" "\"inter_node_bytes\":[0-9]+," "mapped plan inter_node_bytes")
+  file(STRINGS "${WORK_DIR}/mapped.csv" _rows)
+  list(LENGTH _rows _n)
+  if(NOT _n EQUAL 1025)
+    message(FATAL_ERROR "mapped.csv has ${_n} lines, expected 1 header + 1024 rows")
+  endif()
+  run(2 plan --items items.csv --ranks 64 --mapping transport --out unmapped.csv)
+  expect_match("${ERR}" "--mapping transport needs --gpus-per-node" "transport without G")
+
   run(0 compare --items items.csv --ranks 64)
   expect_match("${OUT}" "\nauto +[0-9]+ +[0-9.]+ " "compare table")
   expect_match("${OUT}" "\nexact +n/a +n = 1024 > 16 items" "compare n/a row")
@@ -102,7 +114,7 @@ if(CASE STREQUAL "plan")
   if(NOT _nl EQUAL 8)
     message(FATAL_ERROR "compare --json printed ${_nl} lines, expected 8:\n${OUT}")
   endif()
-  expect_dir_contents(items.csv again.csv plan.csv padded.csv capped.csv)
+  expect_dir_contents(items.csv again.csv plan.csv padded.csv capped.csv mapped.csv)
 
 elseif(CASE STREQUAL "bad_input")
   # <name> <file content> <stderr regex> [extra flags...]

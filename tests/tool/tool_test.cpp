@@ -316,7 +316,15 @@ const char* const plan_keys[] = {"algorithm",
                                  "bytes_moved",
                                  "max_tokens",
                                  "max_items_per_rank",
-                                 "min_items_per_rank"};
+                                 "min_items_per_rank",
+                                 "gpus_per_node",
+                                 "mapping",
+                                 "moved_bytes",
+                                 "inter_node_bytes",
+                                 "inter_node_bytes_lower_bound",
+                                 "max_node_egress_bytes",
+                                 "max_node_ingress_bytes",
+                                 "predicted_comm_seconds"};
 
 }  // namespace
 
@@ -846,6 +854,146 @@ TEST_CASE("plan: PLAN.csv and JSON are correct for every policy, cost and constr
     cfg.flags = {"--algorithm", "exact"};
     cfg.options.method = orchmllm::algorithm::exact;
     check_plan_run(cfg, small, orchmllm::linear_cost{}, dir);
+  }
+}
+
+namespace {
+/// Runs `plan` on `layout` with --gpus-per-node G (0: flag omitted) and the given --mapping
+/// (empty: flag omitted), checks PLAN.csv and the mapping figures against the library and an
+/// independent recount, and returns the JSON.
+std::map<std::string, json_value> check_mapped_plan(const batch_layout& layout, rank_t g,
+                                                    const std::string& mapping_flag,
+                                                    orchmllm::mapping_method expected,
+                                                    const scratch_dir& dir) {
+  const rank_t d = layout.num_ranks();
+  const std::string items = dir.file("items.csv");
+  const std::string out = dir.file("plan.csv");
+  write_text(items, shuffled_items(layout, 5));
+  std::vector<std::string> args = {"plan",  "--items", items, "--ranks", std::to_string(d),
+                                   "--out", out};
+  if (g > 0) args.insert(args.end(), {"--gpus-per-node", std::to_string(g)});
+  if (!mapping_flag.empty()) args.insert(args.end(), {"--mapping", mapping_flag});
+  const auto r = run_tool(args);
+  REQUIRE_MESSAGE(r.rc == 0, r.err);
+  CHECK(r.err.empty());
+  REQUIRE(count_lines(r.out) == 1);
+  const auto j = parse_flat_json(r.out.substr(0, r.out.size() - 1));
+  for (const char* k : plan_keys) CHECK_MESSAGE(j.count(k) == 1, "missing key ", k);
+  CHECK(j.at("gpus_per_node").integer() == g);
+  CHECK(j.at("mapping").text == orchmllm::to_string(expected));
+
+  // PLAN.csv is a valid plan and exactly the library's mapped plan.
+  const std::string text = read_text(out);
+  const auto plan = tool::parse_plan(text, layout.offsets(), d, "plan.csv");
+  plan.validate();
+  std::vector<std::int64_t> bytes(static_cast<std::size_t>(layout.num_items()));
+  for (std::int64_t i = 0; i < layout.num_items(); ++i)
+    bytes[static_cast<std::size_t>(i)] = layout.bytes(i);
+  const auto topo = orchmllm::topology::uniform(d, g);
+  const auto balanced = orchmllm::balance(layout, orchmllm::linear_cost{}, orchmllm::packed);
+  const auto mapped = orchmllm::map_bins(balanced.plan, bytes, topo, expected);
+  CHECK(plan == mapped.plan);
+  if (expected == orchmllm::mapping_method::identity) CHECK(plan == balanced.plan);
+  CHECK(j.at("moved_bytes").integer() == mapped.moved_bytes);
+  CHECK(j.at("inter_node_bytes").integer() == mapped.inter_node_bytes);
+  CHECK(j.at("inter_node_bytes_lower_bound").integer() == mapped.inter_node_bytes_lower_bound);
+  CHECK(j.at("predicted_comm_seconds").num() ==
+        orchmllm::route::build(plan, bytes, topo, 0, orchmllm::schedule::automatic)
+            .predicted_seconds());
+  CHECK(j.at("makespan").num() == balanced.makespan);  // mapping keeps the balance
+
+  // Independent recount from the rows: consecutive blocks of g ranks per node.
+  const auto rows = parse_plan_rows(text);
+  REQUIRE(static_cast<std::int64_t>(rows.size()) == layout.num_items());
+  auto node = [&](std::int64_t rank) { return g == 0 ? std::int64_t{0} : rank / g; };
+  const std::int64_t nodes = g == 0 ? 1 : (d + g - 1) / g;
+  std::vector<std::int64_t> egress(static_cast<std::size_t>(nodes), 0), ingress = egress;
+  std::int64_t moved = 0, inter = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto b = layout.bytes(static_cast<std::int64_t>(i));
+    if (rows[i].dst_rank != rows[i].rank) moved += b;
+    if (node(rows[i].dst_rank) != node(rows[i].rank)) {
+      inter += b;
+      egress[static_cast<std::size_t>(node(rows[i].rank))] += b;
+      ingress[static_cast<std::size_t>(node(rows[i].dst_rank))] += b;
+    }
+  }
+  CHECK(j.at("moved_bytes").integer() == moved);
+  CHECK(j.at("bytes_moved").integer() == moved);
+  CHECK(j.at("inter_node_bytes").integer() == inter);
+  CHECK(j.at("max_node_egress_bytes").integer() == *std::max_element(egress.begin(), egress.end()));
+  CHECK(j.at("max_node_ingress_bytes").integer() ==
+        *std::max_element(ingress.begin(), ingress.end()));
+  CHECK(j.at("inter_node_bytes_lower_bound").integer() <= inter);
+  return j;
+}
+}  // namespace
+
+TEST_CASE("plan: --gpus-per-node and --mapping map the balanced bins onto nodes") {
+  scratch_dir dir;
+  SUBCASE("without --gpus-per-node: one node, identity") {
+    const auto layout = random_layout(11, 8, 6, true);
+    const auto j = check_mapped_plan(layout, 0, "", orchmllm::mapping_method::identity, dir);
+    CHECK(j.at("inter_node_bytes").integer() == 0);
+    CHECK(j.at("inter_node_bytes_lower_bound").integer() == 0);
+    CHECK(j.at("max_node_egress_bytes").integer() == 0);
+    CHECK(j.at("max_node_ingress_bytes").integer() == 0);
+    check_mapped_plan(layout, 0, "identity", orchmllm::mapping_method::identity, dir);
+  }
+  SUBCASE("transport never sends more bytes across nodes than identity") {
+    int strictly_better = 0;
+    for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+      for (auto [d, g] : {std::pair<rank_t, rank_t>{8, 2}, {12, 4}, {10, 4}, {9, 3}}) {
+        CAPTURE(seed);
+        CAPTURE(d);
+        CAPTURE(g);
+        const auto layout =
+            random_layout(seed * 101 + static_cast<std::uint64_t>(d), d, 8, seed % 2 == 0);
+        const auto t = check_mapped_plan(layout, g, "", orchmllm::mapping_method::transport, dir);
+        const auto t2 =
+            check_mapped_plan(layout, g, "transport", orchmllm::mapping_method::transport, dir);
+        const auto i =
+            check_mapped_plan(layout, g, "identity", orchmllm::mapping_method::identity, dir);
+        CHECK(t2.at("inter_node_bytes").integer() == t.at("inter_node_bytes").integer());
+        CHECK(t.at("inter_node_bytes").integer() <= i.at("inter_node_bytes").integer());
+        CHECK(t.at("inter_node_bytes_lower_bound").integer() ==
+              i.at("inter_node_bytes_lower_bound").integer());
+        CHECK(t.at("makespan").integer() == i.at("makespan").integer());
+        CHECK(t.at("max_items_per_rank").integer() == i.at("max_items_per_rank").integer());
+        if (t.at("inter_node_bytes").integer() < i.at("inter_node_bytes").integer())
+          ++strictly_better;
+      }
+    }
+    CHECK(strictly_better > 0);  // the inputs exercise the mapping, not only ties
+  }
+  SUBCASE("usage errors exit 2, name the flag and leave no file") {
+    const auto layout = random_layout(4, 4, 4, false);
+    write_text(dir.file("items.csv"), tool::format_items(layout));
+    const std::vector<std::string> base = {"plan", "--items", dir.file("items.csv"), "--ranks",
+                                           "4",    "--out",   dir.file("plan.csv")};
+    const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+        {{"--mapping", "transport"}, "--mapping transport needs --gpus-per-node"},
+        {{"--mapping", "greedy"}, "unknown mapping 'greedy'"},
+        {{"--gpus-per-node", "0"}, "--gpus-per-node is 0"},
+        {{"--gpus-per-node", "-2", "--mapping", "identity"}, "--gpus-per-node is -2"},
+        {{"--gpus-per-node", "two"}, "--gpus-per-node expects an integer"},
+    };
+    for (const auto& [extra, msg] : bad) {
+      CAPTURE(msg);
+      auto args = base;
+      args.insert(args.end(), extra.begin(), extra.end());
+      const auto r = run_tool(args);
+      CHECK(r.rc == 2);
+      CHECK(r.out.empty());
+      CHECK(r.err.find(msg) != std::string::npos);
+      CHECK(r.err.find("usage: orchmllm-bench plan") != std::string::npos);
+      CHECK(dir.entries() == std::set<std::string>{"items.csv"});
+    }
+  }
+  SUBCASE("a node size above the rank count is one node") {
+    const auto layout = random_layout(21, 6, 5, true);
+    const auto j = check_mapped_plan(layout, 64, "", orchmllm::mapping_method::transport, dir);
+    CHECK(j.at("inter_node_bytes").integer() == 0);
   }
 }
 
