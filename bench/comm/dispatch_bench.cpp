@@ -39,34 +39,9 @@
 
 namespace {
 
-using orchmllm::batch_layout;
 using orchmllm::rank_t;
-using orchmllm::rearrangement;
 
-/// d ranks with 2·d items of bytes_per_rank / (2·d) bytes each; item j of rank r goes to rank
-/// (r + j) mod d: every rank sends the same share to every rank (itself included).
-struct all_to_all_case {
-  batch_layout layout;
-  rearrangement plan;
-};
-
-all_to_all_case uniform_all_to_all(rank_t d, std::int64_t bytes_per_rank) {
-  const std::int64_t k = 2 * d;
-  std::vector<std::int64_t> offsets{0}, lengths;
-  std::vector<rank_t> dst;
-  for (rank_t r = 0; r < d; ++r) {
-    for (std::int64_t j = 0; j < k; ++j) {
-      // Spread the remainder so each rank holds exactly bytes_per_rank.
-      lengths.push_back(bytes_per_rank / k + (j < bytes_per_rank % k ? 1 : 0));
-      dst.push_back(static_cast<rank_t>((r + j) % d));
-    }
-    offsets.push_back(static_cast<std::int64_t>(lengths.size()));
-  }
-  all_to_all_case c;
-  c.layout = batch_layout(offsets, std::move(lengths));
-  c.plan = rearrangement::from_destinations(offsets, dst, d);
-  return c;
-}
+using orchmllm::tool::uniform_all_to_all;
 
 /// Medians and per-run dispatch times of one measurement.
 struct measurement {
@@ -83,7 +58,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 /// Runs the measurement described in the file comment on d threads.
-measurement measure(const all_to_all_case& c, rank_t d, rank_t ranks_per_node,
+measurement measure(const orchmllm::tool::dispatch_inputs& c, rank_t d, rank_t ranks_per_node,
                     orchmllm::schedule sched, int repeats, bool with_memcpy) {
   namespace tool = orchmllm::tool;
   measurement m;

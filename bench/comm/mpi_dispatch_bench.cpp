@@ -100,24 +100,7 @@ std::string parse(int argc, char** argv, options& o) {
   return "";
 }
 
-/// The uniform all-to-all of the file comment.
-orchmllm::tool::dispatch_inputs uniform_all_to_all(rank_t d, std::int64_t bytes_per_rank) {
-  const std::int64_t k = 2 * static_cast<std::int64_t>(d);
-  std::vector<std::int64_t> offsets{0}, lengths;
-  std::vector<rank_t> dst;
-  for (rank_t r = 0; r < d; ++r) {
-    for (std::int64_t j = 0; j < k; ++j) {
-      lengths.push_back(bytes_per_rank / k + (j < bytes_per_rank % k ? 1 : 0));
-      dst.push_back(static_cast<rank_t>((r + j) % d));
-    }
-    offsets.push_back(static_cast<std::int64_t>(lengths.size()));
-  }
-  orchmllm::tool::dispatch_inputs in;
-  in.ranks = d;
-  in.layout = orchmllm::batch_layout(offsets, std::move(lengths));
-  in.plan = orchmllm::rearrangement::from_destinations(offsets, dst, d);
-  return in;
-}
+using orchmllm::tool::uniform_all_to_all;  // the uniform all-to-all of the file comment
 
 std::string human_bytes(std::int64_t b) {
   char buf[32];

@@ -234,6 +234,28 @@ struct dispatch_inputs {
   rank_t ranks = 0;
 };
 
+/// The benchmarks' uniform all-to-all: d ranks with 2·d items of bytes_per_rank / (2·d) bytes
+/// each (the remainder spread so every rank holds exactly bytes_per_rank); item j of rank r goes
+/// to rank (r + j) mod d, so every rank sends the same share to every rank, itself included,
+/// and each peer's items are interleaved with the others' (every hop needs a real gather).
+inline dispatch_inputs uniform_all_to_all(rank_t d, std::int64_t bytes_per_rank) {
+  const std::int64_t k = 2 * static_cast<std::int64_t>(d);
+  std::vector<std::int64_t> offsets{0}, lengths;
+  std::vector<rank_t> dst;
+  for (rank_t r = 0; r < d; ++r) {
+    for (std::int64_t j = 0; j < k; ++j) {
+      lengths.push_back(bytes_per_rank / k + (j < bytes_per_rank % k ? 1 : 0));
+      dst.push_back(static_cast<rank_t>((r + j) % d));
+    }
+    offsets.push_back(static_cast<std::int64_t>(lengths.size()));
+  }
+  dispatch_inputs in;
+  in.ranks = d;
+  in.layout = batch_layout(offsets, std::move(lengths));
+  in.plan = rearrangement::from_destinations(offsets, dst, d);
+  return in;
+}
+
 /// Parses the two files' texts: the rank count is `ranks` or, when absent, inferred
 /// (`infer_rank_count`). Throws parse_error ("FILE:LINE: ...") for malformed files and for a
 /// plan that does not fit the items; invalid_argument_error for an inconsistent plan.

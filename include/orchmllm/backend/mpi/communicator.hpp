@@ -114,6 +114,48 @@ inline std::optional<std::int64_t> ranks_per_node_from_env() {
   return value;
 }
 
+// Local argument checks of an all_to_allv (shared by the MPI and NCCL backends): the error,
+// or nullopt. Never throws, so the caller can agree on it with its peers first.
+inline std::optional<invalid_argument_error> check_all_to_allv_args(
+    const char* op, std::size_t p, const std::byte* send, std::span<const std::int64_t> send_counts,
+    std::span<const std::int64_t> send_displs, const std::byte* recv,
+    std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs) {
+  try {
+    validate_counts_displs(send_counts, send_displs, p, "all_to_allv: send");
+    validate_counts_displs(recv_counts, recv_displs, p, "all_to_allv: recv");
+    for (std::size_t q = 0; q < p; ++q) {
+      ORCHMLLM_REQUIRE(send_counts[q] == 0 || send != nullptr, invalid_argument_error, op,
+                       ": null send buffer with send_counts[", q, "] = ", send_counts[q]);
+      ORCHMLLM_REQUIRE(recv_counts[q] == 0 || recv != nullptr, invalid_argument_error, op,
+                       ": null recv buffer with recv_counts[", q, "] = ", recv_counts[q]);
+    }
+  } catch (const invalid_argument_error& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+// The optional pairwise count check (`verify_counts`): one MPI_Alltoall of the send counts
+// tells every rank what its peers are about to send. A rank with invalid arguments (`invalid`)
+// still takes part, sending -1s, so nobody blocks. Returns the mismatch this rank sees.
+inline std::optional<communication_error> exchange_and_compare_counts(
+    MPI_Comm comm, const char* op, rank_t me, bool invalid,
+    std::span<const std::int64_t> send_counts, std::span<const std::int64_t> recv_counts,
+    std::size_t p) {
+  std::vector<std::int64_t> mine(p, -1);
+  if (!invalid) std::copy(send_counts.begin(), send_counts.end(), mine.begin());
+  std::vector<std::int64_t> theirs(p, -1);
+  check(MPI_Alltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T, comm),
+        std::string("MPI_Alltoall (") + op + " count check)");
+  for (std::size_t q = 0; q < p && !invalid; ++q) {
+    if (theirs[q] >= 0 && theirs[q] != recv_counts[q])
+      return communication_error(concat(op, ": rank ", me, " expects recv_counts[", q, "] = ",
+                                        recv_counts[q], " bytes but rank ", q, " sends ",
+                                        theirs[q], "; nothing was sent"));
+  }
+  return std::nullopt;
+}
+
 }  // namespace orchmllm::detail::mpi_backend
 
 namespace orchmllm::mpi {
@@ -446,23 +488,14 @@ class communicator {
     static constexpr const char* op = "all_to_allv";
     namespace d = ::orchmllm::detail;
     const auto p = static_cast<std::size_t>(size_);
-    std::optional<invalid_argument_error> local;
+    // `in` plays the send buffer: the packed counts must be backed by it.
+    std::optional<invalid_argument_error> local = d::mpi_backend::check_all_to_allv_args(
+        op, p, in, send_counts, send_displs, recv, recv_counts, recv_displs);
     bool seg_fits = segments.size() <= static_cast<std::size_t>(INT_MAX);
-    try {
-      d::validate_counts_displs(send_counts, send_displs, p, "all_to_allv: send");
-      d::validate_counts_displs(recv_counts, recv_displs, p, "all_to_allv: recv");
-      for (std::size_t q = 0; q < p; ++q)
-        ORCHMLLM_REQUIRE(recv_counts[q] == 0 || recv != nullptr, invalid_argument_error, op,
-                         ": null recv buffer with recv_counts[", q, "] = ", recv_counts[q]);
-      for (std::size_t k = 0; k < segments.size(); ++k) {
-        ORCHMLLM_REQUIRE(segments.bytes[k] >= 0 && segments.src[k] >= 0 && segments.dst[k] >= 0,
-                         invalid_argument_error, op, ": segment ", k, " is negative");
-        ORCHMLLM_REQUIRE(in != nullptr, invalid_argument_error, op,
-                         ": null send buffer with segments to gather");
-        seg_fits = seg_fits && segments.bytes[k] <= INT_MAX;
-      }
-    } catch (const invalid_argument_error& e) {
-      local = e;
+    for (std::size_t k = 0; k < segments.size() && !local; ++k) {
+      if (segments.bytes[k] < 0 || segments.src[k] < 0 || segments.dst[k] < 0)
+        local.emplace(d::concat(op, ": segment ", k, " is negative"));
+      seg_fits = seg_fits && segments.bytes[k] <= INT_MAX;
     }
     const bool fits = !local && seg_fits && d::fits_in_int_call(send_counts, send_displs, limit()) &&
                       d::fits_in_int_call(recv_counts, recv_displs, limit());
@@ -546,36 +579,12 @@ class communicator {
     static constexpr const char* op = "all_to_allv";
     namespace d = ::orchmllm::detail;
     const auto p = static_cast<std::size_t>(size_);
-    std::optional<invalid_argument_error> local;
-    try {
-      d::validate_counts_displs(send_counts, send_displs, p, "all_to_allv: send");
-      d::validate_counts_displs(recv_counts, recv_displs, p, "all_to_allv: recv");
-      for (std::size_t q = 0; q < p; ++q) {
-        ORCHMLLM_REQUIRE(send_counts[q] == 0 || send != nullptr, invalid_argument_error, op,
-                         ": null send buffer with send_counts[", q, "] = ", send_counts[q]);
-        ORCHMLLM_REQUIRE(recv_counts[q] == 0 || recv != nullptr, invalid_argument_error, op,
-                         ": null recv buffer with recv_counts[", q, "] = ", recv_counts[q]);
-      }
-    } catch (const invalid_argument_error& e) {
-      local = e;
-    }
-    // Optional pairwise check: learn what every peer is about to send us. A rank with invalid
-    // arguments still takes part (sending -1s) so nobody blocks.
+    std::optional<invalid_argument_error> local = d::mpi_backend::check_all_to_allv_args(
+        op, p, send, send_counts, send_displs, recv, recv_counts, recv_displs);
     std::optional<communication_error> mismatch;
-    if (opts_.verify_counts) {
-      std::vector<std::int64_t> mine(p, -1);
-      if (!local) std::copy(send_counts.begin(), send_counts.end(), mine.begin());
-      std::vector<std::int64_t> theirs(p, -1);
-      d::mpi_backend::check(
-          MPI_Alltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T, comm()),
-          "MPI_Alltoall (all_to_allv count check)");
-      for (std::size_t q = 0; q < p && !local && !mismatch; ++q) {
-        if (theirs[q] >= 0 && theirs[q] != recv_counts[q])
-          mismatch.emplace(d::concat(op, ": rank ", rank_, " expects recv_counts[", q,
-                                     "] = ", recv_counts[q], " bytes but rank ", q, " sends ",
-                                     theirs[q], "; nothing was sent"));
-      }
-    }
+    if (opts_.verify_counts)
+      mismatch = d::mpi_backend::exchange_and_compare_counts(comm(), op, rank_, local.has_value(),
+                                                             send_counts, recv_counts, p);
     const bool fits = !local && d::fits_in_int_call(send_counts, send_displs, limit()) &&
                       d::fits_in_int_call(recv_counts, recv_displs, limit());
     const agreement a =

@@ -269,36 +269,12 @@ class communicator {
     ORCHMLLM_REQUIRE(!aborted_, communication_error, op,
                      ": the NCCL communicator was aborted after an earlier failure");
     const auto p = static_cast<std::size_t>(mpi_.size());
-    std::optional<invalid_argument_error> local;
-    try {
-      od::validate_counts_displs(send_counts, send_displs, p, "all_to_allv: send");
-      od::validate_counts_displs(recv_counts, recv_displs, p, "all_to_allv: recv");
-      for (std::size_t q = 0; q < p; ++q) {
-        ORCHMLLM_REQUIRE(send_counts[q] == 0 || send != nullptr, invalid_argument_error, op,
-                         ": null send buffer with send_counts[", q, "] = ", send_counts[q]);
-        ORCHMLLM_REQUIRE(recv_counts[q] == 0 || recv != nullptr, invalid_argument_error, op,
-                         ": null recv buffer with recv_counts[", q, "] = ", recv_counts[q]);
-      }
-    } catch (const invalid_argument_error& e) {
-      local = e;
-    }
+    std::optional<invalid_argument_error> local = od::mpi_backend::check_all_to_allv_args(
+        op, p, send, send_counts, send_displs, recv, recv_counts, recv_displs);
     std::optional<communication_error> mismatch;
-    if (opts_.verify_counts) {
-      // Learn what every peer is about to send us; a rank with invalid arguments sends -1s.
-      std::vector<std::int64_t> mine(p, -1);
-      if (!local) std::copy(send_counts.begin(), send_counts.end(), mine.begin());
-      std::vector<std::int64_t> theirs(p, -1);
-      od::mpi_backend::check(MPI_Alltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1,
-                                          MPI_INT64_T, mpi_.native_handle()),
-                             "MPI_Alltoall (nccl all_to_allv count check)");
-      for (std::size_t q = 0; q < p && !local && !mismatch; ++q) {
-        if (theirs[q] >= 0 && theirs[q] != recv_counts[q]) {
-          mismatch.emplace(od::concat(op, ": rank ", mpi_.rank(), " expects recv_counts[", q,
-                                      "] = ", recv_counts[q], " bytes but rank ", q, " sends ",
-                                      theirs[q], "; nothing was sent"));
-        }
-      }
-    }
+    if (opts_.verify_counts)
+      mismatch = od::mpi_backend::exchange_and_compare_counts(
+          mpi_.native_handle(), op, mpi_.rank(), local.has_value(), send_counts, recv_counts, p);
     const std::int64_t none[2] = {0, 0};
     const auto a = agree(local.has_value(), none, mismatch.has_value());
     if (local) throw *local;
