@@ -6,6 +6,9 @@
 //    the minimum moved bytes over all bijections of minimum inter-node bytes;
 //  - the lower bound is ≤ the optimum; identity is bin k → rank k; figures recomputed here;
 //  - larger instances (d up to 96) against a dense d × d assignment oracle for inter-node bytes;
+//  - bottleneck: never worse than transport on the worst node's bytes, at least the brute-force
+//    optimum, a local optimum (no improving swap through the first critical node), node figures
+//    recomputed here;
 //  - determinism, names, and bad input.
 
 #include "orchmllm/topology/mapping.hpp"
@@ -116,6 +119,39 @@ void check_result(const mapping_result& res, const instance& in) {
   CHECK(res.moved_bytes == f.moved);
   CHECK(res.inter_node_bytes == f.inter);
   CHECK(res.inter_node_bytes_lower_bound <= res.inter_node_bytes);
+  // Node egress / ingress recomputed item by item.
+  const auto nodes = static_cast<std::size_t>(in.topo.num_nodes());
+  std::vector<std::int64_t> egress(nodes, 0), ingress(nodes, 0);
+  const auto off = res.plan.src_offsets();
+  for (std::size_t r = 0; r + 1 < off.size(); ++r)
+    for (auto g = off[r]; g < off[r + 1]; ++g) {
+      const rank_t t = res.plan.dst_ranks()[static_cast<std::size_t>(g)];
+      if (in.topo.same_node(t, static_cast<rank_t>(r))) continue;
+      egress[static_cast<std::size_t>(in.topo.node_of(static_cast<rank_t>(r)))] +=
+          in.bytes[static_cast<std::size_t>(g)];
+      ingress[static_cast<std::size_t>(in.topo.node_of(t))] += in.bytes[static_cast<std::size_t>(g)];
+    }
+  CHECK(res.max_node_egress_bytes == *std::max_element(egress.begin(), egress.end()));
+  CHECK(res.max_node_ingress_bytes == *std::max_element(ingress.begin(), ingress.end()));
+  CHECK(res.worst_node_bytes() == std::max(res.max_node_egress_bytes, res.max_node_ingress_bytes));
+}
+
+// Worst node bytes (max over nodes of max(egress, ingress)) of the bijection rank_of_bin.
+std::int64_t worst_node_of(const std::vector<std::int64_t>& w, const std::vector<rank_t>& rank_of_bin,
+                           const topology& topo) {
+  const auto d = rank_of_bin.size();
+  std::vector<std::int64_t> egress(static_cast<std::size_t>(topo.num_nodes()), 0);
+  auto ingress = egress;
+  for (std::size_t b = 0; b < d; ++b)
+    for (std::size_t r = 0; r < d; ++r) {
+      const rank_t t = rank_of_bin[b];
+      if (topo.same_node(t, static_cast<rank_t>(r))) continue;
+      egress[static_cast<std::size_t>(topo.node_of(static_cast<rank_t>(r)))] += w[b * d + r];
+      ingress[static_cast<std::size_t>(topo.node_of(t))] += w[b * d + r];
+    }
+  std::int64_t worst = 0;
+  for (std::size_t m = 0; m < egress.size(); ++m) worst = std::max({worst, egress[m], ingress[m]});
+  return worst;
 }
 
 TEST_CASE("transport is optimal against brute force over all bijections (d <= 8)") {
@@ -197,6 +233,83 @@ TEST_CASE("transport matches a dense assignment oracle for inter-node bytes (d u
   }
 }
 
+TEST_CASE("bottleneck: between the brute-force optimum and transport on the worst node (d <= 8)") {
+  std::mt19937_64 rng(4242);
+  int cases = 0, optimal = 0, improved = 0, tight = 0;
+  for (rank_t d = 2; d <= 8; ++d) {
+    const int reps = d <= 6 ? 50 : (d == 7 ? 20 : 6);
+    for (int rep = 0; rep < reps; ++rep) {
+      const auto in = random_instance(rng, d, rep % 2 == 1);
+      INFO("d = ", d, ", rep = ", rep, ", nodes = ", in.topo.num_nodes());
+      const auto w = bin_rank_bytes(in.binned, in.bytes);
+      const auto tr = map_bins(in.binned, in.bytes, in.topo, mapping_method::transport);
+      const auto bn = map_bins(in.binned, in.bytes, in.topo, mapping_method::bottleneck);
+      check_result(bn, in);
+      CHECK(bn.worst_node_bytes() == worst_node_of(w, bn.rank_of_bin, in.topo));
+      CHECK(bn.worst_node_bytes() <= tr.worst_node_bytes());
+      CHECK(bn.inter_node_bytes >= tr.inter_node_bytes);  // transport is the minimum
+      std::vector<rank_t> perm(static_cast<std::size_t>(d));
+      std::iota(perm.begin(), perm.end(), rank_t{0});
+      std::int64_t best = std::numeric_limits<std::int64_t>::max();
+      do {
+        best = std::min(best, worst_node_of(w, perm, in.topo));
+      } while (std::next_permutation(perm.begin(), perm.end()));
+      CHECK(bn.worst_node_bytes() >= best);
+      CHECK(bn.worst_node_bytes_lower_bound <= best);
+      CHECK(bn.worst_node_bytes_lower_bound == tr.worst_node_bytes_lower_bound);
+      tight += bn.worst_node_bytes_lower_bound == best ? 1 : 0;
+      optimal += bn.worst_node_bytes() == best ? 1 : 0;
+      improved += bn.worst_node_bytes() < tr.worst_node_bytes() ? 1 : 0;
+      ++cases;
+    }
+  }
+  MESSAGE("bottleneck optimal on ", optimal, " of ", cases, " instances; better than transport on ",
+          improved, "; worst-node lower bound tight on ", tight);
+  CHECK(cases > 250);
+  CHECK(improved > 0);  // the search does something on these inputs
+}
+
+TEST_CASE("bottleneck is a local optimum: no swap through the first worst node helps") {
+  std::mt19937_64 rng(99);
+  for (int rep = 0; rep < 60; ++rep) {
+    const auto d = static_cast<rank_t>(uniform(rng, 4, 48));
+    auto in = random_instance(rng, d, rep % 2 == 1);
+    INFO("d = ", d, ", rep = ", rep, ", nodes = ", in.topo.num_nodes());
+    const auto w = bin_rank_bytes(in.binned, in.bytes);
+    const auto bn = map_bins(in.binned, in.bytes, in.topo, mapping_method::bottleneck);
+    check_result(bn, in);
+    const auto f = bn.worst_node_bytes();
+    // Per-node values of the result; the first node at f.
+    const auto nodes = static_cast<std::size_t>(in.topo.num_nodes());
+    auto node_values = [&](const std::vector<rank_t>& rob) {
+      std::vector<std::int64_t> egress(nodes, 0), ingress(nodes, 0), v(nodes, 0);
+      const auto ud = rob.size();
+      for (std::size_t b = 0; b < ud; ++b)
+        for (std::size_t r = 0; r < ud; ++r) {
+          if (in.topo.same_node(rob[b], static_cast<rank_t>(r))) continue;
+          egress[static_cast<std::size_t>(in.topo.node_of(static_cast<rank_t>(r)))] += w[b * ud + r];
+          ingress[static_cast<std::size_t>(in.topo.node_of(rob[b]))] += w[b * ud + r];
+        }
+      for (std::size_t m = 0; m < nodes; ++m) v[m] = std::max(egress[m], ingress[m]);
+      return v;
+    };
+    const auto v = node_values(bn.rank_of_bin);
+    if (f == 0 || nodes < 2) continue;
+    const auto m1 = static_cast<rank_t>(std::find(v.begin(), v.end(), f) - v.begin());
+    for (rank_t b1 = 0; b1 < d; ++b1) {
+      if (in.topo.node_of(bn.rank_of_bin[static_cast<std::size_t>(b1)]) != m1) continue;
+      for (rank_t b2 = 0; b2 < d; ++b2) {
+        const rank_t m2 = in.topo.node_of(bn.rank_of_bin[static_cast<std::size_t>(b2)]);
+        if (m2 == m1) continue;
+        auto rob = bn.rank_of_bin;
+        std::swap(rob[static_cast<std::size_t>(b1)], rob[static_cast<std::size_t>(b2)]);
+        const auto u = node_values(rob);
+        CHECK_FALSE((u[static_cast<std::size_t>(m1)] < f && u[static_cast<std::size_t>(m2)] < f));
+      }
+    }
+  }
+}
+
 TEST_CASE("identity keeps a canonical input plan unchanged") {
   std::mt19937_64 rng(5);
   const auto off = test::random_offsets(rng, 8, 40);
@@ -222,12 +335,15 @@ TEST_CASE("deterministic: same input, same result") {
   std::mt19937_64 rng(11);
   for (int rep = 0; rep < 4; ++rep) {
     const auto in = random_instance(rng, static_cast<rank_t>(uniform(rng, 20, 200)), rep % 2 == 0);
-    const auto a = map_bins(in.binned, in.bytes, in.topo);
-    const auto b = map_bins(in.binned, in.bytes, in.topo);
-    CHECK(a.rank_of_bin == b.rank_of_bin);
-    CHECK(a.plan == b.plan);
-    CHECK(a.moved_bytes == b.moved_bytes);
-    CHECK(a.inter_node_bytes == b.inter_node_bytes);
+    for (auto m : {mapping_method::transport, mapping_method::bottleneck}) {
+      const auto a = map_bins(in.binned, in.bytes, in.topo, m);
+      const auto b = map_bins(in.binned, in.bytes, in.topo, m);
+      CHECK(a.rank_of_bin == b.rank_of_bin);
+      CHECK(a.plan == b.plan);
+      CHECK(a.moved_bytes == b.moved_bytes);
+      CHECK(a.inter_node_bytes == b.inter_node_bytes);
+      CHECK(a.worst_node_bytes() == b.worst_node_bytes());
+    }
   }
 }
 
@@ -259,8 +375,10 @@ TEST_CASE("names and parsing") {
   CHECK(to_string(mapping_method::transport) == "transport");
   CHECK(parse_mapping("identity") == mapping_method::identity);
   CHECK(parse_mapping("transport") == mapping_method::transport);
-  test::expect_invalid([] { (void)parse_mapping("bottleneck"); },
-                       {"bottleneck", "identity", "transport"});
+  CHECK(to_string(mapping_method::bottleneck) == "bottleneck");
+  CHECK(parse_mapping("bottleneck") == mapping_method::bottleneck);
+  test::expect_invalid([] { (void)parse_mapping("Transport"); },
+                       {"Transport", "identity", "transport", "bottleneck"});
 }
 
 TEST_CASE("bad input") {

@@ -1,0 +1,366 @@
+#pragma once
+/// @file mapping_problem.hpp
+/// The node-level view of a bin → rank mapping problem, shared by the mapping façade
+/// (topology/mapping.hpp) and the GLPK backend (backend/glpk/mapping.hpp). Internal: may change
+/// without notice.
+///
+/// From a binned plan, item bytes and a topology it gathers, per bin b: W_b (its bytes) and the
+/// sparse row w[b][m] > 0 (its bytes already on node m, nodes ascending). Every node-level
+/// figure of a bin → node assignment follows from these:
+///   kept_m     = Σ_{b on m} w[b][m]                  (bytes that stay on node m)
+///   egress_m   = held_m − kept_m,  held_m = Σ_b w[b][m]   (bytes leaving node m)
+///   ingress_m  = Σ_{b on m} W_b − kept_m            (bytes entering node m)
+///   inter-node = Σ_m ingress_m = Σ_m egress_m.
+/// `finish_mapping` then places each node's bins on its GPUs (G × G Hungarian maximising the
+/// bytes already on their final GPU) and builds the plan and its byte figures.
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <numeric>
+#include <span>
+#include <vector>
+
+#include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/detail/topology/hungarian.hpp"
+#include "orchmllm/detail/topology/min_cost_flow.hpp"
+#include "orchmllm/topology/topology.hpp"
+
+namespace orchmllm {
+
+/// Result of `map_bins` (topology/mapping.hpp) and of the GLPK bottleneck mapping.
+struct mapping_result {
+  /// Rank of every bin (d entries, a permutation of 0..d-1).
+  std::vector<rank_t> rank_of_bin;
+  /// The remapped plan: item g goes to rank_of_bin[bin of g], canonical slots (increasing
+  /// source global id on every destination rank, as `rearrangement::from_destinations`).
+  rearrangement plan;
+  /// Bytes of items whose final rank differs from their source rank.
+  std::int64_t moved_bytes = 0;
+  /// Bytes of items whose final node differs from their source node.
+  std::int64_t inter_node_bytes = 0;
+  /// Σ_b (W_b − max_m w[b][m]): no bijection moves fewer bytes across nodes (W_b = bytes of bin
+  /// b, w[b][m] = its bytes already on node m). Independent of the method.
+  std::int64_t inter_node_bytes_lower_bound = 0;
+  /// Largest bytes leaving one node (items whose source node is that node and whose final node
+  /// is another).
+  std::int64_t max_node_egress_bytes = 0;
+  /// Largest bytes entering one node.
+  std::int64_t max_node_ingress_bytes = 0;
+  /// No bijection has a smaller worst node (see `worst_node_bytes`): the largest of, over nodes
+  /// m with G_m GPUs, (bytes on m) − (the G_m largest w[b][m]) for egress and the sum of the
+  /// G_m smallest (W_b − w[b][m]) for ingress, and ⌈inter_node_bytes_lower_bound / N⌉.
+  /// Independent of the method.
+  std::int64_t worst_node_bytes_lower_bound = 0;
+  /// max(max_node_egress_bytes, max_node_ingress_bytes): the `bottleneck` objective, what an
+  /// all-to-all's inter-node time follows when every node has the same NIC bandwidth.
+  [[nodiscard]] std::int64_t worst_node_bytes() const noexcept {
+    return std::max(max_node_egress_bytes, max_node_ingress_bytes);
+  }
+};
+
+namespace detail {
+
+// Checks the mapping inputs; returns the total byte count (checked against overflow so that the
+// flow's costs and potentials, bounded by total · (V + 2), fit in 63 bits).
+inline std::int64_t check_mapping_inputs(const rearrangement& binned,
+                                         std::span<const std::int64_t> item_bytes,
+                                         const topology& topo) {
+  ORCHMLLM_REQUIRE(binned.num_src_ranks() == binned.num_dst_ranks(), invalid_argument_error,
+                   "mapping needs a plan with as many bins as source ranks, got ",
+                   binned.num_src_ranks(), " source ranks and ", binned.num_dst_ranks(), " bins");
+  ORCHMLLM_REQUIRE(topo.num_ranks() == binned.num_src_ranks(), invalid_argument_error,
+                   "the topology has ", topo.num_ranks(), " ranks but the plan has ",
+                   binned.num_src_ranks());
+  ORCHMLLM_REQUIRE(static_cast<std::int64_t>(item_bytes.size()) == binned.num_items(),
+                   invalid_argument_error, item_bytes.size(), " item sizes for a plan of ",
+                   binned.num_items(), " items");
+  const std::int64_t vertices = static_cast<std::int64_t>(topo.num_ranks()) +
+                                static_cast<std::int64_t>(topo.num_nodes()) + 4;
+  const std::int64_t limit = (std::int64_t{1} << 62) / vertices;
+  std::int64_t total = 0;
+  for (std::size_t g = 0; g < item_bytes.size(); ++g) {
+    ORCHMLLM_REQUIRE(item_bytes[g] >= 0, invalid_argument_error, "item ", g, " has ",
+                     item_bytes[g], " bytes");
+    ORCHMLLM_REQUIRE(item_bytes[g] <= limit - total, invalid_argument_error,
+                     "total item bytes exceed ", limit, " (2^62 / (ranks + nodes + 4)) at item ",
+                     g);
+    total += item_bytes[g];
+  }
+  return total;
+}
+
+// The gathered problem. Built once by `build_mapping_problem`; read-only afterwards.
+struct mapping_problem {
+  struct held {
+    rank_t rank;
+    std::int64_t bytes;
+  };
+  const rearrangement* binned = nullptr;
+  std::span<const std::int64_t> item_bytes;
+  const topology* topo = nullptr;
+  std::vector<rank_t> src_rank;               // source rank of every item
+  std::vector<std::int64_t> held_off;         // CSR over bins of items_of_bin
+  std::vector<held> items_of_bin;             // (source rank, bytes) of every non-empty item
+  sparse_profits by_node;                     // w[b][m] > 0, nodes ascending per bin
+  std::vector<std::int64_t> bin_bytes;        // W_b
+  std::vector<std::int32_t> capacity;         // ranks per node
+  std::vector<std::int64_t> node_held;        // held_m = Σ_b w[b][m]
+  std::int64_t lower_bound = 0;               // Σ_b (W_b − max_m w[b][m])
+  std::int64_t worst_lower_bound = 0;         // mapping_result::worst_node_bytes_lower_bound
+
+  [[nodiscard]] rank_t num_bins() const noexcept { return static_cast<rank_t>(bin_bytes.size()); }
+  [[nodiscard]] rank_t num_nodes() const noexcept {
+    return static_cast<rank_t>(capacity.size());
+  }
+  // w[b][m] by binary search in b's sorted row. O(log nnz_b).
+  [[nodiscard]] std::int64_t on_node(rank_t b, std::int32_t m) const noexcept {
+    const auto first = by_node.arcs.begin() + by_node.offsets[static_cast<std::size_t>(b)];
+    const auto last = by_node.arcs.begin() + by_node.offsets[static_cast<std::size_t>(b) + 1];
+    const auto it = std::lower_bound(first, last, m,
+                                     [](const profit_arc& a, std::int32_t v) { return a.node < v; });
+    return it != last && it->node == m ? it->profit : 0;
+  }
+};
+
+// mapping_result::worst_node_bytes_lower_bound. Node m keeps at most the G_m largest w[b][m]
+// of its column, so egress_m ≥ held_m − that sum; it receives G_m bins, each bringing
+// W_b − w[b][m], so ingress_m ≥ the G_m smallest of those over all bins; and the worst node
+// carries at least the average of the inter-node total. O(nnz log nnz + d log d + Σ_m G_m · N).
+inline std::int64_t worst_node_lower_bound(const mapping_problem& p) {
+  const auto nn = static_cast<std::size_t>(p.num_nodes());
+  const auto d = static_cast<std::size_t>(p.num_bins());
+  if (nn < 2) return 0;
+  std::vector<std::vector<std::pair<std::int64_t, rank_t>>> column(nn);  // (w, bin)
+  for (std::size_t b = 0; b < d; ++b)
+    for (auto k = p.by_node.offsets[b]; k < p.by_node.offsets[b + 1]; ++k) {
+      const auto& a = p.by_node.arcs[static_cast<std::size_t>(k)];
+      column[static_cast<std::size_t>(a.node)].emplace_back(a.profit, static_cast<rank_t>(b));
+    }
+  std::vector<rank_t> by_size(d);  // bins by increasing W_b
+  std::iota(by_size.begin(), by_size.end(), rank_t{0});
+  std::stable_sort(by_size.begin(), by_size.end(), [&](rank_t a, rank_t b) {
+    return p.bin_bytes[static_cast<std::size_t>(a)] < p.bin_bytes[static_cast<std::size_t>(b)];
+  });
+  std::vector<char> in_column(d, 0);
+  std::int64_t best = (p.lower_bound + static_cast<std::int64_t>(nn) - 1) /
+                      static_cast<std::int64_t>(nn);
+  std::vector<std::int64_t> cand;
+  for (std::size_t m = 0; m < nn; ++m) {
+    auto& col = column[m];
+    const auto g = static_cast<std::size_t>(p.capacity[m]);
+    std::sort(col.begin(), col.end(), std::greater<>{});
+    std::int64_t top = 0;
+    for (std::size_t i = 0; i < std::min(g, col.size()); ++i) top += col[i].first;
+    best = std::max(best, p.node_held[m] - top);
+    // Ingress: the g smallest of {W_b − w[b][m]}: column bins with their own value, and the g
+    // smallest W_b among the other bins.
+    cand.clear();
+    for (const auto& [w, b] : col) {
+      cand.push_back(p.bin_bytes[static_cast<std::size_t>(b)] - w);
+      in_column[static_cast<std::size_t>(b)] = 1;
+    }
+    std::size_t taken = 0;
+    for (std::size_t i = 0; i < d && taken < g; ++i)
+      if (!in_column[static_cast<std::size_t>(by_size[i])]) {
+        cand.push_back(p.bin_bytes[static_cast<std::size_t>(by_size[i])]);
+        ++taken;
+      }
+    for (const auto& [w, b] : col) in_column[static_cast<std::size_t>(b)] = 0;
+    const auto k = std::min(g, cand.size());
+    std::nth_element(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(k), cand.end());
+    std::int64_t in = 0;
+    for (std::size_t i = 0; i < k; ++i) in += cand[i];
+    best = std::max(best, in);
+  }
+  return best;
+}
+
+// Gathers the problem. Validates the inputs (check_mapping_inputs). O(n + d + N).
+inline mapping_problem build_mapping_problem(const rearrangement& binned,
+                                             std::span<const std::int64_t> item_bytes,
+                                             const topology& topo) {
+  check_mapping_inputs(binned, item_bytes, topo);
+  mapping_problem p;
+  p.binned = &binned;
+  p.item_bytes = item_bytes;
+  p.topo = &topo;
+  const rank_t d = topo.num_ranks();
+  const rank_t nn = topo.num_nodes();
+  const auto ud = static_cast<std::size_t>(d);
+  const auto src_off = binned.src_offsets();
+  p.src_rank.resize(static_cast<std::size_t>(binned.num_items()));
+  for (std::size_t r = 0; r + 1 < src_off.size(); ++r)
+    std::fill(p.src_rank.begin() + src_off[r], p.src_rank.begin() + src_off[r + 1],
+              static_cast<rank_t>(r));
+
+  // Every bin's (source rank, bytes) pairs, contiguous per bin. Filled in one sequential pass
+  // over the items (scattered writes into d streams) rather than by following source_of per
+  // bin, whose random reads cost several times more at n ≈ 10^5. Zero-byte items are dropped:
+  // they never change a figure.
+  p.held_off.assign(ud + 1, 0);
+  for (std::size_t g = 0; g < p.src_rank.size(); ++g)
+    if (item_bytes[g] > 0) ++p.held_off[static_cast<std::size_t>(binned.dst_ranks()[g]) + 1];
+  for (std::size_t b = 0; b < ud; ++b) p.held_off[b + 1] += p.held_off[b];
+  p.items_of_bin.resize(static_cast<std::size_t>(p.held_off[ud]));
+  {
+    std::vector<std::int64_t> fill(p.held_off.begin(), p.held_off.end() - 1);
+    for (std::size_t g = 0; g < p.src_rank.size(); ++g)
+      if (item_bytes[g] > 0)
+        p.items_of_bin[static_cast<std::size_t>(
+            fill[static_cast<std::size_t>(binned.dst_ranks()[g])]++)] = {p.src_rank[g],
+                                                                          item_bytes[g]};
+  }
+
+  // Per bin: bytes by node (sparse, ascending node) and total. A scratch array indexed by node
+  // with a touched list keeps this O(items of the bin) per bin.
+  p.by_node.offsets.reserve(ud + 1);
+  p.bin_bytes.assign(ud, 0);
+  p.node_held.assign(static_cast<std::size_t>(nn), 0);
+  std::vector<std::int64_t> acc(static_cast<std::size_t>(nn), 0);
+  std::vector<std::int32_t> hit;
+  for (std::size_t b = 0; b < ud; ++b) {
+    hit.clear();
+    std::int64_t bin_total = 0;
+    for (auto k = p.held_off[b]; k < p.held_off[b + 1]; ++k) {
+      const auto& it = p.items_of_bin[static_cast<std::size_t>(k)];
+      const auto m = static_cast<std::size_t>(topo.node_of(it.rank));
+      if (acc[m] == 0) hit.push_back(static_cast<std::int32_t>(m));
+      acc[m] += it.bytes;
+      bin_total += it.bytes;
+    }
+    std::sort(hit.begin(), hit.end());
+    std::int64_t best = 0;
+    for (auto m : hit) {
+      const auto um = static_cast<std::size_t>(m);
+      p.by_node.arcs.push_back({m, acc[um]});
+      p.node_held[um] += acc[um];
+      best = std::max(best, acc[um]);
+      acc[um] = 0;
+    }
+    p.by_node.offsets.push_back(static_cast<std::int64_t>(p.by_node.arcs.size()));
+    p.bin_bytes[b] = bin_total;
+    p.lower_bound += bin_total - best;
+  }
+  p.capacity.resize(static_cast<std::size_t>(nn));
+  for (rank_t m = 0; m < nn; ++m) p.capacity[static_cast<std::size_t>(m)] = topo.node_size(m);
+  p.worst_lower_bound = worst_node_lower_bound(p);
+  return p;
+}
+
+// Node of every bin under the identity mapping (bin k on rank k).
+inline std::vector<std::int32_t> identity_nodes(const mapping_problem& p) {
+  std::vector<std::int32_t> node(static_cast<std::size_t>(p.num_bins()));
+  for (rank_t b = 0; b < p.num_bins(); ++b)
+    node[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(p.topo->node_of(b));
+  return node;
+}
+
+// Per-node inter-node egress and ingress of a bin → node assignment. O(d + nnz).
+struct node_bytes {
+  std::vector<std::int64_t> egress;
+  std::vector<std::int64_t> ingress;
+};
+
+inline node_bytes node_traffic_of(const mapping_problem& p,
+                                  std::span<const std::int32_t> node_of_bin) {
+  node_bytes t;
+  t.egress = p.node_held;
+  t.ingress.assign(p.capacity.size(), 0);
+  for (rank_t b = 0; b < p.num_bins(); ++b) {
+    const auto m = node_of_bin[static_cast<std::size_t>(b)];
+    const auto kept = p.on_node(b, m);
+    t.egress[static_cast<std::size_t>(m)] -= kept;
+    t.ingress[static_cast<std::size_t>(m)] += p.bin_bytes[static_cast<std::size_t>(b)] - kept;
+  }
+  return t;
+}
+
+// max over nodes of max(egress, ingress). O(d + nnz).
+inline std::int64_t worst_node_bytes(const mapping_problem& p,
+                                     std::span<const std::int32_t> node_of_bin) {
+  const auto t = node_traffic_of(p, node_of_bin);
+  std::int64_t worst = 0;
+  for (std::size_t m = 0; m < t.egress.size(); ++m)
+    worst = std::max({worst, t.egress[m], t.ingress[m]});
+  return worst;
+}
+
+// Whether node_of_bin gives every node exactly its rank count of bins.
+inline bool respects_capacity(const mapping_problem& p, std::span<const std::int32_t> node_of_bin) {
+  if (static_cast<rank_t>(node_of_bin.size()) != p.num_bins()) return false;
+  std::vector<std::int32_t> count(p.capacity.size(), 0);
+  for (auto m : node_of_bin) {
+    if (m < 0 || m >= p.num_nodes()) return false;
+    ++count[static_cast<std::size_t>(m)];
+  }
+  return count == p.capacity;
+}
+
+// Builds the result from a rank per bin: the plan (canonical slots) and its byte figures.
+// O(n + d + N).
+inline mapping_result result_from_ranks(const mapping_problem& p, std::vector<rank_t> rank_of_bin) {
+  const topology& topo = *p.topo;
+  mapping_result out;
+  out.inter_node_bytes_lower_bound = p.lower_bound;
+  out.worst_node_bytes_lower_bound = p.worst_lower_bound;
+  out.rank_of_bin = std::move(rank_of_bin);
+  std::vector<std::int64_t> egress(p.capacity.size(), 0), ingress(p.capacity.size(), 0);
+  std::vector<rank_t> dst(p.src_rank.size());
+  for (std::size_t g = 0; g < dst.size(); ++g) {
+    const rank_t r = out.rank_of_bin[static_cast<std::size_t>(p.binned->dst_ranks()[g])];
+    dst[g] = r;
+    const rank_t s = p.src_rank[g];
+    if (r == s) continue;
+    out.moved_bytes += p.item_bytes[g];
+    if (topo.same_node(r, s)) continue;
+    out.inter_node_bytes += p.item_bytes[g];
+    egress[static_cast<std::size_t>(topo.node_of(s))] += p.item_bytes[g];
+    ingress[static_cast<std::size_t>(topo.node_of(r))] += p.item_bytes[g];
+  }
+  for (std::size_t m = 0; m < egress.size(); ++m) {
+    out.max_node_egress_bytes = std::max(out.max_node_egress_bytes, egress[m]);
+    out.max_node_ingress_bytes = std::max(out.max_node_ingress_bytes, ingress[m]);
+  }
+  out.plan = rearrangement::from_destinations(p.binned->src_offsets(), dst, topo.num_ranks());
+  return out;
+}
+
+// Places each node's bins on its GPUs (G × G Hungarian maximising the bytes already on their
+// final GPU; bins of a node in increasing bin order, so ties are deterministic) and builds the
+// result. Requires respects_capacity(p, node_of_bin). O(n + d + Σ_m G_m³).
+inline mapping_result finish_mapping(const mapping_problem& p,
+                                     std::span<const std::int32_t> node_of_bin) {
+  const topology& topo = *p.topo;
+  const rank_t d = p.num_bins();
+  const rank_t nn = p.num_nodes();
+  std::vector<std::vector<rank_t>> bins_of(static_cast<std::size_t>(nn));
+  for (rank_t b = 0; b < d; ++b)
+    bins_of[static_cast<std::size_t>(node_of_bin[static_cast<std::size_t>(b)])].push_back(b);
+  std::vector<rank_t> rank_of_bin(static_cast<std::size_t>(d));
+  std::vector<std::int64_t> profit;
+  for (rank_t m = 0; m < nn; ++m) {
+    const auto& bins = bins_of[static_cast<std::size_t>(m)];
+    const int g = topo.node_size(m);
+    const auto ug = static_cast<std::size_t>(g);
+    profit.assign(ug * ug, 0);
+    // profit[i][j]: bytes of bin i already on the node's j-th rank.
+    for (std::size_t i = 0; i < bins.size(); ++i) {
+      const auto b = static_cast<std::size_t>(bins[i]);
+      for (auto k = p.held_off[b]; k < p.held_off[b + 1]; ++k) {
+        const auto& it = p.items_of_bin[static_cast<std::size_t>(k)];
+        if (topo.node_of(it.rank) == m)
+          profit[i * ug + static_cast<std::size_t>(topo.local_rank(it.rank))] += it.bytes;
+      }
+    }
+    const auto col = max_profit_assignment(profit, g);
+    for (std::size_t i = 0; i < bins.size(); ++i)
+      rank_of_bin[static_cast<std::size_t>(bins[i])] = topo.rank_at(m, col[i]);
+  }
+  return result_from_ranks(p, std::move(rank_of_bin));
+}
+
+}  // namespace detail
+}  // namespace orchmllm
