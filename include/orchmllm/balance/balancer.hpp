@@ -24,6 +24,17 @@
 ///   automatic  packed: lpt and its refinement; if that misses the lower bound, kk and a
 ///              refinement of the better plan; then the exact search on small inputs. Returns
 ///              the best plan found (never worse than lpt or kk). Padded: `padded_exact`.
+///   locality   keeps data where it is: runs `automatic` for its makespan M, sets the target
+///              T = M · (1 + locality_tolerance) (rounded down for integral costs, never below
+///              M), then starts from the current placement (every item on its source rank) and
+///              moves only what is needed: ranks above T or outside the constraints shed the
+///              items with the fewest bytes per unit of cost that cover their excess, each to a
+///              best-fit receiver on the same node (`node_of_rank`) if one has room, else on any
+///              node; what is still above T is polished by the refinement. If the result misses
+///              T or a constraint, automatic's plan is returned instead and `used` says which
+///              algorithm made it (anything but `locality`). So the makespan is always ≤ T.
+///              O(n log n + d log d) beyond automatic (padded: O(s · d) for s shed items);
+///              details in detail/balance/locality.hpp and docs/algorithms.md.
 /// Refinement (`balance_options::refine`, always on in `automatic`): moves and swaps between
 /// the heaviest rank and the lighter ones while the makespan drops, stopping at the lower bound
 /// or after `refine_budget` steps.
@@ -42,7 +53,10 @@
 /// constraints cannot be met — the message names the total, the cap and the rank count.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 #include <optional>
 #include <span>
 #include <string>
@@ -60,6 +74,7 @@
 #include "orchmllm/detail/balance/exact.hpp"
 #include "orchmllm/detail/balance/first_fit.hpp"
 #include "orchmllm/detail/balance/kk.hpp"
+#include "orchmllm/detail/balance/locality.hpp"
 #include "orchmllm/detail/balance/lpt.hpp"
 #include "orchmllm/detail/balance/padded.hpp"
 #include "orchmllm/detail/balance/refine.hpp"
@@ -67,7 +82,7 @@
 namespace orchmllm {
 
 /// Balancing algorithm; see the file comment.
-enum class algorithm : std::uint8_t { none, lpt, kk, exact, padded_exact, automatic };
+enum class algorithm : std::uint8_t { none, lpt, kk, exact, padded_exact, automatic, locality };
 
 /// Name of an algorithm as used by the command-line tool ("auto" for automatic, "padded" for
 /// padded_exact).
@@ -79,18 +94,19 @@ constexpr std::string_view to_string(algorithm a) noexcept {
     case algorithm::exact: return "exact";
     case algorithm::padded_exact: return "padded";
     case algorithm::automatic: return "auto";
+    case algorithm::locality: return "locality";
   }
   return "?";
 }
 
-/// Parses "none", "lpt", "kk", "exact", "padded" or "auto". Throws `invalid_argument_error`
-/// naming the unknown name.
+/// Parses "none", "lpt", "kk", "exact", "padded", "auto" or "locality". Throws
+/// `invalid_argument_error` naming the unknown name.
 inline algorithm parse_algorithm(std::string_view name) {
   for (auto a : {algorithm::none, algorithm::lpt, algorithm::kk, algorithm::exact,
-                 algorithm::padded_exact, algorithm::automatic})
+                 algorithm::padded_exact, algorithm::automatic, algorithm::locality})
     if (to_string(a) == name) return a;
   detail::raise<invalid_argument_error>(detail::concat(
-      "unknown algorithm '", name, "' (expected none, lpt, kk, exact, padded or auto)"));
+      "unknown algorithm '", name, "' (expected none, lpt, kk, exact, padded, auto or locality)"));
 }
 
 /// Options of `balance`.
@@ -101,6 +117,14 @@ struct balance_options {
   std::int64_t refine_budget = -1;          ///< refinement steps; -1 = 2·n + 64
   std::int64_t exact_node_budget = 2'000'000;  ///< search nodes for `exact`
   std::int64_t exact_max_items = 14;        ///< automatic runs `exact` up to this many items
+  /// `locality`: relative makespan slack over automatic's makespan M that the locality plan may
+  /// use (target T = M · (1 + tolerance)); the knob that trades balance for moved bytes. Must be
+  /// finite and >= 0.
+  double locality_tolerance = 0.001;
+  /// `locality`: the node of every rank (d entries, nodes numbered 0, 1, … as
+  /// `topology::node_map()` gives them); empty = all ranks on one node. Plain data because the
+  /// balance layer sits below topology/. Every entry must be >= 0.
+  std::vector<rank_t> node_of_rank{};
 };
 
 /// What `balance` returns.
@@ -145,6 +169,20 @@ void check_feasible(const balance_input<Cost>& in) {
   }
 }
 
+/// Target of `algorithm::locality`: m · (1 + tolerance), rounded down for integral costs,
+/// clamped to the largest Cost, never below m.
+template <class Cost>
+Cost locality_target(Cost m, double tolerance) {
+  if constexpr (std::is_integral_v<Cost>) {
+    const long double t = static_cast<long double>(m) * (1.0L + static_cast<long double>(tolerance));
+    if (!(t < static_cast<long double>(std::numeric_limits<Cost>::max())))
+      return std::numeric_limits<Cost>::max();
+    return std::max(m, static_cast<Cost>(std::floor(t)));
+  } else {
+    return std::max(m, static_cast<Cost>(m * (1 + static_cast<Cost>(tolerance))));
+  }
+}
+
 [[noreturn]] inline void no_placement_found(std::int64_t n, rank_t d, const constraints& limits,
                                             std::int64_t total_tokens, std::int64_t total_bytes) {
   std::string what = "no placement of " + std::to_string(n) + " items on " + std::to_string(d) +
@@ -183,6 +221,16 @@ balance_result<cost_type_t<C>> balance(const batch_layout& layout, const C& cost
   ORCHMLLM_REQUIRE(!(options.method == algorithm::padded_exact && !policy.is_padded()),
                    invalid_argument_error,
                    "the padded algorithm needs a padded policy; use lpt, kk or auto for packed");
+  ORCHMLLM_REQUIRE(std::isfinite(options.locality_tolerance) && options.locality_tolerance >= 0,
+                   invalid_argument_error, "locality_tolerance is ", options.locality_tolerance,
+                   ", must be finite and >= 0");
+  ORCHMLLM_REQUIRE(options.node_of_rank.empty() ||
+                       options.node_of_rank.size() == static_cast<std::size_t>(d),
+                   invalid_argument_error, "node_of_rank has ", options.node_of_rank.size(),
+                   " entries, expected ", d, " (one per rank) or none");
+  for (std::size_t r = 0; r < options.node_of_rank.size(); ++r)
+    ORCHMLLM_REQUIRE(options.node_of_rank[r] >= 0, invalid_argument_error, "node_of_rank[", r,
+                     "] is ", options.node_of_rank[r], ", must be >= 0");
 
   std::vector<Cost> costs(static_cast<std::size_t>(n));
   for (std::int64_t g = 0; g < n; ++g) {
@@ -252,6 +300,23 @@ balance_result<cost_type_t<C>> balance(const batch_layout& layout, const C& cost
       consider(std::move(r.assignment), algorithm::padded_exact);
       proven = r.optimal && best.has_value();
       break;
+    }
+    case algorithm::locality: {
+      // automatic first: its makespan sets the target and its plan is the fallback.
+      balance_options base_options = options;
+      base_options.method = algorithm::automatic;
+      balance_result<Cost> base = balance(layout, cost, policy, base_options);
+      const Cost target = detail::locality_target(base.makespan, options.locality_tolerance);
+      std::vector<rank_t> a =
+          detail::locality_assign(in, cost, target, options.node_of_rank, budget);
+      if (!detail::satisfies(in, std::span<const rank_t>(a))) return base;
+      const Cost m = detail::assignment_makespan(in, cost, std::span<const rank_t>(a));
+      if (m > target) return base;
+      result.used = algorithm::locality;
+      result.makespan = m;
+      result.proven_optimal = m <= result.lower_bound;
+      result.plan = rearrangement::from_destinations(layout.offsets(), a, d);
+      return result;
     }
     case algorithm::automatic: {
       if (policy.is_padded()) {
