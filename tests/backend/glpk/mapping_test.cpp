@@ -1,0 +1,321 @@
+// Tests for include/orchmllm/backend/glpk/mapping.hpp (map_bins_bottleneck, transport_lp_optimum):
+//  - map_bins(transport)'s inter-node bytes equal GLPK's optimum of the transport LP on random
+//    instances (d up to 256, G in {1, 2, 4, 8}, uneven last node, random plans with locality and
+//    balancer plans);
+//  - the integer program is optimal on F (worst node's inter-node egress/ingress) against brute
+//    force over all bijections for d <= 8, with and without warm start / presolver;
+//  - a tiny time limit on a hard instance still returns a valid plan, never worse than the warm
+//    start, which is never worse than transport;
+//  - F(ILP) <= F(map_bins bottleneck) <= F(map_bins transport) on random instances, with the
+//    warm-start figures equal to map_bins' own; every result's figures recomputed item by item;
+//  - the size guard returns the warm start; bad options and bad inputs throw.
+
+#include "orchmllm/backend/glpk/mapping.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "common/workload.hpp"
+#include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/core/cost_model.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/topology/mapping.hpp"
+#include "orchmllm/topology/topology.hpp"
+#include "support/test_support.hpp"
+
+namespace {
+
+using namespace orchmllm;
+using orchmllm::test::uniform;
+
+struct instance {
+  topology topo;
+  rearrangement binned;
+  std::vector<std::int64_t> bytes;
+};
+
+// Random plan with `stay_percent` locality (items kept on their source rank) and random sizes.
+instance random_instance(std::mt19937_64& rng, topology topo, std::int64_t max_bytes = 1000) {
+  const rank_t d = topo.num_ranks();
+  const auto n = uniform(rng, 0, 6 * d);
+  const auto off = test::random_offsets(rng, d, n);
+  auto binned = test::random_rearrangement(rng, off, d, uniform(rng, 0, 1) == 1,
+                                           static_cast<int>(uniform(rng, 0, 80)));
+  std::vector<std::int64_t> bytes(static_cast<std::size_t>(n));
+  for (auto& b : bytes) b = uniform(rng, 0, 4) == 0 ? 0 : uniform(rng, 1, max_bytes);
+  return {std::move(topo), std::move(binned), std::move(bytes)};
+}
+
+// A balancer plan: lognormal lengths, bytes = 4096 · length, balanced by `automatic`.
+instance balancer_instance(rank_t d, rank_t g, std::int64_t items_per_rank, std::uint64_t seed) {
+  auto layout = bench::lognormal_layout(d, items_per_rank, {}, seed);
+  auto res = balance(layout, linear_cost{});
+  std::vector<std::int64_t> bytes(layout.lengths().begin(), layout.lengths().end());
+  for (auto& b : bytes) b *= 4096;
+  return {topology::uniform(d, g), std::move(res.plan), std::move(bytes)};
+}
+
+// Bytes of bin b already on rank r (d × d, row-major), recomputed from the plan.
+std::vector<std::int64_t> bin_rank_bytes(const instance& in) {
+  const auto d = static_cast<std::size_t>(in.binned.num_src_ranks());
+  std::vector<std::int64_t> w(d * d, 0);
+  const auto off = in.binned.src_offsets();
+  for (std::size_t r = 0; r < d; ++r)
+    for (auto g = off[r]; g < off[r + 1]; ++g)
+      w[static_cast<std::size_t>(in.binned.dst_ranks()[static_cast<std::size_t>(g)]) * d + r] +=
+          in.bytes[static_cast<std::size_t>(g)];
+  return w;
+}
+
+// F of the bijection rank_of_bin: max over nodes of max(inter-node egress, ingress).
+std::int64_t worst_node_of(const std::vector<std::int64_t>& w,
+                           const std::vector<rank_t>& rank_of_bin, const topology& topo) {
+  const auto d = rank_of_bin.size();
+  std::vector<std::int64_t> egress(static_cast<std::size_t>(topo.num_nodes()), 0);
+  auto ingress = egress;
+  for (std::size_t b = 0; b < d; ++b)
+    for (std::size_t r = 0; r < d; ++r) {
+      const rank_t t = rank_of_bin[b];
+      if (topo.same_node(t, static_cast<rank_t>(r))) continue;
+      egress[static_cast<std::size_t>(topo.node_of(static_cast<rank_t>(r)))] += w[b * d + r];
+      ingress[static_cast<std::size_t>(topo.node_of(t))] += w[b * d + r];
+    }
+  std::int64_t worst = 0;
+  for (std::size_t m = 0; m < egress.size(); ++m) worst = std::max({worst, egress[m], ingress[m]});
+  return worst;
+}
+
+// Checks a mapping result against the instance: bijection, plan, figures recomputed item by item.
+void check_mapping(const mapping_result& res, const instance& in) {
+  const auto d = static_cast<std::size_t>(in.topo.num_ranks());
+  REQUIRE(res.rank_of_bin.size() == d);
+  auto sorted = res.rank_of_bin;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t k = 0; k < d; ++k) REQUIRE(sorted[k] == static_cast<rank_t>(k));
+  res.plan.validate();
+  std::vector<rank_t> want(static_cast<std::size_t>(in.binned.num_items()));
+  for (std::size_t g = 0; g < want.size(); ++g)
+    want[g] = res.rank_of_bin[static_cast<std::size_t>(in.binned.dst_ranks()[g])];
+  CHECK(res.plan ==
+        rearrangement::from_destinations(in.binned.src_offsets(), want, in.topo.num_ranks()));
+  const auto nodes = static_cast<std::size_t>(in.topo.num_nodes());
+  std::vector<std::int64_t> egress(nodes, 0), ingress(nodes, 0);
+  std::int64_t moved = 0, inter = 0;
+  const auto off = res.plan.src_offsets();
+  for (std::size_t r = 0; r + 1 < off.size(); ++r)
+    for (auto g = off[r]; g < off[r + 1]; ++g) {
+      const rank_t t = res.plan.dst_ranks()[static_cast<std::size_t>(g)];
+      const auto x = in.bytes[static_cast<std::size_t>(g)];
+      if (t != static_cast<rank_t>(r)) moved += x;
+      if (in.topo.same_node(t, static_cast<rank_t>(r))) continue;
+      inter += x;
+      egress[static_cast<std::size_t>(in.topo.node_of(static_cast<rank_t>(r)))] += x;
+      ingress[static_cast<std::size_t>(in.topo.node_of(t))] += x;
+    }
+  CHECK(res.moved_bytes == moved);
+  CHECK(res.inter_node_bytes == inter);
+  CHECK(res.inter_node_bytes_lower_bound <= inter);
+  CHECK(res.max_node_egress_bytes == *std::max_element(egress.begin(), egress.end()));
+  CHECK(res.max_node_ingress_bytes == *std::max_element(ingress.begin(), ingress.end()));
+}
+
+// Checks the invariants of a bottleneck result (given map_bins' results on the same instance).
+void check_bottleneck(const glpk::bottleneck_result& res, const instance& in) {
+  check_mapping(res.mapping, in);
+  const auto tr = map_bins(in.binned, in.bytes, in.topo, mapping_method::transport);
+  const auto bn = map_bins(in.binned, in.bytes, in.topo, mapping_method::bottleneck);
+  CHECK(res.objective == res.mapping.worst_node_bytes());
+  CHECK(res.transport_objective == tr.worst_node_bytes());
+  CHECK(res.warm_start_objective == bn.worst_node_bytes());
+  CHECK(res.objective <= res.warm_start_objective);
+  CHECK(res.warm_start_objective <= res.transport_objective);
+  CHECK(res.best_bound <= static_cast<double>(res.objective));
+  CHECK(res.best_bound >= 0.0);
+  if (!res.improved_by_solver) CHECK(res.mapping.rank_of_bin == bn.rank_of_bin);
+  if (!res.solver_ran) CHECK(res.solve_seconds == 0.0);
+}
+
+TEST_CASE("transport's inter-node bytes equal the GLPK transport LP optimum") {
+  std::mt19937_64 rng(20261203);
+  int cases = 0;
+  for (rank_t d : {1, 2, 3, 5, 8, 13, 16, 31, 64, 100, 128, 256})
+    for (rank_t g : {1, 2, 4, 8}) {
+      if (g == 1 && d > 128) continue;  // 65,536 LP columns: slow in Debug, adds nothing
+      INFO("d = ", d, ", G = ", g);
+      const auto check = [&](const instance& in) {
+        const auto tr = map_bins(in.binned, in.bytes, in.topo, mapping_method::transport);
+        const double lp = glpk::transport_lp_optimum(in.binned, in.bytes, in.topo);
+        CHECK(std::llround(lp) == tr.inter_node_bytes);
+        CHECK(std::fabs(lp - static_cast<double>(tr.inter_node_bytes)) <= 1e-6 * (1.0 + lp));
+        ++cases;
+      };
+      check(random_instance(rng, topology::uniform(d, g)));
+      if (d >= 2 && d <= 64)
+        check(random_instance(rng, topology::uniform(d, g), 1'000'000'000));
+      if (d >= 4)
+        check(balancer_instance(d, g, 1 + uniform(rng, 0, 6), static_cast<std::uint64_t>(cases)));
+    }
+  CHECK(cases > 100);
+}
+
+TEST_CASE("the bottleneck integer program is optimal against brute force (d <= 8)") {
+  std::mt19937_64 rng(20261204);
+  int cases = 0, improved = 0, cold = 0;
+  for (rank_t d = 1; d <= 8; ++d) {
+    const int reps = d <= 6 ? 16 : (d == 7 ? 6 : 3);
+    for (int rep = 0; rep < reps; ++rep) {
+      const bool uneven = rep % 2 == 1;
+      topology topo = uneven ? topology(test::random_node_map(
+                                   rng, d, 1 + static_cast<rank_t>(uniform(rng, 0, d - 1))))
+                             : topology::uniform(d, static_cast<rank_t>(uniform(rng, 1, d)));
+      const auto in = random_instance(rng, std::move(topo), rep % 3 == 0 ? 5 : 1000);
+      INFO("d = ", d, ", rep = ", rep, ", nodes = ", in.topo.num_nodes());
+      const auto w = bin_rank_bytes(in);
+      std::vector<rank_t> perm(static_cast<std::size_t>(d));
+      std::iota(perm.begin(), perm.end(), rank_t{0});
+      std::int64_t best = std::numeric_limits<std::int64_t>::max();
+      do {
+        best = std::min(best, worst_node_of(w, perm, in.topo));
+      } while (std::next_permutation(perm.begin(), perm.end()));
+
+      glpk::bottleneck_options opt;
+      opt.warm_start = rep % 4 != 2;  // also cold starts
+      opt.presolve = rep % 5 == 3;    // and GLPK's MIP presolver
+      const auto res = glpk::map_bins_bottleneck(in.binned, in.bytes, in.topo, opt);
+      check_bottleneck(res, in);
+      CHECK(res.proven_optimal);
+      CHECK_FALSE(res.timed_out);
+      CHECK(res.objective == best);
+      CHECK(worst_node_of(w, res.mapping.rank_of_bin, in.topo) == best);
+      CHECK(res.best_bound == doctest::Approx(static_cast<double>(best)));
+      // GLPK's own incumbent (not just the warm start it may have kept) is optimal whenever the
+      // search ran to the end; cold starts always have one.
+      if (res.solver_objective >= 0) CHECK(res.solver_objective == best);
+      if (!opt.warm_start && in.topo.num_nodes() > 1 && best > 0) {
+        CHECK(res.solver_ran);
+        CHECK(res.solver_objective == best);
+        ++cold;
+      }
+      if (res.objective < res.warm_start_objective) ++improved;
+      ++cases;
+    }
+  }
+  CHECK(cases == 6 * 16 + 6 + 3);
+  CHECK(cold >= 10);
+  MESSAGE("GLPK beat the header-only bottleneck on ", improved, " of ", cases, " instances");
+}
+
+TEST_CASE("a tiny time limit still returns a valid plan no worse than the warm start") {
+  for (const auto& [d, g] : {std::pair<rank_t, rank_t>{256, 8}, {512, 8}, {250, 8}}) {
+    INFO("d = ", d, ", G = ", g);
+    const auto in = balancer_instance(d, g, 6, 7);
+    glpk::bottleneck_options opt;
+    opt.time_limit_seconds = 0.002;
+    const auto res = glpk::map_bins_bottleneck(in.binned, in.bytes, in.topo, opt);
+    check_bottleneck(res, in);
+    CHECK(res.solver_ran);
+    CHECK(res.model_unit_bytes % 4096 == 0);
+    // Either GLPK ran out of time or (a very fast machine) finished: both are reported.
+    CHECK((res.timed_out || res.proven_optimal || res.glpk_return_code != 0));
+  }
+}
+
+TEST_CASE("F(ILP) <= F(map_bins bottleneck) <= F(map_bins transport) on random instances") {
+  std::mt19937_64 rng(20261205);
+  int cases = 0, improved = 0;
+  for (rank_t d : {6, 12, 16, 24, 33, 48, 64})
+    for (rank_t g : {2, 4, 8}) {
+      INFO("d = ", d, ", G = ", g);
+      glpk::bottleneck_options opt;
+      opt.time_limit_seconds = 0.5;
+      const auto a = random_instance(rng, topology::uniform(d, g));
+      const auto ra = glpk::map_bins_bottleneck(a.binned, a.bytes, a.topo, opt);
+      check_bottleneck(ra, a);
+      const auto b = balancer_instance(d, g, 4, static_cast<std::uint64_t>(d * 10 + g));
+      const auto rb = glpk::map_bins_bottleneck(b.binned, b.bytes, b.topo, opt);
+      check_bottleneck(rb, b);
+      for (const auto* r : {&ra, &rb}) {
+        if (r->objective < r->warm_start_objective) {
+          ++improved;
+          CHECK(r->improved_by_solver);
+        }
+        if (r->solver_objective >= 0) CHECK(r->objective <= r->solver_objective);
+      }
+      cases += 2;
+    }
+  CHECK(cases == 42);
+  MESSAGE("GLPK beat the header-only bottleneck on ", improved, " of ", cases, " instances");
+}
+
+TEST_CASE("the size guard and trivial instances skip GLPK") {
+  std::mt19937_64 rng(20261206);
+  const auto in = balancer_instance(64, 8, 4, 3);
+  glpk::bottleneck_options opt;
+  opt.max_columns = 64 * 8;  // the model needs 64 · 8 + 1
+  const auto res = glpk::map_bins_bottleneck(in.binned, in.bytes, in.topo, opt);
+  check_bottleneck(res, in);
+  CHECK_FALSE(res.solver_ran);
+  CHECK_FALSE(res.timed_out);
+  CHECK_FALSE(res.improved_by_solver);
+  CHECK(res.objective == res.warm_start_objective);
+
+  // One node: F = 0, nothing to solve.
+  const auto one = random_instance(rng, topology::uniform(8, 8));
+  const auto r1 = glpk::map_bins_bottleneck(one.binned, one.bytes, one.topo);
+  check_bottleneck(r1, one);
+  CHECK(r1.objective == 0);
+  CHECK(r1.proven_optimal);
+  CHECK_FALSE(r1.solver_ran);
+
+  // No items at all.
+  const instance empty{topology::uniform(4, 2),
+                       rearrangement::identity(std::vector<std::int64_t>{0, 0, 0, 0, 0}),
+                       {}};
+  const auto r2 = glpk::map_bins_bottleneck(empty.binned, empty.bytes, empty.topo);
+  check_bottleneck(r2, empty);
+  CHECK(r2.objective == 0);
+  CHECK(glpk::transport_lp_optimum(empty.binned, empty.bytes, empty.topo) == 0.0);
+}
+
+TEST_CASE("bad options and bad inputs throw invalid_argument_error") {
+  const auto in = balancer_instance(8, 4, 3, 1);
+  const auto run = [&](glpk::bottleneck_options opt) {
+    (void)glpk::map_bins_bottleneck(in.binned, in.bytes, in.topo, opt);
+  };
+  for (double t : {0.0, -1.0, std::numeric_limits<double>::infinity(),
+                   std::numeric_limits<double>::quiet_NaN()}) {
+    glpk::bottleneck_options opt;
+    opt.time_limit_seconds = t;
+    test::expect_invalid([&] { run(opt); }, {"time limit", "positive and finite"});
+  }
+  for (std::int64_t c : {std::int64_t{-1}, (std::int64_t{1} << 28) + 1}) {
+    glpk::bottleneck_options opt;
+    opt.max_columns = c;
+    test::expect_invalid([&] { run(opt); }, {"max_columns", std::to_string(c)});
+  }
+  const std::vector<std::int64_t> short_bytes(in.bytes.begin(), in.bytes.end() - 1);
+  test::expect_invalid(
+      [&] { (void)glpk::map_bins_bottleneck(in.binned, short_bytes, in.topo); },
+      {"item sizes"});
+  test::expect_invalid(
+      [&] { (void)glpk::transport_lp_optimum(in.binned, short_bytes, in.topo); },
+      {"item sizes"});
+  test::expect_invalid(
+      [&] { (void)glpk::map_bins_bottleneck(in.binned, in.bytes, topology::uniform(9, 3)); },
+      {"9 ranks"});
+  auto negative = in.bytes;
+  negative[0] = -5;
+  test::expect_invalid(
+      [&] { (void)glpk::map_bins_bottleneck(in.binned, negative, in.topo); }, {"-5 bytes"});
+}
+
+}  // namespace
