@@ -1,6 +1,9 @@
 #pragma once
 // orchmllm-bench plan: balance one ITEMS.csv, map the balanced bins to ranks (identity, or
 // topology-aware with --gpus-per-node), write PLAN.csv, print the figures as JSON.
+// `--mapping bottleneck` uses the GLPK integer program when the tool is built with
+// ORCHMLLM_ENABLE_GLPK (orchmllm::glpk links it and defines ORCHMLLM_HAS_GLPK), else the
+// header-only local search.
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +24,10 @@
 #include "tool/plan_csv.hpp"
 #include "tool/problem.hpp"
 
+#if defined(ORCHMLLM_HAS_GLPK)
+#include <orchmllm/backend/glpk/mapping.hpp>
+#endif
+
 namespace orchmllm::tool {
 
 int run_plan(const parsed_args& args, std::ostream& out, std::ostream& err);
@@ -33,16 +40,28 @@ inline const command& plan_command() {
     c.summary = "Balance ITEMS.csv over D ranks; write PLAN.csv, print the figures as JSON.";
     c.flags = problem_flags();
     c.flags.insert(c.flags.begin() + 5,
-                   {"algorithm", "none|lpt|kk|exact|padded|auto",
-                    "balancer; default auto (best plan found, reported as \"algorithm\")", false});
+                   {"algorithm", "none|lpt|kk|exact|padded|auto|locality",
+                    "balancer; default auto (best plan found, reported as \"algorithm\"); "
+                    "locality starts from where the items are and moves only what the balance "
+                    "needs, preferring the same node (--gpus-per-node)",
+                    false});
     c.flags.push_back({"gpus-per-node", "G",
                        "nodes are consecutive blocks of G ranks (the last may be smaller); "
                        "default: every rank on one node",
                        false});
-    c.flags.push_back({"mapping", "identity|transport",
-                       "bins -> ranks: identity (bin k on rank k) or transport (fewest "
-                       "inter-node bytes, needs --gpus-per-node); default transport with "
-                       "--gpus-per-node, else identity",
+    c.flags.push_back({"mapping", "identity|transport|bottleneck",
+                       "bins -> ranks: identity (bin k on rank k), transport (fewest "
+                       "inter-node bytes) or bottleneck (smallest worst node: max of bytes "
+                       "leaving / entering one node); the last two need --gpus-per-node; "
+                       "default transport with --gpus-per-node, else identity",
+                       false});
+    c.flags.push_back({"mapping-time-limit", "SECONDS",
+                       "bottleneck with GLPK: integer program time limit; default 10 (the "
+                       "best plan found is kept); ignored by the header-only local search",
+                       false});
+    c.flags.push_back({"locality-tolerance", "X",
+                       "locality: makespan may exceed auto's by this fraction (the knob that "
+                       "trades balance for bytes); default 0.001",
                        false});
     c.flags.push_back(
         {"out", "PLAN.csv", "output: rank,slot,dst_rank,dst_slot per input item", true});
@@ -63,9 +82,15 @@ inline const command& plan_command() {
         "inter_node_bytes_lower_bound (no mapping moves fewer bytes across nodes),\n"
         "max_node_egress_bytes, max_node_ingress_bytes (largest bytes leaving / entering one\n"
         "node), predicted_comm_seconds (modelled all-to-all time, default link figures, auto\n"
-        "schedule). Figures of the plan (items_moved, bytes_moved, ...) are those of PLAN.csv.\n"
+        "schedule), mapping_solver (none, flow, local-search or glpk), mapping_seconds (the\n"
+        "mapping alone), mapping_proven_optimal (the mapping is optimal for its objective:\n"
+        "transport always; bottleneck when it meets worst_node_bytes_lower_bound or GLPK proved\n"
+        "it; any method whose inter-node bytes meet their lower bound),\n"
+        "worst_node_bytes_lower_bound (no mapping has a smaller max(egress, ingress) node).\n"
+        "Figures of the plan (items_moved, bytes_moved, ...) are those of PLAN.csv.\n"
         "\n"
-        "exit status: 0 ok; 2 bad usage (including --mapping transport without --gpus-per-node),\n"
+        "exit status: 0 ok; 2 bad usage (including --mapping transport or bottleneck without\n"
+        "--gpus-per-node),\n"
         "unreadable or malformed ITEMS.csv (the message names the line and value), infeasible\n"
         "constraints, or total bytes above the mapping's overflow guard.\n";
     c.run = &run_plan;
@@ -81,7 +106,7 @@ inline std::string json_optional(std::optional<std::int64_t> v) {
 
 /// Parses --gpus-per-node (0 when absent: one node) and --mapping (default transport with
 /// --gpus-per-node, identity without). Throws usage_error for an unknown mapping, a G outside
-/// [1, max_ranks], or transport without --gpus-per-node.
+/// [1, max_ranks], or transport / bottleneck without --gpus-per-node.
 inline std::pair<rank_t, mapping_method> parse_mapping_flags(const parsed_args& args) {
   const auto g = static_cast<rank_t>(args.get_int("gpus-per-node", 0, 1, max_ranks));
   mapping_method m = g > 0 ? mapping_method::transport : mapping_method::identity;
@@ -91,40 +116,53 @@ inline std::pair<rank_t, mapping_method> parse_mapping_flags(const parsed_args& 
     } catch (const invalid_argument_error& e) {
       throw usage_error("--mapping: " + e.message());
     }
-    if (m == mapping_method::transport && g == 0)
-      throw usage_error("--mapping transport needs --gpus-per-node (the node size)");
+    if (m != mapping_method::identity && g == 0)
+      throw usage_error("--mapping " + std::string(to_string(m)) +
+                        " needs --gpus-per-node (the node size)");
   }
   return {g, m};
 }
 
-/// Node-level traffic of a plan: the largest bytes leaving one node and entering one node
-/// (items whose source and destination ranks are on different nodes). O(n + N).
-struct node_traffic {
-  std::int64_t max_egress = 0;
-  std::int64_t max_ingress = 0;
+/// A mapped plan and how it was found.
+struct mapped_plan {
+  mapping_result result;
+  std::string solver;  ///< none (identity), flow (transport), local-search or glpk (bottleneck)
+  bool proven_optimal = false;
+  double seconds = 0;
 };
 
-inline node_traffic compute_node_traffic(const rearrangement& plan,
-                                         std::span<const std::int64_t> item_bytes,
-                                         const topology& topo) {
-  const auto nodes = static_cast<std::size_t>(topo.num_nodes());
-  std::vector<std::int64_t> egress(nodes, 0), ingress(nodes, 0);
-  const auto off = plan.src_offsets();
-  for (std::size_t r = 0; r + 1 < off.size(); ++r) {
-    const rank_t src_node = topo.node_of(static_cast<rank_t>(r));
-    for (auto g = off[r]; g < off[r + 1]; ++g) {
-      const rank_t dst_node = topo.node_of(plan.dst_ranks()[static_cast<std::size_t>(g)]);
-      if (dst_node == src_node) continue;
-      egress[static_cast<std::size_t>(src_node)] += item_bytes[static_cast<std::size_t>(g)];
-      ingress[static_cast<std::size_t>(dst_node)] += item_bytes[static_cast<std::size_t>(g)];
-    }
+/// Maps the balancer's bins with `method`; bottleneck goes to GLPK when the tool has it.
+inline mapped_plan map_for_tool(const rearrangement& binned, std::span<const std::int64_t> bytes,
+                                const topology& topo, mapping_method method,
+                                [[maybe_unused]] double time_limit) {
+  mapped_plan out;
+  const auto start = std::chrono::steady_clock::now();
+  out.solver = method == mapping_method::identity    ? "none"
+               : method == mapping_method::transport ? "flow"
+                                                     : "local-search";
+#if defined(ORCHMLLM_HAS_GLPK)
+  if (method == mapping_method::bottleneck) {
+    glpk::bottleneck_options opt;
+    opt.time_limit_seconds = time_limit;
+    auto r = glpk::map_bins_bottleneck(binned, bytes, topo, opt);
+    out.result = std::move(r.mapping);
+    out.solver = "glpk";
+    out.proven_optimal = r.proven_optimal;
+  } else {
+    out.result = map_bins(binned, bytes, topo, method);
   }
-  node_traffic t;
-  for (std::size_t m = 0; m < nodes; ++m) {
-    t.max_egress = std::max(t.max_egress, egress[m]);
-    t.max_ingress = std::max(t.max_ingress, ingress[m]);
-  }
-  return t;
+#else
+  out.result = map_bins(binned, bytes, topo, method);
+#endif
+  // transport is exact on its objective; one node (or no inter-node bytes) is trivially optimal.
+  out.proven_optimal =
+      out.proven_optimal || method == mapping_method::transport ||
+      out.result.inter_node_bytes == out.result.inter_node_bytes_lower_bound ||
+      (method == mapping_method::bottleneck &&
+       out.result.worst_node_bytes() == out.result.worst_node_bytes_lower_bound);
+  out.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
 }
 
 /// Runs `plan`: reads the problem, calls orchmllm::balance (timed alone), maps the bins to
@@ -138,6 +176,10 @@ inline int run_plan(const parsed_args& args, std::ostream& out, std::ostream& er
     const rank_t gpus_per_node = mapping_flags.first;
     const mapping_method mapping = mapping_flags.second;
     const std::string out_path = args.require("out");
+    const double time_limit = args.get_double("mapping-time-limit", 10.0);
+    if (!(time_limit > 0)) throw usage_error("--mapping-time-limit must be positive");
+    const double tolerance = args.get_double("locality-tolerance", 0.001);
+    if (!(tolerance >= 0)) throw usage_error("--locality-tolerance must be >= 0");
     const problem p = load_problem(args);
     const topology topo = topology::uniform(p.ranks, gpus_per_node);
     std::vector<std::int64_t> item_bytes(static_cast<std::size_t>(p.layout.num_items()));
@@ -146,6 +188,9 @@ inline int run_plan(const parsed_args& args, std::ostream& out, std::ostream& er
     balance_options options;
     options.method = requested;
     options.limits = p.limits;
+    options.locality_tolerance = tolerance;
+    if (requested == algorithm::locality)
+      options.node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
 
     std::string line;
     std::string plan_text;
@@ -157,9 +202,9 @@ inline int run_plan(const parsed_args& args, std::ostream& out, std::ostream& er
           const double seconds = std::chrono::duration<double>(stop - start).count();
           // Mapping permutes whole bins, so the balance figures are unchanged; the movement
           // figures (items_moved, bytes_moved) are those of the mapped plan, the one written.
-          const auto mapped = map_bins(result.plan, item_bytes, topo, mapping);
+          const auto how = map_for_tool(result.plan, item_bytes, topo, mapping, time_limit);
+          const auto& mapped = how.result;
           const auto s = compute_statistics(p.layout, mapped.plan, cost, p.policy, p.limits);
-          const auto traffic = compute_node_traffic(mapped.plan, item_bytes, topo);
           // The time model's figure is the group's, identical on every rank; rank 0 asks.
           const double comm_seconds =
               route::build(mapped.plan, item_bytes, topo, 0, schedule::automatic)
@@ -207,9 +252,13 @@ inline int run_plan(const parsed_args& args, std::ostream& out, std::ostream& er
               .add("moved_bytes", mapped.moved_bytes)
               .add("inter_node_bytes", mapped.inter_node_bytes)
               .add("inter_node_bytes_lower_bound", mapped.inter_node_bytes_lower_bound)
-              .add("max_node_egress_bytes", traffic.max_egress)
-              .add("max_node_ingress_bytes", traffic.max_ingress)
-              .add("predicted_comm_seconds", comm_seconds);
+              .add("max_node_egress_bytes", mapped.max_node_egress_bytes)
+              .add("max_node_ingress_bytes", mapped.max_node_ingress_bytes)
+              .add("worst_node_bytes_lower_bound", mapped.worst_node_bytes_lower_bound)
+              .add("predicted_comm_seconds", comm_seconds)
+              .add("mapping_solver", how.solver)
+              .add("mapping_seconds", how.seconds)
+              .add("mapping_proven_optimal", how.proven_optimal);
           line = j.str();
         },
         p.cost);

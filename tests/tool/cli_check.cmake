@@ -8,7 +8,8 @@
 #
 # plan:      generate -> plan -> compare succeed (exit 0); generate is byte-reproducible; PLAN.csv
 #            has one row per item; stdout is one JSON object; --gpus-per-node 4 maps with
-#            transport (inter_node_bytes reported); --mapping transport without it exits 2.
+#            transport (inter_node_bytes reported); --mapping bottleneck and --algorithm locality
+#            run; --mapping transport without it exits 2.
 # bad_input: malformed ITEMS.csv and infeasible caps exit 2 with a one-line message naming the
 #            line/value, print nothing on stdout and leave no output (or temporary) file.
 # usage:     usage mistakes exit 2 with a usage line; --help exits 0.
@@ -102,6 +103,12 @@ if(CASE STREQUAL "plan")
   if(NOT _n EQUAL 1025)
     message(FATAL_ERROR "mapped.csv has ${_n} lines, expected 1 header + 1024 rows")
   endif()
+  run(0 plan --items items.csv --ranks 64 --gpus-per-node 4 --mapping bottleneck --out bn.csv)
+  expect_match("${OUT}" "\"mapping\":\"bottleneck\"" "bottleneck mapping")
+  expect_match("${OUT}" "\"mapping_solver\":\"(local-search|glpk)\"" "bottleneck solver")
+  run(0 plan --items items.csv --ranks 64 --gpus-per-node 4 --algorithm locality
+         --locality-tolerance 0.01 --out loc.csv)
+  expect_match("${OUT}" "\"requested\":\"locality\"" "locality requested")
   run(2 plan --items items.csv --ranks 64 --mapping transport --out unmapped.csv)
   expect_match("${ERR}" "--mapping transport needs --gpus-per-node" "transport without G")
 
@@ -114,7 +121,7 @@ if(CASE STREQUAL "plan")
   if(NOT _nl EQUAL 8)
     message(FATAL_ERROR "compare --json printed ${_nl} lines, expected 8:\n${OUT}")
   endif()
-  expect_dir_contents(items.csv again.csv plan.csv padded.csv capped.csv mapped.csv)
+  expect_dir_contents(items.csv again.csv plan.csv padded.csv capped.csv mapped.csv bn.csv loc.csv)
 
 elseif(CASE STREQUAL "bad_input")
   # <name> <file content> <stderr regex> [extra flags...]

@@ -324,7 +324,10 @@ const char* const plan_keys[] = {"algorithm",
                                  "inter_node_bytes_lower_bound",
                                  "max_node_egress_bytes",
                                  "max_node_ingress_bytes",
-                                 "predicted_comm_seconds"};
+                                 "predicted_comm_seconds",
+                                 "mapping_solver",
+                                 "mapping_seconds",
+                                 "mapping_proven_optimal"};
 
 }  // namespace
 
@@ -954,6 +957,15 @@ TEST_CASE("plan: --gpus-per-node and --mapping map the balanced bins onto nodes"
             check_mapped_plan(layout, g, "transport", orchmllm::mapping_method::transport, dir);
         const auto i =
             check_mapped_plan(layout, g, "identity", orchmllm::mapping_method::identity, dir);
+        const auto b =
+            check_mapped_plan(layout, g, "bottleneck", orchmllm::mapping_method::bottleneck, dir);
+        CHECK(t.at("mapping_solver").text == "flow");
+        CHECK(b.at("mapping_solver").text == "local-search");
+        CHECK(std::max(b.at("max_node_egress_bytes").integer(),
+                       b.at("max_node_ingress_bytes").integer()) <=
+              std::max(t.at("max_node_egress_bytes").integer(),
+                       t.at("max_node_ingress_bytes").integer()));
+        CHECK(b.at("inter_node_bytes").integer() >= t.at("inter_node_bytes").integer());
         CHECK(t2.at("inter_node_bytes").integer() == t.at("inter_node_bytes").integer());
         CHECK(t.at("inter_node_bytes").integer() <= i.at("inter_node_bytes").integer());
         CHECK(t.at("inter_node_bytes_lower_bound").integer() ==
@@ -973,6 +985,9 @@ TEST_CASE("plan: --gpus-per-node and --mapping map the balanced bins onto nodes"
                                            "4",    "--out",   dir.file("plan.csv")};
     const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
         {{"--mapping", "transport"}, "--mapping transport needs --gpus-per-node"},
+        {{"--mapping", "bottleneck"}, "--mapping bottleneck needs --gpus-per-node"},
+        {{"--gpus-per-node", "2", "--mapping-time-limit", "0"}, "--mapping-time-limit"},
+        {{"--gpus-per-node", "2", "--locality-tolerance", "-1"}, "--locality-tolerance"},
         {{"--mapping", "greedy"}, "unknown mapping 'greedy'"},
         {{"--gpus-per-node", "0"}, "--gpus-per-node is 0"},
         {{"--gpus-per-node", "-2", "--mapping", "identity"}, "--gpus-per-node is -2"},
