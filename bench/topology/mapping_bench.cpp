@@ -12,20 +12,40 @@
 // Counters: inter_node = inter-node bytes of the result, identity_inter = those of identity,
 // lower_bound = Σ_b (W_b − max_m w[b][m]), moved = bytes that leave their rank, total = all
 // item bytes. Target (issue 4): transport at d = 2560 in under 50 ms on one core.
+//
+// Second family, the results table of docs/results.md: BM_vision/<row>/<d>, the vision stage of
+// bench/common/workload.hpp's `make_multimodal_batch` (workloads.md images: Qwen2-VL dynamic
+// resolution, 8 samples per rank, seed 1; bytes = ViT patches × 1176 B of bf16 pixels; cost =
+// ViT-600M-like transformer FLOPs, packed), 8 GPUs per node. Rows:
+//   identity / transport / bottleneck:  balance(auto) + map_bins(method);
+//   bottleneck_glpk (GLPK builds only): balance(auto) + glpk::map_bins_bottleneck (10 s limit);
+//   locality:  balance(locality, tolerance 0.001, node map) + map_bins(transport).
+// Time = the whole planner (balance + mapping), CPU time of one core. Counters: inter_node,
+// inter_lb (no mapping of auto's bins does better), worst_node (max over nodes of egress /
+// ingress bytes), worst_lb, moved, total, predicted_ms (route::build(..., automatic)
+// .predicted_seconds() with the default links: NVLink 450 GB/s, 48 GB/s NIC per GPU),
+// makespan_vs_auto (makespan / auto's makespan), map_ms (the mapping alone, one run).
 // Run: build/default/bench/topology_mapping_bench
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include "common/workload.hpp"
+#include "orchmllm/comm/route.hpp"
 #include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"
+
+#if defined(ORCHMLLM_HAS_GLPK)
+#include "orchmllm/backend/glpk/mapping.hpp"
+#endif
 
 namespace {
 
@@ -81,18 +101,121 @@ void run(benchmark::State& state, mapping_method method, bool local) {
   state.counters["lower_bound"] = static_cast<double>(res.inter_node_bytes_lower_bound);
   state.counters["moved"] = static_cast<double>(res.moved_bytes);
   state.counters["total"] = static_cast<double>(total);
+  state.counters["worst_node"] = static_cast<double>(res.worst_node_bytes());
+  state.counters["worst_node_lb"] = static_cast<double>(res.worst_node_bytes_lower_bound);
+  state.counters["identity_worst_node"] = static_cast<double>(id.worst_node_bytes());
 }
 
 void BM_transport_lpt(benchmark::State& s) { run(s, mapping_method::transport, false); }
 void BM_transport_local(benchmark::State& s) { run(s, mapping_method::transport, true); }
+void BM_bottleneck_lpt(benchmark::State& s) { run(s, mapping_method::bottleneck, false); }
+void BM_bottleneck_local(benchmark::State& s) { run(s, mapping_method::bottleneck, true); }
 void BM_identity_lpt(benchmark::State& s) { run(s, mapping_method::identity, false); }
 void BM_identity_local(benchmark::State& s) { run(s, mapping_method::identity, true); }
+
+// ---- the results table: vision stage of a realistic multimodal batch ----
+
+enum class row { identity, transport, bottleneck, bottleneck_glpk, locality };
+
+struct vision_input {
+  batch_layout layout;
+  std::vector<std::int64_t> bytes;
+  topology topo;
+  transformer_flops_cost cost;
+};
+
+transformer_flops_cost vit_cost() {
+  transformer_config vit;  // Qwen2-VL ViT-600M-like (as examples/orchmllm_demo.cpp)
+  vit.hidden = 1280;
+  vit.layers = 32;
+  vit.heads = 16;
+  vit.ffn_hidden = 5120;
+  vit.gated_ffn = false;
+  vit.causal = false;
+  return transformer_flops_cost(vit);
+}
+
+vision_input make_vision(rank_t d) {
+  bench::multimodal_spec spec;
+  spec.ranks = d;
+  auto batch = bench::make_multimodal_batch(spec);
+  std::vector<std::int64_t> bytes(static_cast<std::size_t>(batch.vision.num_items()));
+  for (std::int64_t g = 0; g < batch.vision.num_items(); ++g)
+    bytes[static_cast<std::size_t>(g)] = batch.vision.bytes(g);
+  return {std::move(batch.vision), std::move(bytes), topology::uniform(d, k_gpus_per_node),
+          vit_cost()};
+}
+
+balance_options row_options(const vision_input& in, row r) {
+  balance_options opt;
+  if (r == row::locality) {
+    opt.method = algorithm::locality;
+    opt.node_of_rank.assign(in.topo.node_map().begin(), in.topo.node_map().end());
+  }
+  return opt;
+}
+
+mapping_result map_row(const vision_input& in, const rearrangement& binned, row r) {
+#if defined(ORCHMLLM_HAS_GLPK)
+  if (r == row::bottleneck_glpk) return glpk::map_bins_bottleneck(binned, in.bytes, in.topo).mapping;
+#endif
+  const auto method = r == row::identity     ? mapping_method::identity
+                      : r == row::bottleneck ? mapping_method::bottleneck
+                                             : mapping_method::transport;
+  return map_bins(binned, in.bytes, in.topo, method);
+}
+
+void run_vision(benchmark::State& state, row r) {
+  const auto d = static_cast<rank_t>(state.range(0));
+  const auto in = make_vision(d);
+  const auto opt = row_options(in, r);
+  for (auto _ : state) {
+    const auto balanced = balance(in.layout, in.cost, packed, opt);
+    auto mapped = map_row(in, balanced.plan, r);
+    benchmark::DoNotOptimize(mapped.rank_of_bin.data());
+  }
+  const auto automatic = balance(in.layout, in.cost, packed);
+  const auto balanced = balance(in.layout, in.cost, packed, opt);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto m = map_row(in, balanced.plan, r);
+  const auto t1 = std::chrono::steady_clock::now();
+  std::int64_t total = 0;
+  for (auto b : in.bytes) total += b;
+  state.counters["inter_node"] = static_cast<double>(m.inter_node_bytes);
+  state.counters["inter_lb"] = static_cast<double>(m.inter_node_bytes_lower_bound);
+  state.counters["worst_node"] = static_cast<double>(m.worst_node_bytes());
+  state.counters["worst_lb"] = static_cast<double>(m.worst_node_bytes_lower_bound);
+  state.counters["moved"] = static_cast<double>(m.moved_bytes);
+  state.counters["total"] = static_cast<double>(total);
+  state.counters["predicted_ms"] =
+      1e3 * route::build(m.plan, in.bytes, in.topo, 0, schedule::automatic).predicted_seconds();
+  state.counters["makespan_vs_auto"] =
+      static_cast<double>(balanced.makespan) / static_cast<double>(automatic.makespan);
+  state.counters["map_ms"] = 1e3 * std::chrono::duration<double>(t1 - t0).count();
+}
+
+void BM_vision_identity(benchmark::State& s) { run_vision(s, row::identity); }
+void BM_vision_transport(benchmark::State& s) { run_vision(s, row::transport); }
+void BM_vision_bottleneck(benchmark::State& s) { run_vision(s, row::bottleneck); }
+void BM_vision_locality(benchmark::State& s) { run_vision(s, row::locality); }
+#if defined(ORCHMLLM_HAS_GLPK)
+void BM_vision_bottleneck_glpk(benchmark::State& s) { run_vision(s, row::bottleneck_glpk); }
+#endif
 
 #define ORCHMLLM_MAPPING_ARGS \
   ->Arg(64)->Arg(512)->Arg(2560)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()
 BENCHMARK(BM_transport_lpt) ORCHMLLM_MAPPING_ARGS;
 BENCHMARK(BM_transport_local) ORCHMLLM_MAPPING_ARGS;
+BENCHMARK(BM_bottleneck_lpt) ORCHMLLM_MAPPING_ARGS;
+BENCHMARK(BM_bottleneck_local) ORCHMLLM_MAPPING_ARGS;
 BENCHMARK(BM_identity_lpt) ORCHMLLM_MAPPING_ARGS;
 BENCHMARK(BM_identity_local) ORCHMLLM_MAPPING_ARGS;
+BENCHMARK(BM_vision_identity) ORCHMLLM_MAPPING_ARGS;
+BENCHMARK(BM_vision_transport) ORCHMLLM_MAPPING_ARGS;
+BENCHMARK(BM_vision_bottleneck) ORCHMLLM_MAPPING_ARGS;
+BENCHMARK(BM_vision_locality) ORCHMLLM_MAPPING_ARGS;
+#if defined(ORCHMLLM_HAS_GLPK)
+BENCHMARK(BM_vision_bottleneck_glpk) ORCHMLLM_MAPPING_ARGS;
+#endif
 
 }  // namespace
