@@ -27,6 +27,7 @@
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/detail/topology/hungarian.hpp"
 #include "orchmllm/topology/topology.hpp"
+#include "support/mapping_reference.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -34,17 +35,6 @@ namespace {
 using namespace orchmllm;
 using orchmllm::test::uniform;
 
-// Bytes of bin b already on rank r (d × d, row-major), recomputed from the plan.
-std::vector<std::int64_t> bin_rank_bytes(const rearrangement& p, std::span<const std::int64_t> bytes) {
-  const auto d = static_cast<std::size_t>(p.num_src_ranks());
-  std::vector<std::int64_t> w(d * d, 0);
-  const auto off = p.src_offsets();
-  for (std::size_t r = 0; r < d; ++r)
-    for (auto g = off[r]; g < off[r + 1]; ++g)
-      w[static_cast<std::size_t>(p.dst_ranks()[static_cast<std::size_t>(g)]) * d + r] +=
-          bytes[static_cast<std::size_t>(g)];
-  return w;
-}
 
 struct figures {
   std::int64_t moved = 0, inter = 0;
@@ -136,23 +126,6 @@ void check_result(const mapping_result& res, const instance& in) {
   CHECK(res.worst_node_bytes() == std::max(res.max_node_egress_bytes, res.max_node_ingress_bytes));
 }
 
-// Worst node bytes (max over nodes of max(egress, ingress)) of the bijection rank_of_bin.
-std::int64_t worst_node_of(const std::vector<std::int64_t>& w, const std::vector<rank_t>& rank_of_bin,
-                           const topology& topo) {
-  const auto d = rank_of_bin.size();
-  std::vector<std::int64_t> egress(static_cast<std::size_t>(topo.num_nodes()), 0);
-  auto ingress = egress;
-  for (std::size_t b = 0; b < d; ++b)
-    for (std::size_t r = 0; r < d; ++r) {
-      const rank_t t = rank_of_bin[b];
-      if (topo.same_node(t, static_cast<rank_t>(r))) continue;
-      egress[static_cast<std::size_t>(topo.node_of(static_cast<rank_t>(r)))] += w[b * d + r];
-      ingress[static_cast<std::size_t>(topo.node_of(t))] += w[b * d + r];
-    }
-  std::int64_t worst = 0;
-  for (std::size_t m = 0; m < egress.size(); ++m) worst = std::max({worst, egress[m], ingress[m]});
-  return worst;
-}
 
 TEST_CASE("transport is optimal against brute force over all bijections (d <= 8)") {
   std::mt19937_64 rng(20261202);
@@ -162,7 +135,7 @@ TEST_CASE("transport is optimal against brute force over all bijections (d <= 8)
     for (int rep = 0; rep < reps; ++rep) {
       const auto in = random_instance(rng, d, rep % 2 == 1);
       INFO("d = ", d, ", rep = ", rep, ", nodes = ", in.topo.num_nodes());
-      const auto w = bin_rank_bytes(in.binned, in.bytes);
+      const auto w = test::bin_rank_bytes(in.binned, in.bytes);
       const auto res = map_bins(in.binned, in.bytes, in.topo, mapping_method::transport);
       check_result(res, in);
 
@@ -211,7 +184,7 @@ TEST_CASE("transport matches a dense assignment oracle for inter-node bytes (d u
     const auto d = static_cast<rank_t>(rep < 380 ? uniform(rng, 9, 40) : uniform(rng, 41, 96));
     const auto in = random_instance(rng, d, rep % 2 == 1, rep % 3 == 0 ? 3 : 1000);
     INFO("d = ", d, ", rep = ", rep, ", nodes = ", in.topo.num_nodes());
-    const auto w = bin_rank_bytes(in.binned, in.bytes);
+    const auto w = test::bin_rank_bytes(in.binned, in.bytes);
     // Oracle: maximise Σ bytes of bin b on the node of rank π(b) over all bijections (a dense
     // d × d assignment; minimum inter-node bytes = total − that maximum).
     const auto ud = static_cast<std::size_t>(d);
@@ -241,18 +214,18 @@ TEST_CASE("bottleneck: between the brute-force optimum and transport on the wors
     for (int rep = 0; rep < reps; ++rep) {
       const auto in = random_instance(rng, d, rep % 2 == 1);
       INFO("d = ", d, ", rep = ", rep, ", nodes = ", in.topo.num_nodes());
-      const auto w = bin_rank_bytes(in.binned, in.bytes);
+      const auto w = test::bin_rank_bytes(in.binned, in.bytes);
       const auto tr = map_bins(in.binned, in.bytes, in.topo, mapping_method::transport);
       const auto bn = map_bins(in.binned, in.bytes, in.topo, mapping_method::bottleneck);
       check_result(bn, in);
-      CHECK(bn.worst_node_bytes() == worst_node_of(w, bn.rank_of_bin, in.topo));
+      CHECK(bn.worst_node_bytes() == test::worst_node_of(w, bn.rank_of_bin, in.topo));
       CHECK(bn.worst_node_bytes() <= tr.worst_node_bytes());
       CHECK(bn.inter_node_bytes >= tr.inter_node_bytes);  // transport is the minimum
       std::vector<rank_t> perm(static_cast<std::size_t>(d));
       std::iota(perm.begin(), perm.end(), rank_t{0});
       std::int64_t best = std::numeric_limits<std::int64_t>::max();
       do {
-        best = std::min(best, worst_node_of(w, perm, in.topo));
+        best = std::min(best, test::worst_node_of(w, perm, in.topo));
       } while (std::next_permutation(perm.begin(), perm.end()));
       CHECK(bn.worst_node_bytes() >= best);
       CHECK(bn.worst_node_bytes_lower_bound <= best);
@@ -275,7 +248,7 @@ TEST_CASE("bottleneck is a local optimum: no swap through the first worst node h
     const auto d = static_cast<rank_t>(uniform(rng, 4, 48));
     auto in = random_instance(rng, d, rep % 2 == 1);
     INFO("d = ", d, ", rep = ", rep, ", nodes = ", in.topo.num_nodes());
-    const auto w = bin_rank_bytes(in.binned, in.bytes);
+    const auto w = test::bin_rank_bytes(in.binned, in.bytes);
     const auto bn = map_bins(in.binned, in.bytes, in.topo, mapping_method::bottleneck);
     check_result(bn, in);
     const auto f = bn.worst_node_bytes();

@@ -30,6 +30,7 @@
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"
+#include "support/mapping_reference.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -64,35 +65,7 @@ instance balancer_instance(rank_t d, rank_t g, std::int64_t items_per_rank, std:
   return {topology::uniform(d, g), std::move(res.plan), std::move(bytes)};
 }
 
-// Bytes of bin b already on rank r (d × d, row-major), recomputed from the plan.
-std::vector<std::int64_t> bin_rank_bytes(const instance& in) {
-  const auto d = static_cast<std::size_t>(in.binned.num_src_ranks());
-  std::vector<std::int64_t> w(d * d, 0);
-  const auto off = in.binned.src_offsets();
-  for (std::size_t r = 0; r < d; ++r)
-    for (auto g = off[r]; g < off[r + 1]; ++g)
-      w[static_cast<std::size_t>(in.binned.dst_ranks()[static_cast<std::size_t>(g)]) * d + r] +=
-          in.bytes[static_cast<std::size_t>(g)];
-  return w;
-}
 
-// F of the bijection rank_of_bin: max over nodes of max(inter-node egress, ingress).
-std::int64_t worst_node_of(const std::vector<std::int64_t>& w,
-                           const std::vector<rank_t>& rank_of_bin, const topology& topo) {
-  const auto d = rank_of_bin.size();
-  std::vector<std::int64_t> egress(static_cast<std::size_t>(topo.num_nodes()), 0);
-  auto ingress = egress;
-  for (std::size_t b = 0; b < d; ++b)
-    for (std::size_t r = 0; r < d; ++r) {
-      const rank_t t = rank_of_bin[b];
-      if (topo.same_node(t, static_cast<rank_t>(r))) continue;
-      egress[static_cast<std::size_t>(topo.node_of(static_cast<rank_t>(r)))] += w[b * d + r];
-      ingress[static_cast<std::size_t>(topo.node_of(t))] += w[b * d + r];
-    }
-  std::int64_t worst = 0;
-  for (std::size_t m = 0; m < egress.size(); ++m) worst = std::max({worst, egress[m], ingress[m]});
-  return worst;
-}
 
 // Checks a mapping result against the instance: bijection, plan, figures recomputed item by item.
 void check_mapping(const mapping_result& res, const instance& in) {
@@ -179,12 +152,12 @@ TEST_CASE("the bottleneck integer program is optimal against brute force (d <= 8
                              : topology::uniform(d, static_cast<rank_t>(uniform(rng, 1, d)));
       const auto in = random_instance(rng, std::move(topo), rep % 3 == 0 ? 5 : 1000);
       INFO("d = ", d, ", rep = ", rep, ", nodes = ", in.topo.num_nodes());
-      const auto w = bin_rank_bytes(in);
+      const auto w = test::bin_rank_bytes(in.binned, in.bytes);
       std::vector<rank_t> perm(static_cast<std::size_t>(d));
       std::iota(perm.begin(), perm.end(), rank_t{0});
       std::int64_t best = std::numeric_limits<std::int64_t>::max();
       do {
-        best = std::min(best, worst_node_of(w, perm, in.topo));
+        best = std::min(best, test::worst_node_of(w, perm, in.topo));
       } while (std::next_permutation(perm.begin(), perm.end()));
 
       glpk::bottleneck_options opt;
@@ -195,7 +168,7 @@ TEST_CASE("the bottleneck integer program is optimal against brute force (d <= 8
       CHECK(res.proven_optimal);
       CHECK_FALSE(res.timed_out);
       CHECK(res.objective == best);
-      CHECK(worst_node_of(w, res.mapping.rank_of_bin, in.topo) == best);
+      CHECK(test::worst_node_of(w, res.mapping.rank_of_bin, in.topo) == best);
       CHECK(res.best_bound == doctest::Approx(static_cast<double>(best)));
       // GLPK's own incumbent (not just the warm start it may have kept) is optimal whenever the
       // search ran to the end; cold starts always have one.
