@@ -7,6 +7,8 @@
 ///   topology/  cluster shape and link figures, mapping balanced bins to ranks (`map_bins`)
 ///   comm/      the communicator concept, the in-process backend (`local::run`), metadata
 ///              exchange (`gather_layout`), routes and `dispatch`/`combine` of ragged payloads
+///   orchestrator/  stage declarations, per-step plans and composed routes (`plan_step`,
+///              `gather_step_metadata`), background planning (`async_planner`)
 /// Backends (MPI, NCCL, CUDA, GLPK, Eigen) live under orchmllm/backend/ and are never included
 /// from here.
 
@@ -28,3 +30,6 @@
 #include "orchmllm/comm/mover.hpp"
 #include "orchmllm/comm/route.hpp"
 #include "orchmllm/comm/dispatch.hpp"
+#include "orchmllm/orchestrator/stages.hpp"
+#include "orchmllm/orchestrator/orchestrator.hpp"
+#include "orchmllm/orchestrator/async_planner.hpp"

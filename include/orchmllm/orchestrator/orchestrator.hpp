@@ -1,0 +1,387 @@
+#pragma once
+/// @file orchestrator.hpp
+/// The MLLM Global Orchestrator: one balanced plan per stage and the routes that move every
+/// tensor of a multimodal training step.
+///
+/// Per step, on every rank:
+/// @code
+///   auto meta = orchmllm::gather_step_metadata(comm, decl, my_batch);  // 1 all-gather(v)
+///   auto step = orchmllm::plan_step(decl, meta, topo);                 // pure, same everywhere
+///   // forward
+///   auto pixels = orchmllm::dispatch(comm, step.encoders[0].input, my_pixels);    // origin → Π_E
+///   auto text   = orchmllm::dispatch(comm, step.llm, my_text);                    // origin → Π_M
+///   ... encoder k forward on pixels ...
+///   auto emb    = orchmllm::dispatch(comm, step.encoders[0].output, enc_out);     // Π_E → Π_M
+///   ... place emb at the placeholders (step.llm_view(rank)), LLM forward/backward ...
+///   // backward
+///   auto grads  = orchmllm::dispatch(comm, step.encoders[0].gradient, d_emb);     // Π_M → Π_E
+///   ... encoder k backward; all-reduce parameter gradients as usual ...
+/// @endcode
+///
+/// Plans (see stages.hpp for the data model):
+///  * Π_E_k (`encoders[k].input`): the sub-items of modality k, balanced with stage k's cost
+///    model, policy, balancer and constraints, then mapped to ranks (`map_bins`, the stage's
+///    mapping) so pixels cross as few node boundaries as possible.
+///  * Π_M (`llm`): whole samples, length = text tokens + the LLM tokens of their sub-items.
+///    Its mapping counts, per sample, its text bytes plus its sub-items' output bytes (all
+///    attributed to the sample's origin rank: an approximation, since the outputs start from
+///    the encoder ranks, which Π_E_k keeps close to the origin).
+///  * The composed route (`encoders[k].output`) = L_k ∘ Π_E_k⁻¹, where L_k (`encoders[k].lifted`)
+///    lifts Π_M from samples to sub-items: a sub-item goes to the rank of its parent sample. Its
+///    source layout is Π_E_k's destination layout (what the encoder ranks hold), so encoder
+///    outputs move once, straight from encoder ranks to LLM ranks.
+///  * The gradient route (`encoders[k].gradient`) is the composed route's inverse.
+///
+/// Receive order on an LLM rank (what the trainer relies on to place encoder outputs):
+///  * text payload along Π_M: the rank's samples in LLM slot order (increasing origin sample
+///    id, the canonical order of `rearrangement::from_destinations`);
+///  * modality k payload along `encoders[k].output`: for LLM slot s = 0, 1, ... in order, the
+///    sub-items of modality k of that slot's sample in their original order (the order in the
+///    origin rank's `local_batch::sub_items`). `llm_view(rank)` returns these offsets and, per
+///    sample, its sub-items across modalities in original order: sample j's sequence is its
+///    text with each sub-item's placeholder run replaced by that sub-item's rows, taken in
+///    this order.
+///
+/// Communication per step: one metadata all-gather (a fixed record plus one all-gatherv), then
+/// 3K + 1 all-to-alls: K encoder inputs, 1 text, K encoder outputs (forward) and K output
+/// gradients (backward). Each is one `dispatch` along one plan; a dispatch runs one all-to-all
+/// hop with the direct schedule and two or three with the node-wise one (comm/route.hpp), after
+/// its own small agreement all-gather (comm/dispatch.hpp).
+///
+/// Determinism: `plan_step` is a pure function of (declarations, metadata, topology) with
+/// deterministic balancers and mappings (GLPK is never used here), so every rank computes
+/// the same plans without further communication. Thread-safety: pure functions.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/comm/communicator.hpp"
+#include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/core/statistics.hpp"
+#include "orchmllm/orchestrator/stages.hpp"
+#include "orchmllm/topology/mapping.hpp"
+#include "orchmllm/topology/topology.hpp"
+
+namespace orchmllm {
+
+/// Balance and memory figures of one stage, before (as sampled) and after the plan. Loads are
+/// stage costs (the stage's cost model and policy).
+struct stage_report {
+  std::string name;
+  algorithm used{};                 ///< the balancer whose plan was kept
+  double makespan_before = 0;       ///< max over ranks of the stage cost, as sampled
+  double makespan_after = 0;
+  double lower_bound = 0;           ///< makespan_lower_bound
+  double imbalance_before = 1;      ///< max / mean of the stage cost over ranks, as sampled
+  double imbalance_after = 1;
+  std::int64_t max_tokens_before = 0;  ///< peak token footprint of a rank (policy's measure)
+  std::int64_t max_tokens_after = 0;
+  std::int64_t max_bytes_before = 0;   ///< peak payload bytes of a rank
+  std::int64_t max_bytes_after = 0;
+  std::int64_t moved_bytes = 0;        ///< payload bytes that change rank along the plan
+  std::int64_t inter_node_bytes = 0;   ///< ... that change node
+};
+
+/// Plans and routes of one encoder stage.
+struct encoder_routes {
+  batch_layout layout;      ///< the stage's layout (origin order; lengths, input bytes, parents)
+  rearrangement input;      ///< Π_E_k: origin sub-items → encoder ranks
+  rearrangement lifted;     ///< L_k: origin sub-items → the LLM rank of their parent sample
+  rearrangement output;     ///< L_k ∘ Π_E_k⁻¹: encoder ranks → LLM ranks (encoder outputs)
+  rearrangement gradient;   ///< output⁻¹: LLM ranks → encoder ranks (gradients of the outputs)
+};
+
+/// What an LLM rank needs to assemble its sequences (see the file comment).
+struct llm_rank_view {
+  std::vector<std::int64_t> samples;  ///< global sample id of every LLM slot, in slot order
+  /// Per modality k: received items [item_offsets[k][s], item_offsets[k][s+1]) belong to slot s.
+  std::vector<std::vector<std::int64_t>> item_offsets;
+  /// Per modality k: first row of every received item in the modality-k payload, plus the end.
+  std::vector<std::vector<std::int64_t>> row_offsets;
+  /// Per slot s: its sub-items across modalities in their original order, entries
+  /// [sub_item_offsets[s], sub_item_offsets[s+1]) of `sub_items`, each (modality, index of the
+  /// item in that modality's received payload).
+  std::vector<std::int64_t> sub_item_offsets{0};
+  std::vector<std::pair<std::int32_t, std::int64_t>> sub_items;
+};
+
+/// Everything one step needs (identical on every rank).
+struct step_plan {
+  std::vector<encoder_routes> encoders;  ///< K entries, one per encoder stage
+  batch_layout llm_layout;               ///< samples: sequence lengths, bytes, origin order
+  rearrangement llm;                     ///< Π_M: origin samples → LLM ranks
+  std::vector<stage_report> stages;      ///< K encoder stages, then the LLM stage
+  double plan_seconds = 0;  ///< wall time of `plan_step` (not deterministic; a report only)
+
+  /// 3K + 1.
+  [[nodiscard]] int alltoalls_per_step() const noexcept {
+    return 3 * static_cast<int>(encoders.size()) + 1;
+  }
+
+  /// The receive layout of LLM rank r (see llm_rank_view). O(its samples and sub-items + d).
+  /// Throws `invalid_argument_error` for r outside [0, d).
+  [[nodiscard]] llm_rank_view llm_view(const step_metadata& meta, rank_t r) const {
+    ORCHMLLM_REQUIRE(r >= 0 && r < llm.num_dst_ranks(), invalid_argument_error, "rank ", r,
+                     " outside [0, ", llm.num_dst_ranks(), ")");
+    llm_rank_view v;
+    const auto k_count = encoders.size();
+    v.item_offsets.assign(k_count, std::vector<std::int64_t>{0});
+    v.row_offsets.assign(k_count, std::vector<std::int64_t>{0});
+    std::vector<std::int64_t> received(k_count, 0);
+    const auto doff = llm.dst_offsets();
+    for (auto h = doff[static_cast<std::size_t>(r)]; h < doff[static_cast<std::size_t>(r) + 1];
+         ++h) {
+      const std::int64_t g = llm.source_of(h);
+      v.samples.push_back(g);
+      // Sub-items of this sample in original order; per modality they are also in increasing
+      // modality id, which is the order the composed route delivers them in.
+      std::vector<std::int64_t> seen(k_count, 0);
+      for (auto k = meta.sample_sub_offsets[static_cast<std::size_t>(g)];
+           k < meta.sample_sub_offsets[static_cast<std::size_t>(g) + 1]; ++k) {
+        const auto& [m, id] = meta.sample_sub_items[static_cast<std::size_t>(k)];
+        const auto um = static_cast<std::size_t>(m);
+        v.sub_items.emplace_back(m, received[um] + seen[um]);
+        ++seen[um];
+        v.row_offsets[um].push_back(
+            v.row_offsets[um].back() +
+            meta.modalities[um].llm_tokens[static_cast<std::size_t>(id)]);
+      }
+      v.sub_item_offsets.push_back(static_cast<std::int64_t>(v.sub_items.size()));
+      for (std::size_t m = 0; m < k_count; ++m) {
+        received[m] += seen[m];
+        v.item_offsets[m].push_back(received[m]);
+      }
+    }
+    return v;
+  }
+};
+
+namespace detail {
+
+// Balance + map one stage; fills its report. `bytes` are the layout's item bytes.
+template <class Stage>
+rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const topology& topo,
+                         stage_report& rep) {
+  balance_options opt = stage.options;
+  ORCHMLLM_REQUIRE(opt.node_of_rank.empty() ||
+                       opt.node_of_rank.size() == static_cast<std::size_t>(topo.num_ranks()),
+                   invalid_argument_error, "stage '", stage.name, "': node_of_rank has ",
+                   opt.node_of_rank.size(), " entries for ", topo.num_ranks(), " ranks");
+  if (opt.method == algorithm::locality && opt.node_of_rank.empty())
+    opt.node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
+  const auto balanced = balance(layout, stage.cost, stage.policy, opt);
+  std::vector<std::int64_t> bytes(static_cast<std::size_t>(layout.num_items()));
+  for (std::int64_t g = 0; g < layout.num_items(); ++g)
+    bytes[static_cast<std::size_t>(g)] = layout.bytes(g);
+  auto mapped = map_bins(balanced.plan, bytes, topo, stage.mapping);
+  const auto after = compute_statistics(layout, mapped.plan, stage.cost, stage.policy, opt.limits);
+  const auto before = compute_statistics(layout, rearrangement::identity(layout), stage.cost,
+                                         stage.policy, opt.limits);
+  rep.name = stage.name;
+  rep.used = balanced.used;
+  rep.makespan_before = after.makespan_before;
+  rep.makespan_after = after.makespan;
+  rep.lower_bound = after.lower_bound;
+  rep.imbalance_before = after.imbalance_before;
+  rep.imbalance_after = after.imbalance_after;
+  rep.max_tokens_before = before.max_tokens;
+  rep.max_tokens_after = after.max_tokens;
+  rep.max_bytes_before = before.max_bytes;
+  rep.max_bytes_after = after.max_bytes;
+  rep.moved_bytes = mapped.moved_bytes;
+  rep.inter_node_bytes = mapped.inter_node_bytes;
+  return std::move(mapped.plan);
+}
+
+}  // namespace detail
+
+/// Plans one step: Π_E_k and its routes for every encoder stage, Π_M, and the reports.
+///
+/// Complexity: the balancers and mappings of K + 1 stages (O(n log n) each for `automatic` +
+/// `transport`, n = items of the stage), plus O(samples + sub-items + d) for the layouts and
+/// routes. Deterministic (see the file comment).
+///
+/// Throws `invalid_argument_error` when the declarations are invalid, the metadata's rank
+/// count differs from the topology's, or its modality count differs from K;
+/// `infeasible_error` when a stage's constraints (capacity, item counts) cannot be met — the
+/// message names the stage. Identical inputs throw identically on every rank.
+inline step_plan plan_step(const stage_declarations& decl, const step_metadata& meta,
+                           const topology& topo) {
+  const auto start = std::chrono::steady_clock::now();
+  decl.validate();
+  ORCHMLLM_REQUIRE(meta.ranks == topo.num_ranks(), invalid_argument_error, "metadata of ",
+                   meta.ranks, " ranks for a topology of ", topo.num_ranks());
+  ORCHMLLM_REQUIRE(static_cast<int>(meta.modalities.size()) == decl.num_encoders(),
+                   invalid_argument_error, "metadata has ", meta.modalities.size(),
+                   " modalities, the declarations ", decl.num_encoders(), " encoder stages");
+  const rank_t d = topo.num_ranks();
+  const auto kc = static_cast<std::size_t>(decl.num_encoders());
+  step_plan out;
+  out.stages.resize(kc + 1);
+  auto in_stage = [](const std::string& name, auto&& f) {
+    try {
+      return f();
+    } catch (const infeasible_error& e) {
+      detail::raise<infeasible_error>(detail::concat("stage '", name, "': ", e.message()));
+    }
+  };
+
+  // LLM stage first: the composed routes need Π_M.
+  {
+    const auto n = static_cast<std::size_t>(meta.num_samples());
+    std::vector<std::int64_t> lengths(n), bytes(n);
+    for (std::size_t g = 0; g < n; ++g) {
+      lengths[g] = meta.sequence_length(static_cast<std::int64_t>(g));
+      std::int64_t b = meta.text_tokens[g] * decl.llm.text_row_bytes;
+      for (auto k = meta.sample_sub_offsets[g]; k < meta.sample_sub_offsets[g + 1]; ++k) {
+        const auto& [m, id] = meta.sample_sub_items[static_cast<std::size_t>(k)];
+        b += meta.modalities[static_cast<std::size_t>(m)].llm_tokens[static_cast<std::size_t>(id)] *
+             decl.encoders[static_cast<std::size_t>(m)].output_row_bytes;
+      }
+      bytes[g] = b;
+    }
+    out.llm_layout = batch_layout(meta.sample_offsets, std::move(lengths), std::move(bytes));
+    out.llm = in_stage(decl.llm.name, [&] {
+      return detail::plan_stage(decl.llm, out.llm_layout, topo, out.stages[kc]);
+    });
+  }
+
+  const auto moff = out.llm.dst_offsets();
+  for (std::size_t k = 0; k < kc; ++k) {
+    const auto& mod = meta.modalities[k];
+    const auto& st = decl.encoders[k];
+    auto& er = out.encoders.emplace_back();
+    std::vector<std::int64_t> bytes(mod.input_rows.size());
+    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = mod.input_rows[i] * st.input_row_bytes;
+    er.layout = batch_layout(mod.offsets, mod.encoder_length, std::move(bytes), mod.parent);
+    er.input = in_stage(st.name, [&] { return detail::plan_stage(st, er.layout, topo, out.stages[k]); });
+
+    // L_k and the composed route: walk the LLM ranks' slots in order; each slot's sample hands
+    // out the next slots of its modality-k sub-items (in increasing id = original order).
+    std::vector<std::int64_t> sub_off(static_cast<std::size_t>(meta.num_samples()) + 1, 0);
+    for (auto p : mod.parent) ++sub_off[static_cast<std::size_t>(p) + 1];
+    for (std::size_t g = 0; g + 1 < sub_off.size(); ++g) sub_off[g + 1] += sub_off[g];
+    std::vector<std::int64_t> subs(mod.parent.size());
+    {
+      std::vector<std::int64_t> fill(sub_off.begin(), sub_off.end() - 1);
+      for (std::size_t i = 0; i < mod.parent.size(); ++i)
+        subs[static_cast<std::size_t>(fill[static_cast<std::size_t>(mod.parent[i])]++)] =
+            static_cast<std::int64_t>(i);
+    }
+    std::vector<placement> lifted(mod.parent.size()), composed(mod.parent.size());
+    const auto eoff = er.input.dst_offsets();
+    for (rank_t r = 0; r < d; ++r) {
+      std::int64_t slot = 0;
+      for (auto h = moff[static_cast<std::size_t>(r)]; h < moff[static_cast<std::size_t>(r) + 1];
+           ++h) {
+        const auto g = static_cast<std::size_t>(out.llm.source_of(h));
+        for (auto j = sub_off[g]; j < sub_off[g + 1]; ++j) {
+          const auto i = subs[static_cast<std::size_t>(j)];
+          lifted[static_cast<std::size_t>(i)] = {r, slot};
+          const auto e = er.input.destination_of(i);
+          composed[static_cast<std::size_t>(eoff[static_cast<std::size_t>(e.rank)] + e.slot)] = {
+              r, slot};
+          ++slot;
+        }
+      }
+    }
+    er.lifted = rearrangement::from_placements(mod.offsets, lifted, d);
+    er.output = rearrangement::from_placements(eoff, composed, d);
+    er.gradient = er.output.inverse();
+  }
+  out.plan_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+/// Collective: gathers every rank's `local_batch` into the step's global metadata, identical on
+/// every rank, and checks that every rank declared the same stages.
+///
+/// One all-gather of a 48-byte record per rank (declaration fingerprint, counts, local fault)
+/// and one all-gatherv of 1 + 5 int64 per sample and sub-item. Deterministic.
+///
+/// Throws, on every rank alike (all decide from the same gathered records, so no rank is left
+/// waiting): `invalid_argument_error` naming the first rank whose declarations differ from
+/// rank 0's, or whose batch is malformed (negative counts, a modality outside [0, K), a
+/// parent sample that does not exist); what the communicator throws.
+template <communicator Comm>
+step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
+                                   const local_batch& local) {
+  const auto d = static_cast<std::size_t>(comm.size());
+  const int kc = decl.num_encoders();
+  struct record {
+    std::uint64_t fingerprint;
+    std::int64_t samples;
+    std::int64_t sub_items;
+    std::int64_t fault;
+    std::int64_t where;
+    std::int64_t value;
+  };
+  const auto f = detail::check_local_batch(local, kc);
+  const record mine{fingerprint(decl),
+                    static_cast<std::int64_t>(local.text_tokens.size()),
+                    static_cast<std::int64_t>(local.sub_items.size()),
+                    static_cast<std::int64_t>(f.fault),
+                    f.where,
+                    f.value};
+  std::vector<record> all(d);
+  comm.all_gather(reinterpret_cast<const std::byte*>(&mine), static_cast<std::int64_t>(sizeof mine),
+                  reinterpret_cast<std::byte*>(all.data()));
+  for (std::size_t r = 0; r < d; ++r) {
+    ORCHMLLM_REQUIRE(all[r].fingerprint == all[0].fingerprint, invalid_argument_error, "rank ", r,
+                     " declared other stages than rank 0 (declaration fingerprints ",
+                     all[r].fingerprint, " and ", all[0].fingerprint, ")");
+    ORCHMLLM_REQUIRE(all[r].fault == 0, invalid_argument_error, "rank ", r, ": ",
+                     detail::describe(static_cast<detail::batch_fault>(all[r].fault),
+                                      all[r].where, all[r].value, kc));
+  }
+  // Pack: text tokens, then (modality, parent, length, input rows, llm tokens) per sub-item.
+  std::vector<std::int64_t> words;
+  words.reserve(local.text_tokens.size() + 5 * local.sub_items.size());
+  words.insert(words.end(), local.text_tokens.begin(), local.text_tokens.end());
+  for (const auto& s : local.sub_items)
+    words.insert(words.end(),
+                  {static_cast<std::int64_t>(s.modality), s.parent, s.encoder_length,
+                   s.input_rows, s.llm_tokens});
+  std::vector<std::int64_t> counts(d), displs(d);
+  std::int64_t total = 0;
+  for (std::size_t r = 0; r < d; ++r) {
+    const std::int64_t n_words = all[r].samples + 5 * all[r].sub_items;
+    counts[r] = n_words * static_cast<std::int64_t>(sizeof(std::int64_t));
+    displs[r] = total * static_cast<std::int64_t>(sizeof(std::int64_t));
+    total += n_words;
+  }
+  std::vector<std::int64_t> global(static_cast<std::size_t>(total));
+  comm.all_gatherv(reinterpret_cast<const std::byte*>(words.data()),
+                   counts[static_cast<std::size_t>(comm.rank())],
+                   reinterpret_cast<std::byte*>(global.data()), counts, displs);
+
+  step_metadata m;
+  m.modalities.resize(static_cast<std::size_t>(kc));
+  local_batch b;
+  std::size_t at = 0;
+  for (std::size_t r = 0; r < d; ++r) {
+    b.text_tokens.assign(global.begin() + static_cast<std::ptrdiff_t>(at),
+                         global.begin() + static_cast<std::ptrdiff_t>(at + static_cast<std::size_t>(all[r].samples)));
+    at += static_cast<std::size_t>(all[r].samples);
+    b.sub_items.resize(static_cast<std::size_t>(all[r].sub_items));
+    for (auto& s : b.sub_items) {
+      s = {static_cast<std::int32_t>(global[at]), global[at + 1], global[at + 2], global[at + 3],
+           global[at + 4]};
+      at += 5;
+    }
+    detail::append_rank(m, b);
+  }
+  return m;
+}
+
+}  // namespace orchmllm

@@ -1,0 +1,361 @@
+#pragma once
+/// @file stages.hpp
+/// What a trainer declares once (its stages) and hands in every step (its local batch
+/// metadata), and the global view of one step that every rank rebuilds identically.
+///
+/// Model: a *sample* is one training sequence for the LLM. It has text tokens and any number of
+/// *sub-items* (images, video clips, audio clips), each of one *modality* k (0..K-1, the index of
+/// its encoder stage). A sub-item has an encoder length (what its encoder's cost model reads:
+/// patches, padded audio positions), encoder input rows (what travels to the encoder: pixels,
+/// mel frames) and LLM tokens (the encoder output rows that replace its placeholder tokens in
+/// the sample's sequence). The LLM stage sees whole samples: length = text tokens + the LLM
+/// tokens of all its sub-items, the sequence the backbone runs on.
+///
+/// `text_tokens` are the sample's own tokens only (no placeholders): the sequence the LLM sees
+/// has text_tokens + Σ llm_tokens of its sub-items positions.
+///
+/// Thread-safety: plain values. Determinism: everything here is data; `fingerprint` is a
+/// platform-independent hash.
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/constraints.hpp"
+#include "orchmllm/core/cost_model.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/core/padding.hpp"
+#include "orchmllm/topology/mapping.hpp"
+
+namespace orchmllm {
+
+/// A type-erased cost model returning double, so stages with different cost model types fit in
+/// one declaration list. Wraps any `cost_model`; integer costs convert exactly up to 2^53.
+/// Copying shares nothing mutable. Calling it costs one indirect call.
+class stage_cost {
+ public:
+  /// cost(l) = l.
+  stage_cost() : f_([](std::int64_t l) { return static_cast<double>(l); }) {}
+  /// Wraps `c`.
+  template <cost_model C>
+    requires(!std::same_as<std::remove_cvref_t<C>, stage_cost>)
+  stage_cost(C c)  // NOLINT(google-explicit-constructor): a declaration reads `.cost = quadratic_cost{...}`
+      : f_([c = std::move(c)](std::int64_t l) { return static_cast<double>(c(l)); }) {}
+  /// The wrapped cost of length l.
+  double operator()(std::int64_t l) const { return f_(l); }
+
+ private:
+  std::function<double(std::int64_t)> f_;
+};
+
+/// One encoder stage (one modality).
+struct encoder_stage {
+  std::string name;               ///< e.g. "vision", "audio"; unique, non-empty
+  stage_cost cost{};              ///< cost of one sub-item from its encoder length
+  padding_policy policy = packed;  ///< how costs combine on a rank (padded: rectangular batches)
+  /// Balancer and constraints (per-rank cap, item counts) of this stage. With
+  /// `algorithm::locality` and an empty `node_of_rank`, the planner fills in the topology's.
+  balance_options options{};
+  mapping_method mapping = mapping_method::transport;  ///< bins → ranks
+  std::int64_t input_row_bytes = 0;   ///< bytes of one encoder input row (a patch, a mel frame)
+  std::int64_t output_row_bytes = 0;  ///< bytes of one encoder output row (one LLM token)
+};
+
+/// The LLM stage: whole samples.
+struct llm_stage {
+  std::string name = "llm";         ///< unique, non-empty
+  stage_cost cost{};                ///< cost of a sample from its sequence length
+  padding_policy policy = packed;
+  balance_options options{};
+  mapping_method mapping = mapping_method::transport;
+  std::int64_t text_row_bytes = 0;  ///< bytes of one text token row (e.g. id + label = 8)
+};
+
+/// Everything a trainer declares once. Must be identical on every rank (checked at every
+/// metadata gather through `fingerprint`).
+struct stage_declarations {
+  std::vector<encoder_stage> encoders;  ///< K ≥ 0 encoder stages; modality k = encoders[k]
+  llm_stage llm;
+
+  /// K.
+  [[nodiscard]] int num_encoders() const noexcept { return static_cast<int>(encoders.size()); }
+
+  /// Throws `invalid_argument_error`, naming the stage, for an empty or repeated name, a negative
+  /// row width or an invalid balance option (negative budgets, cap or node index, a non-finite or
+  /// negative tolerance, min_items above max_items, kk with a padded policy, padded with
+  /// packed). The size of `node_of_rank` is checked by `plan_step`, which knows d. O(K² + Σ
+  /// node_of_rank sizes).
+  void validate() const {
+    auto check_options = [](const std::string& name, const balance_options& o,
+                            padding_policy policy) {
+      ORCHMLLM_REQUIRE(o.refine_budget >= -1 && o.exact_node_budget >= 0 &&
+                           o.exact_max_items >= 0,
+                       invalid_argument_error, "stage '", name, "': negative balancer budget");
+      ORCHMLLM_REQUIRE(std::isfinite(o.locality_tolerance) && o.locality_tolerance >= 0,
+                       invalid_argument_error, "stage '", name, "': locality_tolerance ",
+                       o.locality_tolerance, " must be finite and >= 0");
+      ORCHMLLM_REQUIRE(!(o.method == algorithm::kk && policy.is_padded()), invalid_argument_error,
+                       "stage '", name, "': kk balances the packed policy only");
+      ORCHMLLM_REQUIRE(!(o.method == algorithm::padded_exact && !policy.is_padded()),
+                       invalid_argument_error, "stage '", name,
+                       "': the padded algorithm needs a padded policy");
+      ORCHMLLM_REQUIRE(!o.limits.cap || o.limits.cap->limit >= 0, invalid_argument_error,
+                       "stage '", name, "': per-rank cap ", o.limits.cap ? o.limits.cap->limit : 0,
+                       " is negative");
+      ORCHMLLM_REQUIRE(o.limits.min_items >= 0 && o.limits.max_items >= o.limits.min_items,
+                       invalid_argument_error, "stage '", name, "': items per rank ",
+                       o.limits.min_items, "..", o.limits.max_items, " is not a valid range");
+      for (auto r : o.node_of_rank)
+        ORCHMLLM_REQUIRE(r >= 0, invalid_argument_error, "stage '", name, "': node_of_rank holds ",
+                         r);
+    };
+    std::vector<std::string_view> names;
+    for (const auto& e : encoders) {
+      ORCHMLLM_REQUIRE(!e.name.empty(), invalid_argument_error, "an encoder stage has no name");
+      ORCHMLLM_REQUIRE(e.input_row_bytes >= 0 && e.output_row_bytes >= 0, invalid_argument_error,
+                       "stage '", e.name, "': row widths ", e.input_row_bytes, " and ",
+                       e.output_row_bytes, " must be >= 0");
+      check_options(e.name, e.options, e.policy);
+      names.push_back(e.name);
+    }
+    ORCHMLLM_REQUIRE(!llm.name.empty(), invalid_argument_error, "the LLM stage has no name");
+    ORCHMLLM_REQUIRE(llm.text_row_bytes >= 0, invalid_argument_error, "stage '", llm.name,
+                     "': text row width ", llm.text_row_bytes, " must be >= 0");
+    check_options(llm.name, llm.options, llm.policy);
+    names.push_back(llm.name);
+    for (std::size_t i = 0; i < names.size(); ++i)
+      for (std::size_t j = i + 1; j < names.size(); ++j)
+        ORCHMLLM_REQUIRE(names[i] != names[j], invalid_argument_error, "two stages are named '",
+                         names[i], "'");
+  }
+};
+
+namespace detail {
+
+struct fnv {
+  std::uint64_t h = 14695981039346656037ULL;
+  void mix(std::uint64_t v) noexcept {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xffU;
+      h *= 1099511628211ULL;
+    }
+  }
+  void mix(std::string_view s) noexcept {
+    mix(static_cast<std::uint64_t>(s.size()));
+    for (char c : s) mix(static_cast<std::uint64_t>(static_cast<unsigned char>(c)));
+  }
+  void mix_double(double v) noexcept { mix(std::bit_cast<std::uint64_t>(v)); }
+};
+
+inline void mix_stage(fnv& f, std::string_view name, const stage_cost& cost,
+                      padding_policy policy, const balance_options& o, mapping_method mapping) {
+  f.mix(name);
+  // A cost model is an arbitrary callable: compare it by its values at fixed probe lengths.
+  for (std::int64_t l : {0LL, 1LL, 2LL, 3LL, 7LL, 64LL, 100LL, 1000LL, 4096LL, 12345LL, 65536LL,
+                         1000000LL})
+    f.mix_double(cost(l));
+  f.mix(static_cast<std::uint64_t>(policy.is_padded()));
+  f.mix(static_cast<std::uint64_t>(policy.multiple()));
+  f.mix(static_cast<std::uint64_t>(o.method));
+  f.mix(static_cast<std::uint64_t>(o.limits.cap.has_value()));
+  if (o.limits.cap) {
+    f.mix(static_cast<std::uint64_t>(o.limits.cap->what));
+    f.mix(static_cast<std::uint64_t>(o.limits.cap->limit));
+  }
+  f.mix(static_cast<std::uint64_t>(o.limits.min_items));
+  f.mix(static_cast<std::uint64_t>(o.limits.max_items));
+  f.mix(static_cast<std::uint64_t>(o.refine));
+  f.mix(static_cast<std::uint64_t>(o.refine_budget));
+  f.mix(static_cast<std::uint64_t>(o.exact_node_budget));
+  f.mix(static_cast<std::uint64_t>(o.exact_max_items));
+  f.mix_double(o.locality_tolerance);
+  f.mix(static_cast<std::uint64_t>(o.node_of_rank.size()));
+  for (auto r : o.node_of_rank) f.mix(static_cast<std::uint64_t>(r));
+  f.mix(static_cast<std::uint64_t>(mapping));
+}
+
+}  // namespace detail
+
+/// 64-bit fingerprint of the declarations: names, cost models (by their values at twelve fixed
+/// lengths), policies, balancer options, mappings and row widths. Equal declarations give equal
+/// fingerprints on every platform; two cost models that agree on all probe lengths are treated
+/// as equal. O(K), never throws (a throwing cost model aside).
+[[nodiscard]] inline std::uint64_t fingerprint(const stage_declarations& decl) {
+  detail::fnv f;
+  f.mix(static_cast<std::uint64_t>(decl.encoders.size()));
+  for (const auto& e : decl.encoders) {
+    detail::mix_stage(f, e.name, e.cost, e.policy, e.options, e.mapping);
+    f.mix(static_cast<std::uint64_t>(e.input_row_bytes));
+    f.mix(static_cast<std::uint64_t>(e.output_row_bytes));
+  }
+  detail::mix_stage(f, decl.llm.name, decl.llm.cost, decl.llm.policy, decl.llm.options,
+                    decl.llm.mapping);
+  f.mix(static_cast<std::uint64_t>(decl.llm.text_row_bytes));
+  return f.h;
+}
+
+/// One sub-item of a local sample.
+struct sub_item {
+  std::int32_t modality = 0;        ///< encoder stage index k, 0 ≤ k < K
+  std::int64_t parent = 0;          ///< index of its sample in the local batch
+  std::int64_t encoder_length = 0;  ///< what the encoder's cost model reads
+  std::int64_t input_rows = 0;      ///< encoder input rows that travel to the encoder
+  std::int64_t llm_tokens = 0;      ///< encoder output rows (LLM tokens) it becomes
+};
+
+/// What one rank sampled for this step: its samples' text token counts, and its sub-items in
+/// the order they appear in their samples (sub-items of one sample keep this order everywhere;
+/// sub-items of different samples may interleave).
+struct local_batch {
+  std::vector<std::int64_t> text_tokens;  ///< one entry per local sample
+  std::vector<sub_item> sub_items;
+};
+
+/// The global view of one step, identical on every rank after `gather_step_metadata` (or built
+/// in one process by `make_step_metadata`).
+///
+/// Ids: global sample g = sample_offsets[r] + local index; sub-items of modality k get global
+/// ids per modality, rank-major, in local order: modalities[k].offsets[r] + (index among rank
+/// r's sub-items of modality k).
+struct step_metadata {
+  /// Sub-items of one modality.
+  struct modality_items {
+    std::vector<std::int64_t> offsets{0};  ///< CSR per rank (d + 1)
+    std::vector<std::int64_t> parent;      ///< global sample id
+    std::vector<std::int64_t> encoder_length;
+    std::vector<std::int64_t> input_rows;
+    std::vector<std::int64_t> llm_tokens;
+    [[nodiscard]] std::int64_t size() const noexcept {
+      return static_cast<std::int64_t>(parent.size());
+    }
+  };
+  rank_t ranks = 0;
+  std::vector<std::int64_t> sample_offsets{0};  ///< CSR per rank (d + 1)
+  std::vector<std::int64_t> text_tokens;        ///< per global sample
+  std::vector<modality_items> modalities;       ///< K entries
+  /// Every sample's sub-items in their original order, as (modality, id within the modality):
+  /// entries [sample_sub_offsets[g], sample_sub_offsets[g + 1]).
+  std::vector<std::int64_t> sample_sub_offsets{0};
+  std::vector<std::pair<std::int32_t, std::int64_t>> sample_sub_items;
+
+  [[nodiscard]] std::int64_t num_samples() const noexcept {
+    return static_cast<std::int64_t>(text_tokens.size());
+  }
+  /// LLM sequence length of sample g: text + the LLM tokens of its sub-items. O(its sub-items).
+  [[nodiscard]] std::int64_t sequence_length(std::int64_t g) const {
+    std::int64_t len = text_tokens[static_cast<std::size_t>(g)];
+    for (auto k = sample_sub_offsets[static_cast<std::size_t>(g)];
+         k < sample_sub_offsets[static_cast<std::size_t>(g) + 1]; ++k) {
+      const auto& [m, id] = sample_sub_items[static_cast<std::size_t>(k)];
+      len += modalities[static_cast<std::size_t>(m)].llm_tokens[static_cast<std::size_t>(id)];
+    }
+    return len;
+  }
+};
+
+namespace detail {
+
+// Why a local batch is malformed (0 = fine); `where` is the first offending index.
+enum class batch_fault : std::int64_t {
+  none = 0,
+  negative_text,
+  bad_modality,
+  bad_parent,
+  negative_value,
+};
+
+inline std::string describe(batch_fault f, std::int64_t where, std::int64_t detail_value,
+                            int encoders) {
+  switch (f) {
+    case batch_fault::none: return "no fault";
+    case batch_fault::negative_text:
+      return concat("sample ", where, " has ", detail_value, " text tokens");
+    case batch_fault::bad_modality:
+      return concat("sub-item ", where, " has modality ", detail_value, " but ", encoders,
+                    " encoder stages are declared");
+    case batch_fault::bad_parent:
+      return concat("sub-item ", where, " names parent sample ", detail_value,
+                    ", which does not exist");
+    case batch_fault::negative_value:
+      return concat("sub-item ", where, " has a negative length, row count or token count");
+  }
+  return "?";
+}
+
+struct fault_report {
+  batch_fault fault = batch_fault::none;
+  std::int64_t where = 0;
+  std::int64_t value = 0;
+};
+
+inline fault_report check_local_batch(const local_batch& b, int encoders) {
+  for (std::size_t i = 0; i < b.text_tokens.size(); ++i)
+    if (b.text_tokens[i] < 0)
+      return {batch_fault::negative_text, static_cast<std::int64_t>(i), b.text_tokens[i]};
+  const auto samples = static_cast<std::int64_t>(b.text_tokens.size());
+  for (std::size_t i = 0; i < b.sub_items.size(); ++i) {
+    const auto& s = b.sub_items[i];
+    if (s.modality < 0 || s.modality >= encoders)
+      return {batch_fault::bad_modality, static_cast<std::int64_t>(i), s.modality};
+    if (s.parent < 0 || s.parent >= samples)
+      return {batch_fault::bad_parent, static_cast<std::int64_t>(i), s.parent};
+    if (s.encoder_length < 0 || s.input_rows < 0 || s.llm_tokens < 0)
+      return {batch_fault::negative_value, static_cast<std::int64_t>(i), 0};
+  }
+  return {};
+}
+
+// Appends rank r's batch (already checked) to the global metadata under construction.
+inline void append_rank(step_metadata& m, const local_batch& b) {
+  const auto first_sample = static_cast<std::int64_t>(m.text_tokens.size());
+  m.text_tokens.insert(m.text_tokens.end(), b.text_tokens.begin(), b.text_tokens.end());
+  m.sample_offsets.push_back(static_cast<std::int64_t>(m.text_tokens.size()));
+  // Per sample, its sub-items in order.
+  std::vector<std::vector<std::pair<std::int32_t, std::int64_t>>> per_sample(b.text_tokens.size());
+  for (const auto& s : b.sub_items) {
+    auto& mod = m.modalities[static_cast<std::size_t>(s.modality)];
+    per_sample[static_cast<std::size_t>(s.parent)].emplace_back(s.modality, mod.size());
+    mod.parent.push_back(first_sample + s.parent);
+    mod.encoder_length.push_back(s.encoder_length);
+    mod.input_rows.push_back(s.input_rows);
+    mod.llm_tokens.push_back(s.llm_tokens);
+  }
+  for (auto& mod : m.modalities) mod.offsets.push_back(mod.size());
+  for (const auto& list : per_sample) {
+    m.sample_sub_items.insert(m.sample_sub_items.end(), list.begin(), list.end());
+    m.sample_sub_offsets.push_back(static_cast<std::int64_t>(m.sample_sub_items.size()));
+  }
+  ++m.ranks;
+}
+
+}  // namespace detail
+
+/// Builds the global metadata in one process from every rank's local batch (for simulators,
+/// tests and single-process trainers). O(total samples + sub-items). Throws
+/// `invalid_argument_error` naming the rank and the fault for a malformed batch (negative
+/// values, a modality outside [0, encoders), a parent sample that does not exist) or when
+/// `batches` is empty.
+inline step_metadata make_step_metadata(const std::vector<local_batch>& batches, int encoders) {
+  ORCHMLLM_REQUIRE(!batches.empty(), invalid_argument_error, "a step needs at least one rank");
+  ORCHMLLM_REQUIRE(encoders >= 0, invalid_argument_error, encoders, " encoder stages");
+  step_metadata m;
+  m.modalities.resize(static_cast<std::size_t>(encoders));
+  for (std::size_t r = 0; r < batches.size(); ++r) {
+    const auto f = detail::check_local_batch(batches[r], encoders);
+    ORCHMLLM_REQUIRE(f.fault == detail::batch_fault::none, invalid_argument_error, "rank ", r,
+                     ": ", detail::describe(f.fault, f.where, f.value, encoders));
+    detail::append_rank(m, batches[r]);
+  }
+  return m;
+}
+
+}  // namespace orchmllm
