@@ -1,0 +1,978 @@
+// OrchMLLM end to end: one multimodal training step with and without the Global Orchestrator,
+// checked to give the same gradients.
+//
+// A tiny multimodal model in plain C++20 + Eigen, double precision, forward and backward written
+// by hand:
+//   * vision encoder (stage "vision", policy packed): every image patch (12 values) goes through
+//     tanh(W x + b) (hidden size H = 8), then pairs of patches are averaged into one LLM token —
+//     so an image of P patches (its encoder length) becomes P / 2 LLM tokens;
+//   * audio encoder (stage "audio", policy padded): every mel frame (6 values) goes through
+//     tanh(A x + a), groups of 3 frames are averaged into one LLM token, and a clip-level
+//     context mixes the whole clip: out_t = tanh(U pool_t + V mean_t'(pool_t') + c) — so a clip
+//     of F frames becomes F / 3 tokens, and its gradient needs the whole clip on one rank;
+//   * an LLM-like backbone over each sample's sequence (its text tokens, with every image / clip
+//     inserted as a run of rows after the text token it follows): u_i = x_i + P_i (learned
+//     position embeddings), c_i = causal running mean of u_0..u_i, h_i = tanh(W1 [u_i; c_i] + b1),
+//     logits y_i = W2 h_i + b2 over a vocabulary of 32, softmax cross-entropy against every
+//     position's target (text positions and placeholder positions alike). The loss of the step
+//     is the sum over ALL tokens of the global batch divided by the GLOBAL token count, so the
+//     gradient does not depend on which rank a sample is processed on.
+//
+// Synthetic data: every rank draws 2-5 samples from stream `rank` of --seed (text lengths
+// lognormal, median 28, clipped to [4, 160]; 0-3 images of 2-48 patches; 0-2 audio clips of
+// 3-48 frames; each sub-item inserted after a random text token, in order). Pixels, frames,
+// token ids and targets are drawn by the sample's origin rank from that same stream, so they are
+// a deterministic function of (seed, origin rank, local index) — i.e. of the global ids — and
+// both paths see exactly the same data.
+//
+// One step is computed twice from the same parameters:
+//   (a) no balancing: every rank runs both encoders and the LLM on its own samples;
+//   (b) through the orchestrator: gather_step_metadata, plan_step (vision, audio, llm), then
+//       pixels / frames along encoders[k].input, text rows (token, target, number of sub-items
+//       that follow, their target) along llm, encoders on the encoder ranks, outputs along
+//       encoders[k].output (Π_M ∘ Π_E⁻¹), sequences assembled with llm_view, LLM forward and
+//       backward, output gradients along encoders[k].gradient, encoder backward there.
+// Both paths all-reduce the parameter gradients (comm.all_gather of the gradient vector, summed
+// in rank order: the communicator concept has no all-reduce) and the loss, and compare:
+//   grad_max_rel_diff = max over every scalar parameter j of |a_j - b_j| / max(|a_j|, |b_j|, 1e-300)
+//   loss_rel_diff     = |loss_a - loss_b| / max(|loss_a|, |loss_b|, 1e-300)
+// where a and b are the all-reduced gradients (loss) of paths (a) and (b). The two paths add the
+// same per-sample contributions in different groupings, so the differences are rounding only
+// (~1e-15); anything wrong in the routes (a sub-item at the wrong place, a gradient back to the
+// wrong encoder rank) shows up as O(1).
+//
+// Usage:
+//   mpirun -np N mllm_training [--ranks-per-node G] [--seed S]            (MPI backend)
+//   mllm_training --backend local --ranks N [--ranks-per-node G] [--seed S] (threads)
+//   mllm_training --check-gradients [--seed S]       (finite-difference check, one process)
+// Backend: --backend mpi|local. Without --backend: `mpi` when the program was built with MPI
+// (ORCHMLLM_HAS_MPI) and started by an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or
+// PMIX_RANK set in the environment), else `local`. --ranks (local only, default 8) is the number
+// of ranks; with MPI it is the world size. --ranks-per-node G fakes nodes of G consecutive ranks
+// (MPI default 0: the real nodes; local default 4). CI: `mpirun -np 8 mllm_training
+// --ranks-per-node 4` (2 nodes of 4) and `mllm_training --backend local --ranks 16`.
+//
+// Output (rank 0): a short summary, then as the LAST line one JSON object with
+// grad_max_rel_diff, loss_rel_diff, encoders (K = 2), alltoalls_per_step (3K + 1), stages
+// [{name, imbalance_before, imbalance_after, ...}] (vision, audio, llm) and extras (ranks,
+// nodes, samples, sub_items, tokens, moved bytes). Exit status: 0 when grad_max_rel_diff and
+// loss_rel_diff are <= 1e-10 (and every routed item had the expected shape), 1 when not or on an
+// error, 2 for bad arguments.
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <Eigen/Dense>
+
+#include "common/workload.hpp"
+#include "orchmllm/orchmllm.hpp"
+
+#if defined(ORCHMLLM_HAS_MPI)
+#include <mpi.h>
+
+#include "orchmllm/backend/mpi/communicator.hpp"
+#endif
+
+namespace {
+
+using Eigen::MatrixXd;
+using Eigen::VectorXd;
+using orchmllm::rank_t;
+
+// ---------------------------------------------------------------------------------------------
+// Model
+// ---------------------------------------------------------------------------------------------
+
+constexpr int hidden = 8;          // H: encoder output rows and LLM width
+constexpr int vocab = 32;          // token ids and targets in [0, vocab)
+constexpr int mlp = 16;            // LLM MLP width
+constexpr int max_positions = 320; // learned position embeddings (sequences are <= 264 long)
+constexpr int patch_dim = 12;      // values per image patch (one encoder input row)
+constexpr int frame_dim = 6;       // values per audio frame
+constexpr int patches_per_token = 2;
+constexpr int frames_per_token = 3;
+constexpr int vision = 0;          // modality index = encoder stage index
+constexpr int audio = 1;
+constexpr int num_encoders = 2;
+
+constexpr double tolerance = 1e-10;  // largest relative difference accepted between the paths
+constexpr double rel_floor = 1e-300;  // the "tiny" denominator floor of the relative differences
+
+/// All parameters (also used for their gradients: same shapes, zero-initialised).
+struct model {
+  MatrixXd tok_emb = MatrixXd::Zero(hidden, vocab);
+  MatrixXd pos_emb = MatrixXd::Zero(hidden, max_positions);
+  MatrixXd w1 = MatrixXd::Zero(mlp, 2 * hidden);
+  MatrixXd b1 = MatrixXd::Zero(mlp, 1);
+  MatrixXd w2 = MatrixXd::Zero(vocab, mlp);
+  MatrixXd b2 = MatrixXd::Zero(vocab, 1);
+  MatrixXd img_w = MatrixXd::Zero(hidden, patch_dim);
+  MatrixXd img_b = MatrixXd::Zero(hidden, 1);
+  MatrixXd aud_w = MatrixXd::Zero(hidden, frame_dim);
+  MatrixXd aud_b = MatrixXd::Zero(hidden, 1);
+  MatrixXd aud_u = MatrixXd::Zero(hidden, hidden);
+  MatrixXd aud_v = MatrixXd::Zero(hidden, hidden);
+  MatrixXd aud_c = MatrixXd::Zero(hidden, 1);
+
+  /// f(name, matrix) for every parameter matrix, in the fixed flattening order.
+  template <class Self, class F>
+  static void visit(Self& s, F&& f) {
+    f("tok_emb", s.tok_emb);
+    f("pos_emb", s.pos_emb);
+    f("w1", s.w1);
+    f("b1", s.b1);
+    f("w2", s.w2);
+    f("b2", s.b2);
+    f("img_w", s.img_w);
+    f("img_b", s.img_b);
+    f("aud_w", s.aud_w);
+    f("aud_b", s.aud_b);
+    f("aud_u", s.aud_u);
+    f("aud_v", s.aud_v);
+    f("aud_c", s.aud_c);
+  }
+
+  [[nodiscard]] std::vector<double> flatten() const {
+    std::vector<double> v;
+    visit(*this, [&](const char*, const MatrixXd& m) {
+      v.insert(v.end(), m.data(), m.data() + m.size());
+    });
+    return v;
+  }
+};
+
+/// Parameters, identical on every rank: normal draws from a stream no rank uses for data.
+model init_model(std::uint64_t seed) {
+  orchmllm::bench::random_source rng(seed, 0x5eedf00dULL);
+  model m;
+  auto fill = [&](MatrixXd& x, double sd) {
+    for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = rng.normal(0.0, sd);
+  };
+  fill(m.tok_emb, 0.5);
+  fill(m.pos_emb, 0.3);
+  fill(m.w1, 1.0 / std::sqrt(2.0 * hidden));
+  fill(m.b1, 0.1);
+  fill(m.w2, 1.0 / std::sqrt(static_cast<double>(mlp)));
+  fill(m.b2, 0.1);
+  fill(m.img_w, 1.0 / std::sqrt(static_cast<double>(patch_dim)));
+  fill(m.img_b, 0.1);
+  fill(m.aud_w, 1.0 / std::sqrt(static_cast<double>(frame_dim)));
+  fill(m.aud_b, 0.1);
+  fill(m.aud_u, 1.0 / std::sqrt(static_cast<double>(hidden)));
+  fill(m.aud_v, 1.0 / std::sqrt(static_cast<double>(hidden)));
+  fill(m.aud_c, 0.1);
+  return m;
+}
+
+// Encoders. Input: one column per encoder input row (patch / frame); output: one column per LLM
+// token (H rows). Stateless: the backward pass recomputes the forward activations.
+
+MatrixXd vision_forward(const model& m, const MatrixXd& x) {
+  const MatrixXd h = ((m.img_w * x).colwise() + m.img_b.col(0)).array().tanh().matrix();
+  const Eigen::Index t = x.cols() / patches_per_token;
+  MatrixXd out(hidden, t);
+  for (Eigen::Index j = 0; j < t; ++j) out.col(j) = 0.5 * (h.col(2 * j) + h.col(2 * j + 1));
+  return out;
+}
+
+void vision_backward(const model& m, const MatrixXd& x, const MatrixXd& dout, model& g) {
+  const MatrixXd h = ((m.img_w * x).colwise() + m.img_b.col(0)).array().tanh().matrix();
+  MatrixXd dh(hidden, x.cols());
+  for (Eigen::Index j = 0; j < dout.cols(); ++j) {
+    dh.col(2 * j) = 0.5 * dout.col(j);
+    dh.col(2 * j + 1) = 0.5 * dout.col(j);
+  }
+  const MatrixXd da = (dh.array() * (1.0 - h.array().square())).matrix();
+  g.img_w += da * x.transpose();
+  g.img_b += da.rowwise().sum();
+}
+
+struct audio_activations {
+  MatrixXd g;     // H × frames: tanh(A x + a)
+  MatrixXd pool;  // H × tokens
+  VectorXd mean;  // H: clip context
+  MatrixXd out;   // H × tokens
+};
+
+audio_activations audio_activate(const model& m, const MatrixXd& x) {
+  audio_activations a;
+  a.g = ((m.aud_w * x).colwise() + m.aud_b.col(0)).array().tanh().matrix();
+  const Eigen::Index t = x.cols() / frames_per_token;
+  a.pool.resize(hidden, t);
+  for (Eigen::Index j = 0; j < t; ++j)
+    a.pool.col(j) = a.g.middleCols(frames_per_token * j, frames_per_token).rowwise().sum() /
+                    frames_per_token;
+  a.mean = a.pool.rowwise().mean();
+  const VectorXd ctx = m.aud_v * a.mean + m.aud_c.col(0);
+  a.out = ((m.aud_u * a.pool).colwise() + ctx).array().tanh().matrix();
+  return a;
+}
+
+MatrixXd audio_forward(const model& m, const MatrixXd& x) { return audio_activate(m, x).out; }
+
+void audio_backward(const model& m, const MatrixXd& x, const MatrixXd& dout, model& g) {
+  const auto a = audio_activate(m, x);
+  const MatrixXd dz = (dout.array() * (1.0 - a.out.array().square())).matrix();
+  const VectorXd dz_sum = dz.rowwise().sum();
+  g.aud_u += dz * a.pool.transpose();
+  g.aud_v += dz_sum * a.mean.transpose();
+  g.aud_c += dz_sum;
+  const Eigen::Index t = a.pool.cols();
+  const VectorXd dmean = m.aud_v.transpose() * dz_sum;
+  MatrixXd dpool = m.aud_u.transpose() * dz;
+  dpool.colwise() += dmean / static_cast<double>(t);
+  MatrixXd dg(hidden, x.cols());
+  for (Eigen::Index f = 0; f < x.cols(); ++f)
+    dg.col(f) = dpool.col(f / frames_per_token) / frames_per_token;
+  const MatrixXd da = (dg.array() * (1.0 - a.g.array().square())).matrix();
+  g.aud_w += da * x.transpose();
+  g.aud_b += da.rowwise().sum();
+}
+
+MatrixXd encoder_forward(const model& m, int modality, const MatrixXd& x) {
+  return modality == vision ? vision_forward(m, x) : audio_forward(m, x);
+}
+void encoder_backward(const model& m, int modality, const MatrixXd& x, const MatrixXd& dout,
+                      model& g) {
+  if (modality == vision)
+    vision_backward(m, x, dout, g);
+  else
+    audio_backward(m, x, dout, g);
+}
+constexpr int input_dim(int modality) { return modality == vision ? patch_dim : frame_dim; }
+
+/// One text token of a sample as it travels to the LLM rank (16 bytes): its id and target, and
+/// the sub-items inserted right after it (how many, and the target of their placeholder rows).
+struct text_row {
+  std::int32_t token;
+  std::int32_t target;
+  std::int32_t subs_after;
+  std::int32_t sub_target;
+};
+static_assert(sizeof(text_row) == 16);
+
+/// LLM forward + backward of one sample. `subs[j]` is the H × tokens output of the sample's j-th
+/// sub-item (original order); they are inserted after the text tokens as `text` says. Adds the
+/// parameter gradients of loss · inv_n to `g`, writes d(loss · inv_n)/d(subs[j]) to `dsubs[j]`
+/// and returns the sample's summed (unnormalised) cross-entropy.
+double llm_sample(const model& m, std::span<const text_row> text,
+                  std::span<const MatrixXd* const> subs, double inv_n, model& g,
+                  std::span<MatrixXd> dsubs) {
+  Eigen::Index len = static_cast<Eigen::Index>(text.size());
+  for (const auto* s : subs) len += s->cols();
+  if (len > max_positions)
+    throw std::runtime_error("sequence of " + std::to_string(len) + " tokens exceeds " +
+                             std::to_string(max_positions) + " positions");
+  // Assemble: x columns, targets, and where each column came from.
+  MatrixXd u(hidden, len);
+  std::vector<int> target(static_cast<std::size_t>(len));
+  std::vector<int> token(static_cast<std::size_t>(len), -1);               // text: its id
+  std::vector<std::pair<int, Eigen::Index>> origin(static_cast<std::size_t>(len), {-1, 0});  // sub, col
+  Eigen::Index at = 0;
+  std::size_t next_sub = 0;
+  for (const auto& row : text) {
+    u.col(at) = m.tok_emb.col(row.token);
+    token[static_cast<std::size_t>(at)] = row.token;
+    target[static_cast<std::size_t>(at)] = row.target;
+    ++at;
+    for (int k = 0; k < row.subs_after; ++k, ++next_sub) {
+      if (next_sub >= subs.size()) throw std::runtime_error("text rows announce more sub-items than arrived");
+      const MatrixXd& s = *subs[next_sub];
+      for (Eigen::Index c = 0; c < s.cols(); ++c, ++at) {
+        u.col(at) = s.col(c);
+        target[static_cast<std::size_t>(at)] = row.sub_target;
+        origin[static_cast<std::size_t>(at)] = {static_cast<int>(next_sub), c};
+      }
+    }
+  }
+  if (next_sub != subs.size()) throw std::runtime_error("sub-items arrived that no text row announces");
+  u += m.pos_emb.leftCols(len);
+
+  // Forward.
+  MatrixXd z(2 * hidden, len);
+  VectorXd run = VectorXd::Zero(hidden);
+  for (Eigen::Index i = 0; i < len; ++i) {
+    run += u.col(i);
+    z.col(i).head(hidden) = u.col(i);
+    z.col(i).tail(hidden) = run / static_cast<double>(i + 1);
+  }
+  const MatrixXd h = ((m.w1 * z).colwise() + m.b1.col(0)).array().tanh().matrix();
+  MatrixXd y = (m.w2 * h).colwise() + m.b2.col(0);
+  double loss = 0;
+  for (Eigen::Index i = 0; i < len; ++i) {  // softmax in place; y becomes dy
+    auto col = y.col(i);
+    const double mx = col.maxCoeff();
+    col = (col.array() - mx).exp().matrix();
+    const double sum = col.sum();
+    col /= sum;
+    const int t = target[static_cast<std::size_t>(i)];
+    loss -= std::log(col(t));
+    col(t) -= 1.0;
+  }
+  const MatrixXd dy = y * inv_n;
+
+  // Backward.
+  g.w2 += dy * h.transpose();
+  g.b2 += dy.rowwise().sum();
+  const MatrixXd da = ((m.w2.transpose() * dy).array() * (1.0 - h.array().square())).matrix();
+  g.w1 += da * z.transpose();
+  g.b1 += da.rowwise().sum();
+  const MatrixXd dz = m.w1.transpose() * da;
+  MatrixXd du = dz.topRows(hidden);
+  VectorXd acc = VectorXd::Zero(hidden);  // c_i = mean(u_0..u_i): du_j += Σ_{i>=j} dc_i / (i+1)
+  for (Eigen::Index i = len - 1; i >= 0; --i) {
+    acc += dz.col(i).tail(hidden) / static_cast<double>(i + 1);
+    du.col(i) += acc;
+  }
+  g.pos_emb.leftCols(len) += du;
+  for (std::size_t j = 0; j < subs.size(); ++j) dsubs[j].resize(hidden, subs[j]->cols());
+  for (Eigen::Index i = 0; i < len; ++i) {
+    const auto ui = static_cast<std::size_t>(i);
+    if (token[ui] >= 0)
+      g.tok_emb.col(token[ui]) += du.col(i);
+    else
+      dsubs[static_cast<std::size_t>(origin[ui].first)].col(origin[ui].second) = du.col(i);
+  }
+  return loss;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Synthetic data
+// ---------------------------------------------------------------------------------------------
+
+struct sub_data {
+  int modality = 0;
+  MatrixXd input;  // input_dim × encoder input rows (patches / frames)
+  [[nodiscard]] std::int64_t rows() const { return input.cols(); }
+  [[nodiscard]] std::int64_t tokens() const {
+    return input.cols() / (modality == vision ? patches_per_token : frames_per_token);
+  }
+};
+
+struct sample_data {
+  std::vector<text_row> text;
+  std::vector<sub_data> subs;  // in the order they appear in the sequence
+};
+
+/// Rank `rank`'s samples: stream `rank` of `seed` (independent of the number of ranks).
+std::vector<sample_data> make_rank_data(std::uint64_t seed, rank_t rank) {
+  orchmllm::bench::random_source rng(seed, static_cast<std::uint64_t>(rank));
+  using orchmllm::bench::clip_round;
+  std::vector<sample_data> out(static_cast<std::size_t>(rng.uniform_int(2, 5)));
+  for (auto& s : out) {
+    const auto text = clip_round(rng.lognormal_median(28.0, 0.8), 4, 160);
+    const double ui = rng.uniform01();
+    const int images = ui < 0.35 ? 0 : ui < 0.70 ? 1 : ui < 0.90 ? 2 : 3;
+    const double ua = rng.uniform01();
+    const int clips = ua < 0.70 ? 0 : ua < 0.95 ? 1 : 2;
+    std::vector<int> kinds(static_cast<std::size_t>(images), vision);
+    kinds.insert(kinds.end(), static_cast<std::size_t>(clips), audio);
+    for (std::size_t i = kinds.size(); i > 1; --i)  // Fisher–Yates: modalities interleave
+      std::swap(kinds[i - 1], kinds[static_cast<std::size_t>(rng.uniform_int(0, static_cast<std::int64_t>(i) - 1))]);
+    for (int k : kinds) {
+      const auto tokens = k == vision ? clip_round(rng.lognormal_median(6.0, 0.6), 1, 24)
+                                      : clip_round(rng.lognormal_median(5.0, 0.6), 1, 16);
+      sub_data d;
+      d.modality = k;
+      d.input.resize(input_dim(k), tokens * (k == vision ? patches_per_token : frames_per_token));
+      for (Eigen::Index i = 0; i < d.input.size(); ++i) d.input.data()[i] = rng.uniform(-1.0, 1.0);
+      s.subs.push_back(std::move(d));
+    }
+    std::vector<std::int64_t> after(s.subs.size());  // the text token each sub-item follows
+    for (auto& a : after) a = rng.uniform_int(0, text - 1);
+    std::sort(after.begin(), after.end());
+    s.text.resize(static_cast<std::size_t>(text));
+    for (auto& row : s.text) {
+      row.token = static_cast<std::int32_t>(rng.uniform_int(0, vocab - 1));
+      row.target = static_cast<std::int32_t>(rng.uniform_int(0, vocab - 1));
+      row.subs_after = 0;
+      row.sub_target = static_cast<std::int32_t>(rng.uniform_int(0, vocab - 1));
+    }
+    for (auto a : after) ++s.text[static_cast<std::size_t>(a)].subs_after;
+  }
+  return out;
+}
+
+/// The orchestrator's view of a rank's samples.
+orchmllm::local_batch describe(const std::vector<sample_data>& samples) {
+  orchmllm::local_batch b;
+  for (std::size_t s = 0; s < samples.size(); ++s) {
+    b.text_tokens.push_back(static_cast<std::int64_t>(samples[s].text.size()));
+    for (const auto& d : samples[s].subs)
+      b.sub_items.push_back({d.modality, static_cast<std::int64_t>(s), d.rows(), d.rows(), d.tokens()});
+  }
+  return b;
+}
+
+orchmllm::stage_declarations declarations() {
+  orchmllm::stage_declarations decl;
+  orchmllm::encoder_stage vis;
+  vis.name = "vision";
+  vis.cost = orchmllm::quadratic_cost{0.0, 1.0, 1.0 / 64.0};  // patches, with attention
+  vis.policy = orchmllm::packed;
+  vis.input_row_bytes = patch_dim * static_cast<std::int64_t>(sizeof(double));
+  vis.output_row_bytes = hidden * static_cast<std::int64_t>(sizeof(double));
+  orchmllm::encoder_stage aud;
+  aud.name = "audio";
+  aud.cost = orchmllm::linear_cost{};  // frames; padded: a rank costs max frames × clips
+  aud.policy = orchmllm::padded;
+  aud.input_row_bytes = frame_dim * static_cast<std::int64_t>(sizeof(double));
+  aud.output_row_bytes = hidden * static_cast<std::int64_t>(sizeof(double));
+  decl.encoders = {vis, aud};
+  decl.llm.name = "llm";
+  decl.llm.cost = orchmllm::quadratic_cost{0.0, 1.0, 1.0 / 256.0};
+  decl.llm.policy = orchmllm::packed;
+  decl.llm.text_row_bytes = static_cast<std::int64_t>(sizeof(text_row));
+  return decl;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Payload helpers (rows of doubles / text rows <-> bytes)
+// ---------------------------------------------------------------------------------------------
+
+void append_matrix(orchmllm::ragged_payload& p, const MatrixXd& m) {
+  const auto at = p.data.size();
+  p.rows.push_back(m.cols());
+  p.data.resize(at + static_cast<std::size_t>(m.size()) * sizeof(double));
+  std::memcpy(p.data.data() + at, m.data(), static_cast<std::size_t>(m.size()) * sizeof(double));
+}
+
+MatrixXd read_matrix(const orchmllm::ragged_payload& p, std::int64_t first_row, std::int64_t rows,
+                     int dim) {
+  MatrixXd m(dim, rows);
+  std::memcpy(m.data(), p.data.data() + first_row * p.row_bytes,
+              static_cast<std::size_t>(rows * p.row_bytes));
+  return m;
+}
+
+void write_matrix(orchmllm::ragged_payload& p, std::int64_t first_row, const MatrixXd& m) {
+  std::memcpy(p.data.data() + first_row * p.row_bytes, m.data(),
+              static_cast<std::size_t>(m.size()) * sizeof(double));
+}
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One rank's step, both paths
+// ---------------------------------------------------------------------------------------------
+
+struct step_result {  // the same on every rank (computed from all-gathered data)
+  double loss_a = 0, loss_b = 0, loss_rel_diff = 0, grad_max_rel_diff = 0;
+  std::string worst_parameter;
+  std::int64_t parameters = 0, samples = 0, tokens = 0;
+  std::int64_t sub_items[num_encoders] = {0, 0};
+  rank_t ranks = 0, nodes = 0;
+  int alltoalls_per_step = 0;
+  int dispatches = 0, node_wise_dispatches = 0;  // payload moves of path (b), node-wise ones
+  std::vector<orchmllm::stage_report> stages;
+  double plan_seconds = 0;
+};
+
+/// Sum over ranks, in rank order, of every rank's vector (all the same length).
+template <orchmllm::communicator Comm>
+std::vector<double> all_reduce_sum(Comm& comm, const std::vector<double>& mine) {
+  const auto n = mine.size();
+  std::vector<double> all(n * static_cast<std::size_t>(comm.size()));
+  comm.all_gather(reinterpret_cast<const std::byte*>(mine.data()),
+                  static_cast<std::int64_t>(n * sizeof(double)),
+                  reinterpret_cast<std::byte*>(all.data()));
+  std::vector<double> sum(n, 0.0);
+  for (rank_t r = 0; r < comm.size(); ++r)
+    for (std::size_t j = 0; j < n; ++j) sum[j] += all[static_cast<std::size_t>(r) * n + j];
+  return sum;
+}
+
+/// Path (a) on one rank's samples: encoders and LLM locally. Returns the summed cross-entropy;
+/// adds the gradients of loss · inv_n to g.
+double train_local(const model& m, const std::vector<sample_data>& samples, double inv_n, model& g) {
+  double loss = 0;
+  for (const auto& s : samples) {
+    std::vector<MatrixXd> outs;
+    outs.reserve(s.subs.size());
+    for (const auto& d : s.subs) outs.push_back(encoder_forward(m, d.modality, d.input));
+    std::vector<const MatrixXd*> ptrs;
+    for (const auto& o : outs) ptrs.push_back(&o);
+    std::vector<MatrixXd> douts(s.subs.size());
+    loss += llm_sample(m, s.text, ptrs, inv_n, g, douts);
+    for (std::size_t j = 0; j < s.subs.size(); ++j)
+      encoder_backward(m, s.subs[j].modality, s.subs[j].input, douts[j], g);
+  }
+  return loss;
+}
+
+template <orchmllm::communicator Comm>
+step_result run_rank(Comm& comm, std::uint64_t seed) {
+  const rank_t me = comm.rank();
+  const rank_t d = comm.size();
+  const model m = init_model(seed);
+  const auto samples = make_rank_data(seed, me);
+  const auto decl = declarations();
+
+  // Metadata and plan (the same on every rank). Nodes as the communicator sees them.
+  const auto meta = orchmllm::gather_step_metadata(comm, decl, describe(samples));
+  std::vector<rank_t> node_of(static_cast<std::size_t>(d));
+  {
+    const rank_t mine = comm.node();
+    comm.all_gather(reinterpret_cast<const std::byte*>(&mine), sizeof mine,
+                    reinterpret_cast<std::byte*>(node_of.data()));
+  }
+  const orchmllm::topology topo(node_of);
+  const auto step = orchmllm::plan_step(decl, meta, topo);
+
+  std::int64_t total_tokens = 0;  // the GLOBAL token count: every sequence position
+  for (std::int64_t g = 0; g < meta.num_samples(); ++g) total_tokens += meta.sequence_length(g);
+  const double inv_n = 1.0 / static_cast<double>(total_tokens);
+
+  // ---- (a) no balancing ----
+  model grad_a;
+  const double loss_a_local = train_local(m, samples, inv_n, grad_a);
+
+  // ---- (b) through the orchestrator ----
+  model grad_b;
+  double loss_b_local = 0;
+  // Every payload moves with one `dispatch` (3K + 1 per step); count the schedules they used
+  // (the schedule is chosen collectively, so the counts are the same on every rank).
+  int dispatches = 0, node_wise = 0;
+  auto move = [&](const orchmllm::rearrangement& plan, const orchmllm::ragged_payload& p) {
+    orchmllm::dispatch_report rep;
+    auto moved = orchmllm::dispatch(comm, plan, p, {}, &rep);
+    ++dispatches;
+    if (rep.used == orchmllm::schedule::node_wise) ++node_wise;
+    return moved;
+  };
+  // Encoder inputs, origin → Π_E_k: this rank's modality-k sub-items in local order.
+  std::vector<orchmllm::ragged_payload> enc_in(num_encoders);
+  for (int k = 0; k < num_encoders; ++k) {
+    orchmllm::ragged_payload p;
+    p.row_bytes = input_dim(k) * static_cast<std::int64_t>(sizeof(double));
+    for (const auto& s : samples)
+      for (const auto& sd : s.subs)
+        if (sd.modality == k) append_matrix(p, sd.input);
+    enc_in[static_cast<std::size_t>(k)] =
+        move(step.encoders[static_cast<std::size_t>(k)].input, p);
+  }
+  // Text rows, origin → Π_M.
+  orchmllm::ragged_payload text_local;
+  text_local.row_bytes = sizeof(text_row);
+  for (const auto& s : samples) {
+    const auto at = text_local.data.size();
+    text_local.rows.push_back(static_cast<std::int64_t>(s.text.size()));
+    text_local.data.resize(at + s.text.size() * sizeof(text_row));
+    std::memcpy(text_local.data.data() + at, s.text.data(), s.text.size() * sizeof(text_row));
+  }
+  const auto text = move(step.llm, text_local);
+
+  // Encoders on the encoder ranks; outputs Π_E_k → Π_M (one all-to-all per encoder).
+  std::vector<std::vector<MatrixXd>> enc_inputs(num_encoders);
+  std::vector<orchmllm::ragged_payload> emb(num_encoders);
+  for (int k = 0; k < num_encoders; ++k) {
+    const auto uk = static_cast<std::size_t>(k);
+    const auto& in = enc_in[uk];
+    const auto& route = step.encoders[uk];
+    const auto first = route.input.dst_offsets()[static_cast<std::size_t>(me)];
+    orchmllm::ragged_payload out;
+    out.row_bytes = hidden * static_cast<std::int64_t>(sizeof(double));
+    std::int64_t row = 0;
+    for (std::int64_t i = 0; i < in.num_items(); ++i) {
+      const auto rows = in.rows[static_cast<std::size_t>(i)];
+      const auto id = route.input.source_of(first + i);  // global id within modality k
+      require(rows == meta.modalities[uk].input_rows[static_cast<std::size_t>(id)],
+              "encoder input of the wrong size");
+      auto x = read_matrix(in, row, rows, input_dim(k));
+      row += rows;
+      const auto y = encoder_forward(m, k, x);
+      require(y.cols() == meta.modalities[uk].llm_tokens[static_cast<std::size_t>(id)],
+              "encoder output of the wrong size");
+      append_matrix(out, y);
+      enc_inputs[uk].push_back(std::move(x));
+    }
+    emb[uk] = move(route.output, out);
+  }
+
+  // LLM: assemble every sequence (llm_view order), forward/backward, output gradients.
+  const auto view = step.llm_view(meta, me);
+  std::vector<orchmllm::ragged_payload> demb(num_encoders);
+  for (int k = 0; k < num_encoders; ++k) {
+    const auto uk = static_cast<std::size_t>(k);
+    require(emb[uk].num_items() == view.item_offsets[uk].back() &&
+                emb[uk].total_rows() == view.row_offsets[uk].back(),
+            "the composed route delivered another number of sub-items or rows than llm_view says");
+    demb[uk].rows = emb[uk].rows;
+    demb[uk].row_bytes = emb[uk].row_bytes;
+    demb[uk].data.assign(emb[uk].data.size(), std::byte{0});
+  }
+  {
+    const auto text_off = text.byte_offsets();
+    require(text.num_items() == static_cast<std::int64_t>(view.samples.size()),
+            "text payload and llm_view disagree on the sample count");
+    for (std::size_t s = 0; s < view.samples.size(); ++s) {
+      std::vector<text_row> rows(static_cast<std::size_t>(text.rows[s]));
+      std::memcpy(rows.data(), text.data.data() + text_off[s], rows.size() * sizeof(text_row));
+      require(static_cast<std::int64_t>(rows.size()) ==
+                  meta.text_tokens[static_cast<std::size_t>(view.samples[s])],
+              "text of the wrong length");
+      std::vector<MatrixXd> subs;
+      std::vector<std::pair<std::size_t, std::int64_t>> where;  // (modality, first row)
+      for (auto j = view.sub_item_offsets[s]; j < view.sub_item_offsets[s + 1]; ++j) {
+        const auto [k, idx] = view.sub_items[static_cast<std::size_t>(j)];
+        const auto uk = static_cast<std::size_t>(k);
+        const auto first = view.row_offsets[uk][static_cast<std::size_t>(idx)];
+        const auto rows_k = view.row_offsets[uk][static_cast<std::size_t>(idx) + 1] - first;
+        require(rows_k == emb[uk].rows[static_cast<std::size_t>(idx)],
+                "a received encoder output has another row count than llm_view says");
+        subs.push_back(read_matrix(emb[uk], first, rows_k, hidden));
+        where.emplace_back(uk, first);
+      }
+      std::vector<const MatrixXd*> ptrs;
+      for (const auto& o : subs) ptrs.push_back(&o);
+      std::vector<MatrixXd> dsubs(subs.size());
+      loss_b_local += llm_sample(m, rows, ptrs, inv_n, grad_b, dsubs);
+      for (std::size_t j = 0; j < subs.size(); ++j)
+        write_matrix(demb[where[j].first], where[j].second, dsubs[j]);
+    }
+  }
+
+  // Output gradients Π_M → Π_E_k, encoder backward where the encoder ran.
+  for (int k = 0; k < num_encoders; ++k) {
+    const auto uk = static_cast<std::size_t>(k);
+    const auto back = move(step.encoders[uk].gradient, demb[uk]);
+    require(back.num_items() == static_cast<std::int64_t>(enc_inputs[uk].size()),
+            "gradients came back to another rank than the encoder's");
+    std::int64_t row = 0;
+    for (std::size_t i = 0; i < enc_inputs[uk].size(); ++i) {
+      const auto rows = back.rows[i];
+      const auto& x = enc_inputs[uk][i];
+      require(rows * (k == vision ? patches_per_token : frames_per_token) == x.cols(),
+              "an output gradient of the wrong size");
+      encoder_backward(m, k, x, read_matrix(back, row, rows, hidden), grad_b);
+      row += rows;
+    }
+  }
+
+  // ---- all-reduce and compare ----
+  const auto ga = all_reduce_sum(comm, grad_a.flatten());
+  const auto gb = all_reduce_sum(comm, grad_b.flatten());
+  const auto losses = all_reduce_sum(comm, std::vector<double>{loss_a_local, loss_b_local});
+
+  step_result r;
+  r.loss_a = losses[0] * inv_n;
+  r.loss_b = losses[1] * inv_n;
+  auto rel = [](double a, double b) {
+    return std::abs(a - b) / std::max({std::abs(a), std::abs(b), rel_floor});
+  };
+  r.loss_rel_diff = rel(r.loss_a, r.loss_b);
+  std::size_t worst = 0;
+  for (std::size_t j = 0; j < ga.size(); ++j) {
+    const double e = rel(ga[j], gb[j]);
+    if (!(e <= r.grad_max_rel_diff)) {  // NaN-aware: a NaN difference is the worst
+      r.grad_max_rel_diff = std::isnan(e) ? INFINITY : e;
+      worst = j;
+    }
+  }
+  {
+    std::size_t at = 0;
+    model::visit(grad_a, [&](const char* name, const MatrixXd& x) {
+      const auto n = static_cast<std::size_t>(x.size());
+      if (worst >= at && worst < at + n) r.worst_parameter = name + std::string("[") + std::to_string(worst - at) + "]";
+      at += n;
+    });
+  }
+  r.parameters = static_cast<std::int64_t>(ga.size());
+  r.samples = meta.num_samples();
+  r.tokens = total_tokens;
+  for (int k = 0; k < num_encoders; ++k)
+    r.sub_items[k] = meta.modalities[static_cast<std::size_t>(k)].size();
+  r.ranks = d;
+  r.nodes = topo.num_nodes();
+  r.alltoalls_per_step = step.alltoalls_per_step();
+  r.dispatches = dispatches;
+  r.node_wise_dispatches = node_wise;
+  r.stages = step.stages;
+  r.plan_seconds = step.plan_seconds;
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output
+// ---------------------------------------------------------------------------------------------
+
+bool passed(const step_result& r) {
+  return r.grad_max_rel_diff <= tolerance && r.loss_rel_diff <= tolerance;
+}
+
+void print(const step_result& r, const char* backend, std::uint64_t seed) {
+  std::printf("OrchMLLM end-to-end training step: %d ranks on %d nodes (%s backend), seed %llu\n",
+              r.ranks, r.nodes, backend, static_cast<unsigned long long>(seed));
+  std::printf("global batch: %lld samples, %lld images, %lld audio clips, %lld tokens; %lld "
+              "parameters\n",
+              static_cast<long long>(r.samples), static_cast<long long>(r.sub_items[vision]),
+              static_cast<long long>(r.sub_items[audio]), static_cast<long long>(r.tokens),
+              static_cast<long long>(r.parameters));
+  std::printf("%-7s %-9s %9s %9s %12s %12s\n", "stage", "balancer", "imb.bef", "imb.aft",
+              "moved B", "inter-node B");
+  for (const auto& s : r.stages)
+    std::printf("%-7s %-9s %9.4f %9.4f %12lld %12lld\n", s.name.c_str(),
+                std::string(orchmllm::to_string(s.used)).c_str(), s.imbalance_before, s.imbalance_after,
+                static_cast<long long>(s.moved_bytes), static_cast<long long>(s.inter_node_bytes));
+  std::printf("loss (a) no balancing %.17g, (b) orchestrated %.17g\n", r.loss_a, r.loss_b);
+  std::printf("max relative gradient difference %.3e (at %s), loss %.3e: %s (tolerance %.0e)\n",
+              r.grad_max_rel_diff, r.worst_parameter.c_str(), r.loss_rel_diff,
+              passed(r) ? "same gradients" : "MISMATCH", tolerance);
+  std::int64_t moved = 0, inter = 0;
+  for (const auto& s : r.stages) {
+    moved += s.moved_bytes;
+    inter += s.inter_node_bytes;
+  }
+  std::printf("{\"example\":\"mllm_training\",\"backend\":\"%s\",\"ranks\":%d,\"nodes\":%d,"
+              "\"seed\":%llu,\"samples\":%lld,\"sub_items\":{\"vision\":%lld,\"audio\":%lld},"
+              "\"tokens\":%lld,\"parameters\":%lld,\"encoders\":%d,\"alltoalls_per_step\":%d,"
+              "\"loss\":%.17g,\"loss_rel_diff\":%.6e,\"grad_max_rel_diff\":%.6e,"
+              "\"tolerance\":%.1e,\"moved_bytes\":%lld,\"inter_node_bytes\":%lld,"
+              "\"dispatches\":%d,\"node_wise_dispatches\":%d,\"plan_ms\":%.3f,\"stages\":[",
+              backend, r.ranks, r.nodes, static_cast<unsigned long long>(seed),
+              static_cast<long long>(r.samples), static_cast<long long>(r.sub_items[vision]),
+              static_cast<long long>(r.sub_items[audio]), static_cast<long long>(r.tokens),
+              static_cast<long long>(r.parameters), num_encoders, r.alltoalls_per_step, r.loss_b,
+              r.loss_rel_diff, r.grad_max_rel_diff, tolerance, static_cast<long long>(moved),
+              static_cast<long long>(inter), r.dispatches, r.node_wise_dispatches,
+              1e3 * r.plan_seconds);
+  for (std::size_t i = 0; i < r.stages.size(); ++i) {
+    const auto& s = r.stages[i];
+    std::printf("%s{\"name\":\"%s\",\"balancer\":\"%s\",\"imbalance_before\":%.6f,"
+                "\"imbalance_after\":%.6f,\"max_tokens_before\":%lld,\"max_tokens_after\":%lld,"
+                "\"moved_bytes\":%lld,\"inter_node_bytes\":%lld}",
+                i == 0 ? "" : ",", s.name.c_str(), std::string(orchmllm::to_string(s.used)).c_str(),
+                s.imbalance_before, s.imbalance_after, static_cast<long long>(s.max_tokens_before),
+                static_cast<long long>(s.max_tokens_after), static_cast<long long>(s.moved_bytes),
+                static_cast<long long>(s.inter_node_bytes));
+  }
+  std::printf("],\"ok\":%s}\n", passed(r) ? "true" : "false");
+  std::fflush(stdout);
+}
+
+/// --check-gradients: central finite differences of the path (a) loss on ranks 0 and 1's samples
+/// (one process) against the hand-written backward, for every parameter the loss depends on
+/// (position embeddings beyond the longest sequence are skipped: their gradient is exactly 0).
+/// Error of parameter j: |fd_j - g_j| / max(|fd_j|, |g_j|, 1e-4); must be <= 1e-5 everywhere.
+/// Prints one JSON line; returns the exit status.
+int check_gradients(std::uint64_t seed) {
+  std::vector<sample_data> samples = make_rank_data(seed, 0);
+  for (auto& s : make_rank_data(seed, 1)) samples.push_back(std::move(s));
+  std::int64_t tokens = 0, longest = 0, subs[num_encoders] = {0, 0};
+  for (const auto& s : samples) {
+    for (const auto& d : s.subs) ++subs[d.modality];
+    std::int64_t len = static_cast<std::int64_t>(s.text.size());
+    for (const auto& d : s.subs) len += d.tokens();
+    tokens += len;
+    longest = std::max(longest, len);
+  }
+  const double inv_n = 1.0 / static_cast<double>(tokens);
+  model m = init_model(seed);
+  model g;
+  train_local(m, samples, inv_n, g);
+  const auto analytic = g.flatten();
+  auto loss_at = [&](const model& p) {
+    model scratch;
+    return train_local(p, samples, inv_n, scratch) * inv_n;
+  };
+  // Central differences with step 1e-5: truncation error ~1e-10 · |third derivative|, rounding
+  // ~1e-16 · loss / 1e-5 ≈ 1e-10; hence the 1e-4 floor on the denominator (gradients below it
+  // are checked to ~1e-10 absolute).
+  constexpr double eps = 1e-5;
+  constexpr double grad_floor = 1e-4;
+  double worst = 0, worst_abs = 0, worst_value = 0;
+  std::string worst_name;
+  std::int64_t checked = 0;
+  std::size_t at = 0;
+  model::visit(m, [&](const char* name, MatrixXd& x) {
+    for (Eigen::Index i = 0; i < x.size(); ++i, ++at) {
+      if (std::string_view(name) == "pos_emb" && i / hidden >= longest) continue;
+      const double keep = x.data()[i];
+      x.data()[i] = keep + eps;
+      const double up = loss_at(m);
+      x.data()[i] = keep - eps;
+      const double down = loss_at(m);
+      x.data()[i] = keep;
+      const double fd = (up - down) / (2 * eps);
+      const double abs_err = std::abs(fd - analytic[at]);
+      const double e = abs_err / std::max({std::abs(fd), std::abs(analytic[at]), grad_floor});
+      ++checked;
+      worst_abs = std::max(worst_abs, abs_err);
+      if (!(e <= worst)) {
+        worst = e;
+        worst_name = name + std::string("[") + std::to_string(i) + "]";
+        worst_value = analytic[at];
+      }
+    }
+  });
+  const bool ok = worst <= 1e-5;
+  std::printf("{\"check\":\"gradients\",\"samples\":%zu,\"images\":%lld,\"audio_clips\":%lld,"
+              "\"tokens\":%lld,\"checked\":%lld,"
+              "\"max_rel_error\":%.3e,\"worst\":\"%s\",\"worst_gradient\":%.6e,"
+              "\"max_abs_error\":%.3e,\"ok\":%s}\n",
+              samples.size(), static_cast<long long>(subs[vision]),
+              static_cast<long long>(subs[audio]), static_cast<long long>(tokens),
+              static_cast<long long>(checked), worst, worst_name.c_str(), worst_value, worst_abs, ok ? "true" : "false");
+  return ok ? 0 : 1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Command line
+// ---------------------------------------------------------------------------------------------
+
+struct args {
+  std::string backend;  // "", "local" or "mpi"
+  rank_t ranks = 8;
+  bool ranks_given = false;
+  std::optional<rank_t> ranks_per_node;
+  std::uint64_t seed = 1;
+  bool check = false;
+};
+
+constexpr const char* usage_text =
+    "usage: mpirun -np N mllm_training [--ranks-per-node G] [--seed S]\n"
+    "       mllm_training --backend local --ranks N [--ranks-per-node G] [--seed S]\n"
+    "       mllm_training --check-gradients [--seed S]";
+
+std::string parse(int argc, char** argv, args& a) {
+  auto integer = [](const char* text, long long lo, long long hi, long long& v) {
+    char* end = nullptr;
+    errno = 0;
+    v = std::strtoll(text, &end, 10);
+    return errno == 0 && end != text && *end == '\0' && v >= lo && v <= hi;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    if (flag == "-h" || flag == "--help") return "help";
+    if (flag == "--check-gradients") {
+      a.check = true;
+      continue;
+    }
+    if (i + 1 >= argc) return "missing value after " + std::string(flag);
+    const char* value = argv[++i];
+    long long v = 0;
+    if (flag == "--backend") {
+      if (std::string_view(value) != "local" && std::string_view(value) != "mpi")
+        return "--backend must be local or mpi, not '" + std::string(value) + "'";
+      a.backend = value;
+    } else if (flag == "--ranks") {
+      if (!integer(value, 1, 4096, v)) return "--ranks needs an integer in [1, 4096]";
+      a.ranks = static_cast<rank_t>(v);
+      a.ranks_given = true;
+    } else if (flag == "--ranks-per-node") {
+      if (!integer(value, 0, 1 << 24, v)) return "--ranks-per-node needs an integer >= 0";
+      a.ranks_per_node = static_cast<rank_t>(v);
+    } else if (flag == "--seed") {
+      if (!integer(value, 0, INT64_MAX, v)) return "--seed needs a non-negative integer";
+      a.seed = static_cast<std::uint64_t>(v);
+    } else {
+      return "unknown option " + std::string(flag);
+    }
+  }
+  return "";
+}
+
+bool launched_by_mpi() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(var) != nullptr) return true;
+  return false;
+}
+
+int run_local(const args& a) {
+  std::optional<step_result> result;
+  std::mutex mu;
+  orchmllm::local::run_options opts;
+  opts.ranks_per_node = a.ranks_per_node.value_or(4);
+  orchmllm::local::run(
+      a.ranks,
+      [&](orchmllm::local::communicator& comm) {
+        auto r = run_rank(comm, a.seed);
+        if (comm.rank() == 0) {
+          std::lock_guard lock(mu);
+          result = std::move(r);
+        }
+      },
+      opts);
+  print(*result, "local", a.seed);
+  return passed(*result) ? 0 : 1;
+}
+
+#if defined(ORCHMLLM_HAS_MPI)
+int run_mpi(int argc, char** argv, const args& a) {
+  orchmllm::mpi::environment env(&argc, &argv);
+  int world_rank = 0, world_size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (a.ranks_given && a.ranks != world_size) {
+    if (world_rank == 0)
+      std::fprintf(stderr, "mllm_training: --ranks %d but the MPI world has %d ranks\n", a.ranks,
+                   world_size);
+    return 2;
+  }
+  try {
+    orchmllm::mpi::communicator::options copts;
+    copts.ranks_per_node = a.ranks_per_node.value_or(0);
+    orchmllm::mpi::communicator comm(MPI_COMM_WORLD, copts);
+    const auto r = run_rank(comm, a.seed);  // identical on every rank
+    if (comm.rank() == 0) print(r, "mpi", a.seed);
+    return passed(r) ? 0 : 1;
+  } catch (const orchmllm::error& e) {
+    // The library raises its errors on every rank together (collective agreement).
+    if (world_rank == 0) std::fprintf(stderr, "mllm_training: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mllm_training: rank %d: %s\n", world_rank, e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return 1;
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  args a;
+  if (const auto problem = parse(argc, argv, a); !problem.empty()) {
+    if (problem == "help") {
+      std::printf("%s\n", usage_text);
+      return 0;
+    }
+    std::fprintf(stderr, "mllm_training: %s\n%s\n", problem.c_str(), usage_text);
+    return 2;
+  }
+  try {
+    if (a.check) return check_gradients(a.seed);
+    std::string backend = a.backend;
+#if defined(ORCHMLLM_HAS_MPI)
+    if (backend.empty()) backend = launched_by_mpi() ? "mpi" : "local";
+    if (backend == "mpi") return run_mpi(argc, argv, a);
+#else
+    if (backend == "mpi") {
+      std::fprintf(stderr, "mllm_training: built without MPI (ORCHMLLM_ENABLE_MPI=OFF)\n");
+      return 2;
+    }
+    (void)launched_by_mpi;
+#endif
+    return run_local(a);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mllm_training: %s\n", e.what());
+    return 1;
+  }
+}
