@@ -23,13 +23,16 @@
 #include "tool/dispatch.hpp"
 #include "tool/generate.hpp"
 #include "tool/plan.hpp"
+#include "tool/simulate.hpp"
+#include "tool/workload.hpp"
 
 namespace orchmllm::tool {
 
 /// Every subcommand, in the order `help` lists them.
 inline const std::vector<const command*>& commands() {
-  static const std::vector<const command*> all = {&generate_command(), &plan_command(),
-                                                  &compare_command(), &dispatch_command()};
+  static const std::vector<const command*> all = {&generate_command(), &workload_command(),
+                                                  &plan_command(), &compare_command(),
+                                                  &dispatch_command(), &simulate_command()};
   return all;
 }
 
@@ -68,7 +71,7 @@ inline std::string general_help() {
 inline int run(std::span<const std::string> args, std::ostream& out, std::ostream& err) {
   const std::string prefix = std::string(program_name) + ": ";
   const std::string usage = "usage: " + std::string(program_name) +
-                            " generate|plan|compare|dispatch|help [FLAGS] (see '" +
+                            " generate|workload|plan|compare|dispatch|simulate|help [FLAGS] (see '" +
                             std::string(program_name) + " help')";
   if (args.empty()) {
     err << prefix << "missing subcommand\n" << usage << "\n";

@@ -12,6 +12,8 @@
 #            run; --mapping transport without it exits 2.
 # bad_input: malformed ITEMS.csv and infeasible caps exit 2 with a one-line message naming the
 #            line/value, print nothing on stdout and leave no output (or temporary) file.
+# simulate:  workload writes the three stage files; simulate prints one JSON object per
+#            scenario (simulated: true, mfu, overhead_fraction); unknown names exit 2.
 # usage:     usage mistakes exit 2 with a usage line; --help exits 0.
 # dispatch:  generate -> plan -> dispatch --backend local on 8 ranks faked as 4 nodes of 2
 #            (--gpus-per-node 2), every schedule: one JSON line, verified true, the requested
@@ -154,6 +156,26 @@ elseif(CASE STREQUAL "bad_input")
     message(FATAL_ERROR "a failed run modified the existing output file")
   endif()
   expect_dir_contents(items.csv plan.csv)
+
+elseif(CASE STREQUAL "simulate")
+  run(0 workload --name omni-pretrain --ranks 16 --samples-per-rank 2 --out-dir w)
+  expect_match("${OUT}" "^\\{\"workload\":\"omni-pretrain\",\"ranks\":16," "workload stdout")
+  foreach(_f vision audio llm)
+    file(STRINGS "${WORK_DIR}/w/${_f}.csv" _rows LIMIT_COUNT 1)
+    expect_match("${_rows}" "^rank,slot,length,bytes$" "${_f}.csv header")
+  endforeach()
+  run(2 workload --name no-such --ranks 16 --out-dir w2)
+  expect_match("${ERR}" "--name" "unknown workload")
+  foreach(_s none llm-only per-stage full beyond)
+    run(0 simulate --workload omni-pretrain --ranks 32 --gpus-per-node 8 --scenario ${_s}
+           --samples-per-rank 2)
+    expect_match("${OUT}" "^\\{\"simulated\":true,\"scenario\":\"${_s}\"" "simulate ${_s}")
+    expect_match("${OUT}" "\"mfu\":[0-9.e-]+," "simulate ${_s} mfu")
+    expect_match("${OUT}" "\"overhead_fraction\":[0-9.e-]+," "simulate ${_s} overhead")
+  endforeach()
+  run(2 simulate --workload vl-sft --ranks 32 --gpus-per-node 8 --scenario fastest)
+  expect_match("${ERR}" "--scenario" "unknown scenario")
+  expect_dir_contents(w)
 
 elseif(CASE STREQUAL "usage")
   run(0 --help)

@@ -1,0 +1,468 @@
+// Tests of the step simulator (bench/common/simulator.hpp) and of `orchmllm-bench simulate`
+// (bench/tool/simulate.hpp): exact compute figures on a hand-made batch, the all-to-all count
+// and the guarantees each scenario has (and only those), determinism, bad options, and the
+// subcommand's JSON keys and exit codes.
+
+#include "common/simulator.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tool/simulate.hpp"
+
+using namespace orchmllm;
+using namespace orchmllm::bench;
+
+namespace {
+
+// Four ranks on two nodes of two; both modalities; rank 3 has no sub-item.
+workload_batch tiny_batch() {
+  workload_batch w;
+  w.options.name = workload_name::omni_pretrain;
+  w.options.ranks = 4;
+  w.options.samples_per_rank = 2;
+  w.ranks.resize(4);
+  w.ranks[0].text_tokens = {10, 20};
+  w.ranks[0].sub_items = {{vision_modality, 0, 64, 64, 16}, {audio_modality, 1, 1500, 300, 75}};
+  w.ranks[1].text_tokens = {5};
+  w.ranks[1].sub_items = {{vision_modality, 0, 256, 256, 64}, {vision_modality, 0, 16, 16, 4}};
+  w.ranks[2].text_tokens = {30, 7};
+  w.ranks[2].sub_items = {{audio_modality, 0, 3000, 3500, 875}};
+  w.ranks[3].text_tokens = {1};
+  return w;
+}
+
+sim_options tiny_options(scenario s) {
+  sim_options o;
+  o.workload = tiny_batch().options;
+  o.gpus_per_node = 2;
+  o.which = s;
+  return o;
+}
+
+sim_options omni_options(scenario s, std::int64_t ranks = 32) {
+  sim_options o;
+  o.workload.name = workload_name::omni_pretrain;
+  o.workload.ranks = ranks;
+  o.workload.samples_per_rank = 4;
+  o.workload.seed = 3;
+  o.gpus_per_node = 4;
+  o.which = s;
+  return o;
+}
+
+const stage_figures& stage(const sim_result& r, std::string_view name) {
+  for (const auto& s : r.stages)
+    if (s.name == name) return s;
+  const std::string msg = "no stage " + std::string(name);
+  FAIL(msg);
+  return r.stages.front();
+}
+
+const transfer_figures& transfer(const sim_result& r, std::string_view name) {
+  for (const auto& t : r.transfers)
+    if (t.name == name) return t;
+  const std::string msg = "no transfer " + std::string(name);
+  FAIL(msg);
+  return r.transfers.front();
+}
+
+// Every deterministic figure of two results is equal (plan_seconds excluded).
+void check_same(const sim_result& a, const sim_result& b) {
+  CHECK(a.unoverlapped_plan_seconds == 0);  // planning fits under the compute here
+  CHECK(b.unoverlapped_plan_seconds == 0);
+  CHECK(a.step_seconds == b.step_seconds);
+  CHECK(a.compute_seconds == b.compute_seconds);
+  CHECK(a.comm_seconds == b.comm_seconds);
+  CHECK(a.metadata_seconds == b.metadata_seconds);
+  CHECK(a.mfu == b.mfu);
+  CHECK(a.overhead_fraction == b.overhead_fraction);
+  CHECK(a.model_flops == b.model_flops);
+  CHECK(a.inter_node_bytes == b.inter_node_bytes);
+  CHECK(a.moved_bytes == b.moved_bytes);
+  CHECK(a.alltoalls == b.alltoalls);
+  REQUIRE(a.stages.size() == b.stages.size());
+  for (std::size_t i = 0; i < a.stages.size(); ++i) {
+    CHECK(a.stages[i].name == b.stages[i].name);
+    CHECK(a.stages[i].imbalance == b.stages[i].imbalance);
+    CHECK(a.stages[i].seconds == b.stages[i].seconds);
+  }
+  REQUIRE(a.transfers.size() == b.transfers.size());
+  for (std::size_t i = 0; i < a.transfers.size(); ++i) {
+    CHECK(a.transfers[i].name == b.transfers[i].name);
+    CHECK(a.transfers[i].moved_bytes == b.transfers[i].moved_bytes);
+    CHECK(a.transfers[i].inter_node_bytes == b.transfers[i].inter_node_bytes);
+    CHECK(a.transfers[i].seconds == b.transfers[i].seconds);
+    CHECK(a.transfers[i].used == b.transfers[i].used);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("models and scenario names") {
+  const auto m7 = model_by_name("7b");
+  CHECK(m7.name == "7b");
+  CHECK(m7.llm.hidden == 4096);
+  CHECK(m7.llm.vocab == 32000);
+  CHECK(m7.output_row_bytes() == 8192);
+  CHECK(m7.vision.hidden == 1280);
+  CHECK_FALSE(m7.vision.causal);
+  CHECK(m7.audio.heads == 20);
+  const auto m72 = model_by_name("72b");
+  CHECK(m72.llm.hidden == 8192);
+  CHECK(m72.llm.layers == 80);
+  CHECK(m72.llm.kv_heads == 8);
+  CHECK(m72.llm.vocab == 152064);
+  CHECK(m72.output_row_bytes() == 16384);
+  CHECK_THROWS_AS((void)model_by_name("13b"), invalid_argument_error);
+  for (auto s : all_scenarios) CHECK(parse_scenario(to_string(s)) == s);
+  CHECK(to_string(scenario::llm_only) == "llm-only");
+  CHECK(to_string(scenario::per_stage) == "per-stage");
+  CHECK_THROWS_AS((void)parse_scenario("llm_only"), invalid_argument_error);
+}
+
+TEST_CASE("none: the compute figures follow the formula exactly and nothing moves") {
+  const auto w = tiny_batch();
+  const auto o = tiny_options(scenario::none);
+  const auto r = simulate(w, o);
+  const transformer_flops_cost fv(o.model.vision), fa(o.model.audio), fl(o.model.llm);
+  const double rate = o.peak_flops * o.achievable;
+  // Per-rank loads, written out by hand from tiny_batch().
+  const std::vector<double> vision = {fv(64), fv(256) + fv(16), 0, 0};
+  const std::vector<double> audio = {1.0 * fa(1500), 0, 1.0 * fa(3000), 0};
+  const std::vector<double> llm = {fl(10 + 16) + fl(20 + 75), fl(5 + 64 + 4), fl(30 + 875) + fl(7),
+                                   fl(1)};
+  auto seconds = [&](const std::vector<double>& l) {
+    return *std::max_element(l.begin(), l.end()) / rate;
+  };
+  auto imbalance = [&](const std::vector<double>& l) {
+    double sum = 0;
+    for (double x : l) sum += x;
+    return *std::max_element(l.begin(), l.end()) / (sum / 4);
+  };
+  REQUIRE(r.stages.size() == 3);
+  CHECK(r.stages[0].name == "vision");
+  CHECK(r.stages[1].name == "audio");
+  CHECK(r.stages[2].name == "llm");
+  CHECK(stage(r, "vision").seconds == seconds(vision));
+  CHECK(stage(r, "audio").seconds == seconds(audio));
+  CHECK(stage(r, "llm").seconds == seconds(llm));
+  CHECK(stage(r, "vision").imbalance == imbalance(vision));
+  CHECK(stage(r, "audio").imbalance == imbalance(audio));
+  CHECK(stage(r, "llm").imbalance == imbalance(llm));
+  CHECK(r.compute_seconds == seconds(vision) + seconds(audio) + seconds(llm));
+  double flops = fv(64) + fv(256) + fv(16) + fa(1500) + fa(3000);
+  for (double x : llm) flops += x;
+  CHECK(r.model_flops == doctest::Approx(flops).epsilon(1e-14));
+  CHECK(r.comm_seconds == 0);
+  CHECK(r.moved_bytes == 0);
+  CHECK(r.inter_node_bytes == 0);
+  CHECK(r.alltoalls == 0);
+  CHECK(r.transfers.empty());
+  CHECK(r.plan_seconds == 0);
+  CHECK(r.metadata_seconds == 0);
+  CHECK(r.step_seconds == r.compute_seconds);
+  CHECK(r.overhead_fraction == 0);
+  CHECK(r.mfu == r.model_flops / (r.step_seconds * 4 * o.peak_flops));
+  CHECK(r.ranks == 4);
+  CHECK(r.nodes == 2);
+  CHECK(r.encoder_stages == 2);
+}
+
+TEST_CASE("all-to-alls: 0 / 2K+1 / 5K+1 / 3K+1 / 3K+1, K = encoder stages with items") {
+  const auto w = tiny_batch();
+  const int expected[] = {0, 5, 11, 7, 7};  // K = 2
+  for (std::size_t i = 0; i < all_scenarios.size(); ++i) {
+    CAPTURE(to_string(all_scenarios[i]));
+    const auto r = simulate(w, tiny_options(all_scenarios[i]));
+    CHECK(r.alltoalls == expected[i]);
+    CHECK(static_cast<int>(r.transfers.size()) == r.alltoalls);
+  }
+  // vl-sft has no audio: K = 1.
+  sim_options o;
+  o.workload.name = workload_name::vl_sft;
+  o.workload.ranks = 16;
+  o.workload.samples_per_rank = 4;
+  const auto vl = make_workload(o.workload);
+  const int expected_vl[] = {0, 3, 6, 4, 4};
+  for (std::size_t i = 0; i < all_scenarios.size(); ++i) {
+    CAPTURE(to_string(all_scenarios[i]));
+    o.which = all_scenarios[i];
+    const auto r = simulate(vl, o);
+    CHECK(r.encoder_stages == 1);
+    CHECK(r.alltoalls == expected_vl[i]);
+    CHECK(stage(r, "audio").seconds == 0);
+    CHECK(stage(r, "audio").imbalance == 1);
+  }
+  // The transfers of each scheme.
+  const auto per_stage = simulate(w, tiny_options(scenario::per_stage));
+  for (const char* n : {"vision.input", "vision.output.to_origin", "vision.output.to_llm",
+                        "vision.gradient.to_origin", "vision.gradient.to_encoder", "text"})
+    CHECK(transfer(per_stage, n).seconds >= 0);
+  const auto llm_only = simulate(w, tiny_options(scenario::llm_only));
+  for (const char* n :
+       {"vision.output", "vision.gradient", "audio.output", "audio.gradient", "text"})
+    CHECK(transfer(llm_only, n).seconds >= 0);
+}
+
+TEST_CASE("transfer figures are the route model's and the plan's bytes") {
+  const auto w = tiny_batch();
+  const auto o = tiny_options(scenario::full);
+  const auto r = simulate(w, o);
+  // Recompute the text all-to-all independently from plan_step.
+  const auto meta = make_step_metadata(w.ranks, 2);
+  const auto topo = topology::uniform(4, 2);
+  const auto step = plan_step(make_declarations(o.model, scenario::full), meta, topo);
+  std::vector<std::int64_t> text;
+  for (auto t : meta.text_tokens) text.push_back(8 * t);
+  const auto rt = route::build(step.llm, text, topo, 0, schedule::automatic);
+  CHECK(transfer(r, "text").seconds == rt.predicted_seconds());
+  std::int64_t moved = 0, inter = 0;
+  for (rank_t s = 0; s < 4; ++s)
+    for (auto g = meta.sample_offsets[static_cast<std::size_t>(s)];
+         g < meta.sample_offsets[static_cast<std::size_t>(s) + 1]; ++g) {
+      const auto to = step.llm.destination_of(g).rank;
+      if (to != s) moved += text[static_cast<std::size_t>(g)];
+      if (topo.node_of(to) != topo.node_of(s)) inter += text[static_cast<std::size_t>(g)];
+    }
+  CHECK(transfer(r, "text").moved_bytes == moved);
+  CHECK(transfer(r, "text").inter_node_bytes == inter);
+  // Sums and the step.
+  double comm = 0;
+  std::int64_t all_moved = 0, all_inter = 0;
+  for (const auto& t : r.transfers) {
+    comm += t.seconds;
+    all_moved += t.moved_bytes;
+    all_inter += t.inter_node_bytes;
+  }
+  CHECK(r.comm_seconds == comm);
+  CHECK(r.moved_bytes == all_moved);
+  CHECK(r.inter_node_bytes == all_inter);
+  // Metadata all-gather: ⌈log2 4⌉ · 10 µs + (48·4 + 8·(6 + 5·5)) · 3/4 / 48e9.
+  CHECK(r.metadata_seconds ==
+        doctest::Approx(2 * 10e-6 + (48.0 * 4 + 8.0 * (6 + 5 * 5)) * 0.75 / 48e9).epsilon(1e-12));
+  CHECK(r.plan_seconds == r.plan_step_seconds + r.route_seconds);
+  CHECK(r.unoverlapped_plan_seconds ==
+        std::max(0.0, r.metadata_seconds + r.plan_seconds - r.compute_seconds));
+  CHECK(r.step_seconds == r.compute_seconds + r.comm_seconds + r.unoverlapped_plan_seconds);
+  CHECK(r.overhead_fraction == (r.comm_seconds + r.unoverlapped_plan_seconds) / r.step_seconds);
+  CHECK(r.mfu == r.model_flops / (r.step_seconds * 4 * o.peak_flops));
+}
+
+TEST_CASE("scenarios keep the guarantees of their balancers and mappings") {
+  const auto o = omni_options(scenario::none);
+  const auto w = make_workload(o.workload);
+  std::vector<sim_result> r;
+  for (auto s : all_scenarios) {
+    auto so = o;
+    so.which = s;
+    r.push_back(simulate(w, so));
+  }
+  const auto &none = r[0], &llm_only = r[1], &per_stage = r[2], &full = r[3], &beyond = r[4];
+  REQUIRE(full.encoder_stages == 2);
+  // Useful work is the same everywhere; mfu follows it exactly.
+  for (const auto& x : r) {
+    CHECK(x.model_flops == none.model_flops);
+    CHECK(x.mfu == x.model_flops / (x.step_seconds * 32 * o.peak_flops));
+  }
+  // llm-only leaves the encoders where they were.
+  CHECK(stage(llm_only, "vision").seconds == stage(none, "vision").seconds);
+  CHECK(stage(llm_only, "audio").seconds == stage(none, "audio").seconds);
+  // Same bins in per-stage and full (same balancer on the same layouts; mappings only permute).
+  for (const char* n : {"vision", "audio", "llm"}) {
+    CHECK(stage(per_stage, n).seconds == stage(full, n).seconds);
+    CHECK(stage(per_stage, n).imbalance == stage(full, n).imbalance);
+  }
+  CHECK(stage(llm_only, "llm").seconds == stage(full, "llm").seconds);
+  // transport minimises inter-node bytes over all bijections of the same bins; the encoder
+  // input all-to-all carries exactly the bytes the mapping counted.
+  for (const char* n : {"vision.input", "audio.input"}) {
+    CAPTURE(n);
+    CHECK(transfer(full, n).inter_node_bytes <= transfer(per_stage, n).inter_node_bytes);
+  }
+  const double eps = 1 + 1e-12;
+  // Padded audio: `automatic` runs the exact padded algorithm, optimal, so never above the
+  // sampled placement. Packed stages: automatic is never worse than lpt, which is within
+  // 4/3 − 1/(3d) of the optimum (Graham), itself at most the sampled placement.
+  CHECK(stage(full, "audio").seconds <= stage(none, "audio").seconds * eps);
+  const double graham = 4.0 / 3.0 - 1.0 / (3.0 * 32);
+  for (const char* n : {"vision", "llm"})
+    CHECK(stage(full, n).seconds <= graham * stage(none, n).seconds * eps);
+  // locality: makespan within its tolerance (0.001) of automatic's.
+  for (const char* n : {"vision", "audio", "llm"})
+    CHECK(stage(beyond, n).seconds <= stage(full, n).seconds * 1.001 * eps);
+  // per-stage moves encoder outputs and gradients twice: more all-to-alls than full.
+  CHECK(per_stage.alltoalls == 11);
+  CHECK(full.alltoalls == 7);
+  CHECK(none.comm_seconds == 0);
+  CHECK(none.inter_node_bytes == 0);
+}
+
+TEST_CASE("determinism: everything but plan_seconds repeats") {
+  const auto w = make_workload(omni_options(scenario::none, 16).workload);
+  for (auto s : all_scenarios) {
+    CAPTURE(to_string(s));
+    auto o = omni_options(s, 16);
+    o.sched = s == scenario::full ? schedule::node_wise : schedule::automatic;
+    check_same(simulate(w, o), simulate(w, o));
+  }
+  // The generating overload simulates the same batch.
+  const auto o = omni_options(scenario::beyond, 16);
+  check_same(simulate(o), simulate(w, o));
+}
+
+TEST_CASE("schedules and bandwidths change only the communication figures") {
+  const auto w = tiny_batch();
+  auto o = tiny_options(scenario::full);
+  o.sched = schedule::direct;
+  const auto direct = simulate(w, o);
+  for (const auto& t : direct.transfers) CHECK(t.used == schedule::direct);
+  o.links.inter_bandwidth /= 4;
+  const auto slow = simulate(w, o);
+  CHECK(slow.compute_seconds == direct.compute_seconds);
+  CHECK(slow.inter_node_bytes == direct.inter_node_bytes);
+  CHECK(slow.comm_seconds > direct.comm_seconds);
+  o = tiny_options(scenario::full);
+  o.achievable = 0.25;
+  const auto half = simulate(w, o);
+  CHECK(half.compute_seconds == doctest::Approx(2 * direct.compute_seconds).epsilon(1e-12));
+}
+
+TEST_CASE("bad options throw invalid_argument_error") {
+  const auto w = tiny_batch();
+  auto bad = [&](auto change) {
+    auto o = tiny_options(scenario::full);
+    change(o);
+    CHECK_THROWS_AS((void)simulate(w, o), invalid_argument_error);
+  };
+  bad([](sim_options& o) { o.gpus_per_node = 0; });
+  bad([](sim_options& o) { o.peak_flops = 0; });
+  bad([](sim_options& o) { o.peak_flops = std::numeric_limits<double>::quiet_NaN(); });
+  bad([](sim_options& o) { o.achievable = 0; });
+  bad([](sim_options& o) { o.achievable = 1.5; });
+  bad([](sim_options& o) { o.links.inter_bandwidth = 0; });
+  bad([](sim_options& o) { o.model.llm.heads = 3; });  // does not divide hidden
+  auto o = tiny_options(scenario::full);
+  CHECK_THROWS_AS((void)simulate(workload_batch{}, o), invalid_argument_error);
+  auto malformed = w;
+  malformed.ranks[1].sub_items[0].modality = 2;  // only vision and audio exist
+  CHECK_THROWS_AS((void)simulate(malformed, o), invalid_argument_error);
+  o.workload.ranks = 0;
+  CHECK_THROWS_AS((void)simulate(o), invalid_argument_error);
+}
+
+TEST_CASE("orchmllm-bench simulate: JSON keys and exit codes") {
+  auto run = [](std::vector<std::string> args, std::string& out, std::string& err) {
+    std::ostringstream o, e;
+    int rc = 0;
+    try {
+      const auto parsed = tool::parse_flags(tool::simulate_command().flags, args);
+      rc = tool::run_simulate(parsed, o, e);
+    } catch (const tool::usage_error& x) {  // what tool::run turns into exit 2
+      e << x.what();
+      rc = tool::exit_error;
+    }
+    out = o.str();
+    err = e.str();
+    return rc;
+  };
+  // The message line (the usage line after it names every flag).
+  auto first_line = [](const std::string& text) { return text.substr(0, text.find('\n')); };
+  std::string out, err;
+  REQUIRE(run({"--workload", "omni-pretrain", "--ranks", "16", "--gpus-per-node", "8", "--scenario",
+               "full", "--samples-per-rank", "2", "--seed", "5", "--model", "72b", "--schedule",
+               "node-wise", "--achievable", "0.4"},
+              out, err) == 0);
+  CHECK(err.empty());
+  CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+  for (const char* key : {"\"simulated\":true",
+                          "\"scenario\":\"full\"",
+                          "\"workload\":\"omni-pretrain\"",
+                          "\"ranks\":16",
+                          "\"gpus_per_node\":8",
+                          "\"nodes\":2",
+                          "\"model\":\"72b\"",
+                          "\"seed\":5",
+                          "\"samples_per_rank\":2",
+                          "\"schedule\":\"node-wise\"",
+                          "\"achievable\":0.4",
+                          "\"step_seconds\":",
+                          "\"compute_seconds\":",
+                          "\"comm_seconds\":",
+                          "\"plan_seconds\":",
+                          "\"plan_step_seconds\":",
+                          "\"route_seconds\":",
+                          "\"overhead_fraction\":",
+                          "\"mfu\":",
+                          "\"inter_node_bytes\":",
+                          "\"moved_bytes\":",
+                          "\"alltoalls\":7",
+                          "\"stages\":[{\"name\":\"vision\",\"imbalance\":",
+                          "{\"name\":\"audio\",\"imbalance\":",
+                          "{\"name\":\"llm\",\"imbalance\":",
+                          "\"transfers\":[{\"name\":\"vision.input\""}) {
+    CAPTURE(key);
+    CHECK(out.find(key) != std::string::npos);
+  }
+  // The same figures as the library call.
+  sim_options o;
+  o.workload.name = workload_name::omni_pretrain;
+  o.workload.ranks = 16;
+  o.workload.samples_per_rank = 2;
+  o.workload.seed = 5;
+  o.gpus_per_node = 8;
+  o.which = scenario::full;
+  o.model = model_by_name("72b");
+  o.sched = schedule::node_wise;
+  o.achievable = 0.4;
+  const auto r = simulate(o);
+  CHECK(out.find("\"compute_seconds\":" + tool::json_number(r.compute_seconds)) !=
+        std::string::npos);
+  CHECK(out.find("\"inter_node_bytes\":" + std::to_string(r.inter_node_bytes)) !=
+        std::string::npos);
+
+  // Defaults: model 7b, schedule auto, 8 samples per rank.
+  REQUIRE(
+      run({"--workload", "vl-sft", "--ranks", "8", "--gpus-per-node", "4", "--scenario", "none"},
+          out, err) == 0);
+  CHECK(out.find("\"model\":\"7b\"") != std::string::npos);
+  CHECK(out.find("\"schedule\":\"auto\"") != std::string::npos);
+  CHECK(out.find("\"samples_per_rank\":8") != std::string::npos);
+  CHECK(out.find("\"alltoalls\":0") != std::string::npos);
+
+  // Usage errors: exit 2, nothing on stdout, the message names the flag.
+  const std::vector<std::string> base = {"--workload", "vl-sft",          "--ranks",
+                                         "8",          "--gpus-per-node", "4"};
+  auto usage = [&](std::vector<std::string> extra, const std::string& flag) {
+    CAPTURE(flag);
+    auto args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    CHECK(run(args, out, err) == tool::exit_error);
+    CHECK(out.empty());
+    CHECK(first_line(err).find(flag) != std::string::npos);
+  };
+  usage({}, "--scenario");  // missing
+  usage({"--scenario", "all"}, "--scenario");
+  usage({"--scenario", "full", "--model", "13b"}, "--model");
+  usage({"--scenario", "full", "--schedule", "ring"}, "--schedule");
+  usage({"--scenario", "full", "--achievable", "1.5"}, "--achievable");
+  usage({"--scenario", "full", "--achievable", "0"}, "--achievable");
+  usage({"--scenario", "full", "--inter-bandwidth", "-1"}, "--inter-bandwidth");
+  usage({"--scenario", "full", "--samples-per-rank", "-1"}, "--samples-per-rank");
+  CHECK(run({"--workload", "vl-sft", "--ranks", "0", "--gpus-per-node", "4", "--scenario", "full"},
+            out, err) == tool::exit_error);
+  CHECK(first_line(err).find("--ranks") != std::string::npos);
+  CHECK(run({"--workload", "text", "--ranks", "8", "--gpus-per-node", "4", "--scenario", "full"},
+            out, err) == tool::exit_error);
+  CHECK(first_line(err).find("--workload") != std::string::npos);
+  CHECK(run({"--workload", "vl-sft", "--ranks", "8", "--gpus-per-node", "0", "--scenario", "full"},
+            out, err) == tool::exit_error);
+  CHECK(first_line(err).find("--gpus-per-node") != std::string::npos);
+}
