@@ -38,6 +38,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/models.hpp"
 #include "common/workload.hpp"
 #include "orchmllm/backend/mpi/communicator.hpp"
 #include "orchmllm/comm/dispatch.hpp"
@@ -256,15 +257,8 @@ int main(int argc, char** argv) {
     for (orchmllm::rank_t r = 0; r < d; ++r) nodes[static_cast<std::size_t>(r)] = comm.node_of(r);
     const orchmllm::topology topo(std::move(nodes));
 
-    // Cost models as in examples/orchmllm_demo.cpp.
-    orchmllm::transformer_config vit;
-    vit.hidden = 1280;
-    vit.layers = 32;
-    vit.heads = 16;
-    vit.ffn_hidden = 5120;
-    vit.gated_ffn = false;
-    vit.causal = false;
-    const orchmllm::transformer_flops_cost vit_cost(vit);
+    // Cost models as in examples/orchmllm_demo.cpp (bench/common/models.hpp).
+    const orchmllm::transformer_flops_cost vit_cost(orchmllm::bench::vit_600m());
     const orchmllm::transformer_flops_cost llm_cost(orchmllm::transformer_config{});
 
     bool ok = true;

@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/models.hpp"
 #include "common/workload.hpp"
 #include "orchmllm/orchmllm.hpp"
 
@@ -110,15 +111,8 @@ int main(int argc, char** argv) {
     const auto batch = orchmllm::bench::make_multimodal_batch(spec);
 
     // Qwen2-VL ViT-600M-like: width 1280, 32 blocks, 16 heads, MLP 5120 (not gated), full
-    // attention over the patches of one image, forward + backward.
-    orchmllm::transformer_config vit;
-    vit.hidden = 1280;
-    vit.layers = 32;
-    vit.heads = 16;
-    vit.ffn_hidden = 5120;
-    vit.gated_ffn = false;
-    vit.causal = false;
-    const orchmllm::transformer_flops_cost vit_cost(vit);
+    // attention over the patches of one image, forward + backward (bench/common/models.hpp).
+    const orchmllm::transformer_flops_cost vit_cost(orchmllm::bench::vit_600m());
     // LLaMA-7B-like backbone: the transformer_config defaults (4096, 32 layers, 32 heads,
     // SwiGLU 11008, causal).
     const orchmllm::transformer_flops_cost llm_cost(orchmllm::transformer_config{});

@@ -63,6 +63,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/models.hpp"
 #include "common/workloads.hpp"
 #include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/comm/route.hpp"
@@ -104,39 +105,14 @@ struct model_config {
 /// O(1). Throws `invalid_argument_error` naming an unknown name.
 inline model_config model_by_name(std::string_view name) {
   model_config m;
-  m.vision = transformer_config{.hidden = 1280,
-                                .layers = 32,
-                                .heads = 16,
-                                .kv_heads = 0,
-                                .ffn_hidden = 5120,
-                                .gated_ffn = false,
-                                .causal = false,
-                                .vocab = 0,
-                                .passes = 3.0};
-  m.audio = transformer_config{.hidden = 1280,
-                               .layers = 32,
-                               .heads = 20,
-                               .kv_heads = 0,
-                               .ffn_hidden = 5120,
-                               .gated_ffn = false,
-                               .causal = false,
-                               .vocab = 0,
-                               .passes = 3.0};
+  m.vision = vit_600m();
+  m.audio = whisper_encoder();
   if (name == "7b") {
     m.name = "7b";
-    m.llm = transformer_config{};
-    m.llm.vocab = 32000;
+    m.llm = llm_7b();
   } else if (name == "72b") {
     m.name = "72b";
-    m.llm = transformer_config{.hidden = 8192,
-                               .layers = 80,
-                               .heads = 64,
-                               .kv_heads = 8,
-                               .ffn_hidden = 29568,
-                               .gated_ffn = true,
-                               .causal = true,
-                               .vocab = 152064,
-                               .passes = 3.0};
+    m.llm = llm_72b();
   } else {
     ::orchmllm::detail::raise<invalid_argument_error>(
         ::orchmllm::detail::concat("unknown model '", name, "' (expected 7b or 72b)"));

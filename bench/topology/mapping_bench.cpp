@@ -7,7 +7,9 @@
 //          over the cluster, the usual case after balancing;
 //   local: each item stays on its rank with probability 1/2, otherwise goes to a uniformly
 //          random rank (seed 1): a plan with much locality for the mapping to find.
-// Grid: d ∈ {64, 512, 2560}. Rows: BM_transport/<kind>/<d>, BM_identity/<kind>/<d> (the cost
+// Grid: d ∈ {64, 512, 2560}, plus d = 10240 (1,280 nodes) for transport_lpt, transport_local,
+// identity_lpt, vision_identity and vision_transport (the exact solver at scale; the vision
+// rows have ~8 items per bin, vision_transport − vision_identity ≈ the solver's time). Rows: BM_transport/<kind>/<d>, BM_identity/<kind>/<d> (the cost
 // of gathering bytes and building the plan, without the solver).
 // Counters: inter_node = inter-node bytes of the result, identity_inter = those of identity,
 // lower_bound = Σ_b (W_b − max_m w[b][m]), moved = bytes that leave their rank, total = all
@@ -35,6 +37,7 @@
 #include <random>
 #include <vector>
 
+#include "common/models.hpp"
 #include "common/workload.hpp"
 #include "orchmllm/comm/route.hpp"
 #include "orchmllm/balance/balancer.hpp"
@@ -124,16 +127,7 @@ struct vision_input {
   transformer_flops_cost cost;
 };
 
-transformer_flops_cost vit_cost() {
-  transformer_config vit;  // Qwen2-VL ViT-600M-like (as examples/orchmllm_demo.cpp)
-  vit.hidden = 1280;
-  vit.layers = 32;
-  vit.heads = 16;
-  vit.ffn_hidden = 5120;
-  vit.gated_ffn = false;
-  vit.causal = false;
-  return transformer_flops_cost(vit);
-}
+transformer_flops_cost vit_cost() { return transformer_flops_cost(bench::vit_600m()); }
 
 vision_input make_vision(rank_t d) {
   bench::multimodal_spec spec;
@@ -217,5 +211,13 @@ BENCHMARK(BM_vision_locality) ORCHMLLM_MAPPING_ARGS;
 #if defined(ORCHMLLM_HAS_GLPK)
 BENCHMARK(BM_vision_bottleneck_glpk) ORCHMLLM_MAPPING_ARGS;
 #endif
+// d = 10,240 (1,280 nodes): the exact transport solver at scale, few items per bin (vision).
+#define ORCHMLLM_MAPPING_LARGE_ARGS \
+  ->Arg(10240)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()
+BENCHMARK(BM_transport_lpt) ORCHMLLM_MAPPING_LARGE_ARGS;
+BENCHMARK(BM_transport_local) ORCHMLLM_MAPPING_LARGE_ARGS;
+BENCHMARK(BM_identity_lpt) ORCHMLLM_MAPPING_LARGE_ARGS;
+BENCHMARK(BM_vision_identity) ORCHMLLM_MAPPING_LARGE_ARGS;
+BENCHMARK(BM_vision_transport) ORCHMLLM_MAPPING_LARGE_ARGS;
 
 }  // namespace
