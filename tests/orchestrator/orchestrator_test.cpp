@@ -634,6 +634,59 @@ TEST_CASE("plan_step rejects inconsistent inputs") {
   capped.llm.options.limits.max_items = 0;
   orchmllm::test::expect_error<infeasible_error>(
       [&] { (void)orchmllm::plan_step(capped, meta, topology::uniform(2, 0)); }, {"stage 'llm'"});
+  // Several stages infeasible at once: the LLM's error, planned in parallel or not; then the
+  // first encoder's by index.
+  auto two = decl;
+  two.encoders.push_back(encoder_stage{.name = "audio"});
+  local_batch b2 = b;
+  b2.sub_items.push_back(sub_item{.modality = 1, .parent = 0, .encoder_length = 9,
+                                  .input_rows = 1, .llm_tokens = 1});
+  const auto meta2 = orchmllm::make_step_metadata({b2, b2}, 2);
+  for (bool parallel : {true, false}) {
+    CAPTURE(parallel);
+    orchmllm::plan_options po;
+    po.parallel_stages = parallel;
+    auto all = two;
+    for (auto& e : all.encoders) e.options.limits.cap = capacity{capacity::measure::tokens, 3};
+    all.llm.options.limits.cap = capacity{capacity::measure::tokens, 3};
+    orchmllm::test::expect_error<infeasible_error>(
+        [&] { (void)orchmllm::plan_step(all, meta2, topology::uniform(2, 0), po); },
+        {"stage 'llm'"});
+    all.llm.options.limits.cap.reset();
+    orchmllm::test::expect_error<infeasible_error>(
+        [&] { (void)orchmllm::plan_step(all, meta2, topology::uniform(2, 0), po); },
+        {"stage 'vision'"});
+  }
+}
+
+TEST_CASE("plan_step: stages planned in parallel give the serial plans") {
+  std::mt19937_64 rng(777);
+  for (int trial = 0; trial < 60; ++trial) {
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 16));
+    const int k_count = 1 + static_cast<int>(trial % 3);
+    const auto decl = random_decl(rng, k_count);
+    const auto meta = orchmllm::make_step_metadata(random_batches(rng, d, k_count), k_count);
+    const auto topo = random_topology(rng, d);
+    INFO("trial ", trial, ", d = ", d, ", K = ", k_count);
+    orchmllm::plan_options serial;
+    serial.parallel_stages = false;
+    const auto a = orchmllm::plan_step(decl, meta, topo);
+    const auto b = orchmllm::plan_step(decl, meta, topo, serial);
+    CHECK(a.llm == b.llm);
+    REQUIRE(a.encoders.size() == b.encoders.size());
+    for (std::size_t k = 0; k < a.encoders.size(); ++k) {
+      CHECK(a.encoders[k].input == b.encoders[k].input);
+      CHECK(a.encoders[k].output == b.encoders[k].output);
+      CHECK(a.encoders[k].gradient == b.encoders[k].gradient);
+    }
+    REQUIRE(a.stages.size() == b.stages.size());
+    for (std::size_t k = 0; k < a.stages.size(); ++k) {
+      CHECK(a.stages[k].name == b.stages[k].name);
+      CHECK(a.stages[k].makespan_after == b.stages[k].makespan_after);
+      CHECK(a.stages[k].moved_bytes == b.stages[k].moved_bytes);
+      CHECK(a.stages[k].max_bytes_after == b.stages[k].max_bytes_after);
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -56,6 +56,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <future>
 #include <span>
 #include <string>
 #include <utility>
@@ -204,18 +206,29 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
 
 }  // namespace detail
 
+/// Options of `plan_step`.
+struct plan_options {
+  /// Balance and map the K encoder stages on K extra threads while the calling thread plans the
+  /// LLM (the stages are independent). The plans are the same either way; false plans them one
+  /// after another on the calling thread.
+  bool parallel_stages = true;
+};
+
 /// Plans one step: Π_E_k and its routes for every encoder stage, Π_M, and the reports.
 ///
 /// Complexity: the balancers and mappings of K + 1 stages (O(n log n) each for `automatic` +
 /// `transport`, n = items of the stage), plus O(samples + sub-items + d) for the layouts and
-/// routes. Deterministic (see the file comment).
+/// routes; with `parallel_stages` the stage planning takes about the time of the slowest stage
+/// on K + 1 cores. Deterministic (see the file comment), whatever the thread timing.
 ///
 /// Throws `invalid_argument_error` when the declarations are invalid, the metadata's rank
 /// count differs from the topology's, or its modality count differs from K;
 /// `infeasible_error` when a stage's constraints (capacity, item counts) cannot be met — the
-/// message names the stage. Identical inputs throw identically on every rank.
+/// message names the stage. Identical inputs throw identically on every rank: when several
+/// stages fail, the error is the LLM's, else the first encoder's by index. `std::system_error`
+/// when a thread cannot be started.
 inline step_plan plan_step(const stage_declarations& decl, const step_metadata& meta,
-                           const topology& topo) {
+                           const topology& topo, const plan_options& options = {}) {
   const auto start = std::chrono::steady_clock::now();
   decl.validate();
   ORCHMLLM_REQUIRE(meta.ranks == topo.num_ranks(), invalid_argument_error, "metadata of ",
@@ -250,20 +263,54 @@ inline step_plan plan_step(const stage_declarations& decl, const step_metadata& 
       bytes[g] = b;
     }
     out.llm_layout = batch_layout(meta.sample_offsets, std::move(lengths), std::move(bytes));
+  }
+  out.encoders.resize(kc);
+  for (std::size_t k = 0; k < kc; ++k) {
+    const auto& mod = meta.modalities[k];
+    std::vector<std::int64_t> bytes(mod.input_rows.size());
+    for (std::size_t i = 0; i < bytes.size(); ++i)
+      bytes[i] = mod.input_rows[i] * decl.encoders[k].input_row_bytes;
+    out.encoders[k].layout =
+        batch_layout(mod.offsets, mod.encoder_length, std::move(bytes), mod.parent);
+  }
+
+  // Balance and map the K + 1 stages: independent, so the encoders run on their own threads
+  // while this one plans the LLM (each writes only its own plan and report). Errors are raised
+  // in the serial order (LLM, then encoders by index), so every rank and every machine reports
+  // the same one whatever the thread timing.
+  std::vector<std::future<rearrangement>> encoder_plans;
+  encoder_plans.reserve(kc);
+  for (std::size_t k = 0; k < kc; ++k)
+    encoder_plans.push_back(std::async(options.parallel_stages ? std::launch::async
+                                                                : std::launch::deferred,
+                                       [&, k] {
+                                         return in_stage(decl.encoders[k].name, [&] {
+                                           return detail::plan_stage(decl.encoders[k],
+                                                                     out.encoders[k].layout,
+                                                                     topo, out.stages[k]);
+                                         });
+                                       }));
+  std::exception_ptr first_error;
+  try {
     out.llm = in_stage(decl.llm.name, [&] {
       return detail::plan_stage(decl.llm, out.llm_layout, topo, out.stages[kc]);
     });
+  } catch (...) {
+    first_error = std::current_exception();
   }
+  for (std::size_t k = 0; k < kc; ++k) {
+    try {
+      out.encoders[k].input = encoder_plans[k].get();
+    } catch (...) {
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+  if (first_error) std::rethrow_exception(first_error);
 
   const auto moff = out.llm.dst_offsets();
   for (std::size_t k = 0; k < kc; ++k) {
     const auto& mod = meta.modalities[k];
-    const auto& st = decl.encoders[k];
-    auto& er = out.encoders.emplace_back();
-    std::vector<std::int64_t> bytes(mod.input_rows.size());
-    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = mod.input_rows[i] * st.input_row_bytes;
-    er.layout = batch_layout(mod.offsets, mod.encoder_length, std::move(bytes), mod.parent);
-    er.input = in_stage(st.name, [&] { return detail::plan_stage(st, er.layout, topo, out.stages[k]); });
+    auto& er = out.encoders[k];
 
     // L_k and the composed route: walk the LLM ranks' slots in order; each slot's sample hands
     // out the next slots of its modality-k sub-items (in increasing id = original order).
