@@ -248,7 +248,8 @@ inline step_plan plan_step(const stage_declarations& decl, const step_metadata& 
     }
   };
 
-  // LLM stage first: the composed routes need Π_M.
+  // Layouts: the LLM stage over samples (sequence lengths, text and encoder-output bytes), then
+  // one per encoder stage.
   {
     const auto n = static_cast<std::size_t>(meta.num_samples());
     std::vector<std::int64_t> lengths(n), bytes(n);
