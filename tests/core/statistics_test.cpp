@@ -152,6 +152,8 @@ TEST_CASE("statistics: rank_loads before and after, hand example") {
   CHECK(s.ratio == doctest::Approx(6.0 / 5.0));
   CHECK(s.max_tokens == 6);
   CHECK(s.max_bytes == 60);  // rank 0: 10 + 10 + 40
+  CHECK(s.max_tokens_before == 7);  // rank 0 as sampled: 5 + 1 + 1
+  CHECK(s.max_bytes_before == 70);  // rank 0 as sampled: 50 + 10 + 10
   CHECK(s.min_items_per_rank == 1);
   CHECK(s.max_items_per_rank == 3);
   CHECK(s.items_moved == 2);
@@ -160,6 +162,8 @@ TEST_CASE("statistics: rank_loads before and after, hand example") {
   const auto sp = compute_statistics(layout, plan, lin, orchmllm::padded);
   CHECK(sp.max_tokens == 12);  // 3 × 4
   CHECK(sp.max_bytes == 120);  // 3 × 40
+  CHECK(sp.max_tokens_before == 15);  // rank 0 as sampled: 3 × 5
+  CHECK(sp.max_bytes_before == 150);  // 3 × 50
   CHECK(sp.makespan == 12);
 }
 

@@ -174,6 +174,8 @@ struct plan_statistics {
   double ratio = 1;                     ///< makespan / lower_bound (1 when both are 0)
   std::int64_t max_tokens = 0;          ///< largest token footprint of a destination rank
   std::int64_t max_bytes = 0;           ///< largest byte footprint of a destination rank
+  std::int64_t max_tokens_before = 0;   ///< largest token footprint of a source rank, as sampled
+  std::int64_t max_bytes_before = 0;    ///< largest byte footprint of a source rank, as sampled
   std::int64_t min_items_per_rank = 0;  ///< fewest items on a destination rank
   std::int64_t max_items_per_rank = 0;  ///< most items on a destination rank
   std::int64_t items_moved = 0;         ///< items whose destination rank differs from the source
@@ -231,12 +233,16 @@ plan_statistics<cost_type_t<C>> compute_statistics(const batch_layout& layout,
     s.max_items_per_rank = std::max(s.max_items_per_rank, acc.count());
   }
   for (rank_t r = 0; r < layout.num_ranks(); ++r) {
+    rank_load<Cost> acc(policy);
     for (auto g = layout.offset(r); g < layout.offset(r + 1); ++g) {
+      acc.add(layout.length(g), Cost{}, layout.bytes(g));
       if (plan.dst_ranks()[static_cast<std::size_t>(g)] != r) {
         ++s.items_moved;
         s.bytes_moved += layout.bytes(g);
       }
     }
+    s.max_tokens_before = std::max(s.max_tokens_before, acc.tokens());
+    s.max_bytes_before = std::max(s.max_bytes_before, acc.bytes());
   }
   return s;
 }

@@ -186,8 +186,6 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
     bytes[static_cast<std::size_t>(g)] = layout.bytes(g);
   auto mapped = map_bins(balanced.plan, bytes, topo, stage.mapping);
   const auto after = compute_statistics(layout, mapped.plan, stage.cost, stage.policy, opt.limits);
-  const auto before = compute_statistics(layout, rearrangement::identity(layout), stage.cost,
-                                         stage.policy, opt.limits);
   rep.name = stage.name;
   rep.used = balanced.used;
   rep.makespan_before = after.makespan_before;
@@ -195,9 +193,9 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
   rep.lower_bound = after.lower_bound;
   rep.imbalance_before = after.imbalance_before;
   rep.imbalance_after = after.imbalance_after;
-  rep.max_tokens_before = before.max_tokens;
+  rep.max_tokens_before = after.max_tokens_before;
   rep.max_tokens_after = after.max_tokens;
-  rep.max_bytes_before = before.max_bytes;
+  rep.max_bytes_before = after.max_bytes_before;
   rep.max_bytes_after = after.max_bytes;
   rep.moved_bytes = mapped.moved_bytes;
   rep.inter_node_bytes = mapped.inter_node_bytes;

@@ -250,14 +250,6 @@ inline mapping_problem build_mapping_problem(const rearrangement& binned,
   return p;
 }
 
-// Node of every bin under the identity mapping (bin k on rank k).
-inline std::vector<std::int32_t> identity_nodes(const mapping_problem& p) {
-  std::vector<std::int32_t> node(static_cast<std::size_t>(p.num_bins()));
-  for (rank_t b = 0; b < p.num_bins(); ++b)
-    node[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(p.topo->node_of(b));
-  return node;
-}
-
 // Per-node inter-node egress and ingress of a bin → node assignment. O(d + nnz).
 struct node_bytes {
   std::vector<std::int64_t> egress;
