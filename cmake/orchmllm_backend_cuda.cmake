@@ -19,7 +19,21 @@
 include_guard(GLOBAL)
 include(CheckLanguage)
 
-find_package(CUDAToolkit QUIET)
+# Probe only for what may be enabled: a backend whose option is set OFF costs no search (a
+# configure with every backend OFF never looks for the toolkit, the CUDA compiler or NCCL).
+macro(_orchmllm_may_enable var result)
+  if(NOT DEFINED ${var} OR ${var})
+    set(${result} TRUE)
+  else()
+    set(${result} FALSE)
+  endif()
+endmacro()
+_orchmllm_may_enable(ORCHMLLM_ENABLE_THRUST _orchmllm_probe_thrust)
+_orchmllm_may_enable(ORCHMLLM_ENABLE_CUDA _orchmllm_probe_cuda)
+_orchmllm_may_enable(ORCHMLLM_ENABLE_NCCL _orchmllm_probe_nccl)
+if(_orchmllm_probe_thrust OR _orchmllm_probe_cuda OR _orchmllm_probe_nccl)
+  find_package(CUDAToolkit QUIET)
+endif()
 
 # Same default as the top-level CMakeLists.txt, which defines this cache variable after the
 # backend includes.
@@ -36,9 +50,11 @@ set(_orchmllm_cccl_hints "")
 foreach(_dir IN LISTS CUDAToolkit_INCLUDE_DIRS)
   list(APPEND _orchmllm_cccl_hints "${_dir}/cccl" "${_dir}")
 endforeach()
-find_path(ORCHMLLM_CCCL_INCLUDE_DIR thrust/version.h
-  HINTS ${_orchmllm_cccl_hints}
-  DOC "Directory holding thrust/, cub/ and cuda/std/ (CCCL)")
+if(_orchmllm_probe_thrust)
+  find_path(ORCHMLLM_CCCL_INCLUDE_DIR thrust/version.h
+    HINTS ${_orchmllm_cccl_hints}
+    DOC "Directory holding thrust/, cub/ and cuda/std/ (CCCL)")
+endif()
 if(ORCHMLLM_CCCL_INCLUDE_DIR)
   set(_orchmllm_thrust_default ON)
 else()
@@ -109,7 +125,7 @@ endif()
 # add_subdirectory() orchmllm pay nothing for it.
 # ---------------------------------------------------------------------------------------------
 set(_orchmllm_cuda_default OFF)
-if(CUDAToolkit_FOUND)
+if(CUDAToolkit_FOUND AND _orchmllm_probe_cuda)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     set(_orchmllm_cuda_default ON)
@@ -163,14 +179,16 @@ endif()
 # ---------------------------------------------------------------------------------------------
 # NCCL (backend/nccl/communicator.cuh), from the toolkit or NCCL_HOME.
 # ---------------------------------------------------------------------------------------------
-find_path(ORCHMLLM_NCCL_INCLUDE_DIR nccl.h
-  HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME
-  PATH_SUFFIXES include
-  DOC "Directory holding nccl.h")
-find_library(ORCHMLLM_NCCL_LIBRARY nccl
-  HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME
-  PATH_SUFFIXES lib lib64
-  DOC "The NCCL library (libnccl.so)")
+if(_orchmllm_probe_nccl)
+  find_path(ORCHMLLM_NCCL_INCLUDE_DIR nccl.h
+    HINTS ${CUDAToolkit_INCLUDE_DIRS} ENV NCCL_HOME
+    PATH_SUFFIXES include
+    DOC "Directory holding nccl.h")
+  find_library(ORCHMLLM_NCCL_LIBRARY nccl
+    HINTS ${CUDAToolkit_LIBRARY_DIR} ENV NCCL_HOME
+    PATH_SUFFIXES lib lib64
+    DOC "The NCCL library (libnccl.so)")
+endif()
 set(ORCHMLLM_NCCL_VERSION "")
 if(ORCHMLLM_NCCL_INCLUDE_DIR)
   file(STRINGS "${ORCHMLLM_NCCL_INCLUDE_DIR}/nccl.h" _orchmllm_nccl_version_lines

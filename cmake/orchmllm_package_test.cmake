@@ -66,23 +66,52 @@ endif()
 run_step("configure" "${CMAKE_COMMAND}" ${_configure_args})
 run_step("build" "${CMAKE_COMMAND}" --build "${_build}" --config "${CONFIG}")
 
-# Locate and run the consumer executable.
-set(_exe "")
-foreach(_cand IN ITEMS "${_build}/consumer" "${_build}/${CONFIG}/consumer"
-                       "${_build}/consumer.exe" "${_build}/${CONFIG}/consumer.exe")
-  if(EXISTS "${_cand}")
-    set(_exe "${_cand}")
-    break()
+# Locate and run the consumer executables (find_package builds a second one against
+# orchmllm::compiled).
+set(_consumers consumer)
+if(MODE STREQUAL "find_package")
+  list(APPEND _consumers consumer_compiled)
+endif()
+foreach(_name IN LISTS _consumers)
+  set(_exe "")
+  foreach(_cand IN ITEMS "${_build}/${_name}" "${_build}/${CONFIG}/${_name}"
+                         "${_build}/${_name}.exe" "${_build}/${CONFIG}/${_name}.exe")
+    if(EXISTS "${_cand}")
+      set(_exe "${_cand}")
+      break()
+    endif()
+  endforeach()
+  if(NOT _exe)
+    message(FATAL_ERROR "[${MODE}] ${_name} executable not found under ${_build}")
+  endif()
+  execute_process(COMMAND "${_exe}" RESULT_VARIABLE _rc OUTPUT_VARIABLE _out
+    OUTPUT_STRIP_TRAILING_WHITESPACE)
+  message(STATUS "[${MODE}] ${_name} output: ${_out}")
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "[${MODE}] ${_name} exited with ${_rc}")
   endif()
 endforeach()
-if(NOT _exe)
-  message(FATAL_ERROR "[${MODE}] consumer executable not found under ${_build}")
-endif()
-execute_process(COMMAND "${_exe}" RESULT_VARIABLE _rc OUTPUT_VARIABLE _out
-  OUTPUT_STRIP_TRAILING_WHITESPACE)
-message(STATUS "[${MODE}] consumer output: ${_out}")
-if(NOT _rc EQUAL 0)
-  message(FATAL_ERROR "[${MODE}] consumer exited with ${_rc}")
+
+if(MODE STREQUAL "find_package")
+  # The tool is installed with the library when it was built.
+  if(EXISTS "${ORCHMLLM_BINARY_DIR}/bench/orchmllm-bench" AND
+     NOT EXISTS "${_prefix}/bin/orchmllm-bench")
+    message(FATAL_ERROR "[${MODE}] cmake --install did not install orchmllm-bench into ${_prefix}/bin")
+  endif()
+  # A missing component fails find_package with a message naming it and what exists.
+  set(_missing_args ${_configure_args})
+  list(TRANSFORM _missing_args REPLACE "tests/package/find_package$" "tests/package/missing_component")
+  list(TRANSFORM _missing_args REPLACE "^${_build}$" "${WORK_DIR}/missing_build")
+  execute_process(COMMAND "${CMAKE_COMMAND}" ${_missing_args}
+    RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _out)
+  if(_rc EQUAL 0)
+    message(FATAL_ERROR "[${MODE}] find_package(orchmllm COMPONENTS nosuch) did not fail")
+  endif()
+  if(NOT _out MATCHES "nosuch" OR NOT _out MATCHES "available: [^\n]*compiled")
+    message(FATAL_ERROR "[${MODE}] the missing-component message does not name the component "
+      "and the available ones:\n${_out}")
+  endif()
+  message(STATUS "[${MODE}] missing component reported")
 endif()
 
 # Post-conditions.

@@ -608,17 +608,18 @@ TEST_CASE("unconstrained lpt (monotone queue) is the exact greedy on ties and ze
   }
 }
 
-TEST_CASE("monotone queue with unsigned 64-bit loads that cross 2^63") {
-  // Keys that differ in bit 63 use the queue's last bucket; the result must still be the greedy.
+TEST_CASE("monotone queue with unsigned 64-bit costs and loads near 2^63") {
+  // Unsigned costs are computed in std::int64_t (cost_type_t); keys that differ in bit 62 use
+  // the queue's highest bucket in use; the result must still be the greedy.
   struct huge_cost {
     std::uint64_t operator()(std::int64_t length) const {
-      return (std::uint64_t{1} << 62) + static_cast<std::uint64_t>(length);
+      return (std::uint64_t{1} << 61) + static_cast<std::uint64_t>(length);
     }
   };
   std::mt19937_64 rng(0x5eed0009);
   for (int iter = 0; iter < 50; ++iter) {
     const auto d = static_cast<rank_t>(uniform(rng, 1, 4));
-    // lpt puts at most 3 items on a rank: 3 · 2^62 + small < 2^64, and 2 items pass 2^63.
+    // lpt puts at most 3 items on a rank: 3 · 2^61 + small < 2^63, and 2 items pass 2^62.
     const std::int64_t n = uniform(rng, 0, 3 * d);
     std::vector<std::int64_t> lengths(static_cast<std::size_t>(n));
     for (auto& l : lengths) l = uniform(rng, 0, 5);

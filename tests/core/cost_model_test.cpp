@@ -92,11 +92,16 @@ static_assert(!cost_model<decltype(mutable_lambda)>);  // balancers call through
 static_assert(!cost_model<int>);
 static_assert(!cost_model<double>);
 
-static_assert(std::is_same_v<cost_type_t<decltype(returns_int)>, int>);
+// The computation type: integral results in std::int64_t, float in double (the result type
+// itself stays visible as cost_result_t).
+static_assert(std::is_same_v<orchmllm::cost_result_t<decltype(returns_int)>, int>);
+static_assert(std::is_same_v<cost_type_t<decltype(returns_int)>, std::int64_t>);
+static_assert(std::is_same_v<cost_type_t<decltype(returns_unsigned)>, std::int64_t>);
+static_assert(std::is_same_v<cost_type_t<decltype(returns_float)>, double>);
 static_assert(std::is_same_v<cost_type_t<decltype(returns_i64)>, std::int64_t>);
 static_assert(std::is_same_v<cost_type_t<decltype(returns_double)>, double>);
 static_assert(std::is_same_v<cost_type_t<decltype(generic)>, std::int64_t>);
-static_assert(std::is_same_v<cost_type_t<const_ref_result>, int>);
+static_assert(std::is_same_v<cost_type_t<const_ref_result>, std::int64_t>);
 static_assert(std::is_same_v<cost_type_t<linear_cost>, std::int64_t>);
 static_assert(std::is_same_v<cost_type_t<quadratic_cost>, double>);
 static_assert(std::is_same_v<cost_type_t<transformer_flops_cost>, double>);

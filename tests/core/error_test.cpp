@@ -5,11 +5,13 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <exception>
 #include <ostream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -22,13 +24,14 @@ using orchmllm::infeasible_error;
 using orchmllm::invalid_argument_error;
 using orchmllm::parse_error;
 
-// A streamable value that counts how often it was written to a stream.
+// A message piece with its own `to_string` (found by argument-dependent lookup) that counts how
+// often it was written into a message.
 struct counted {
   static inline int writes = 0;
   int value = 0;
-  friend std::ostream& operator<<(std::ostream& os, const counted& c) {
+  friend std::string to_string(const counted& c) {
     ++writes;
-    return os << "counted(" << c.value << ")";
+    return "counted(" + std::to_string(c.value) + ")";
   }
 };
 
@@ -166,14 +169,14 @@ TEST_CASE("error: message, what() and location") {
 TEST_CASE("error: ORCHMLLM_REQUIRE builds the message only on failure") {
   counted::writes = 0;
   int evaluated = 0;
-  SUBCASE("passing checks never stream the parts and evaluate the condition once") {
+  SUBCASE("passing checks never format the parts and evaluate the condition once") {
     for (int i = 0; i < 100; ++i) {
       ORCHMLLM_REQUIRE(++evaluated > 0, invalid_argument_error, "never ", counted{i});
     }
     CHECK(counted::writes == 0);
     CHECK(evaluated == 100);
   }
-  SUBCASE("a failing check streams each part once, in order") {
+  SUBCASE("a failing check formats each part once, in order") {
     try {
       ORCHMLLM_REQUIRE(++evaluated < 0, infeasible_error, "a=", counted{1}, ", b=", counted{2});
       FAIL("no throw");
@@ -188,6 +191,22 @@ TEST_CASE("error: ORCHMLLM_REQUIRE builds the message only on failure") {
     CHECK_THROWS_AS(ORCHMLLM_REQUIRE(false, infeasible_error, "i"), infeasible_error);
     CHECK_THROWS_AS(ORCHMLLM_REQUIRE(false, error, "e"), error);
     CHECK_NOTHROW(ORCHMLLM_REQUIRE(true, error, "e"));
+  }
+  SUBCASE("pieces are written as std::ostream writes them by default") {
+    try {
+      const std::string text = "s";
+      const std::string_view view = "v";
+      const char* pointer = "p";
+      ORCHMLLM_REQUIRE(false, error, text, view, pointer, 'c', true, false, -12, 34u,
+                       std::int64_t{-5'000'000'000}, std::uint64_t{18'000'000'000'000'000'000u},
+                       ' ', 0.5, ' ', 1.0 / 3, ' ', 1e308, ' ', 2.0, ' ', 1e-7, ' ', 123456789.0,
+                       ' ', 0.5f, ' ', -INFINITY);
+      FAIL("no throw");
+    } catch (const error& e) {
+      CHECK(e.message() ==
+            "svpc10-1234-500000000018000000000000000000 0.5 0.333333 1e+308 2 1e-07 1.23457e+08 "
+            "0.5 -inf");
+    }
   }
   SUBCASE("behaves as one statement (if/else without braces)") {
     int branch = 0;

@@ -37,6 +37,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <type_traits>
 #include <vector>
 
 #include "orchmllm/balance/balancer.hpp"
@@ -358,15 +359,21 @@ void check_report(const Stage& st, const batch_layout& layout, const rearrangeme
   auto opt = st.options;
   if (opt.method == algorithm::locality && opt.node_of_rank.empty())
     opt.node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
-  const auto balanced = orchmllm::balance(layout, st.cost, st.policy, opt);
-  CHECK(rep.used == balanced.used);
+  // The stage is balanced in its model's own value type: exact std::int64_t for integral
+  // models, double otherwise.
   vec bytes(static_cast<std::size_t>(layout.num_items()));
   for (std::int64_t g = 0; g < layout.num_items(); ++g)
     bytes[static_cast<std::size_t>(g)] = layout.bytes(g);
-  const auto mapped = orchmllm::map_bins(balanced.plan, bytes, topo, st.mapping);
-  CHECK(mapped.plan == planned);
-  CHECK(rep.makespan_after == balanced.makespan);
-  CHECK(rep.lower_bound == balanced.lower_bound);
+  st.cost.visit([&](const auto& cost) {
+    using value = decltype(cost(0));
+    CHECK(std::is_integral_v<value> == st.cost.integral());
+    const auto balanced = orchmllm::balance(layout, cost, st.policy, opt);
+    CHECK(rep.used == balanced.used);
+    const auto mapped = orchmllm::map_bins(balanced.plan, bytes, topo, st.mapping);
+    CHECK(mapped.plan == planned);
+    CHECK(rep.makespan_after == static_cast<double>(balanced.makespan));
+    CHECK(rep.lower_bound == static_cast<double>(balanced.lower_bound));
+  });
 
   // Loads, tokens and bytes by brute force.
   std::vector<rank_t> origin(static_cast<std::size_t>(layout.num_items()));

@@ -12,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -68,6 +69,34 @@ TEST_CASE("stage_cost wraps integer and floating cost models") {
   const stage_cost copy = quad;  // copies share nothing mutable
   CHECK(copy(4) == quad(4));
   static_assert(orchmllm::cost_model<stage_cost>);
+  static_assert(std::is_copy_constructible_v<stage_cost>);
+  CHECK(id.integral());
+  CHECK(lin.integral());
+  CHECK_FALSE(quad.integral());
+}
+
+TEST_CASE("stage_cost keeps integer costs exact") {
+  // 2^53 + 1 is not a double: an integral model must reach the balancer unrounded.
+  const std::int64_t big = (std::int64_t{1} << 53) + 1;
+  const stage_cost lin = linear_cost{big};
+  REQUIRE(lin.integral());
+  const auto exact = lin.visit([](const auto& c) {
+    using cost = decltype(c(1));
+    if constexpr (std::is_integral_v<cost>) {
+      return static_cast<std::int64_t>(c(1));
+    } else {
+      return std::int64_t{-1};
+    }
+  });
+  CHECK(exact == big);
+  // Narrow and unsigned integral models are held as std::int64_t too.
+  const stage_cost narrow = [](std::int64_t l) { return static_cast<std::uint16_t>(l % 1000); };
+  CHECK(narrow.integral());
+  CHECK(narrow.visit([](const auto& c) { return static_cast<double>(c(1234)); }) == 234.0);
+  // Floating models (float included) are held as double.
+  const stage_cost f = [](std::int64_t l) { return 0.5f * static_cast<float>(l); };
+  CHECK_FALSE(f.integral());
+  CHECK(f(3) == 1.5);
 }
 
 TEST_CASE("stage_declarations::validate") {
@@ -138,10 +167,14 @@ TEST_CASE("fingerprint: equal declarations agree, every field change differs") {
   const auto h = orchmllm::fingerprint(base);
   CHECK(orchmllm::fingerprint(two_encoders()) == h);
   {
-    // Equal cost values from another model type are the same declaration.
+    // Equal cost values from another model type of the same kind are the same declaration.
     auto d = two_encoders();
-    d.encoders[1].cost = quadratic_cost{0.0, 3.0, 0.0};
+    d.encoders[1].cost = [](std::int64_t l) { return static_cast<unsigned>(3 * l); };
     CHECK(orchmllm::fingerprint(d) == h);
+    // The same values as floating costs are balanced in double, not in exact integers: another
+    // declaration.
+    d.encoders[1].cost = quadratic_cost{0.0, 3.0, 0.0};
+    CHECK(orchmllm::fingerprint(d) != h);
   }
 
   std::vector<std::pair<std::string, std::function<void(stage_declarations&)>>> changes = {

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "orchmllm/core/error.hpp"
@@ -27,14 +28,93 @@
 namespace orchmllm {
 
 /// Any copyable callable mapping an `std::int64_t` length to an arithmetic (non-bool) cost.
+///
+/// Every type this accepts works in every algorithm, with the same plan as the same values in
+/// the computation type `cost_type_t<C>`: integral costs of any width and signedness are
+/// computed in `std::int64_t` (an unsigned cost above 2^63 − 1 is rejected with
+/// `invalid_argument_error` when it is evaluated), `float` in `double`, `double` and
+/// `long double` as they are. So a model returning `unsigned` gives exactly the plan of the same
+/// model returning `int`.
 template <class C>
-concept cost_model = std::copy_constructible<C> && std::invocable<const C&, std::int64_t> &&
+concept cost_model = std::is_object_v<C> && std::copy_constructible<C> &&
+    std::invocable<const C&, std::int64_t> &&
     std::is_arithmetic_v<std::remove_cvref_t<std::invoke_result_t<const C&, std::int64_t>>> &&
     !std::same_as<std::remove_cvref_t<std::invoke_result_t<const C&, std::int64_t>>, bool>;
 
-/// The value type a cost model returns.
+/// The value type a cost model returns, as it returns it.
 template <cost_model C>
-using cost_type_t = std::remove_cvref_t<std::invoke_result_t<const C&, std::int64_t>>;
+using cost_result_t = std::remove_cvref_t<std::invoke_result_t<const C&, std::int64_t>>;
+
+/// The value type the library computes a cost model's loads, bounds and makespans in:
+/// `std::int64_t` for integral results, `double` for `float`, otherwise the result type.
+template <cost_model C>
+using cost_type_t = std::conditional_t<
+    std::is_integral_v<cost_result_t<C>>, std::int64_t,
+    std::conditional_t<std::is_same_v<cost_result_t<C>, float>, double, cost_result_t<C>>>;
+
+namespace detail {
+
+/// True when a model already returns its computation type (no conversion needed).
+template <class C>
+inline constexpr bool is_normal_cost_v = std::is_same_v<cost_result_t<C>, cost_type_t<C>>;
+
+/// `c(l)` converted to the model's computation type `cost_type_t<C>`. Throws
+/// `invalid_argument_error` for an unsigned cost that does not fit in std::int64_t.
+template <cost_model C>
+cost_type_t<C> cost_value(const C& c, std::int64_t l) {
+  const auto v = c(l);
+  if constexpr (std::is_integral_v<cost_result_t<C>> && std::is_unsigned_v<cost_result_t<C>> &&
+                sizeof(cost_result_t<C>) >= sizeof(std::int64_t)) {
+    ORCHMLLM_REQUIRE(v <= static_cast<cost_result_t<C>>(INT64_MAX), invalid_argument_error,
+                     "cost of length ", l, " is ", v, ", above the largest cost 2^63 - 1");
+  }
+  return static_cast<cost_type_t<C>>(v);
+}
+
+/// A cost model's values in its computation type `cost_type_t<C>`: what every public entry
+/// point wraps a model that does not return it in, so the algorithms see one of three value
+/// types. Holds a copy of the model.
+template <cost_model C>
+struct normalized_cost {
+  C model;
+  cost_type_t<C> operator()(std::int64_t l) const { return cost_value(model, l); }
+};
+
+/// A non-owning, type-erased cost model with value type `Cost` (`std::int64_t`, `double` or
+/// `long double`): one indirect call per evaluation. What the compiled library's entry points
+/// take (orchmllm/config.hpp), so a trainer's own cost model needs no algorithm instantiated
+/// in its translation unit. The referenced model must outlive it.
+template <class Cost>
+class cost_ref {
+ public:
+  // The self-type test comes first: checking `cost_model<cost_ref>` asks whether cost_ref is
+  // copy-constructible, which must not recurse into this constructor's own constraint.
+  template <class C>
+    requires(!std::is_same_v<std::remove_cvref_t<C>, cost_ref> && cost_model<C> &&
+             std::is_same_v<cost_type_t<C>, Cost>)
+  explicit cost_ref(const C& model) noexcept
+      : model_(&model), call_([](const void* m, std::int64_t l) -> Cost {
+          return cost_value(*static_cast<const C*>(m), l);
+        }) {}
+  Cost operator()(std::int64_t l) const { return call_(model_, l); }
+
+ private:
+  const void* model_;
+  Cost (*call_)(const void*, std::int64_t);
+};
+
+/// Calls `f` with `c` as the algorithms take it: the model itself when it returns its
+/// computation type, else wrapped in `normalized_cost`.
+template <cost_model C, class F>
+decltype(auto) with_normal_cost(const C& c, F&& f) {
+  if constexpr (is_normal_cost_v<C>) {
+    return std::forward<F>(f)(c);
+  } else {
+    return std::forward<F>(f)(normalized_cost<C>{c});
+  }
+}
+
+}  // namespace detail
 
 /// c(l) = weight · l, in exact 64-bit integers (tokens, or tokens × a fixed integer weight).
 /// O(1), deterministic, noexcept (the caller keeps weight · l below 2^63).

@@ -11,11 +11,12 @@
 ///   │   └── parse_error        malformed text input (CSV), names the line
 ///   └── infeasible_error       well-formed input that no plan can satisfy (caps, counts)
 
+#include <charconv>
 #include <cstdint>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <version>
 
@@ -134,13 +135,47 @@ class communication_error : public error {
 
 namespace detail {
 
-/// Concatenates streamable values into one string (used to build messages lazily, only on the
-/// failure path).
+/// Message pieces, written as std::ostream writes them by default: text as is, a `char` as a
+/// character, `bool` as 1/0, integers in decimal, floating values like "%g" (6 significant
+/// digits); any other type through a `to_string(value)` found by argument-dependent lookup
+/// (the library's enums have one). Built on <charconv>, not <sstream>: every check in every
+/// header formats its pieces, and an ostream per message shape costs every translation unit
+/// that includes us.
+inline void append_piece(std::string& s, std::string_view text) { s.append(text); }
+inline void append_piece(std::string& s, const char* text) { s.append(text); }
+inline void append_piece(std::string& s, const std::string& text) { s.append(text); }
+inline void append_piece(std::string& s, char c) { s.push_back(c); }
+template <class T>
+  requires std::is_same_v<T, bool>  // a template: no pointer or number converts to it silently
+void append_piece(std::string& s, T b) {
+  s.push_back(b ? '1' : '0');
+}
+template <class T>
+  requires(std::is_arithmetic_v<T> && !std::is_same_v<T, char> && !std::is_same_v<T, bool>)
+void append_piece(std::string& s, T value) {
+  char buffer[128];
+  std::to_chars_result r{};
+  if constexpr (std::is_floating_point_v<T>) {
+    r = std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::general, 6);
+  } else {
+    r = std::to_chars(buffer, buffer + sizeof buffer, value);
+  }
+  s.append(buffer, r.ptr);
+}
+template <class T>
+  requires(!std::is_arithmetic_v<T> && !std::is_convertible_v<const T&, std::string_view> &&
+           requires(const T& v) { std::string_view(to_string(v)); })
+void append_piece(std::string& s, const T& value) {
+  s.append(std::string_view(to_string(value)));
+}
+
+/// Concatenates message pieces (text, characters, numbers; see `append_piece`) into one string.
+/// Used to build messages lazily, only on the failure path.
 template <class... Args>
 [[nodiscard]] std::string concat(const Args&... args) {
-  std::ostringstream os;
-  (void)(os << ... << args);  // void: an empty pack leaves a bare `os` statement
-  return os.str();
+  std::string s;
+  (append_piece(s, args), ...);
+  return s;
 }
 
 /// Throws `Error(message)` recording the caller's location.
@@ -153,8 +188,9 @@ template <class Error>
 }  // namespace detail
 }  // namespace orchmllm
 
-/// Checks `cond`; when false throws `ErrorType` with the streamed message parts. The message is
-/// only built on failure, so checks are cheap on hot paths.
+/// Checks `cond`; when false throws `ErrorType` with the message pieces concatenated (text,
+/// characters, numbers, or anything with an ADL `to_string`; see `detail::append_piece`). The
+/// message is only built on failure, so checks are cheap on hot paths.
 #define ORCHMLLM_REQUIRE(cond, ErrorType, ...)                                       \
   do {                                                                               \
     if (!(cond)) [[unlikely]] {                                                      \

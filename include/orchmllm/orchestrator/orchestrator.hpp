@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/config.hpp"
 #include "orchmllm/comm/communicator.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
@@ -180,23 +181,28 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
                    opt.node_of_rank.size(), " entries for ", topo.num_ranks(), " ranks");
   if (opt.method == algorithm::locality && opt.node_of_rank.empty())
     opt.node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
-  const auto balanced = balance(layout, stage.cost, stage.policy, opt);
   std::vector<std::int64_t> bytes(static_cast<std::size_t>(layout.num_items()));
   for (std::int64_t g = 0; g < layout.num_items(); ++g)
     bytes[static_cast<std::size_t>(g)] = layout.bytes(g);
-  auto mapped = map_bins(balanced.plan, bytes, topo, stage.mapping);
-  const auto after = compute_statistics(layout, mapped.plan, stage.cost, stage.policy, opt.limits);
+  // Balance in the model's own computation type (exact integers for integral models); the
+  // report carries the figures as double.
+  mapping_result mapped = stage.cost.visit([&](const auto& cost) {
+    const auto balanced = balance(layout, cost, stage.policy, opt);
+    auto m = map_bins(balanced.plan, bytes, topo, stage.mapping);
+    const auto after = compute_statistics(layout, m.plan, cost, stage.policy, opt.limits);
+    rep.used = balanced.used;
+    rep.makespan_before = static_cast<double>(after.makespan_before);
+    rep.makespan_after = static_cast<double>(after.makespan);
+    rep.lower_bound = static_cast<double>(after.lower_bound);
+    rep.imbalance_before = after.imbalance_before;
+    rep.imbalance_after = after.imbalance_after;
+    rep.max_tokens_before = after.max_tokens_before;
+    rep.max_tokens_after = after.max_tokens;
+    rep.max_bytes_before = after.max_bytes_before;
+    rep.max_bytes_after = after.max_bytes;
+    return m;
+  });
   rep.name = stage.name;
-  rep.used = balanced.used;
-  rep.makespan_before = after.makespan_before;
-  rep.makespan_after = after.makespan;
-  rep.lower_bound = after.lower_bound;
-  rep.imbalance_before = after.imbalance_before;
-  rep.imbalance_after = after.imbalance_after;
-  rep.max_tokens_before = after.max_tokens_before;
-  rep.max_tokens_after = after.max_tokens;
-  rep.max_bytes_before = after.max_bytes_before;
-  rep.max_bytes_after = after.max_bytes;
   rep.moved_bytes = mapped.moved_bytes;
   rep.inter_node_bytes = mapped.inter_node_bytes;
   return std::move(mapped.plan);
@@ -225,8 +231,12 @@ struct plan_options {
 /// message names the stage. Identical inputs throw identically on every rank: when several
 /// stages fail, the error is the LLM's, else the first encoder's by index. `std::system_error`
 /// when a thread cannot be started.
-inline step_plan plan_step(const stage_declarations& decl, const step_metadata& meta,
-                           const topology& topo, const plan_options& options = {}) {
+ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_metadata& meta,
+                                  const topology& topo, const plan_options& options = {})
+#if ORCHMLLM_USE_COMPILED
+    ;  // defined in the compiled library (orchmllm/config.hpp)
+#else
+{
   const auto start = std::chrono::steady_clock::now();
   decl.validate();
   ORCHMLLM_REQUIRE(meta.ranks == topo.num_ranks(), invalid_argument_error, "metadata of ",
@@ -348,6 +358,7 @@ inline step_plan plan_step(const stage_declarations& decl, const step_metadata& 
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
+#endif
 
 /// Collective: gathers every rank's `local_batch` into the step's global metadata, identical on
 /// every rank, and checks that every rank declared the same stages.

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -38,23 +39,69 @@
 
 namespace orchmllm {
 
-/// A type-erased cost model returning double, so stages with different cost model types fit in
-/// one declaration list. Wraps any `cost_model`; integer costs convert exactly up to 2^53.
-/// Copying shares nothing mutable. Calling it costs one indirect call.
+/// A type-erased cost model, so stages with different cost model types fit in one declaration
+/// list. It keeps the wrapped model's kind: an integral model (any integer cost type) is held as
+/// one returning `std::int64_t` and balanced in exact 64-bit integers, a floating one as one
+/// returning `double` (a `long double` model is evaluated in double). `visit` hands the planner
+/// the typed model; the call operator returns the cost as double for reports and fingerprints.
+///
+/// Copying shares nothing mutable. Calling it costs one indirect call. Not default-constructible
+/// into an empty state: the default is cost(l) = l (integral).
 class stage_cost {
  public:
-  /// cost(l) = l.
-  stage_cost() : f_([](std::int64_t l) { return static_cast<double>(l); }) {}
-  /// Wraps `c`.
-  template <cost_model C>
-    requires(!std::same_as<std::remove_cvref_t<C>, stage_cost>)
+  /// A type-erased model with the value type `Cost` (`std::int64_t` or `double`); what `visit`
+  /// passes to its function. A `cost_model` whose `cost_type_t` is `Cost`.
+  template <class Cost>
+  class typed {
+   public:
+    explicit typed(std::function<Cost(std::int64_t)> f) : f_(std::move(f)) {}
+    Cost operator()(std::int64_t l) const { return f_(l); }
+
+   private:
+    std::function<Cost(std::int64_t)> f_;
+  };
+
+  /// cost(l) = l, in exact integers.
+  stage_cost() : integral_(std::in_place, [](std::int64_t l) { return l; }) {}
+
+  /// Wraps `c`. The self-type test comes first so that checking `cost_model<stage_cost>` (which
+  /// asks whether stage_cost is copy-constructible) never recurses into this constructor.
+  template <class C>
+    requires(!std::is_same_v<std::remove_cvref_t<C>, stage_cost> && cost_model<C>)
   stage_cost(C c)  // NOLINT(google-explicit-constructor): a declaration reads `.cost = quadratic_cost{...}`
-      : f_([c = std::move(c)](std::int64_t l) { return static_cast<double>(c(l)); }) {}
-  /// The wrapped cost of length l.
-  double operator()(std::int64_t l) const { return f_(l); }
+      : integral_(make<std::int64_t, C>(c, std::is_integral<cost_type_t<C>>{})),
+        floating_(make<double, C>(c, std::is_floating_point<cost_type_t<C>>{})) {}
+
+  /// True when the wrapped model's costs are integers (balanced exactly in std::int64_t).
+  [[nodiscard]] bool integral() const noexcept { return integral_.has_value(); }
+
+  /// The wrapped cost of length l, as double (exact for integral costs up to 2^53).
+  double operator()(std::int64_t l) const {
+    return integral_ ? static_cast<double>((*integral_)(l)) : (*floating_)(l);
+  }
+
+  /// Calls `f` with the typed model (`typed<std::int64_t>` or `typed<double>`) and returns what
+  /// it returns; both calls must return the same type.
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    if (integral_) return std::forward<F>(f)(*integral_);
+    return std::forward<F>(f)(*floating_);
+  }
 
  private:
-  std::function<double(std::int64_t)> f_;
+  template <class Cost, class C, bool Wanted>
+  static std::optional<typed<Cost>> make(const C& c, std::bool_constant<Wanted>) {
+    if constexpr (Wanted) {
+      const detail::normalized_cost<C> n{c};
+      return typed<Cost>(std::function<Cost(std::int64_t)>(
+          [n](std::int64_t l) { return static_cast<Cost>(n(l)); }));
+    } else {
+      return std::nullopt;
+    }
+  }
+
+  std::optional<typed<std::int64_t>> integral_;
+  std::optional<typed<double>> floating_;
 };
 
 /// One encoder stage (one modality).
@@ -162,7 +209,14 @@ inline void mix_stage(fnv& f, std::string_view name, const stage_cost& cost,
   // A cost model is an arbitrary callable: compare it by its values at fixed probe lengths.
   for (std::int64_t l : {0LL, 1LL, 2LL, 3LL, 7LL, 64LL, 100LL, 1000LL, 4096LL, 12345LL, 65536LL,
                          1000000LL})
-    f.mix_double(cost(l));
+    cost.visit([&](const auto& c) {
+      if constexpr (std::is_integral_v<decltype(c(l))>) {
+        f.mix(static_cast<std::uint64_t>(c(l)));
+      } else {
+        f.mix_double(c(l));
+      }
+    });
+  f.mix(static_cast<std::uint64_t>(cost.integral()));
   f.mix(static_cast<std::uint64_t>(policy.is_padded()));
   f.mix(static_cast<std::uint64_t>(policy.multiple()));
   f.mix(static_cast<std::uint64_t>(o.method));

@@ -37,13 +37,17 @@
 #include <string_view>
 #include <vector>
 
+#include "orchmllm/config.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/detail/topology/mapping_result.hpp"
+#include "orchmllm/topology/topology.hpp"
+#if !ORCHMLLM_USE_COMPILED
 #include "orchmllm/detail/topology/bottleneck.hpp"
 #include "orchmllm/detail/topology/mapping_problem.hpp"
 #include "orchmllm/detail/topology/min_cost_flow.hpp"
-#include "orchmllm/topology/topology.hpp"
+#endif
 
 namespace orchmllm {
 
@@ -87,9 +91,14 @@ inline mapping_method parse_mapping(std::string_view name) {
 /// Throws `invalid_argument_error` when the plan is not square, the topology's rank count
 /// differs, item_bytes has the wrong size, a byte count is negative, or the total bytes exceed
 /// 2^62 / (d + N + 4) (the exact solver's overflow guard).
-inline mapping_result map_bins(const rearrangement& binned, std::span<const std::int64_t> item_bytes,
-                               const topology& topo,
-                               mapping_method method = mapping_method::transport) {
+ORCHMLLM_FUNC mapping_result map_bins(const rearrangement& binned,
+                                     std::span<const std::int64_t> item_bytes,
+                                     const topology& topo,
+                                     mapping_method method = mapping_method::transport)
+#if ORCHMLLM_USE_COMPILED
+    ;  // defined in the compiled library (orchmllm/config.hpp)
+#else
+{
   const auto problem = detail::build_mapping_problem(binned, item_bytes, topo);
   if (method == mapping_method::identity) {
     std::vector<rank_t> ranks(static_cast<std::size_t>(topo.num_ranks()));
@@ -102,5 +111,6 @@ inline mapping_result map_bins(const rearrangement& binned, std::span<const std:
                                     detail::bottleneck_step_budget(topo.num_ranks()));
   return detail::finish_mapping(problem, node_of_bin);
 }
+#endif
 
 }  // namespace orchmllm

@@ -219,8 +219,9 @@ class monotone_rank_queue {
   }
 
   // Bucket 0 is empty: make the least key of the lowest non-empty bucket the new reference.
-  // Bucket 64 (keys differing in bit 63, only possible for unsigned 64-bit costs) has no mask
-  // bit: it is the one left when no other bit is set.
+  // Bucket 64 (keys differing in bit 63) has no mask bit: it is the one left when no other bit
+  // is set. The library's load types (non-negative std::int64_t, non-negative IEEE floats) never
+  // set bit 63; the bucket keeps the queue correct for any unsigned key all the same.
   void refill() {
     const std::uint64_t rest = nonempty_ & ~std::uint64_t{1};
     const std::size_t b = rest != 0 ? static_cast<std::size_t>(std::countr_zero(rest)) : 64;

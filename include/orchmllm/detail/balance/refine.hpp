@@ -191,7 +191,7 @@ void refine_packed(const balance_input<Cost>& in, [[maybe_unused]] const C& cost
     const auto& li = s.items[L];
     const Cost m = s.load[H], lo = s.load[L];
     const Cost gap = m - lo;
-    const Cost half = gap / 2;
+    const Cost half_gap = gap / 2;
     candidate best;
     auto consider = [&](const candidate& c) {
       if (c.value() < m && (best.kind == 0 || c.value() < best.value())) best = c;
@@ -201,7 +201,7 @@ void refine_packed(const balance_input<Cost>& in, [[maybe_unused]] const C& cost
     if (s.count(h) - 1 >= lim.min_items && s.count(l) + 1 <= lim.max_items) {
       const auto j = static_cast<std::size_t>(
           std::partition_point(hi.begin(), hi.end(),
-                               [&](std::int64_t g) { return s.cost_of(g) > half; }) -
+                               [&](std::int64_t g) { return s.cost_of(g) > half_gap; }) -
           hi.begin());
       std::size_t right = j;  // cost ≤ half, walking to smaller costs
       std::size_t left = j;   // left - 1: cost > half, walking to larger costs
@@ -247,7 +247,7 @@ void refine_packed(const balance_input<Cost>& in, [[maybe_unused]] const C& cost
       for (std::size_t t = hi.size(); t-- > 0;) {
         const Cost ca = s.cost_of(hi[t]);
         if (!(ca > Cost{})) continue;
-        const Cost want = ca - half;
+        const Cost want = ca - half_gap;
         while (k < nl && lcost(k) < want) ++k;
         for (std::size_t q = (k > 0 ? k - 1 : k); q <= k && q < nl; ++q) {
           const Cost cb = lcost(q);

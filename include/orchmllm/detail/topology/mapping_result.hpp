@@ -1,0 +1,47 @@
+#pragma once
+/// @file mapping_result.hpp
+/// `orchmllm::mapping_result`, what `map_bins` (topology/mapping.hpp) and the GLPK bottleneck
+/// mapping return. Its own header so that topology/mapping.hpp can name it without the mapping
+/// algorithms (compiled mode, orchmllm/config.hpp).
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/rearrangement.hpp"
+
+namespace orchmllm {
+
+/// Result of `map_bins` (topology/mapping.hpp) and of the GLPK bottleneck mapping.
+struct mapping_result {
+  /// Rank of every bin (d entries, a permutation of 0..d-1).
+  std::vector<rank_t> rank_of_bin;
+  /// The remapped plan: item g goes to rank_of_bin[bin of g], canonical slots (increasing
+  /// source global id on every destination rank, as `rearrangement::from_destinations`).
+  rearrangement plan;
+  /// Bytes of items whose final rank differs from their source rank.
+  std::int64_t moved_bytes = 0;
+  /// Bytes of items whose final node differs from their source node.
+  std::int64_t inter_node_bytes = 0;
+  /// Σ_b (W_b − max_m w[b][m]): no bijection moves fewer bytes across nodes (W_b = bytes of bin
+  /// b, w[b][m] = its bytes already on node m). Independent of the method.
+  std::int64_t inter_node_bytes_lower_bound = 0;
+  /// Largest bytes leaving one node (items whose source node is that node and whose final node
+  /// is another).
+  std::int64_t max_node_egress_bytes = 0;
+  /// Largest bytes entering one node.
+  std::int64_t max_node_ingress_bytes = 0;
+  /// No bijection has a smaller worst node (see `worst_node_bytes`): the largest of, over nodes
+  /// m with G_m GPUs, (bytes on m) − (the G_m largest w[b][m]) for egress and the sum of the
+  /// G_m smallest (W_b − w[b][m]) for ingress, and ⌈inter_node_bytes_lower_bound / N⌉.
+  /// Independent of the method.
+  std::int64_t worst_node_bytes_lower_bound = 0;
+  /// max(max_node_egress_bytes, max_node_ingress_bytes): the `bottleneck` objective, what an
+  /// all-to-all's inter-node time follows when every node has the same NIC bandwidth.
+  [[nodiscard]] std::int64_t worst_node_bytes() const noexcept {
+    return std::max(max_node_egress_bytes, max_node_ingress_bytes);
+  }
+};
+
+}  // namespace orchmllm
