@@ -8,6 +8,7 @@ the peak resident memory of the compiler. "compiled" adds -DORCHMLLM_COMPILED=1,
 linking orchmllm::compiled does (the heavy templates then come from the library).
 
 Usage: bench/report/compile_time.py [--cxx g++] [--flags "-O2"] [--rounds 5] [--markdown]
+                                   [--modes header-only,compiled]
 Run from the repository root. Units: the README example, one `balance` call, one `plan_step`
 call, the demo (examples/orchmllm_demo.cpp).
 """
@@ -83,6 +84,9 @@ def main():
     ap.add_argument("--flags", default="-O2")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--modes", default="header-only,compiled",
+                    help="comma-separated: header-only, compiled (a tree without the compiled "
+                         "mode, e.g. an older checkout, measures header-only only)")
     args = ap.parse_args()
     root = os.getcwd()
     includes = [os.path.join(root, "include"), os.path.join(root, "bench")]
@@ -96,12 +100,15 @@ def main():
             f.write(text)
         units[name] = path
     units["demo"] = os.path.join(root, "examples", "orchmllm_demo.cpp")
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     runs = [("baseline", [])]
     for name in units:
         if name == "baseline":
             continue
-        runs.append((name + " | header-only", []))
-        runs.append((name + " | compiled", ["-DORCHMLLM_COMPILED=1"]))
+        if "header-only" in modes:
+            runs.append((name + " | header-only", []))
+        if "compiled" in modes:
+            runs.append((name + " | compiled", ["-DORCHMLLM_COMPILED=1"]))
     times = {r[0]: [] for r in runs}
     mem = {r[0]: 0.0 for r in runs}
     for _ in range(args.rounds):

@@ -50,3 +50,4 @@
   X(std::int64_t)                         \
   X(double)                               \
   X(long double)
+

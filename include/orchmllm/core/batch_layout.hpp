@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "orchmllm/config.hpp"
 #include "orchmllm/core/error.hpp"
 
 namespace orchmllm {
@@ -55,25 +56,7 @@ class batch_layout {
 
   /// From per-rank vectors of lengths (and optionally bytes, same shape). O(n + d).
   static batch_layout from_ranks(const std::vector<std::vector<std::int64_t>>& lengths,
-                                 const std::vector<std::vector<std::int64_t>>& bytes = {}) {
-    ORCHMLLM_REQUIRE(bytes.empty() || bytes.size() == lengths.size(), invalid_argument_error,
-                     "bytes given for ", bytes.size(), " ranks but lengths for ", lengths.size());
-    std::vector<std::int64_t> offsets{0};
-    offsets.reserve(lengths.size() + 1);
-    std::vector<std::int64_t> flat_lengths;
-    std::vector<std::int64_t> flat_bytes;
-    for (std::size_t r = 0; r < lengths.size(); ++r) {
-      if (!bytes.empty()) {
-        ORCHMLLM_REQUIRE(bytes[r].size() == lengths[r].size(), invalid_argument_error, "rank ", r,
-                         " has ", lengths[r].size(), " lengths but ", bytes[r].size(),
-                         " byte sizes");
-        flat_bytes.insert(flat_bytes.end(), bytes[r].begin(), bytes[r].end());
-      }
-      flat_lengths.insert(flat_lengths.end(), lengths[r].begin(), lengths[r].end());
-      offsets.push_back(static_cast<std::int64_t>(flat_lengths.size()));
-    }
-    return batch_layout(std::move(offsets), std::move(flat_lengths), std::move(flat_bytes));
-  }
+                                 const std::vector<std::vector<std::int64_t>>& bytes = {});
 
   /// Number of ranks d.
   [[nodiscard]] rank_t num_ranks() const noexcept {
@@ -146,54 +129,82 @@ class batch_layout {
   friend bool operator==(const batch_layout&, const batch_layout&) = default;
 
  private:
-  void validate() const {
-    ORCHMLLM_REQUIRE(!offsets_.empty(), invalid_argument_error,
-                     "offsets must have d + 1 entries, got none");
-    ORCHMLLM_REQUIRE(offsets_.size() - 1 <= static_cast<std::size_t>(INT32_MAX),
-                     invalid_argument_error, "rank count ", offsets_.size() - 1,
-                     " exceeds the limit ", INT32_MAX);
-    ORCHMLLM_REQUIRE(offsets_.front() == 0, invalid_argument_error, "offsets[0] is ",
-                     offsets_.front(), ", must be 0");
-    for (std::size_t r = 1; r < offsets_.size(); ++r) {
-      ORCHMLLM_REQUIRE(offsets_[r] >= offsets_[r - 1], invalid_argument_error, "offsets[", r,
-                       "] = ", offsets_[r], " is below offsets[", r - 1, "] = ", offsets_[r - 1]);
-    }
-    ORCHMLLM_REQUIRE(offsets_.back() == static_cast<std::int64_t>(lengths_.size()),
-                     invalid_argument_error, "offsets end at ", offsets_.back(), " but ",
-                     lengths_.size(), " lengths were given");
-    ORCHMLLM_REQUIRE(bytes_.empty() || bytes_.size() == lengths_.size(), invalid_argument_error,
-                     bytes_.size(), " byte sizes given for ", lengths_.size(), " items");
-    ORCHMLLM_REQUIRE(parents_.empty() || parents_.size() == lengths_.size(), invalid_argument_error,
-                     parents_.size(), " parent ids given for ", lengths_.size(), " items");
-    constexpr std::int64_t max_total = INT64_MAX;
-    std::int64_t total = 0;
-    for (std::size_t g = 0; g < lengths_.size(); ++g) {
-      ORCHMLLM_REQUIRE(lengths_[g] >= 0, invalid_argument_error, "item ", g,
-                       " has negative length ", lengths_[g]);
-      ORCHMLLM_REQUIRE(lengths_[g] <= max_total - total, invalid_argument_error,
-                       "total length overflows at item ", g, " (length ", lengths_[g],
-                       ", sum so far ", total, ", limit ", max_total, ")");
-      total += lengths_[g];
-    }
-    total = 0;
-    for (std::size_t g = 0; g < bytes_.size(); ++g) {
-      ORCHMLLM_REQUIRE(bytes_[g] >= 0, invalid_argument_error, "item ", g,
-                       " has negative byte size ", bytes_[g]);
-      ORCHMLLM_REQUIRE(bytes_[g] <= max_total - total, invalid_argument_error,
-                       "total bytes overflow at item ", g, " (bytes ", bytes_[g], ", sum so far ",
-                       total, ", limit ", max_total, ")");
-      total += bytes_[g];
-    }
-    for (std::size_t g = 0; g < parents_.size(); ++g) {
-      ORCHMLLM_REQUIRE(parents_[g] >= no_parent, invalid_argument_error, "item ", g,
-                       " has parent id ", parents_[g], " (must be >= 0 or no_parent)");
-    }
-  }
+  void validate() const;
 
   std::vector<std::int64_t> offsets_;
   std::vector<std::int64_t> lengths_;
   std::vector<std::int64_t> bytes_;
   std::vector<std::int64_t> parents_;
 };
+
+// Out of the class so that a unit using the compiled library (orchmllm/config.hpp) does not
+// compile them: they are defined there once.
+#if !ORCHMLLM_USE_COMPILED
+ORCHMLLM_FUNC batch_layout batch_layout::from_ranks(
+    const std::vector<std::vector<std::int64_t>>& lengths,
+    const std::vector<std::vector<std::int64_t>>& bytes) {
+  ORCHMLLM_REQUIRE(bytes.empty() || bytes.size() == lengths.size(), invalid_argument_error,
+                   "bytes given for ", bytes.size(), " ranks but lengths for ", lengths.size());
+  std::vector<std::int64_t> offsets{0};
+  offsets.reserve(lengths.size() + 1);
+  std::vector<std::int64_t> flat_lengths;
+  std::vector<std::int64_t> flat_bytes;
+  for (std::size_t r = 0; r < lengths.size(); ++r) {
+    if (!bytes.empty()) {
+      ORCHMLLM_REQUIRE(bytes[r].size() == lengths[r].size(), invalid_argument_error, "rank ", r,
+                       " has ", lengths[r].size(), " lengths but ", bytes[r].size(),
+                       " byte sizes");
+      flat_bytes.insert(flat_bytes.end(), bytes[r].begin(), bytes[r].end());
+    }
+    flat_lengths.insert(flat_lengths.end(), lengths[r].begin(), lengths[r].end());
+    offsets.push_back(static_cast<std::int64_t>(flat_lengths.size()));
+  }
+  return batch_layout(std::move(offsets), std::move(flat_lengths), std::move(flat_bytes));
+}
+
+ORCHMLLM_FUNC void batch_layout::validate() const {
+  ORCHMLLM_REQUIRE(!offsets_.empty(), invalid_argument_error,
+                   "offsets must have d + 1 entries, got none");
+  ORCHMLLM_REQUIRE(offsets_.size() - 1 <= static_cast<std::size_t>(INT32_MAX),
+                   invalid_argument_error, "rank count ", offsets_.size() - 1,
+                   " exceeds the limit ", INT32_MAX);
+  ORCHMLLM_REQUIRE(offsets_.front() == 0, invalid_argument_error, "offsets[0] is ",
+                   offsets_.front(), ", must be 0");
+  for (std::size_t r = 1; r < offsets_.size(); ++r) {
+    ORCHMLLM_REQUIRE(offsets_[r] >= offsets_[r - 1], invalid_argument_error, "offsets[", r,
+                     "] = ", offsets_[r], " is below offsets[", r - 1, "] = ", offsets_[r - 1]);
+  }
+  ORCHMLLM_REQUIRE(offsets_.back() == static_cast<std::int64_t>(lengths_.size()),
+                   invalid_argument_error, "offsets end at ", offsets_.back(), " but ",
+                   lengths_.size(), " lengths were given");
+  ORCHMLLM_REQUIRE(bytes_.empty() || bytes_.size() == lengths_.size(), invalid_argument_error,
+                   bytes_.size(), " byte sizes given for ", lengths_.size(), " items");
+  ORCHMLLM_REQUIRE(parents_.empty() || parents_.size() == lengths_.size(), invalid_argument_error,
+                   parents_.size(), " parent ids given for ", lengths_.size(), " items");
+  constexpr std::int64_t max_total = INT64_MAX;
+  std::int64_t total = 0;
+  for (std::size_t g = 0; g < lengths_.size(); ++g) {
+    ORCHMLLM_REQUIRE(lengths_[g] >= 0, invalid_argument_error, "item ", g,
+                     " has negative length ", lengths_[g]);
+    ORCHMLLM_REQUIRE(lengths_[g] <= max_total - total, invalid_argument_error,
+                     "total length overflows at item ", g, " (length ", lengths_[g],
+                     ", sum so far ", total, ", limit ", max_total, ")");
+    total += lengths_[g];
+  }
+  total = 0;
+  for (std::size_t g = 0; g < bytes_.size(); ++g) {
+    ORCHMLLM_REQUIRE(bytes_[g] >= 0, invalid_argument_error, "item ", g,
+                     " has negative byte size ", bytes_[g]);
+    ORCHMLLM_REQUIRE(bytes_[g] <= max_total - total, invalid_argument_error,
+                     "total bytes overflow at item ", g, " (bytes ", bytes_[g], ", sum so far ",
+                     total, ", limit ", max_total, ")");
+    total += bytes_[g];
+  }
+  for (std::size_t g = 0; g < parents_.size(); ++g) {
+    ORCHMLLM_REQUIRE(parents_[g] >= no_parent, invalid_argument_error, "item ", g,
+                     " has parent id ", parents_[g], " (must be >= 0 or no_parent)");
+  }
+}
+#endif
 
 }  // namespace orchmllm

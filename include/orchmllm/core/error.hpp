@@ -20,6 +20,8 @@
 #include <utility>
 #include <version>
 
+#include "orchmllm/config.hpp"
+
 #if defined(__cpp_lib_source_location)
 #include <source_location>
 #endif
@@ -72,24 +74,31 @@ class error : public std::runtime_error {
   [[nodiscard]] std::uint_least32_t line() const noexcept { return line_; }
 
  private:
-  static std::string format(const std::string& message, const detail::source_location& where) {
-    std::string_view file = where.file_name();
-    // Keep the path from "orchmllm/" on (or the basename) so messages stay short and stable.
-    if (auto p = file.rfind("orchmllm/"); p != std::string_view::npos) {
-      file.remove_prefix(p);
-    } else if (auto s = file.find_last_of("/\\"); s != std::string_view::npos) {
-      file.remove_prefix(s + 1);
-    }
-    std::string out = "orchmllm: " + message + " [";
-    out.append(file);
-    out += ':' + std::to_string(where.line()) + ']';
-    return out;
-  }
+  static std::string format(const std::string& message, const detail::source_location& where);
 
   std::string message_;
   const char* file_;
   std::uint_least32_t line_;
 };
+
+// Out of the class so that a unit using the compiled library (orchmllm/config.hpp) does not
+// compile it: it is defined there once.
+#if !ORCHMLLM_USE_COMPILED
+ORCHMLLM_FUNC std::string error::format(const std::string& message,
+                                        const detail::source_location& where) {
+  std::string_view file = where.file_name();
+  // Keep the path from "orchmllm/" on (or the basename) so messages stay short and stable.
+  if (auto p = file.rfind("orchmllm/"); p != std::string_view::npos) {
+    file.remove_prefix(p);
+  } else if (auto s = file.find_last_of("/\\"); s != std::string_view::npos) {
+    file.remove_prefix(s + 1);
+  }
+  std::string out = "orchmllm: " + message + " [";
+  out.append(file);
+  out += ':' + std::to_string(where.line()) + ']';
+  return out;
+}
+#endif
 
 /// Malformed input: a value outside its domain, sizes that do not match, a bad option.
 class invalid_argument_error : public error {

@@ -14,6 +14,7 @@
 #include "orchmllm/core/constraints.hpp"
 #include "orchmllm/core/padding.hpp"
 #include "orchmllm/core/statistics.hpp"
+#include "orchmllm/detail/core/statistics_impl.hpp"
 #include "orchmllm/detail/core/order.hpp"
 
 namespace orchmllm::detail {

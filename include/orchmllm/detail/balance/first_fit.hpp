@@ -55,6 +55,7 @@
 #include "orchmllm/core/constraints.hpp"
 #include "orchmllm/core/padding.hpp"
 #include "orchmllm/core/statistics.hpp"
+#include "orchmllm/detail/core/statistics_impl.hpp"
 #include "orchmllm/detail/balance/common.hpp"
 
 namespace orchmllm::detail {

@@ -1,0 +1,174 @@
+// Tests for include/orchmllm/config.hpp's compiled mode: this unit is built with
+// ORCHMLLM_COMPILED (it links orchmllm::compiled), so `balance`, the statistics, `map_bins` and
+// `plan_step` run in the library. Every result must equal the header-only algorithm on the same
+// input, which this unit instantiates itself from the detail headers (the same templates the
+// library instantiates, on the model directly instead of type-erased): the shipped models, a
+// trainer's own unsigned, float and long double models, every algorithm and policy.
+
+#include <orchmllm/balance/balancer.hpp>
+#include <orchmllm/orchestrator/orchestrator.hpp>
+#include <orchmllm/topology/mapping.hpp>
+
+// The header-only bodies, for the reference results.
+#include <orchmllm/detail/balance/balance_impl.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "support/test_support.hpp"
+
+#if !defined(ORCHMLLM_COMPILED) || ORCHMLLM_USE_COMPILED != 1
+#error "this test must be built with ORCHMLLM_COMPILED (linked to orchmllm::compiled)"
+#endif
+
+namespace {
+
+using namespace orchmllm;
+using orchmllm::test::random_offsets;
+using orchmllm::test::uniform;
+
+// The unit's entry templates are the compiled-mode ones.
+static_assert(std::is_same_v<decltype(&orchmllm::compiled_mode::balance<linear_cost>),
+                             decltype(&orchmllm::balance<linear_cost>)>);
+
+struct unsigned_cost {
+  unsigned operator()(std::int64_t l) const { return static_cast<unsigned>(2 + l + l * l / 32); }
+};
+struct float_cost {
+  float operator()(std::int64_t l) const { return 0.5f + static_cast<float>(l) * 1.25f; }
+};
+struct long_double_cost {
+  long double operator()(std::int64_t l) const { return 1.0L + static_cast<long double>(l) / 3; }
+};
+
+batch_layout random_layout(std::mt19937_64& rng, rank_t d, std::int64_t n) {
+  const auto offsets = random_offsets(rng, d, n);
+  std::vector<std::int64_t> lengths(static_cast<std::size_t>(n));
+  std::vector<std::int64_t> bytes(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    lengths[i] = uniform(rng, 0, 3000);
+    bytes[i] = lengths[i] * uniform(rng, 1, 4);
+  }
+  return batch_layout(offsets, lengths, bytes);
+}
+
+template <class C>
+void check_model(const C& cost, const char* name) {
+  std::mt19937_64 rng(1234);
+  const algorithm packed_methods[] = {algorithm::none, algorithm::lpt, algorithm::kk,
+                                      algorithm::exact, algorithm::automatic,
+                                      algorithm::locality};
+  const algorithm padded_methods[] = {algorithm::lpt, algorithm::padded_exact,
+                                      algorithm::automatic, algorithm::locality};
+  for (int trial = 0; trial < 12; ++trial) {
+    const rank_t d = static_cast<rank_t>(uniform(rng, 1, 12));
+    const auto layout = random_layout(rng, d, uniform(rng, 0, trial < 6 ? 12 : 300));
+    for (const padding_policy policy : {packed, padded, padded_to_multiple(64)}) {
+      for (algorithm m : policy.is_padded() ? std::vector<algorithm>(std::begin(padded_methods),
+                                                                     std::end(padded_methods))
+                                            : std::vector<algorithm>(std::begin(packed_methods),
+                                                                     std::end(packed_methods))) {
+        if (m == algorithm::exact && layout.num_items() > 12) continue;
+        CAPTURE(name);
+        CAPTURE(trial);
+        CAPTURE(to_string(m));
+        balance_options options;
+        options.method = m;
+        if (m == algorithm::locality) {
+          options.node_of_rank.resize(static_cast<std::size_t>(d));
+          for (rank_t r = 0; r < d; ++r) options.node_of_rank[static_cast<std::size_t>(r)] = r / 4;
+        }
+        const auto got = balance(layout, cost, policy, options);
+        const auto want = detail::with_normal_cost(cost, [&](const auto& c) {
+          return detail::balance_impl(layout, c, policy, options);
+        });
+        static_assert(std::is_same_v<decltype(got), decltype(want)>);
+        CHECK(got.plan == want.plan);
+        CHECK(got.makespan == want.makespan);
+        CHECK(got.lower_bound == want.lower_bound);
+        CHECK(got.used == want.used);
+        CHECK(got.proven_optimal == want.proven_optimal);
+        const auto s = compute_statistics(layout, got.plan, cost, policy);
+        const auto r = detail::with_normal_cost(cost, [&](const auto& c) {
+          return detail::compute_statistics_impl(layout, want.plan, c, policy, constraints{});
+        });
+        CHECK(s.load_after == r.load_after);
+        CHECK(s.load_before == r.load_before);
+        CHECK(s.lower_bound == r.lower_bound);
+        CHECK(s.bytes_moved == r.bytes_moved);
+        CHECK(rank_loads(layout, cost, policy) == s.load_before);
+        CHECK(rank_loads(layout, got.plan, cost, policy) == s.load_after);
+        CHECK(makespan_lower_bound(layout, d, cost, policy) == r.lower_bound);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("compiled mode: balance and statistics equal the header-only algorithms") {
+  check_model(linear_cost{3}, "linear_cost");
+  check_model(quadratic_cost{1.0, 1.0, 1.0 / 1024}, "quadratic_cost");
+  check_model(transformer_flops_cost(transformer_config{.hidden = 256, .layers = 2, .heads = 4,
+                                                        .ffn_hidden = 512}),
+              "transformer_flops_cost");
+  check_model(unsigned_cost{}, "a trainer's unsigned model");
+  check_model(float_cost{}, "a trainer's float model");
+  check_model(long_double_cost{}, "a trainer's long double model");
+}
+
+TEST_CASE("compiled mode: errors cross the library boundary unchanged") {
+  const auto layout = batch_layout::from_ranks({{1, 2}, {3}});
+  balance_options bad;
+  bad.refine_budget = -2;
+  CHECK_THROWS_AS((void)balance(layout, linear_cost{}, packed, bad), invalid_argument_error);
+  const auto huge = [](std::int64_t l) {
+    return l == 3 ? ~std::uint64_t{0} : static_cast<std::uint64_t>(l);
+  };
+  CHECK_THROWS_AS((void)balance(layout, huge), invalid_argument_error);
+  CHECK_THROWS_AS((void)batch_layout::from_ranks({{1}}, {{1, 2}}), invalid_argument_error);
+}
+
+TEST_CASE("compiled mode: map_bins and plan_step run in the library") {
+  std::mt19937_64 rng(99);
+  const auto layout = random_layout(rng, 8, 200);
+  const auto balanced = balance(layout, linear_cost{});
+  std::vector<std::int64_t> bytes(static_cast<std::size_t>(layout.num_items()));
+  for (std::int64_t g = 0; g < layout.num_items(); ++g)
+    bytes[static_cast<std::size_t>(g)] = layout.bytes(g);
+  const auto topo = topology::uniform(8, 4);
+  const auto mapped = map_bins(balanced.plan, bytes, topo);
+  CHECK(mapped.inter_node_bytes >= mapped.inter_node_bytes_lower_bound);
+  CHECK(compute_statistics(layout, mapped.plan, linear_cost{}, packed).makespan ==
+        balanced.makespan);
+
+  stage_declarations decl;
+  decl.encoders.push_back({.name = "vision", .cost = quadratic_cost{0.0, 1.0, 1e-3}});
+  decl.llm.cost = linear_cost{};
+  std::vector<local_batch> batches(8);
+  for (auto& b : batches) {
+    const auto k = uniform(rng, 1, 4);
+    for (std::int64_t s = 0; s < k; ++s) {
+      b.text_tokens.push_back(uniform(rng, 10, 900));
+      b.sub_items.push_back({.modality = 0,
+                             .parent = s,
+                             .encoder_length = uniform(rng, 16, 1024),
+                             .input_rows = 4,
+                             .llm_tokens = uniform(rng, 1, 64)});
+    }
+  }
+  const auto meta = make_step_metadata(batches, 1);
+  const auto plan = plan_step(decl, meta, topo);
+  REQUIRE(plan.stages.size() == 2);
+  // The LLM stage is integral (linear_cost): its report equals balance in std::int64_t.
+  const auto llm = balance(plan.llm_layout, linear_cost{});
+  CHECK(plan.stages[1].makespan_after == static_cast<double>(llm.makespan));
+  CHECK(plan.stages[1].lower_bound == static_cast<double>(llm.lower_bound));
+  CHECK(plan.alltoalls_per_step() == 4);
+}
