@@ -10,7 +10,8 @@
 ///     (`detail::cost_ref`), to entry points in the library, one per computation type
 ///     (std::int64_t, double, long double): no algorithm is instantiated in the unit, for the
 ///     shipped cost models and the trainer's own alike;
-///   * `map_bins` and `plan_step` are declarations only;
+///   * `map_bins`, `plan_step`, `route::build`, `batch_layout::from_ranks` and the error
+///     message formatting are declarations only;
 ///   * the algorithm headers (detail/balance/, detail/topology/) are not included.
 /// Plans are the same in both modes: the library runs the same code on the same values in the
 /// same computation type. Every translation unit of one program must use the same mode (link

@@ -53,19 +53,17 @@
 /// the same plans without further communication. Thread-safety: pure functions.
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <exception>
-#include <future>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "orchmllm/balance/balancer.hpp"
-#include "orchmllm/config.hpp"
 #include "orchmllm/comm/communicator.hpp"
+#include "orchmllm/config.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
@@ -73,6 +71,11 @@
 #include "orchmllm/orchestrator/stages.hpp"
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"
+
+#if !ORCHMLLM_USE_COMPILED
+#include <chrono>  // plan_step's body (compiled mode: in the library)
+#include <future>
+#endif
 
 namespace orchmllm {
 
