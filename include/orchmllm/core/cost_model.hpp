@@ -5,8 +5,9 @@
 /// A cost model is any copyable callable `c(std::int64_t length)` returning an arithmetic value
 /// (integral or floating point) that is non-negative and non-decreasing in the length. Balancers
 /// compute in that value type: integral costs give exact arithmetic and integer lower bounds,
-/// floating costs are evaluated once per item and combined in a fixed order, so every rank gets
-/// bit-identical plans.
+/// floating costs are evaluated once per item and combined in a fixed order, with every product
+/// rounded before it is added (`rounded_mul`), so every rank gets bit-identical plans whatever
+/// its compiler flags.
 ///
 /// Provided models:
 ///   linear_cost            c(l) = w·l (integral)
@@ -116,6 +117,34 @@ decltype(auto) with_normal_cost(const C& c, F&& f) {
 
 }  // namespace detail
 
+/// x · y rounded to `double` where it is written: the product cannot be fused with a later
+/// addition into one FMA, whatever the build's `-ffp-contract` (g++ in GNU mode and nvcc fuse by
+/// default, `-O3 -march=native` finds FMA instructions to fuse into). A fused `a + x·y` rounds
+/// once instead of twice, so the same model would give different costs, and ranks built with
+/// different flags different plans. Every floating model and computation of the library that
+/// feeds a plan multiplies through this; a cost model of your own that adds products should too
+/// (or be compiled with `-ffp-contract=off`). O(1): an empty asm barrier on the host (no
+/// instruction), `__dmul_rn` in CUDA device code; `constexpr`, noexcept.
+[[nodiscard]] constexpr double rounded_mul(double x, double y) noexcept {
+  double p = x * y;
+  if (std::is_constant_evaluated()) return p;
+#if defined(__CUDA_ARCH__)
+  p = __dmul_rn(x, y);
+#elif defined(__GNUC__) || defined(__clang__)
+#if defined(__x86_64__) || defined(__i386__)
+  __asm__("" : "+x"(p));  // p is an opaque SSE value: nothing can be fused into its product
+#elif defined(__aarch64__) || defined(__arm__)
+  __asm__("" : "+w"(p));
+#else
+  __asm__("" : "+m"(p));
+#endif
+#else
+  volatile double rounded = p;  // other compilers: a volatile store forces the rounding
+  p = rounded;
+#endif
+  return p;
+}
+
 /// c(l) = weight · l, in exact 64-bit integers (tokens, or tokens × a fixed integer weight).
 /// O(1), deterministic, noexcept (the caller keeps weight · l below 2^63).
 struct linear_cost {
@@ -137,7 +166,7 @@ struct quadratic_cost {
 
   [[nodiscard]] constexpr double operator()(std::int64_t length) const noexcept {
     const double l = static_cast<double>(length);
-    return constant + l * (linear + quadratic * l);
+    return constant + rounded_mul(l, linear + rounded_mul(quadratic, l));
   }
 
   /// Returns *this after checking the coefficients are finite and non-negative (so the model is
@@ -204,10 +233,11 @@ class transformer_flops_cost {
     const double h_kv = static_cast<double>(c.kv_heads * (c.hidden / c.heads));
     const double f = static_cast<double>(c.ffn_hidden);
     const double L = static_cast<double>(c.layers);
-    linear_ =
-        c.passes *
-        (L * (2.0 * h * (h + 2.0 * h_kv) + 2.0 * h * h + 2.0 * h * f * (c.gated_ffn ? 3.0 : 2.0)) +
-         2.0 * h * static_cast<double>(c.vocab));
+    // Every product rounded before it is added (rounded_mul): the same figures on every build.
+    const auto mul = [](double x, double y) { return rounded_mul(x, y); };
+    const double per_layer = mul(mul(2.0, h), h + mul(2.0, h_kv)) + mul(mul(2.0, h), h) +
+                             mul(mul(mul(2.0, h), f), c.gated_ffn ? 3.0 : 2.0);
+    linear_ = mul(c.passes, mul(L, per_layer) + mul(mul(2.0, h), static_cast<double>(c.vocab)));
     attention_ = c.passes * L * (c.causal ? 2.0 * h : 4.0 * h);
   }
 
@@ -215,7 +245,7 @@ class transformer_flops_cost {
   [[nodiscard]] double operator()(std::int64_t length) const noexcept {
     const double l = static_cast<double>(length);
     const double attn = config_.causal ? l * (l + 1.0) : l * l;
-    return linear_ * l + attention_ * attn;
+    return rounded_mul(linear_, l) + rounded_mul(attention_, attn);
   }
 
   /// The configuration (with kv_heads resolved).
@@ -266,8 +296,8 @@ inline quadratic_cost fit_quadratic_cost(std::span<const std::int64_t> lengths,
     const double x = static_cast<double>(lengths[i]) / scale;
     const double phi[3] = {1.0, x, x * x};
     for (int a = 0; a < m; ++a) {
-      r[a] += phi[a] * seconds[i];
-      for (int b = 0; b < m; ++b) G[a][b] += phi[a] * phi[b];
+      r[a] += rounded_mul(phi[a], seconds[i]);
+      for (int b = 0; b < m; ++b) G[a][b] += rounded_mul(phi[a], phi[b]);
     }
   }
   // Non-negative least squares by enumerating active sets: solve the unconstrained problem on
@@ -276,8 +306,8 @@ inline quadratic_cost fit_quadratic_cost(std::span<const std::int64_t> lengths,
     double s = 0;
     for (std::size_t i = 0; i < lengths.size(); ++i) {
       const double x = static_cast<double>(lengths[i]) / scale;
-      const double pred = coef[0] + x * (coef[1] + x * coef[2]);
-      s += (pred - seconds[i]) * (pred - seconds[i]);
+      const double pred = coef[0] + rounded_mul(x, coef[1] + rounded_mul(x, coef[2]));
+      s += rounded_mul(pred - seconds[i], pred - seconds[i]);
     }
     return s;
   };
@@ -306,7 +336,7 @@ inline quadratic_cost fit_quadratic_cost(std::span<const std::int64_t> lengths,
       for (int i = 0; i < k; ++i) {
         if (i == c) continue;
         const double f = A[i][c] / A[c][c];
-        for (int j = c; j <= k; ++j) A[i][j] -= f * A[c][j];
+        for (int j = c; j <= k; ++j) A[i][j] -= rounded_mul(f, A[c][j]);
       }
     }
     if (singular) continue;

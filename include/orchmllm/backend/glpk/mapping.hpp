@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/detail/topology/bottleneck.hpp"
@@ -392,7 +393,7 @@ inline bottleneck_result map_bins_bottleneck(const rearrangement& binned,
       // so a warm start at that value is optimal and the search is skipped. Not for cold starts,
       // whose purpose is to see what GLPK finds on its own.
       if (options.warm_start &&
-          std::ceil(lp_bound - 1e-6 * std::max(1.0, std::fabs(lp_bound))) >= warm_t) {
+          std::ceil(lp_bound - rounded_mul(1e-6, std::max(1.0, std::fabs(lp_bound)))) >= warm_t) {
         out.proven_optimal = true;
         root_ok = false;  // nothing to search for
       }
