@@ -658,3 +658,118 @@ TEST_CASE("balance: edge cases") {
   CHECK(balance(single, lin, padded, with(algorithm::padded_exact)).makespan == 27);
   CHECK(balance(single, lin, packed, with(algorithm::exact)).makespan == 15);
 }
+
+TEST_CASE("balance: sizes near 2^63 are exact or a clear error, never a wrapped figure") {
+  constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  const batch_layout one({0, 1, 1, 1}, {max});
+  balance_options lpt;
+  lpt.method = algorithm::lpt;
+  // One item of length 2^63 - 1: its cost and every bound equal it (⌈S/d⌉ formed without
+  // S + d - 1).
+  for (auto a : {algorithm::lpt, algorithm::kk, algorithm::automatic}) {
+    balance_options o;
+    o.method = a;
+    const auto res = balance(one, linear_cost{}, packed, o);
+    CHECK(res.makespan == max);
+    CHECK(res.lower_bound == max);
+    CHECK(res.proven_optimal);
+  }
+  CHECK(makespan_lower_bound(one, 3, linear_cost{}, packed) == max);
+  // Padded to a multiple of 2^63 - 1 (or of 2^62), two items' tokens do not fit; a length
+  // padded past 2^63 - 1 does not either.
+  const batch_layout small({0, 1, 2}, {1, 1});
+  expect_invalid([&] { (void)balance(small, linear_cost{}, padded_to_multiple(max), lpt); },
+                 {"2 items padded to 9223372036854775807 tokens exceed 2^63 - 1 tokens"});
+  const batch_layout long_one({0, 1}, {max - 6});
+  expect_invalid([&] { (void)balance(long_one, linear_cost{}, padded_to_multiple(8), lpt); },
+                 {"length 9223372036854775801 padded to a multiple of 8 exceeds 2^63 - 1"});
+  const std::int64_t p62 = std::int64_t{1} << 62;
+  expect_invalid([&] { (void)balance(small, linear_cost{}, padded_to_multiple(p62), lpt); },
+                 {"2 items padded to 4611686018427387904 tokens exceed 2^63 - 1 tokens"});
+  // Costs whose total passes 2^63 - 1, packed and padded.
+  const auto quarter = [p62](std::int64_t) { return p62; };  // two of them make 2^63
+  expect_invalid([&] { (void)balance(small, quarter, packed, lpt); },
+                 {"total cost overflows at item 1 (cost 4611686018427387904"});
+  expect_invalid([&] { (void)rank_loads(small, quarter, packed); },
+                 {"total cost overflows at item 1"});
+  expect_invalid([&] { (void)makespan_lower_bound(small, 2, quarter, packed); },
+                 {"total cost overflows at item 1"});
+  const batch_layout three({0, 3}, {1, 1, 1});
+  const auto huge = [](std::int64_t) { return std::int64_t{1} << 61; };
+  expect_invalid([&] { (void)balance(three, huge, padded, lpt); },
+                 {"4 × the padded cost 2305843009213693952", "exceeds the largest load"});
+  CHECK(balance(three, huge, packed, lpt).makespan == std::int64_t{3} << 61);
+  // Floating costs must be finite.
+  const auto inf_cost = quadratic_cost{1, 1, 1e308};  // --cost quadratic:1,1e308: inf from l = 2
+  const batch_layout growing({0, 3}, {1, 2, 3});
+  expect_invalid([&] { (void)balance(growing, inf_cost, packed, lpt); },
+                 {"cost of item 1 (length 2) is inf", "must be finite"});
+  expect_invalid([&] { (void)compute_statistics(growing, rearrangement::identity(growing),
+                                                inf_cost, packed); },
+                 {"must be finite"});
+  const auto big_double = [](std::int64_t) { return 1e308; };
+  expect_invalid([&] { (void)balance(three, big_double, packed, lpt); },
+                 {"total cost of 3 items is not finite"});
+}
+
+TEST_CASE("balance(locality): node ids must be dense, below the rank count") {
+  const batch_layout layout({0, 2, 4, 6, 8}, {5, 1, 4, 2, 3, 3, 6, 1});
+  balance_options o;
+  o.method = algorithm::locality;
+  for (rank_t bad : {rank_t{4}, std::numeric_limits<rank_t>::max(), rank_t{1'000'000'000}}) {
+    o.node_of_rank = {0, 0, 1, bad};
+    expect_invalid([&] { (void)balance(layout, linear_cost{}, packed, o); },
+                   {"node_of_rank[3] is " + std::to_string(bad), "must be a node id in [0, 4)"});
+  }
+  o.node_of_rank = {0, 0, 1, 3};  // sparse but below d: accepted
+  CHECK(balance(layout, linear_cost{}, packed, o).makespan >= 7);
+}
+
+balance_options padded_exact_options() {
+  balance_options o;
+  o.method = algorithm::padded_exact;
+  return o;
+}
+
+TEST_CASE("padded: the reported lower bound is the optimum without a cap (ratio 1 when proven)") {
+  // Lengths 10, 9, 1, 1 on 2 ranks, cost = length: the structural terms give 11 (Σ/d), the
+  // optimum is 20 ({10, 9} | {1, 1}).
+  const batch_layout small({0, 2, 4}, {10, 1, 9, 1});
+  CHECK(makespan_lower_bound(small, 2, linear_cost{}, padded) == 20);
+  const auto res = balance(small, linear_cost{}, padded, padded_exact_options());
+  CHECK(res.makespan == 20);
+  CHECK(res.lower_bound == 20);
+  CHECK(compute_statistics(small, res.plan, linear_cost{}, padded).ratio == 1.0);
+  // Random inputs, with and without item counts: padded_exact meets the bound exactly; with a
+  // token cap the bound stays below every plan.
+  std::mt19937_64 rng(0x7167);
+  for (int iter = 0; iter < 300; ++iter) {
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 12));
+    const std::int64_t n = uniform(rng, 0, 60);
+    std::vector<std::int64_t> lengths(static_cast<std::size_t>(n));
+    for (auto& l : lengths) l = uniform(rng, 0, 300);
+    const batch_layout layout(random_offsets(rng, d, n), lengths);
+    const auto policy = iter % 3 == 0 ? padded_to_multiple(uniform(rng, 2, 64)) : padded;
+    balance_options o = padded_exact_options();
+    if (iter % 4 == 1) o.limits.min_items = n / d;
+    if (iter % 4 == 2) o.limits.max_items = (n + d - 1) / d + uniform(rng, 0, 2);
+    CAPTURE(iter);
+    const auto q = quadratic_cost{1.5, 0.25, 0.001};
+    const auto exact_linear = balance(layout, linear_cost{}, policy, o);
+    CHECK(exact_linear.lower_bound == exact_linear.makespan);
+    CHECK(exact_linear.lower_bound == makespan_lower_bound(layout, d, linear_cost{}, policy, o.limits));
+    const auto exact_q = balance(layout, q, policy, o);
+    CHECK(exact_q.lower_bound == exact_q.makespan);
+    CHECK(exact_q.proven_optimal);
+    if (n > 0) {
+      o.limits.cap = capacity{capacity::measure::tokens, 0};
+      std::int64_t longest = 0;
+      for (auto l : lengths) longest = std::max(longest, policy.padded_length(l));
+      o.limits.cap->limit = longest * ((n + d - 1) / d + 1);
+      o.method = algorithm::automatic;
+      const auto capped = balance(layout, linear_cost{}, policy, o);
+      CHECK(capped.lower_bound <= capped.makespan);
+      CHECK(capped.lower_bound == exact_linear.lower_bound);  // the cap is not in the bound
+    }
+  }
+}

@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -285,7 +286,7 @@ TEST_CASE_TEMPLATE("lpt within 4/3 - 1/(3d) of the brute-force optimum (packed)"
   CHECK(optimal > instances / 2);
 }
 
-TEST_CASE_TEMPLATE("kk within p1 + S/d <= 2 OPT, equal counts, refinement only helps", C,
+TEST_CASE_TEMPLATE("kk_equal within p1 + S/d <= 2 OPT, equal counts, refinement only helps", C,
                    linear_cost, quadratic_cost) {
   const C cost = pick_cost<C>(1, {0.0, 1.0, 0.1});
   using Cost = cost_type_t<C>;
@@ -299,9 +300,9 @@ TEST_CASE_TEMPLATE("kk within p1 + S/d <= 2 OPT, equal counts, refinement only h
     const auto layout = random_layout(rng, d, n, 60, false);
     const auto opt = brute_force(layout, d, cost, packed);
     REQUIRE(opt.has_value());
-    const auto res = balance(layout, cost, packed, method(algorithm::kk));
+    const auto res = balance(layout, cost, packed, method(algorithm::kk_equal));
     const auto dst = check_result(layout, cost, packed, {}, res);
-    CHECK(res.used == algorithm::kk);
+    CHECK(res.used == algorithm::kk_equal);
     CHECK(at_least(res.makespan, *opt));
     CHECK(within(res.makespan, 2.0, *opt));
     Cost p1{}, total{};
@@ -318,7 +319,7 @@ TEST_CASE_TEMPLATE("kk within p1 + S/d <= 2 OPT, equal counts, refinement only h
     std::vector<std::int64_t> count(static_cast<std::size_t>(d), 0);
     for (auto r : dst) ++count[static_cast<std::size_t>(r)];
     for (auto c : count) CHECK((c == n / d || c == (n + d - 1) / d));
-    const auto refined = balance(layout, cost, packed, method(algorithm::kk, true));
+    const auto refined = balance(layout, cost, packed, method(algorithm::kk_equal, true));
     check_result(layout, cost, packed, {}, refined);
     CHECK(refined.makespan <= res.makespan);
     CHECK(at_least(refined.makespan, *opt));
@@ -326,25 +327,25 @@ TEST_CASE_TEMPLATE("kk within p1 + S/d <= 2 OPT, equal counts, refinement only h
     refined_optimal += at_least(*opt, refined.makespan);
     worst = std::max(worst, static_cast<double>(res.makespan) / static_cast<double>(*opt));
   }
-  MESSAGE("kk optimal on " << optimal << ", kk+refine on " << refined_optimal << " of " << instances
-                           << "; worst kk/OPT " << worst);
+  MESSAGE("kk_equal optimal on " << optimal << ", kk_equal+refine on " << refined_optimal
+                                 << " of " << instances << "; worst kk_equal/OPT " << worst);
   CHECK(refined_optimal >= optimal);
 }
 
-TEST_CASE("kk on a hand-checked instance") {
+TEST_CASE("kk_equal on a hand-checked instance") {
   // d = 2, costs 8 7 6 5 4: chunks (8,7) (6,5) (4,·). Differences 1, 1, 4: (4,·) merges with
   // (8,7) (earlier creation wins the tie) into (4+7, 8) = (11, 8); then with (6,5): (16, 14).
   const auto layout = batch_layout::from_ranks({{8, 7, 6}, {5, 4}});
-  const auto res = balance(layout, linear_cost{}, packed, method(algorithm::kk));
+  const auto res = balance(layout, linear_cost{}, packed, method(algorithm::kk_equal));
   CHECK(res.makespan == 16);
   const std::vector<rank_t> dst(res.plan.dst_ranks().begin(), res.plan.dst_ranks().end());
   CHECK(dst == std::vector<rank_t>{1, 0, 1, 0, 0});  // {7, 5, 4} -> rank 0, {8, 6} -> rank 1
-  const auto refined = balance(layout, linear_cost{}, packed, method(algorithm::kk, true));
+  const auto refined = balance(layout, linear_cost{}, packed, method(algorithm::kk_equal, true));
   CHECK(refined.makespan == 15);  // the optimum {8,7} {6,5,4}, reached by one swap
   CHECK(refined.proven_optimal);
 }
 
-TEST_CASE("kk satisfies the equal-count constraint by construction") {
+TEST_CASE("kk_equal satisfies the equal-count constraint by construction") {
   std::mt19937_64 rng(0x5eed0004);
   for (int iter = 0; iter < 300; ++iter) {
     const auto d = static_cast<rank_t>(uniform(rng, 1, 9));
@@ -354,8 +355,8 @@ TEST_CASE("kk satisfies the equal-count constraint by construction") {
     lim.min_items = n / d;
     lim.max_items = (n + d - 1) / d;
     const auto res = balance(layout, quadratic_cost{0, 1, 0.01}, packed,
-                             method(algorithm::kk, uniform(rng, 0, 1) == 1, lim));
-    CHECK(res.used == algorithm::kk);
+                             method(algorithm::kk_equal, uniform(rng, 0, 1) == 1, lim));
+    CHECK(res.used == algorithm::kk_equal);
     check_result(layout, quadratic_cost{0, 1, 0.01}, packed, lim, res);
   }
 }
@@ -416,7 +417,7 @@ TEST_CASE_TEMPLATE("refine keeps constraints and never raises the makespan (dire
   CHECK(improved > 50);
 }
 
-TEST_CASE_TEMPLATE("facade invariants on random layouts: lpt, kk, with and without refine", C,
+TEST_CASE_TEMPLATE("facade invariants on random layouts: lpt, kk, kk_equal, with and without refine", C,
                    linear_cost, quadratic_cost) {
   const C cost = pick_cost<C>(1, {2.0, 1.0, 0.02});
   std::mt19937_64 rng(0x5eed0006);
@@ -425,7 +426,8 @@ TEST_CASE_TEMPLATE("facade invariants on random layouts: lpt, kk, with and witho
     const auto d = static_cast<rank_t>(uniform(rng, 1, 9));
     const std::int64_t n = uniform(rng, 0, 50);
     const auto layout = random_layout(rng, d, n, 80, uniform(rng, 0, 1) == 1);
-    const algorithm algo = uniform(rng, 0, 1) ? algorithm::lpt : algorithm::kk;
+    const algorithm algo = std::array{algorithm::lpt, algorithm::kk,
+                                      algorithm::kk_equal}[static_cast<std::size_t>(uniform(rng, 0, 2))];
     const padding_policy policy =
         algo == algorithm::lpt && uniform(rng, 0, 3) == 0 ? padded : packed;
     constraints lim;
@@ -462,7 +464,7 @@ TEST_CASE_TEMPLATE("facade invariants on random layouts: lpt, kk, with and witho
 TEST_CASE("zero-length items, empty ranks, more ranks than items, nothing at all") {
   SUBCASE("all zero lengths") {
     const auto layout = batch_layout::from_ranks({{0, 0, 0}, {}, {0}, {}});
-    for (auto algo : {algorithm::lpt, algorithm::kk}) {
+    for (auto algo : {algorithm::lpt, algorithm::kk, algorithm::kk_equal}) {
       for (bool rf : {false, true}) {
         const auto res = balance(layout, linear_cost{}, packed, method(algo, rf));
         check_result(layout, linear_cost{}, packed, {}, res);
@@ -477,7 +479,7 @@ TEST_CASE("zero-length items, empty ranks, more ranks than items, nothing at all
   }
   SUBCASE("more ranks than items") {
     const auto layout = batch_layout::from_ranks({{5, 9}, {}, {}, {}, {}, {}});
-    for (auto algo : {algorithm::lpt, algorithm::kk}) {
+    for (auto algo : {algorithm::lpt, algorithm::kk, algorithm::kk_equal}) {
       const auto res = balance(layout, quadratic_cost{}, packed, method(algo, true));
       check_result(layout, quadratic_cost{}, packed, {}, res);
       CHECK(res.makespan == 9.0);
@@ -488,7 +490,7 @@ TEST_CASE("zero-length items, empty ranks, more ranks than items, nothing at all
   }
   SUBCASE("no items") {
     const auto layout = batch_layout::from_ranks({{}, {}, {}});
-    for (auto algo : {algorithm::lpt, algorithm::kk}) {
+    for (auto algo : {algorithm::lpt, algorithm::kk, algorithm::kk_equal}) {
       const auto res = balance(layout, linear_cost{}, packed, method(algo, true));
       CHECK(res.makespan == 0);
       CHECK(res.plan.num_items() == 0);
@@ -496,7 +498,7 @@ TEST_CASE("zero-length items, empty ranks, more ranks than items, nothing at all
   }
   SUBCASE("one rank") {
     const auto layout = batch_layout::from_ranks({{3, 1, 2}});
-    for (auto algo : {algorithm::lpt, algorithm::kk}) {
+    for (auto algo : {algorithm::lpt, algorithm::kk, algorithm::kk_equal}) {
       const auto res = balance(layout, linear_cost{}, packed, method(algo, true));
       CHECK(res.makespan == 6);
     }
@@ -556,10 +558,12 @@ TEST_CASE("large scale: lognormal lengths, quadratic cost") {
   std::ostringstream msg;
   msg << "n=" << layout.num_items() << " d=" << d;
   double lpt_ratio = 0;
-  for (auto algo : {algorithm::lpt, algorithm::kk}) {
+  for (auto algo : {algorithm::lpt, algorithm::kk, algorithm::kk_equal}) {
     for (bool rf : {false, true}) {
       const auto res = balance(layout, cost, packed, method(algo, rf));
       CHECK(res.lower_bound > 0);
+      // n · d is far above kk_complete_max_entries: kk runs its documented fallback.
+      if (algo != algorithm::lpt) CHECK(res.used == algorithm::kk_equal);
       const double ratio = res.makespan / res.lower_bound;
       msg << "  " << to_string(algo) << (rf ? "+refine" : "") << " " << ratio;
       CHECK(ratio >= 1.0);
@@ -569,7 +573,7 @@ TEST_CASE("large scale: lognormal lengths, quadratic cost") {
       }
       if (rf) CHECK(ratio <= 1.001);
       if (algo == algorithm::lpt && rf) CHECK(ratio <= lpt_ratio);
-      if (algo == algorithm::kk && !rf) {  // equal counts by construction
+      if (algo != algorithm::lpt && !rf) {  // equal counts by construction
         const auto off = res.plan.dst_offsets();
         bool equal = true;
         for (std::size_t r = 0; r + 1 < off.size(); ++r)
@@ -632,4 +636,133 @@ TEST_CASE("monotone queue with unsigned 64-bit costs and loads near 2^63") {
     REQUIRE(expected);
     CHECK(std::ranges::equal(res.plan.dst_ranks(), *expected));
   }
+}
+
+namespace {
+
+// Textbook d-way largest differencing, written independently of detail/balance/kk.hpp: every
+// item a tuple (cost, 0, …, 0) of d subsets; merge the two tuples of largest spread (ties: the
+// earlier created), joining the first's i-th heaviest subset with the second's i-th lightest,
+// re-sorted by sum descending (ties: position in the join). Items start in canonical order.
+template <class Cost>
+std::vector<rank_t> reference_ldm(const batch_layout& layout, rank_t d,
+                                  const std::vector<Cost>& costs) {
+  struct subset {
+    Cost sum{};
+    std::vector<std::int64_t> items;
+  };
+  struct tuple {
+    std::vector<subset> parts;
+    std::int64_t creation;
+  };
+  const auto order = detail::canonical_order<Cost>(layout, costs, packed);
+  std::vector<tuple> live;
+  std::int64_t created = 0;
+  for (const auto g : order) {
+    tuple t{std::vector<subset>(static_cast<std::size_t>(d)), created++};
+    t.parts[0] = subset{costs[static_cast<std::size_t>(g)], {g}};
+    live.push_back(std::move(t));
+  }
+  auto take = [&] {
+    std::size_t best = 0;
+    auto spread = [&](std::size_t i) { return live[i].parts.front().sum - live[i].parts.back().sum; };
+    for (std::size_t i = 1; i < live.size(); ++i)
+      if (spread(i) > spread(best) ||
+          (spread(i) == spread(best) && live[i].creation < live[best].creation))
+        best = i;
+    tuple t = std::move(live[best]);
+    live.erase(live.begin() + static_cast<std::ptrdiff_t>(best));
+    return t;
+  };
+  while (live.size() > 1) {
+    const tuple a = take();
+    const tuple b = take();
+    std::vector<subset> joined;
+    for (std::size_t i = 0; i < static_cast<std::size_t>(d); ++i) {
+      const auto& x = a.parts[i];
+      const auto& y = b.parts[static_cast<std::size_t>(d) - 1 - i];
+      subset j{x.sum + y.sum, x.items};
+      j.items.insert(j.items.end(), y.items.begin(), y.items.end());
+      joined.push_back(std::move(j));
+    }
+    std::stable_sort(joined.begin(), joined.end(),
+                     [](const subset& p, const subset& q) { return p.sum > q.sum; });
+    live.push_back(tuple{std::move(joined), created++});
+  }
+  std::vector<rank_t> dst(static_cast<std::size_t>(layout.num_items()), 0);
+  if (!live.empty())
+    for (std::size_t i = 0; i < static_cast<std::size_t>(d); ++i)
+      for (const auto g : live[0].parts[i].items)
+        dst[static_cast<std::size_t>(g)] = static_cast<rank_t>(i);
+  return dst;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("kk is the textbook complete differencing (against a reference)", C,
+                   linear_cost, quadratic_cost) {
+  const C cost = pick_cost<C>(1, {0.5, 1.0, 0.03});
+  using Cost = cost_type_t<C>;
+  std::mt19937_64 rng(0x5eed000a);
+  for (int iter = 0; iter < 300; ++iter) {
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 7));
+    const std::int64_t n = uniform(rng, 0, 45);
+    const auto layout = random_layout(rng, d, n, uniform(rng, 0, 1) ? 8 : 200, false);
+    std::vector<Cost> costs;
+    for (std::int64_t g = 0; g < n; ++g) costs.push_back(cost(layout.length(g)));
+    const auto res = balance(layout, cost, packed, method(algorithm::kk));
+    CHECK(res.used == algorithm::kk);
+    const auto dst = check_result(layout, cost, packed, {}, res);
+    CHECK(dst == reference_ldm(layout, d, costs));
+  }
+}
+
+TEST_CASE("kk: the complete method, better than the equal-count one where counts must differ") {
+  // d = 2, costs 10 4 3 3: the optimum {10} | {4, 3, 3} needs unequal counts. Complete:
+  // (10)+(4) → (10, 4); with (3) → (10, 7); (3) [earlier created, same spread 3] with it →
+  // (10, 10). Equal counts: chunks (10, 4) and (3, 3) → (13, 7).
+  const auto layout = batch_layout::from_ranks({{10, 3}, {4, 3}});
+  const auto complete = balance(layout, linear_cost{}, packed, method(algorithm::kk));
+  const auto equal = balance(layout, linear_cost{}, packed, method(algorithm::kk_equal));
+  CHECK(complete.used == algorithm::kk);
+  CHECK(complete.makespan == 10);
+  CHECK(complete.proven_optimal);
+  CHECK(equal.makespan == 13);
+  // More ranks than items: every item alone.
+  const auto spread = batch_layout::from_ranks({{7, 3}, {}, {}, {}});
+  CHECK(balance(spread, linear_cost{}, packed, method(algorithm::kk)).makespan == 7);
+  // Above the memory guard kk runs the equal-count method and says so.
+  const rank_t d = 64;
+  const std::int64_t n = kk_complete_max_entries / d + 1;
+  std::vector<std::vector<std::int64_t>> ranks(static_cast<std::size_t>(d));
+  for (std::int64_t g = 0; g < n; ++g) ranks[static_cast<std::size_t>(g % d)].push_back(1 + g % 97);
+  const auto big = batch_layout::from_ranks(ranks);
+  CHECK(balance(big, linear_cost{}, packed, method(algorithm::kk)).used == algorithm::kk_equal);
+}
+
+TEST_CASE_TEMPLATE("kk reaches the brute-force optimum at least as often as lpt", C, linear_cost,
+                   quadratic_cost) {
+  const C cost = pick_cost<C>(1, {0.0, 1.0, 0.1});
+  std::mt19937_64 rng(0x5eed000b);
+  int kk_optimal = 0, lpt_optimal = 0, equal_optimal = 0;
+  const int instances = 400;
+  for (int iter = 0; iter < instances; ++iter) {
+    const auto d = static_cast<rank_t>(uniform(rng, 2, 4));
+    const std::int64_t n = uniform(rng, 2, 10);
+    const auto layout = random_layout(rng, d, n, 60, false);
+    const auto opt = brute_force(layout, d, cost, packed);
+    REQUIRE(opt.has_value());
+    const auto kk = balance(layout, cost, packed, method(algorithm::kk));
+    CHECK(at_least(kk.makespan, *opt));
+    kk_optimal += at_least(*opt, kk.makespan);
+    lpt_optimal += at_least(*opt, balance(layout, cost, packed, method(algorithm::lpt)).makespan);
+    equal_optimal +=
+        at_least(*opt, balance(layout, cost, packed, method(algorithm::kk_equal)).makespan);
+    // auto is never worse than any of them.
+    const auto a = balance(layout, cost, packed, method(algorithm::automatic));
+    CHECK(a.makespan <= kk.makespan);
+  }
+  MESSAGE("optimal: kk " << kk_optimal << ", lpt " << lpt_optimal << ", kk_equal " << equal_optimal
+                         << " of " << instances);
+  CHECK(kk_optimal >= lpt_optimal);
 }

@@ -98,3 +98,19 @@ TEST_CASE("payload: validate errors") {
   // Zero-width rows never overflow.
   CHECK_NOTHROW(make(vec{std::numeric_limits<std::int64_t>::max(), 5}, 0, 0).validate());
 }
+
+TEST_CASE("ragged_payload: byte offsets and totals past 2^63 are errors") {
+  ragged_payload p;
+  p.row_bytes = 8;
+  p.rows = {1, std::int64_t{1} << 60};  // 2^63 bytes: wraps to negative unchecked
+  expect_invalid([&] { (void)p.byte_offsets(); },
+                 {"payload size overflows 64 bits at item 1", "1152921504606846976 rows × 8"});
+  expect_invalid([&] { p.validate(); }, {"overflows 64 bits at item 1"});
+  p.rows = {std::numeric_limits<std::int64_t>::max(), 1};
+  expect_invalid([&] { (void)p.total_rows(); }, {"item 1 has 1 rows"});
+  p.rows = {2, -1};
+  expect_invalid([&] { (void)p.byte_offsets(); }, {"item 1 has -1 rows"});
+  p.rows = {2, 3};
+  CHECK(p.byte_offsets() == std::vector<std::int64_t>{0, 16, 40});
+  CHECK(p.total_rows() == 5);
+}

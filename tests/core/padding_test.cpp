@@ -227,3 +227,22 @@ TEST_CASE("padding: rank_load matches an independent computation on random items
     CHECK(dl.bytes() >= pl.bytes());
   }
 }
+
+TEST_CASE("padded_length and the padded footprints never overflow") {
+  constexpr std::int64_t max = INT64_MAX;
+  CHECK(padding_policy::padded(8).padded_length(max - 7) == max - 7);  // 2^63 - 8 is a multiple
+  expect_invalid([] { (void)padding_policy::padded(8).padded_length(max - 6); },
+                 {"length 9223372036854775801 padded to a multiple of 8 exceeds 2^63 - 1"});
+  CHECK(padding_policy::padded(max).padded_length(1) == max);
+  expect_invalid([] { (void)padding_policy::padded(max - 1).padded_length(max - 1 + 1); },
+                 {"exceeds 2^63 - 1"});
+  CHECK(padding_policy::padded(max).padded_length(0) == 0);
+  CHECK(padding_policy::padded(max).padded_length(max) == max);
+  rank_load<std::int64_t> acc(padding_policy::padded(1));
+  acc.add(std::int64_t{1} << 62, 1, std::int64_t{1} << 62);
+  CHECK(acc.tokens() == std::int64_t{1} << 62);
+  acc.add(1, 1, 1);
+  expect_invalid([&] { (void)acc.tokens(); },
+                 {"2 items padded to 4611686018427387904 tokens each exceed 2^63 - 1 tokens"});
+  expect_invalid([&] { (void)acc.bytes(); }, {"exceed 2^63 - 1 bytes"});
+}

@@ -700,3 +700,19 @@ TEST_CASE("rearrangement: fingerprint changes under every single mutation of ran
   }
   CHECK(compared > 10000);
 }
+
+TEST_CASE("apply(ragged_rows): a row count × width past 2^63 is rejected, not wrapped") {
+  const batch_layout layout({0, 1}, {1});
+  const auto plan = rearrangement::identity(layout);
+  ragged_rows<int> in;
+  in.row_width = 4;
+  in.row_offsets = {0, std::int64_t{1} << 62};  // 2^62 rows × 4 wraps to 0 elements unchecked
+  expect_invalid([&] { (void)apply(plan, in); },
+                 {"0 elements but offsets give 4611686018427387904 rows of width 4"});
+  in.row_offsets = {0, 2};
+  in.rows = {1, 2, 3, 4, 5, 6, 7, 8};
+  CHECK(apply(plan, in).rows == in.rows);
+  in.row_width = 0;
+  in.rows.clear();
+  CHECK(apply(plan, in).row_offsets == std::vector<std::int64_t>{0, 2});
+}

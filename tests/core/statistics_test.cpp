@@ -10,7 +10,9 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "orchmllm/core/batch_layout.hpp"
@@ -19,6 +21,7 @@
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/padding.hpp"
 #include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/detail/core/statistics_impl.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -443,19 +446,37 @@ TEST_CASE("statistics: makespan_lower_bound on known tight cases") {
     CHECK(makespan_lower_bound(batch_layout::from_ranks({{3, 3, 3, 3, 3}}), 4, lin,
                                orchmllm::packed) == 6);
   }
-  SUBCASE("padded: count × cost of the longest, and the sum term") {
+  SUBCASE("padded: the optimum; its structural start (count × longest, the sum term)") {
+    // The structural terms the balancers start from (detail::lower_bound_in_order).
+    auto structural = [](const batch_layout& layout, rank_t d, const auto& cost,
+                         orchmllm::padding_policy policy) {
+      using Cost = orchmllm::cost_type_t<std::decay_t<decltype(cost)>>;
+      std::vector<Cost> costs;
+      for (std::int64_t g = 0; g < layout.num_items(); ++g)
+        costs.push_back(static_cast<Cost>(cost(layout.length(g))));
+      const auto order = orchmllm::detail::canonical_order<Cost>(layout, costs, policy);
+      return orchmllm::detail::lower_bound_in_order<std::decay_t<decltype(cost)>>(
+          layout, order, std::span<const Cost>(costs), d, cost, policy, constraints{});
+    };
     const auto a = batch_layout::from_ranks({{10, 1, 1, 1}});
     CHECK(makespan_lower_bound(a, 2, lin, orchmllm::padded) == 10);  // optimum {10} {1,1,1}
     CHECK(makespan_lower_bound(a, 2, lin, orchmllm::padded, with_min(2)) == 20);  // {10,1} {1,1}
     // {12, 6, 4, 3} on 2 ranks: count terms give max(12, 6, 2·4, 2·3) = 12 but
-    // ⌈(12 + 6 + 4 + 3) / 2⌉ = 13 (optimum 18: {12} {6, 4, 3}).
+    // ⌈(12 + 6 + 4 + 3) / 2⌉ = 13; the reported bound is the optimum 18: {12} {6, 4, 3}.
     const auto b = batch_layout::from_ranks({{12, 6}, {4, 3}});
-    CHECK(makespan_lower_bound(b, 2, lin, orchmllm::padded) == 13);
+    CHECK(structural(b, 2, lin, orchmllm::padded) == 13);
+    CHECK(makespan_lower_bound(b, 2, lin, orchmllm::padded) == 18);
     auto as_double = [](std::int64_t l) { return static_cast<double>(l); };
-    CHECK(makespan_lower_bound(b, 2, as_double, orchmllm::padded) == 12.5);
+    CHECK(structural(b, 2, as_double, orchmllm::padded) == 12.5);
+    CHECK(makespan_lower_bound(b, 2, as_double, orchmllm::padded) == 18.0);
     // padded to a multiple of 8: every item costs 16 or 8 → count terms 16, 16, 2·8, 2·8;
-    // sum (16 + 8 + 8 + 8) / 2 = 20
-    CHECK(makespan_lower_bound(b, 2, lin, orchmllm::padded_to_multiple(8)) == 20);
+    // sum (16 + 8 + 8 + 8) / 2 = 20; the optimum {16} {8, 8, 8} = 24.
+    CHECK(structural(b, 2, lin, orchmllm::padded_to_multiple(8)) == 20);
+    CHECK(makespan_lower_bound(b, 2, lin, orchmllm::padded_to_multiple(8)) == 24);
+    // A cap is not in the bound (it can only raise the optimum).
+    orchmllm::constraints capped;
+    capped.cap = orchmllm::capacity{orchmllm::capacity::measure::tokens, 30};
+    CHECK(makespan_lower_bound(b, 2, lin, orchmllm::padded, capped) == 18);
     // five equal items on 2 ranks: some rank holds 3
     const batch_layout c({0, 5}, vec(5, 4));
     CHECK(makespan_lower_bound(c, 2, lin, orchmllm::padded) == 12);

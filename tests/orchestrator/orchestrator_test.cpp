@@ -666,6 +666,45 @@ TEST_CASE("plan_step rejects inconsistent inputs") {
   }
 }
 
+TEST_CASE("plan_step: byte and token sizes past 2^63 are errors, not wrapped sizes") {
+  stage_declarations decl;
+  decl.encoders.push_back(encoder_stage{.name = "vision", .input_row_bytes = 1 << 20,
+                                        .output_row_bytes = 8});
+  decl.llm.text_row_bytes = 8;
+  constexpr std::int64_t big = std::int64_t{1} << 60;
+  local_batch fine{.text_tokens = {3},
+                   .sub_items = {sub_item{.modality = 0, .parent = 0, .encoder_length = 4,
+                                          .input_rows = 1, .llm_tokens = 1}}};
+  // Text bytes: 2^60 tokens × 8 bytes wraps to 0 unchecked.
+  local_batch text = fine;
+  text.text_tokens[0] = big;
+  orchmllm::test::expect_invalid(
+      [&] {
+        (void)orchmllm::plan_step(decl, orchmllm::make_step_metadata({text, fine}, 1),
+                                  topology::uniform(2, 0));
+      },
+      {"text bytes of sample 0", "exceeds 2^63 - 1"});
+  // Encoder input bytes: rows × row width.
+  local_batch rows = fine;
+  rows.sub_items[0].input_rows = big;
+  orchmllm::test::expect_invalid(
+      [&] {
+        (void)orchmllm::plan_step(decl, orchmllm::make_step_metadata({fine, rows}, 1),
+                                  topology::uniform(2, 0));
+      },
+      {"stage 'vision': input bytes of item 1"});
+  // Sequence length: text + the LLM tokens of the sub-items.
+  local_batch seq = fine;
+  seq.text_tokens[0] = INT64_MAX;
+  decl.llm.text_row_bytes = 0;
+  orchmllm::test::expect_invalid(
+      [&] {
+        (void)orchmllm::plan_step(decl, orchmllm::make_step_metadata({seq, fine}, 1),
+                                  topology::uniform(2, 0));
+      },
+      {"sequence length of sample 0"});
+}
+
 TEST_CASE("plan_step: stages planned in parallel give the serial plans") {
   std::mt19937_64 rng(777);
   for (int trial = 0; trial < 60; ++trial) {

@@ -374,3 +374,50 @@ TEST_CASE("bad input") {
 }
 
 }  // namespace
+
+TEST_CASE("a node above the dense limit: sparse greedy, a bijection keeping ≥ half the optimum") {
+  // One node of 600 GPUs (> detail::dense_assignment_limit): map_bins must stay a bijection,
+  // keep every bin that is already home on its rank, and keep at least half of the bytes the
+  // exact Hungarian keeps.
+  constexpr rank_t d = 600;
+  static_assert(d > detail::dense_assignment_limit);
+  std::mt19937_64 rng(600);
+  const auto off = test::random_offsets(rng, d, 3000);
+  std::vector<std::int64_t> bytes(3000);
+  for (auto& b : bytes) b = uniform(rng, 1, 1000);
+  // Everything home: the identity, exactly.
+  const auto home = map_bins(rearrangement::identity(off), bytes, topology::uniform(d, 0));
+  CHECK(home.moved_bytes == 0);
+  // A random plan: compare the kept bytes with the dense optimum on the same profits.
+  const auto binned = test::random_rearrangement(rng, off, d, true);
+  const auto res = map_bins(binned, bytes, topology::uniform(d, 0));
+  std::vector<rank_t> sorted = res.rank_of_bin;
+  std::sort(sorted.begin(), sorted.end());
+  for (rank_t r = 0; r < d; ++r) CHECK(sorted[static_cast<std::size_t>(r)] == r);
+  std::vector<std::int64_t> profit(static_cast<std::size_t>(d) * d, 0);
+  std::int64_t total = 0;
+  for (std::size_t r = 0; r < static_cast<std::size_t>(d); ++r) {
+    for (auto g = static_cast<std::size_t>(off[r]); g < static_cast<std::size_t>(off[r + 1]); ++g) {
+      const auto b = static_cast<std::size_t>(binned.dst_ranks()[g]);
+      profit[b * d + r] += bytes[g];
+      total += bytes[g];
+    }
+  }
+  const auto col = detail::max_profit_assignment(profit, d);
+  std::int64_t best_kept = 0;
+  for (std::size_t b = 0; b < static_cast<std::size_t>(d); ++b)
+    best_kept += profit[b * d + static_cast<std::size_t>(col[b])];
+  const std::int64_t kept = total - res.moved_bytes;
+  CHECK(kept <= best_kept);
+  CHECK(2 * kept >= best_kept);
+}
+
+TEST_CASE("greedy_assignment: exact on disjoint profits, 1/2 on the classic bad case") {
+  using detail::profit_entry;
+  // Disjoint: each row has its profit on its own column.
+  CHECK(detail::greedy_assignment({{5, 0, 2}, {7, 1, 0}, {1, 2, 1}}, 3) == std::vector<int>{2, 0, 1});
+  // Row 0 takes column 0 (profit 3) and blocks the optimum 2 + 2: still ≥ half.
+  CHECK(detail::greedy_assignment({{3, 0, 0}, {2, 0, 1}, {2, 1, 0}}, 2) == std::vector<int>{0, 1});
+  // No entries: the identity.
+  CHECK(detail::greedy_assignment({}, 3) == std::vector<int>{0, 1, 2});
+}

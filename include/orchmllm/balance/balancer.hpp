@@ -11,19 +11,25 @@
 ///              currently least-loaded rank that can take it (binary heap). O(n log n).
 ///              Packed policy: within 4/3 − 1/(3d) of the optimum (Graham 1969).
 ///              Padded policy: the same greedy on the padded load.
-///   kk         Karmarkar–Karp largest differencing for d ways: items in descending order are
-///              cut into d-tuples, tuples are merged largest-difference first (heap), each merge
-///              pairs one tuple's heaviest subsets with the other's lightest. O(n log n) time,
-///              O(n + d) memory. Packed policy only.
+///   kk         Karmarkar–Karp largest differencing for d ways, the textbook (complete)
+///              method: every item starts as a d-tuple (cost, 0, …, 0); the two tuples with the
+///              largest spread are merged (one's heaviest subsets with the other's lightest)
+///              until one is left. Counts per rank are free. O(n · d log d) time, O(n · d)
+///              memory, so above n · d = 2^21 (`kk_complete_max_entries`) it runs `kk_equal`
+///              instead (`balance_result::used` says so). Packed policy only.
+///   kk_equal   ("kk-equal" in the tool) the equal-count differencing: items in descending
+///              order are cut into d-tuples of one item per subset, merged as above, so every
+///              rank gets ⌊n/d⌋ or ⌈n/d⌉ items. O(n log n) time, O(n + d) memory, any size;
+///              weaker than `kk` when the optimum needs unequal counts. Packed policy only.
 ///   exact      depth-first branch and bound over all assignments with symmetry breaking and a
 ///              node budget; optimal when it completes (`balance_result::proven_optimal`).
 ///              Meant for small inputs (n ≲ 20).
 ///   padded_exact  ("padded" in the tool) the exact algorithm for padded policies: descending
 ///              lengths, contiguous runs, binary search on the makespan with a greedy feasibility
 ///              check. Optimal (proof in docs/algorithms.md). O(n log n + d · log T).
-///   automatic  packed: lpt and its refinement; if that misses the lower bound, kk and a
-///              refinement of the better plan; then the exact search on small inputs. Returns
-///              the best plan found (never worse than lpt or kk). Padded: `padded_exact`.
+///   automatic  packed: lpt and its refinement; while the lower bound is missed, kk_equal, then
+///              kk (each refined), then the exact search on small inputs. Returns the best plan
+///              found (never worse than lpt, kk_equal or kk). Padded: `padded_exact`.
 ///   locality   keeps data where it is: runs `automatic` for its makespan M, sets the target
 ///              T = M · (1 + locality_tolerance) (rounded down for integral costs, never below
 ///              M), then starts from the current placement (every item on its source rank) and
@@ -49,7 +55,10 @@
 /// randomness, no time limits (budgets count work, not seconds).
 ///
 /// Throws: `invalid_argument_error` for an unusable option (e.g. `kk` with a padded policy,
-/// `padded` with the packed policy, negative budgets); `infeasible_error` when the
+/// `padded` with the packed policy, negative budgets), for a negative or non-finite cost, and
+/// for an input whose loads could overflow their type (packed: Σ costs above 2^63 − 1 for
+/// integral costs; padded: (n + 1) × the largest padded cost, n × the padded length or n × the
+/// widest item's bytes above 2^63 − 1) — the message names the value; `infeasible_error` when the
 /// constraints cannot be met — the message names the total, the cap and the rank count.
 
 #include <algorithm>
@@ -71,7 +80,20 @@
 namespace orchmllm {
 
 /// Balancing algorithm; see the file comment.
-enum class algorithm : std::uint8_t { none, lpt, kk, exact, padded_exact, automatic, locality };
+enum class algorithm : std::uint8_t {
+  none,
+  lpt,
+  kk,
+  exact,
+  padded_exact,
+  automatic,
+  locality,
+  kk_equal
+};
+
+/// Largest n · d for which `algorithm::kk` runs the complete differencing (its tuples hold
+/// n · d sums); above it `kk` runs `kk_equal`.
+inline constexpr std::int64_t kk_complete_max_entries = std::int64_t{1} << 21;
 
 /// Name of an algorithm as used by the command-line tool ("auto" for automatic, "padded" for
 /// padded_exact).
@@ -84,18 +106,21 @@ constexpr std::string_view to_string(algorithm a) noexcept {
     case algorithm::padded_exact: return "padded";
     case algorithm::automatic: return "auto";
     case algorithm::locality: return "locality";
+    case algorithm::kk_equal: return "kk-equal";
   }
   return "?";
 }
 
-/// Parses "none", "lpt", "kk", "exact", "padded", "auto" or "locality". Throws
+/// Parses "none", "lpt", "kk", "kk-equal", "exact", "padded", "auto" or "locality". Throws
 /// `invalid_argument_error` naming the unknown name.
 inline algorithm parse_algorithm(std::string_view name) {
-  for (auto a : {algorithm::none, algorithm::lpt, algorithm::kk, algorithm::exact,
-                 algorithm::padded_exact, algorithm::automatic, algorithm::locality})
+  for (auto a : {algorithm::none, algorithm::lpt, algorithm::kk, algorithm::kk_equal,
+                 algorithm::exact, algorithm::padded_exact, algorithm::automatic,
+                 algorithm::locality})
     if (to_string(a) == name) return a;
-  detail::raise<invalid_argument_error>(detail::concat(
-      "unknown algorithm '", name, "' (expected none, lpt, kk, exact, padded, auto or locality)"));
+  detail::raise<invalid_argument_error>(
+      detail::concat("unknown algorithm '", name,
+                     "' (expected none, lpt, kk, kk-equal, exact, padded, auto or locality)"));
 }
 
 /// Options of `balance`.
@@ -112,7 +137,8 @@ struct balance_options {
   double locality_tolerance = 0.001;
   /// `locality`: the node of every rank (d entries, nodes numbered 0, 1, … as
   /// `topology::node_map()` gives them); empty = all ranks on one node. Plain data because the
-  /// balance layer sits below topology/. Every entry must be >= 0.
+  /// balance layer sits below topology/. Every entry must be in [0, d) (else
+  /// `invalid_argument_error`).
   std::vector<rank_t> node_of_rank{};
 };
 

@@ -28,19 +28,38 @@ struct ragged_payload {
   [[nodiscard]] std::int64_t num_items() const noexcept {
     return static_cast<std::int64_t>(rows.size());
   }
-  /// Total rows. O(n).
-  [[nodiscard]] std::int64_t total_rows() const noexcept {
+  /// Total rows. O(n). Throws `invalid_argument_error` for a negative row count or a total
+  /// above 2^63 − 1.
+  [[nodiscard]] std::int64_t total_rows() const {
     std::int64_t t = 0;
-    for (auto r : rows) t += r;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      ORCHMLLM_REQUIRE(rows[i] >= 0 && rows[i] <= std::numeric_limits<std::int64_t>::max() - t,
+                       invalid_argument_error, "item ", i, " has ", rows[i],
+                       " rows: negative or the total passes 2^63 - 1");
+      t += rows[i];
+    }
     return t;
   }
-  /// Byte offset of every item plus the end (n + 1 entries). O(n).
+  /// Byte offset of every item plus the end (n + 1 entries). O(n). Throws
+  /// `invalid_argument_error` when row_bytes or a row count is negative or Σ rows · row_bytes
+  /// passes 2^63 − 1 (naming the item).
   [[nodiscard]] std::vector<std::int64_t> byte_offsets() const {
+    ORCHMLLM_REQUIRE(row_bytes >= 0, invalid_argument_error, "row width ", row_bytes,
+                     " bytes is negative");
     std::vector<std::int64_t> off(rows.size() + 1, 0);
-    for (std::size_t i = 0; i < rows.size(); ++i) off[i + 1] = off[i] + rows[i] * row_bytes;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      ORCHMLLM_REQUIRE(rows[i] >= 0, invalid_argument_error, "item ", i, " has ", rows[i],
+                       " rows");
+      ORCHMLLM_REQUIRE(row_bytes == 0 || rows[i] <= (std::numeric_limits<std::int64_t>::max() -
+                                                     off[i]) / row_bytes,
+                       invalid_argument_error, "payload size overflows 64 bits at item ", i,
+                       " (", rows[i], " rows × ", row_bytes, " bytes after ", off[i], " bytes)");
+      off[i + 1] = off[i] + rows[i] * row_bytes;
+    }
     return off;
   }
-  /// Bytes of item i. O(1), no bounds check.
+  /// Bytes of item i. O(1), no bounds check; the caller has validated the payload (so the
+  /// product fits).
   [[nodiscard]] std::int64_t item_bytes(std::size_t i) const noexcept {
     return rows[i] * row_bytes;
   }
@@ -49,17 +68,7 @@ struct ragged_payload {
   /// Σ rows · row_bytes overflows 64 bits, or when `data` does not hold exactly that many
   /// bytes. O(n).
   void validate() const {
-    ORCHMLLM_REQUIRE(row_bytes >= 0, invalid_argument_error, "row width ", row_bytes,
-                     " bytes is negative");
-    std::int64_t total = 0;
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      ORCHMLLM_REQUIRE(rows[i] >= 0, invalid_argument_error, "item ", i, " has ", rows[i],
-                       " rows");
-      ORCHMLLM_REQUIRE(row_bytes == 0 || rows[i] <= (std::numeric_limits<std::int64_t>::max() -
-                                                     total) / row_bytes,
-                       invalid_argument_error, "payload size overflows 64 bits at item ", i);
-      total += rows[i] * row_bytes;
-    }
+    const std::int64_t total = byte_offsets().back();
     ORCHMLLM_REQUIRE(static_cast<std::int64_t>(data.size()) == total, invalid_argument_error,
                      "payload holds ", data.size(), " bytes but its ", rows.size(),
                      " items need ", total, " (rows × ", row_bytes, " bytes)");

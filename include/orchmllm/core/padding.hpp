@@ -36,10 +36,15 @@ class padding_policy {
   [[nodiscard]] constexpr bool is_padded() const noexcept { return kind_ == kind::padded; }
   [[nodiscard]] constexpr std::int64_t multiple() const noexcept { return multiple_; }
 
-  /// Length after padding: l rounded up to a multiple (l itself for packed).
-  [[nodiscard]] constexpr std::int64_t padded_length(std::int64_t length) const noexcept {
+  /// Length after padding: l (≥ 0) rounded up to a multiple (l itself for packed). O(1). Throws
+  /// `invalid_argument_error` when the padded length would exceed 2^63 − 1.
+  [[nodiscard]] constexpr std::int64_t padded_length(std::int64_t length) const {
     if (multiple_ == 1) return length;
-    return (length + multiple_ - 1) / multiple_ * multiple_;
+    const std::int64_t rest = length % multiple_;
+    if (rest == 0) return length;
+    ORCHMLLM_REQUIRE(length - rest <= INT64_MAX - multiple_, invalid_argument_error, "length ",
+                     length, " padded to a multiple of ", multiple_, " exceeds 2^63 - 1");
+    return length - rest + multiple_;
   }
 
   friend constexpr bool operator==(const padding_policy&, const padding_policy&) = default;
@@ -85,16 +90,25 @@ class rank_load {
     if (count_ == 0) return Cost{};
     return static_cast<Cost>(count_) * static_cast<Cost>(cost(policy_.padded_length(max_length_)));
   }
-  /// Token footprint under the policy.
-  [[nodiscard]] constexpr std::int64_t tokens() const noexcept {
-    return policy_.is_padded() ? count_ * policy_.padded_length(max_length_) : sum_tokens_;
+  /// Token footprint under the policy. Throws `invalid_argument_error` when it exceeds 2^63 − 1.
+  [[nodiscard]] constexpr std::int64_t tokens() const {
+    return policy_.is_padded() ? footprint(policy_.padded_length(max_length_), "tokens")
+                               : sum_tokens_;
   }
-  /// Byte footprint under the policy.
-  [[nodiscard]] constexpr std::int64_t bytes() const noexcept {
-    return policy_.is_padded() ? count_ * max_bytes_ : sum_bytes_;
+  /// Byte footprint under the policy. Throws `invalid_argument_error` when it exceeds 2^63 − 1.
+  [[nodiscard]] constexpr std::int64_t bytes() const {
+    return policy_.is_padded() ? footprint(max_bytes_, "bytes") : sum_bytes_;
   }
 
  private:
+  // count · per_item, checked (the padded footprints).
+  constexpr std::int64_t footprint(std::int64_t per_item, const char* what) const {
+    ORCHMLLM_REQUIRE(per_item == 0 || count_ <= INT64_MAX / per_item, invalid_argument_error,
+                     count_, " items padded to ", per_item, " ", what,
+                     " each exceed 2^63 - 1 ", what);
+    return count_ * per_item;
+  }
+
   padding_policy policy_;
   std::int64_t count_ = 0;
   Cost sum_cost_{};

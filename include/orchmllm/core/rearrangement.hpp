@@ -340,10 +340,14 @@ ragged_rows<T> apply(const rearrangement& plan, const ragged_rows<T>& in) {
     ORCHMLLM_REQUIRE(in.row_offsets[static_cast<std::size_t>(g) + 1] >=
                          in.row_offsets[static_cast<std::size_t>(g)],
                      invalid_argument_error, "row offsets decrease at item ", g);
-  ORCHMLLM_REQUIRE(
-      static_cast<std::int64_t>(in.rows.size()) == in.row_offsets.back() * in.row_width,
-      invalid_argument_error, "apply: ", in.rows.size(), " elements but offsets give ",
-      in.row_offsets.back(), " rows of width ", in.row_width);
+  // rows.size() == back · width, checked by division (the product may pass 2^63 − 1).
+  const auto elements = static_cast<std::int64_t>(in.rows.size());
+  ORCHMLLM_REQUIRE(in.row_width == 0 ? elements == 0
+                                     : elements % in.row_width == 0 &&
+                                           elements / in.row_width == in.row_offsets.back(),
+                   invalid_argument_error, "apply: ", in.rows.size(),
+                   " elements but offsets give ", in.row_offsets.back(), " rows of width ",
+                   in.row_width);
   ragged_rows<T> out;
   out.row_width = in.row_width;
   out.row_offsets.resize(static_cast<std::size_t>(n) + 1, 0);

@@ -68,6 +68,7 @@
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/core/statistics.hpp"
+#include "orchmllm/detail/core/checked.hpp"
 #include "orchmllm/orchestrator/stages.hpp"
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"
@@ -266,11 +267,18 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     std::vector<std::int64_t> lengths(n), bytes(n);
     for (std::size_t g = 0; g < n; ++g) {
       lengths[g] = meta.sequence_length(static_cast<std::int64_t>(g));
-      std::int64_t b = meta.text_tokens[g] * decl.llm.text_row_bytes;
+      // Checked: token and row counts come from the trainer (a wrapped size would move 0 bytes).
+      std::int64_t b = detail::checked_mul(meta.text_tokens[g], decl.llm.text_row_bytes,
+                                           "text bytes of sample ", g);
       for (auto k = meta.sample_sub_offsets[g]; k < meta.sample_sub_offsets[g + 1]; ++k) {
         const auto& [m, id] = meta.sample_sub_items[static_cast<std::size_t>(k)];
-        b += meta.modalities[static_cast<std::size_t>(m)].llm_tokens[static_cast<std::size_t>(id)] *
-             decl.encoders[static_cast<std::size_t>(m)].output_row_bytes;
+        b = detail::checked_add(
+            b,
+            detail::checked_mul(
+                meta.modalities[static_cast<std::size_t>(m)].llm_tokens[static_cast<std::size_t>(id)],
+                decl.encoders[static_cast<std::size_t>(m)].output_row_bytes,
+                "encoder output bytes of sample ", g),
+            "bytes of sample ", g);
       }
       bytes[g] = b;
     }
@@ -281,7 +289,9 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     const auto& mod = meta.modalities[k];
     std::vector<std::int64_t> bytes(mod.input_rows.size());
     for (std::size_t i = 0; i < bytes.size(); ++i)
-      bytes[i] = mod.input_rows[i] * decl.encoders[k].input_row_bytes;
+      bytes[i] = detail::checked_mul(mod.input_rows[i], decl.encoders[k].input_row_bytes,
+                                     "stage '", decl.encoders[k].name, "': input bytes of item ",
+                                     i);
     out.encoders[k].layout =
         batch_layout(mod.offsets, mod.encoder_length, std::move(bytes), mod.parent);
   }

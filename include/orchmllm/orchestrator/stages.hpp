@@ -35,6 +35,7 @@
 #include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/padding.hpp"
+#include "orchmllm/detail/core/checked.hpp"
 #include "orchmllm/topology/mapping.hpp"
 
 namespace orchmllm {
@@ -150,8 +151,10 @@ struct stage_declarations {
       ORCHMLLM_REQUIRE(std::isfinite(o.locality_tolerance) && o.locality_tolerance >= 0,
                        invalid_argument_error, "stage '", name, "': locality_tolerance ",
                        o.locality_tolerance, " must be finite and >= 0");
-      ORCHMLLM_REQUIRE(!(o.method == algorithm::kk && policy.is_padded()), invalid_argument_error,
-                       "stage '", name, "': kk balances the packed policy only");
+      ORCHMLLM_REQUIRE(!((o.method == algorithm::kk || o.method == algorithm::kk_equal) &&
+                         policy.is_padded()),
+                       invalid_argument_error, "stage '", name, "': ", to_string(o.method),
+                       " balances the packed policy only");
       ORCHMLLM_REQUIRE(!(o.method == algorithm::padded_exact && !policy.is_padded()),
                        invalid_argument_error, "stage '", name,
                        "': the padded algorithm needs a padded policy");
@@ -305,12 +308,15 @@ struct step_metadata {
     return static_cast<std::int64_t>(text_tokens.size());
   }
   /// LLM sequence length of sample g: text + the LLM tokens of its sub-items. O(its sub-items).
+  /// Throws `invalid_argument_error` when the sum passes 2^63 − 1.
   [[nodiscard]] std::int64_t sequence_length(std::int64_t g) const {
     std::int64_t len = text_tokens[static_cast<std::size_t>(g)];
     for (auto k = sample_sub_offsets[static_cast<std::size_t>(g)];
          k < sample_sub_offsets[static_cast<std::size_t>(g) + 1]; ++k) {
       const auto& [m, id] = sample_sub_items[static_cast<std::size_t>(k)];
-      len += modalities[static_cast<std::size_t>(m)].llm_tokens[static_cast<std::size_t>(id)];
+      len = detail::checked_add(
+          len, modalities[static_cast<std::size_t>(m)].llm_tokens[static_cast<std::size_t>(id)],
+          "sequence length of sample ", g);
     }
     return len;
   }

@@ -10,7 +10,10 @@
 ///    nodes with node m taking exactly node_size(m) bins is a transportation problem, solved by
 ///    our own min-cost flow (detail/topology/min_cost_flow.hpp). Then, inside each node, a
 ///    G × G Hungarian assignment (detail/topology/hungarian.hpp) places the node's bins on its
-///    GPUs maximising the bytes that are already on their final GPU.
+///    GPUs maximising the bytes that are already on their final GPU. A node of more than 512
+///    GPUs (`detail::dense_assignment_limit`; G² memory and G³ time would take tens of GB and
+///    hours at 30,000) uses a sparse greedy assignment instead, which keeps at least half of
+///    those bytes.
 ///  * `bottleneck`: minimises the worst node, F = max over nodes of max(inter-node egress,
 ///    ingress) — what an all-to-all's inter-node time follows. Starts from `transport` and
 ///    improves it by swapping bins between nodes (detail/topology/bottleneck.hpp): never worse
@@ -19,7 +22,7 @@
 ///
 /// What `transport` guarantees: (1) `inter_node_bytes` is the minimum over all d! bijections;
 /// (2) given the bin → node assignment it chose, `moved_bytes` is the minimum over all
-/// bijections with that node assignment. It does NOT promise the minimum `moved_bytes` among
+/// bijections with that node assignment (for nodes of up to 512 GPUs). It does NOT promise the minimum `moved_bytes` among
 /// all bijections of minimum inter-node bytes: when several node assignments tie on inter-node
 /// bytes, the one the flow returns need not be the best for intra-node moves.
 ///

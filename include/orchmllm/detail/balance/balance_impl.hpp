@@ -28,6 +28,7 @@
 #include "orchmllm/detail/balance/lpt.hpp"
 #include "orchmllm/detail/balance/padded.hpp"
 #include "orchmllm/detail/balance/refine.hpp"
+#include "orchmllm/detail/core/headroom.hpp"
 
 namespace orchmllm {
 namespace detail {
@@ -100,9 +101,10 @@ balance_result<cost_type_t<C>> balance_impl(const batch_layout& layout, const C&
                    options.refine_budget, ", must be >= -1");
   ORCHMLLM_REQUIRE(options.exact_node_budget >= 0 && options.exact_max_items >= 0,
                    invalid_argument_error, "exact budgets must be >= 0");
-  ORCHMLLM_REQUIRE(!(options.method == algorithm::kk && policy.is_padded()),
-                   invalid_argument_error,
-                   "kk balances the packed policy only; use padded or auto for padded batches");
+  ORCHMLLM_REQUIRE(!((options.method == algorithm::kk || options.method == algorithm::kk_equal) &&
+                     policy.is_padded()),
+                   invalid_argument_error, to_string(options.method),
+                   " balances the packed policy only; use padded or auto for padded batches");
   ORCHMLLM_REQUIRE(!(options.method == algorithm::padded_exact && !policy.is_padded()),
                    invalid_argument_error,
                    "the padded algorithm needs a padded policy; use lpt, kk or auto for packed");
@@ -114,8 +116,10 @@ balance_result<cost_type_t<C>> balance_impl(const batch_layout& layout, const C&
                    invalid_argument_error, "node_of_rank has ", options.node_of_rank.size(),
                    " entries, expected ", d, " (one per rank) or none");
   for (std::size_t r = 0; r < options.node_of_rank.size(); ++r)
-    ORCHMLLM_REQUIRE(options.node_of_rank[r] >= 0, invalid_argument_error, "node_of_rank[", r,
-                     "] is ", options.node_of_rank[r], ", must be >= 0");
+    ORCHMLLM_REQUIRE(options.node_of_rank[r] >= 0 && options.node_of_rank[r] < d,
+                     invalid_argument_error, "node_of_rank[", r, "] is ",
+                     options.node_of_rank[r], ", must be a node id in [0, ", d,
+                     ") (node ids are dense: 0, 1, … per distinct node)");
 
   std::vector<Cost> costs(static_cast<std::size_t>(n));
   for (std::int64_t g = 0; g < n; ++g) {
@@ -124,6 +128,7 @@ balance_result<cost_type_t<C>> balance_impl(const batch_layout& layout, const C&
                      "cost of item ", g, " (length ", layout.length(g), ") is ",
                      costs[static_cast<std::size_t>(g)], ", must be >= 0");
   }
+  detail::check_headroom(layout, std::span<const Cost>(costs), cost, policy);
   const std::vector<std::int64_t> order = detail::canonical_order<Cost>(layout, costs, policy);
   const detail::balance_input<Cost> in{layout, d, costs, order, policy, options.limits};
   detail::check_feasible(in);
@@ -169,7 +174,15 @@ balance_result<cost_type_t<C>> balance_impl(const batch_layout& layout, const C&
       if (options.refine) refine_best();
       break;
     case algorithm::kk:
-      consider(detail::karmarkar_karp(in), algorithm::kk);
+      // The complete method where its n · d sums fit the guard, else the equal-count one.
+      if (static_cast<std::int64_t>(d) <= kk_complete_max_entries / std::max<std::int64_t>(n, 1))
+        consider(detail::karmarkar_karp(in, true), algorithm::kk);
+      else
+        consider(detail::karmarkar_karp(in), algorithm::kk_equal);
+      if (options.refine) refine_best();
+      break;
+    case algorithm::kk_equal:
+      consider(detail::karmarkar_karp(in), algorithm::kk_equal);
       if (options.refine) refine_best();
       break;
     case algorithm::exact: {
@@ -199,6 +212,7 @@ balance_result<cost_type_t<C>> balance_impl(const batch_layout& layout, const C&
       if (m > target) return base;
       result.used = algorithm::locality;
       result.makespan = m;
+      result.lower_bound = base.lower_bound;  // the reported (tight padded) bound
       result.proven_optimal = m <= result.lower_bound;
       result.plan = rearrangement::from_destinations(layout.offsets(), a, d);
       return result;
@@ -219,8 +233,18 @@ balance_result<cost_type_t<C>> balance_impl(const batch_layout& layout, const C&
         consider(detail::lpt(in, cost), algorithm::lpt);
         refine_best();
         if (!at_bound()) {
-          consider(detail::karmarkar_karp(in), algorithm::kk);
+          consider(detail::karmarkar_karp(in), algorithm::kk_equal);
           refine_best();
+        }
+        // Then the complete differencing (within its memory guard), refined in a copy: `consider`
+        // keeps it only when its makespan is strictly smaller.
+        if (!at_bound() &&
+            static_cast<std::int64_t>(d) <= kk_complete_max_entries / std::max<std::int64_t>(n, 1)) {
+          auto k = detail::karmarkar_karp(in, true);
+          if (k && detail::satisfies(in, std::span<const rank_t>(*k))) {
+            detail::refine(in, cost, *k, budget, result.lower_bound);
+            consider(std::move(k), algorithm::kk);
+          }
         }
       }
       if (!at_bound() && !proven && !infeasible && n <= options.exact_max_items) {
@@ -250,6 +274,10 @@ balance_result<cost_type_t<C>> balance_impl(const batch_layout& layout, const C&
     detail::no_placement_found(n, d, options.limits, tokens, bytes);
   }
   result.makespan = best_makespan;
+  // The algorithms above ran on the structural bound; the result reports the tight one
+  // (padded: the optimum without the cap), which only ever proves more plans optimal.
+  result.lower_bound = detail::reported_lower_bound<C>(layout, order, d, cost, policy,
+                                                       options.limits, result.lower_bound);
   result.proven_optimal = proven || best_makespan <= result.lower_bound;
   result.plan = rearrangement::from_destinations(layout.offsets(), *best, d);
   return result;

@@ -334,8 +334,12 @@ std::optional<std::vector<rank_t>> constrained_first_fit(const balance_input<Cos
   for (int step = 0; !best && step < first_fit_ladder; ++step) {
     Cost T;
     if constexpr (std::is_integral_v<Cost>) {
-      const Cost extra = static_cast<Cost>(step < 8 ? lo >> (8 - step) : lo << (step - 8));
-      T = static_cast<Cost>(lo + std::max<Cost>(extra, 1));
+      constexpr Cost top = std::numeric_limits<Cost>::max();  // saturate, never overflow
+      const int shift = step - 8;
+      Cost extra = shift < 0 ? static_cast<Cost>(lo >> -shift)
+                             : (lo > (top >> shift) ? top : static_cast<Cost>(lo << shift));
+      extra = std::max<Cost>(extra, 1);
+      T = extra > top - lo ? top : static_cast<Cost>(lo + extra);
     } else {
       T = lo + lo * static_cast<Cost>(std::ldexp(1.0, step - 8));
     }

@@ -1,35 +1,34 @@
 #pragma once
-// Karmarkar–Karp largest differencing for d ways, in a form that scales to n = 2·10^5 items and
-// d = 10^4 ranks with O(n + d) memory. Internal: called by `orchmllm::balance`
-// (balance/balancer.hpp) for the packed policy only.
+// Karmarkar–Karp largest differencing for d ways, in two forms. Internal: called by
+// `orchmllm::balance` (balance/balancer.hpp) for the packed policy only.
 //
-// Method (the chunked, "balanced" differencing of Michiels–Korst–Aarts–van Leeuwen 2003):
-//   1. cut the canonical order (costs descending) into consecutive chunks of d items; the last
-//      chunk is padded with empty subsets. Each chunk is a tuple of d subsets, one item each,
-//      already sorted by sum descending;
-//   2. repeatedly take the two tuples with the largest difference (largest − smallest subset
-//      sum), merge them by joining A's i-th heaviest subset with B's i-th lightest, re-sort the
-//      d joined subsets by sum descending, and put the result back;
-//   3. when one tuple is left, its i-th subset (in that final order) goes to rank i.
-// The textbook multiway KK starts from n tuples (x, 0, …, 0), i.e. n · d numbers; starting from
-// chunks keeps ⌈n/d⌉ tuples of d subsets alive, so memory is O(n + d): per tuple d sums and d
-// list heads/tails, plus one `next` link per item (subsets are intrusive singly linked lists
-// over item ids, so joining two subsets is O(1)). Time O(n log n): ⌈n/d⌉ − 1 merges of
-// O(d log d) each plus a heap of ⌈n/d⌉ tuples.
+// Both run the same merge loop over tuples of d subsets:
+//   repeatedly take the two tuples with the largest difference (largest − smallest subset
+//   sum), merge them by joining A's i-th heaviest subset with B's i-th lightest, re-sort the d
+//   joined subsets by sum descending, and put the result back; when one tuple is left, its i-th
+//   subset (in that final order) goes to rank i.
+// They differ in the starting tuples:
+//   - complete (`algorithm::kk`, the textbook multiway method of Karmarkar–Karp 1982 as
+//     generalised by Korf): one tuple per item, (cost, 0, …, 0). n tuples of d sums: O(n · d)
+//     memory and n − 1 merges of O(d log d), so O(n · d log d) time; the façade runs it up to
+//     n · d = kk_complete_max_entries and the equal-count form above. Counts per rank are free.
+//   - equal-count (`algorithm::kk_equal`, the chunked "balanced" differencing of
+//     Michiels–Korst–Aarts–van Leeuwen 2003): the canonical order (costs descending) cut into
+//     consecutive chunks of d items, the last padded with empty subsets; ⌈n/d⌉ tuples, so
+//     O(n + d) memory and O(n log n) time. Every subset takes exactly one item (or one padding
+//     slot) from every chunk, so ranks get ⌊n/d⌋ or ⌈n/d⌉ items: it satisfies the equal-count
+//     constraint for free, at the price of quality when the optimum needs unequal counts.
+//     Bound: any one-item-per-chunk assignment has makespan ≤ p₁ + Σ_{t≥1} max(chunk t) ≤ p₁ +
+//     Σ_{t≥1} min(chunk t−1) ≤ p₁ + S/d ≤ 2·OPT, and that is all we claim for it.
+// Subsets are intrusive singly linked lists over item ids (one `next` link per item), so joining
+// two subsets is O(1). The façade follows either with refinement on request (always in
+// automatic). Caps and other counts are not looked at: the result is returned only when it
+// satisfies every constraint (`satisfies`), std::nullopt otherwise.
 //
-// Consequence of the chunking: every subset takes exactly one item (or one padding slot) from
-// every chunk, so ranks get ⌊n/d⌋ or ⌈n/d⌉ items. The result therefore always satisfies the
-// equal-count constraint (min_items = ⌊n/d⌋, max_items = ⌈n/d⌉) for free; it is the
-// count-constrained variant. The price is quality when the optimum needs unequal counts. Bound:
-// any one-item-per-chunk assignment has makespan ≤ p₁ + Σ_{t≥1} max(chunk t) ≤ p₁ +
-// Σ_{t≥1} min(chunk t−1) ≤ p₁ + S/d ≤ 2·OPT, and that is all we claim (the 2 − 1/d of balanced
-// differencing in the literature is relative to the equal-count optimum). The façade follows
-// KK with refinement, which removes most of the gap. Caps and other counts are not looked at: the
-// result is returned only when it satisfies every constraint (`satisfies`), std::nullopt otherwise.
-//
-// Determinism: tuples are merged in (difference descending, creation index ascending) order;
-// joined subsets are re-sorted by (sum descending, position in the join ascending), a strict
-// total order; sums are combined in that fixed sequence.
+// Determinism: tuples are merged in (difference descending, creation index ascending) order,
+// the starting tuples created in canonical order; joined subsets are re-sorted by (sum
+// descending, position in the join ascending), a strict total order; sums are combined in that
+// fixed sequence.
 
 #include <algorithm>
 #include <cstddef>
@@ -43,16 +42,19 @@
 
 namespace orchmllm::detail {
 
-/// Chunked d-way largest differencing; see the file comment. One destination rank per item in
-/// global-id order, or std::nullopt if the result violates a constraint.
+/// d-way largest differencing; see the file comment. `complete`: one starting tuple per item
+/// (needs n · d sums of memory); otherwise chunks of d items (equal counts). One destination
+/// rank per item in global-id order, or std::nullopt if the result violates a constraint.
 template <class Cost>
-std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in) {
+std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in,
+                                                  bool complete = false) {
   const std::int64_t n = in.layout.num_items();
   if (n == 0) return std::vector<rank_t>{};
   if (in.d <= 0) return std::nullopt;
   const auto d = static_cast<std::size_t>(in.d);
   const auto un = static_cast<std::size_t>(n);
-  const std::size_t tuples = (un + d - 1) / d;
+  const std::size_t per_tuple = complete ? 1 : d;  // items that start in one tuple
+  const std::size_t tuples = (un + per_tuple - 1) / per_tuple;
 
   // Tuple t lives in slots [t·d, t·d + d) of the arenas, subsets sorted by sum descending.
   // A merge writes its result into the first operand's slots and frees the second's.
@@ -61,8 +63,9 @@ std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in)
   std::vector<std::int64_t> next(un, -1);
   for (std::size_t k = 0; k < un; ++k) {
     const std::int64_t g = in.order[k];
-    sum[k] = in.costs[static_cast<std::size_t>(g)];
-    head[k] = tail[k] = g;
+    const std::size_t slot = (k / per_tuple) * d + k % per_tuple;  // chunk: k itself
+    sum[slot] = in.costs[static_cast<std::size_t>(g)];
+    head[slot] = tail[slot] = g;
   }
 
   struct node {

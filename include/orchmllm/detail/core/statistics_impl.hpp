@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <span>
 #include <type_traits>
@@ -17,11 +18,20 @@
 #include "orchmllm/core/padding.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/core/statistics.hpp"
+#include "orchmllm/detail/core/headroom.hpp"
 #include "orchmllm/detail/core/order.hpp"
+#include "orchmllm/detail/core/padded_search.hpp"
 
 namespace orchmllm {
 
 namespace detail {
+
+/// ⌈total / d⌉ for total ≥ 0, d > 0, without forming total + d − 1 (total may be near 2^63).
+template <class Cost>
+Cost ceil_div(Cost total, rank_t d) {
+  const auto dd = static_cast<Cost>(d);
+  return static_cast<Cost>(total / dd + (total % dd != 0 ? 1 : 0));
+}
 
 /// makespan_lower_bound on an already computed canonical order (detail/core/order.hpp) and
 /// per-item costs: O(n), so a balancer that has sorted once does not sort again.
@@ -45,7 +55,7 @@ Cost lower_bound_in_order(const batch_layout& layout, std::span<const std::int64
       total += c;
     }
     if constexpr (std::is_integral_v<Cost>) {
-      best = std::max<Cost>(best, static_cast<Cost>((total + d - 1) / d));
+      best = std::max<Cost>(best, ceil_div(total, d));
     } else {
       best = std::max<Cost>(best, total / static_cast<Cost>(d));
     }
@@ -60,7 +70,7 @@ Cost lower_bound_in_order(const batch_layout& layout, std::span<const std::int64
   const Cost total = suffix[0];
   Cost best = p(0);
   if constexpr (std::is_integral_v<Cost>) {
-    best = std::max<Cost>(best, static_cast<Cost>((total + d - 1) / d));
+    best = std::max<Cost>(best, ceil_div(total, d));
   } else {
     best = std::max<Cost>(best, total / static_cast<Cost>(d));
   }
@@ -80,18 +90,59 @@ Cost lower_bound_in_order(const batch_layout& layout, std::span<const std::int64
   return best;
 }
 
+/// The lower bound the library reports, given `bound` = lower_bound_in_order on the same input.
+/// Packed: `bound`. Padded: the optimum of the instance without its memory cap (the exact padded
+/// search of detail/core/padded_search.hpp, started at `bound`), so a plan proven optimal
+/// without a cap meets it exactly (`bound` can be far below it); `bound` when the item counts
+/// admit no plan. The balancers keep using `bound` internally, so plans do not depend on this.
+/// O(n + 64 · min(n, d)).
+template <class C, class Cost = cost_type_t<C>>
+Cost reported_lower_bound(const batch_layout& layout, std::span<const std::int64_t> order,
+                          rank_t d, const C& cost, padding_policy policy,
+                          const constraints& limits, Cost bound) {
+  const std::int64_t n = layout.num_items();
+  if (!policy.is_padded() || n == 0 || d <= 0) return bound;
+  constraints counts = limits;
+  counts.cap.reset();  // the cap can only raise the optimum: the bound stays valid without it
+  std::vector<Cost> unit(static_cast<std::size_t>(n));
+  for (std::int64_t s = 0; s < n; ++s)
+    unit[static_cast<std::size_t>(s)] = static_cast<Cost>(
+        cost(policy.padded_length(layout.length(order[static_cast<std::size_t>(s)]))));
+  const padded_impl::greedy<Cost> check(padded_instance{layout, d, order, policy, counts},
+                                        std::move(unit), true);
+  const Cost top = std::numeric_limits<Cost>::has_infinity ? std::numeric_limits<Cost>::infinity()
+                                                           : std::numeric_limits<Cost>::max();
+  const auto widest = check.run(top);
+  if (!widest.feasible) return bound;
+  return padded_impl::min_feasible_makespan(check, std::min(bound, widest.makespan),
+                                            widest.makespan);
+}
+
 // The four statistics on a model that returns its computation type (declared in
 // core/statistics.hpp).
+
+/// Every item's cost, after `check_headroom`: the loads and bounds formed from them fit.
+template <class C>
+std::vector<cost_type_t<C>> checked_costs(const batch_layout& layout, const C& cost,
+                                          padding_policy policy) {
+  using Cost = cost_type_t<C>;
+  std::vector<Cost> costs(static_cast<std::size_t>(layout.num_items()));
+  for (std::int64_t g = 0; g < layout.num_items(); ++g)
+    costs[static_cast<std::size_t>(g)] = cost(layout.length(g));
+  check_headroom(layout, std::span<const Cost>(costs), cost, policy);
+  return costs;
+}
 
 template <class C>
 std::vector<cost_type_t<C>> rank_loads_impl(const batch_layout& layout, const C& cost,
                                        padding_policy policy) {
   using Cost = cost_type_t<C>;
+  const std::vector<Cost> costs = checked_costs(layout, cost, policy);
   std::vector<Cost> loads(static_cast<std::size_t>(layout.num_ranks()));
   for (rank_t r = 0; r < layout.num_ranks(); ++r) {
     rank_load<Cost> acc(policy);
     for (auto g = layout.offset(r); g < layout.offset(r + 1); ++g)
-      acc.add(layout.length(g), cost(layout.length(g)), layout.bytes(g));
+      acc.add(layout.length(g), costs[static_cast<std::size_t>(g)], layout.bytes(g));
     loads[static_cast<std::size_t>(r)] = acc.load(cost);
   }
   return loads;
@@ -106,13 +157,14 @@ std::vector<cost_type_t<C>> rank_loads_impl(const batch_layout& layout, const re
                    "plan of ", plan.num_items(), " items on ", plan.num_src_ranks(),
                    " ranks does not start from this layout (", layout.num_items(), " items on ",
                    layout.num_ranks(), " ranks)");
+  const std::vector<Cost> costs = checked_costs(layout, cost, policy);
   std::vector<Cost> loads(static_cast<std::size_t>(plan.num_dst_ranks()));
   const auto off = plan.dst_offsets();
   for (rank_t r = 0; r < plan.num_dst_ranks(); ++r) {
     rank_load<Cost> acc(policy);
     for (auto h = off[static_cast<std::size_t>(r)]; h < off[static_cast<std::size_t>(r) + 1]; ++h) {
       const auto g = plan.source_of(h);
-      acc.add(layout.length(g), cost(layout.length(g)), layout.bytes(g));
+      acc.add(layout.length(g), costs[static_cast<std::size_t>(g)], layout.bytes(g));
     }
     loads[static_cast<std::size_t>(r)] = acc.load(cost);
   }
@@ -127,11 +179,11 @@ cost_type_t<C> makespan_lower_bound_impl(const batch_layout& layout, rank_t d, c
   const std::int64_t n = layout.num_items();
   ORCHMLLM_REQUIRE(d > 0 || n == 0, invalid_argument_error, "lower bound for ", n, " items on ", d,
                    " ranks");
-  std::vector<Cost> costs(static_cast<std::size_t>(n));
-  for (std::int64_t g = 0; g < n; ++g) costs[static_cast<std::size_t>(g)] = cost(layout.length(g));
+  const std::vector<Cost> costs = checked_costs(layout, cost, policy);
   const auto order = detail::canonical_order<Cost>(layout, costs, policy);
-  return detail::lower_bound_in_order<C>(layout, order, std::span<const Cost>(costs), d, cost,
-                                         policy, limits);
+  const Cost bound = detail::lower_bound_in_order<C>(layout, order, std::span<const Cost>(costs),
+                                                     d, cost, policy, limits);
+  return reported_lower_bound<C>(layout, order, d, cost, policy, limits, bound);
 }
 
 

@@ -3,8 +3,8 @@
 /// Dense linear assignment (Hungarian method with potentials, Jonker–Volgenant style shortest
 /// augmenting paths), used by the topology mapping to place the bins of one node on its GPUs.
 ///
-/// Internal (namespace detail): no input validation beyond sizes; callers pass small matrices
-/// (one node's GPUs, G ≤ a few dozen).
+/// Internal (namespace detail): no input validation beyond sizes; callers pass one node's GPUs
+/// (exact and dense up to `dense_assignment_limit` GPUs, greedy and sparse above).
 
 #include <algorithm>
 #include <cstdint>
@@ -76,6 +76,48 @@ inline std::vector<int> max_profit_assignment(const std::vector<std::int64_t>& p
   std::vector<int> col_of_row(un, 0);
   for (int j = 1; j <= n; ++j)
     col_of_row[static_cast<std::size_t>(row_of_col[static_cast<std::size_t>(j)] - 1)] = j - 1;
+  return col_of_row;
+}
+
+/// One non-zero entry of a sparse profit matrix: `profit` for matching `row` with `col`.
+struct profit_entry {
+  std::int64_t profit;
+  int row;
+  int col;
+};
+
+/// Nodes with more GPUs than this use `greedy_assignment` instead of the dense
+/// `max_profit_assignment` (n² memory, n³ time: hours and tens of GB at n = 30,000).
+inline constexpr int dense_assignment_limit = 512;
+
+/// A perfect matching of n rows and n columns from sparse profits: entries by decreasing profit
+/// (ties: lower row, then lower column) are taken while both ends are free, then the rows left
+/// are matched to the free columns in index order. Keeps at least half the optimal profit (a
+/// greedy maximum-weight matching is a 1/2-approximation); deterministic. `entries` may list a
+/// (row, col) pair once only. O(E log E + n) time, O(E + n) memory.
+inline std::vector<int> greedy_assignment(std::vector<profit_entry> entries, int n) {
+  std::sort(entries.begin(), entries.end(), [](const profit_entry& a, const profit_entry& b) {
+    if (a.profit != b.profit) return a.profit > b.profit;
+    if (a.row != b.row) return a.row < b.row;
+    return a.col < b.col;
+  });
+  const auto un = static_cast<std::size_t>(n);
+  std::vector<int> col_of_row(un, -1);
+  std::vector<char> col_taken(un, 0);
+  for (const auto& e : entries) {
+    if (e.profit <= 0) break;
+    if (col_of_row[static_cast<std::size_t>(e.row)] >= 0 || col_taken[static_cast<std::size_t>(e.col)])
+      continue;
+    col_of_row[static_cast<std::size_t>(e.row)] = e.col;
+    col_taken[static_cast<std::size_t>(e.col)] = 1;
+  }
+  std::size_t next = 0;
+  for (auto& c : col_of_row) {
+    if (c >= 0) continue;
+    while (col_taken[next]) ++next;
+    c = static_cast<int>(next);
+    col_taken[next] = 1;
+  }
   return col_of_row;
 }
 

@@ -115,8 +115,8 @@ inline std::int64_t worst_node_lower_bound(const mapping_problem& p) {
     return p.bin_bytes[static_cast<std::size_t>(a)] < p.bin_bytes[static_cast<std::size_t>(b)];
   });
   std::vector<char> in_column(d, 0);
-  std::int64_t best = (p.lower_bound + static_cast<std::int64_t>(nn) - 1) /
-                      static_cast<std::int64_t>(nn);
+  const auto nodes = static_cast<std::int64_t>(nn);  // ⌈bound / nodes⌉, no bound + nodes − 1
+  std::int64_t best = p.lower_bound / nodes + (p.lower_bound % nodes != 0 ? 1 : 0);
   std::vector<std::int64_t> cand;
   for (std::size_t m = 0; m < nn; ++m) {
     auto& col = column[m];
@@ -291,8 +291,9 @@ inline mapping_result result_from_ranks(const mapping_problem& p, std::vector<ra
 }
 
 // Places each node's bins on its GPUs (G × G Hungarian maximising the bytes already on their
-// final GPU; bins of a node in increasing bin order, so ties are deterministic) and builds the
-// result. Requires respects_capacity(p, node_of_bin). O(n + d + Σ_m G_m³).
+// final GPU; bins of a node in increasing bin order, so ties are deterministic; above
+// dense_assignment_limit GPUs the sparse greedy, at least half the optimum) and builds the
+// result. Requires respects_capacity(p, node_of_bin). O(n log n + d + Σ_{small m} G_m³).
 inline mapping_result finish_mapping(const mapping_problem& p,
                                      std::span<const std::int32_t> node_of_bin) {
   const topology& topo = *p.topo;
@@ -307,6 +308,35 @@ inline mapping_result finish_mapping(const mapping_problem& p,
     const auto& bins = bins_of[static_cast<std::size_t>(m)];
     const int g = topo.node_size(m);
     const auto ug = static_cast<std::size_t>(g);
+    if (g > dense_assignment_limit) {
+      // Sparse: one entry per (bin, GPU of this node) holding bytes of the bin.
+      std::vector<profit_entry> entries;
+      for (std::size_t i = 0; i < bins.size(); ++i) {
+        const auto b = static_cast<std::size_t>(bins[i]);
+        const auto first = entries.size();
+        for (auto k = p.held_off[b]; k < p.held_off[b + 1]; ++k) {
+          const auto& it = p.items_of_bin[static_cast<std::size_t>(k)];
+          if (topo.node_of(it.rank) == m)
+            entries.push_back({it.bytes, static_cast<int>(i), topo.local_rank(it.rank)});
+        }
+        // Merge the bin's entries per GPU (a pair listed once).
+        std::sort(entries.begin() + static_cast<std::ptrdiff_t>(first), entries.end(),
+                  [](const profit_entry& x, const profit_entry& y) { return x.col < y.col; });
+        std::size_t out = first;
+        for (std::size_t k = first; k < entries.size(); ++k) {
+          if (out > first && entries[out - 1].col == entries[k].col) {
+            entries[out - 1].profit += entries[k].profit;
+          } else {
+            entries[out++] = entries[k];
+          }
+        }
+        entries.resize(out);
+      }
+      const auto col = greedy_assignment(std::move(entries), g);
+      for (std::size_t i = 0; i < bins.size(); ++i)
+        rank_of_bin[static_cast<std::size_t>(bins[i])] = topo.rank_at(m, col[i]);
+      continue;
+    }
     profit.assign(ug * ug, 0);
     // profit[i][j]: bytes of bin i already on the node's j-th rank.
     for (std::size_t i = 0; i < bins.size(); ++i) {

@@ -1,0 +1,84 @@
+#pragma once
+// Input checks that keep the balancers' and the statistics' arithmetic inside its types: what
+// every entry point that computes loads runs once on its per-item costs.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <type_traits>
+
+#include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/core/padding.hpp"
+
+namespace orchmllm::detail {
+
+/// Checks that no load, bound, token count or byte count formed on this input can overflow, so
+/// the algorithms may add and multiply them unchecked:
+///   - floating costs: every cost finite, and so are the totals below;
+///   - packed: Σ costs fits `Cost` (a rank's load is a part of it; Σ lengths and Σ bytes are
+///     checked by `batch_layout`);
+///   - padded: the longest padded length, n × that many tokens, n × the widest item's bytes and
+///     (n + 1) × the largest padded cost fit (a rank's load is count × its padded cost; the
+///     list scheduler's keys look one item ahead).
+/// `costs[g]` is `cost(layout.length(g))` and `cost` returns `Cost`. O(n) plus one evaluation.
+/// Throws `invalid_argument_error` naming the item or the value that does not fit.
+template <class Cost, class C>
+void check_headroom(const batch_layout& layout, std::span<const Cost> costs, const C& cost,
+                    padding_policy policy) {
+  const std::int64_t n = layout.num_items();
+  if (n == 0) return;
+  constexpr bool integral = std::is_integral_v<Cost>;
+  constexpr Cost top = std::numeric_limits<Cost>::max();
+  if constexpr (!integral) {
+    for (std::int64_t g = 0; g < n; ++g)
+      ORCHMLLM_REQUIRE(std::isfinite(costs[static_cast<std::size_t>(g)]), invalid_argument_error,
+                       "cost of item ", g, " (length ", layout.length(g), ") is ",
+                       costs[static_cast<std::size_t>(g)], ", must be finite");
+  }
+  if (!policy.is_padded()) {
+    Cost total{};
+    for (std::int64_t g = 0; g < n; ++g) {
+      const Cost c = costs[static_cast<std::size_t>(g)];
+      if constexpr (integral) {
+        ORCHMLLM_REQUIRE(c <= top - total, invalid_argument_error, "total cost overflows at item ",
+                         g, " (cost ", c, ", sum so far ", total, ", limit 2^63 - 1)");
+      }
+      total += c;
+    }
+    if constexpr (!integral) {
+      ORCHMLLM_REQUIRE(std::isfinite(total), invalid_argument_error, "total cost of ", n,
+                       " items is not finite");
+    }
+    return;
+  }
+  std::int64_t longest = 0;
+  std::int64_t widest = 0;
+  Cost largest{};
+  for (std::int64_t g = 0; g < n; ++g) {
+    longest = std::max(longest, layout.length(g));
+    widest = std::max(widest, layout.bytes(g));
+    largest = std::max(largest, costs[static_cast<std::size_t>(g)]);
+  }
+  const std::int64_t padded = policy.padded_length(longest);  // throws past 2^63 - 1
+  ORCHMLLM_REQUIRE(padded == 0 || n <= INT64_MAX / padded, invalid_argument_error, n,
+                   " items padded to ", padded, " tokens exceed 2^63 - 1 tokens");
+  ORCHMLLM_REQUIRE(widest == 0 || n <= INT64_MAX / widest, invalid_argument_error, n,
+                   " items padded to ", widest, " bytes exceed 2^63 - 1 bytes");
+  const Cost padded_cost = static_cast<Cost>(cost(padded));
+  largest = std::max(largest, padded_cost);
+  if constexpr (integral) {
+    ORCHMLLM_REQUIRE(largest == 0 || n + 1 <= top / largest, invalid_argument_error, n + 1,
+                     " × the padded cost ", largest, " (length ", padded,
+                     ") exceeds the largest load 2^63 - 1");
+  } else {
+    ORCHMLLM_REQUIRE(std::isfinite(padded_cost) &&
+                         std::isfinite(static_cast<Cost>(n + 1) * largest),
+                     invalid_argument_error, n + 1, " × the padded cost ", largest, " (length ",
+                     padded, ") is not finite");
+  }
+}
+
+}  // namespace orchmllm::detail

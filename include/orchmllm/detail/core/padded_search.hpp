@@ -1,0 +1,206 @@
+#pragma once
+// The greedy feasibility check and target search behind the exact padded balancer
+// (detail/balance/padded.hpp, where the method and its proof are described) and the tight
+// padded lower bound of the statistics (detail/core/statistics_impl.hpp): for padded policies
+// the optimum itself is cheap, so the bound the statistics report is that optimum (without the
+// memory cap, which can only raise it).
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/constraints.hpp"
+#include "orchmllm/core/padding.hpp"
+
+namespace orchmllm::detail {
+
+/// What the padded greedy reads: the items in canonical padded order (length desc, id asc),
+/// the rank count, the policy and the constraints.
+struct padded_instance {
+  const batch_layout& layout;
+  rank_t d;
+  std::span<const std::int64_t> order;
+  padding_policy policy;
+  const constraints& limits;
+};
+
+namespace padded_impl {
+
+// Largest c in [0, limit] with Cost(c) * unit <= T, for unit > 0 and limit >= 0. The integral
+// quotient is exact; the floating one is rounded, so it is corrected against the product itself
+// (the product is monotone in c, so the walk is a step or two).
+template <class Cost>
+std::int64_t max_count(Cost T, Cost unit, std::int64_t limit) {
+  if constexpr (std::is_integral_v<Cost>) {
+    const Cost q = T / unit;
+    if constexpr (std::is_signed_v<Cost>) {
+      if (q < Cost{0}) return 0;
+    }
+    if (static_cast<std::uint64_t>(q) >= static_cast<std::uint64_t>(limit)) return limit;
+    return static_cast<std::int64_t>(q);
+  } else {
+    const Cost q = std::floor(T / unit);
+    std::int64_t c;
+    if (!(q >= Cost{0})) {
+      c = 0;
+    } else if (q >= static_cast<Cost>(limit)) {
+      c = limit;
+    } else {
+      c = static_cast<std::int64_t>(q);
+    }
+    while (c > 0 && static_cast<Cost>(c) * unit > T) --c;
+    while (c < limit && static_cast<Cost>(c + 1) * unit <= T) ++c;
+    return c;
+  }
+}
+
+// The greedy feasibility check and the plan it builds, over items in canonical order.
+template <class Cost>
+class greedy {
+ public:
+  greedy(padded_instance in, std::vector<Cost> unit_cost, bool bytes_sorted)
+      : in_(in), unit_(std::move(unit_cost)), bytes_sorted_(bytes_sorted) {}
+
+  struct outcome {
+    bool feasible = false;
+    Cost makespan{};
+  };
+
+  // Runs the greedy at target T. When `sizes` is given it receives the group sizes.
+  outcome run(Cost T, std::vector<std::int64_t>* sizes = nullptr) const {
+    const std::int64_t n = static_cast<std::int64_t>(in_.order.size());
+    const std::int64_t d = in_.d;
+    const std::int64_t m = in_.limits.min_items;
+    const auto& cap = in_.limits.cap;
+    outcome out;
+    if (sizes) sizes->clear();
+    std::int64_t s = 0;
+    std::int64_t groups = 0;
+    while (s < n) {
+      if (groups == d) return out;  // items left, no rank left
+      const std::int64_t left = n - s;
+      std::int64_t c = left;
+      // Reserve min_items for each group still to open after this one.
+      if (m > 0) c = std::min(c, left - m * (d - groups - 1));
+      c = std::min(c, in_.limits.max_items);
+      if (c < std::max<std::int64_t>(m, 1)) return out;
+      const Cost unit = unit_[static_cast<std::size_t>(s)];
+      if (unit > Cost{0}) c = max_count(T, unit, c);
+      const std::int64_t first = in_.order[static_cast<std::size_t>(s)];
+      if (cap && c > 0) {
+        if (cap->what == capacity::measure::tokens) {
+          const std::int64_t pl = in_.policy.padded_length(in_.layout.length(first));
+          if (pl > 0) c = std::min(c, cap->limit / pl);
+        } else if (bytes_sorted_) {
+          const std::int64_t b = in_.layout.bytes(first);
+          if (b > 0) c = std::min(c, cap->limit / b);
+        } else {
+          c = bytes_scan(s, c, cap->limit);
+        }
+      }
+      if (c < std::max<std::int64_t>(m, 1)) return out;
+      out.makespan = std::max(out.makespan, static_cast<Cost>(c) * unit);
+      if (sizes) sizes->push_back(c);
+      s += c;
+      ++groups;
+    }
+    out.feasible = groups <= d && (m == 0 || groups == d);
+    return out;
+  }
+
+ private:
+  // Longest run from position s, at most `limit` items, with count · max bytes <= cap.
+  std::int64_t bytes_scan(std::int64_t s, std::int64_t limit, std::int64_t cap) const {
+    std::int64_t c = 0;
+    std::int64_t max_bytes = 0;
+    while (c < limit) {
+      const auto g = in_.order[static_cast<std::size_t>(s + c)];
+      const std::int64_t mb = std::max(max_bytes, in_.layout.bytes(g));
+      if (mb > 0 && c + 1 > cap / mb) break;  // (c + 1) · mb > cap, without overflow
+      max_bytes = mb;
+      ++c;
+    }
+    return c;
+  }
+
+  padded_instance in_;
+  std::vector<Cost> unit_;  // cost(padded length) of the item at each order position
+  bool bytes_sorted_;
+};
+
+// Bit pattern <-> value of a non-negative floating value (patterns of non-negative IEEE values
+// are ordered like the values). -0.0 maps to the pattern of +0.0.
+template <class Cost>
+using float_bits_t = std::conditional_t<sizeof(Cost) == 4, std::uint32_t, std::uint64_t>;
+
+template <class Cost>
+float_bits_t<Cost> to_bits(Cost x) noexcept {
+  return std::bit_cast<float_bits_t<Cost>>(x == Cost{0} ? Cost{0} : x);
+}
+
+template <class Cost>
+Cost from_bits(float_bits_t<Cost> b) noexcept {
+  return std::bit_cast<Cost>(b);
+}
+
+
+// The smallest makespan the greedy reaches at some target in [lo, hi], for lo a valid lower
+// bound on it and hi a makespan the greedy reaches (`check.run(hi).feasible`): a binary search
+// on the target, over the integers for integral costs and over the bit patterns of non-negative
+// values for floating ones (at most 64 checks). When the greedy is exact (see padded.hpp) this
+// is the optimum.
+template <class Cost>
+Cost min_feasible_makespan(const greedy<Cost>& check, Cost lo, Cost hi) {
+  if constexpr (std::is_integral_v<Cost>) {
+    while (lo < hi) {
+      const Cost mid = static_cast<Cost>(lo + (hi - lo) / 2);
+      const auto o = check.run(mid);
+      if (o.feasible) {
+        hi = o.makespan;  // <= mid: the plan it built achieves it
+      } else {
+        lo = static_cast<Cost>(mid + 1);
+      }
+    }
+  } else if constexpr (sizeof(Cost) == 4 || sizeof(Cost) == 8) {
+    using bits = padded_impl::float_bits_t<Cost>;
+    bits blo = padded_impl::to_bits(lo);
+    bits bhi = padded_impl::to_bits(hi);
+    while (blo < bhi) {
+      const bits mid = static_cast<bits>(blo + (bhi - blo) / 2);
+      const auto o = check.run(padded_impl::from_bits<Cost>(mid));
+      if (o.feasible) {
+        bhi = padded_impl::to_bits(o.makespan);
+      } else {
+        blo = static_cast<bits>(mid + 1);
+      }
+    }
+    hi = padded_impl::from_bits<Cost>(bhi);
+  } else {
+    // Other floating widths (e.g. 80/128-bit long double): bisect on values until the interval
+    // cannot be split; terminates because the midpoint strictly shrinks it each time.
+    while (lo < hi) {
+      Cost mid = lo + (hi - lo) / 2;
+      if (!(mid < hi)) mid = lo;
+      const auto o = check.run(mid);
+      if (o.feasible) {
+        hi = o.makespan;
+      } else {
+        const Cost next = std::nextafter(mid, hi);
+        if (!(next > lo)) break;
+        lo = next;
+      }
+    }
+  }
+
+  return hi;
+}
+
+}  // namespace padded_impl
+
+}  // namespace orchmllm::detail
