@@ -19,6 +19,8 @@
 #include <system_error>
 #include <vector>
 
+#include "tool/quote.hpp"
+
 namespace orchmllm::tool {
 
 /// A command-line usage mistake: unknown subcommand or flag, missing or malformed value.
@@ -93,8 +95,8 @@ class parsed_args {
     const auto* end = text.data() + text.size();
     auto [p, ec] = std::from_chars(text.data(), end, v);
     if (text.empty() || ec != std::errc{} || p != end)
-      throw usage_error("--" + std::string(name) + " expects an integer, got '" +
-                        std::string(text) + "'");
+      throw usage_error("--" + std::string(name) + " expects an integer, got " +
+                        quote_text(text));
     if (v < lo || v > hi) {
       std::string range =
           "[" + std::to_string(lo) + ", " +
@@ -112,8 +114,8 @@ class parsed_args {
     const auto* end = text.data() + text.size();
     auto [p, ec] = std::from_chars(text.data(), end, v);
     if (text.empty() || ec != std::errc{} || p != end || !std::isfinite(v))
-      throw usage_error("--" + std::string(name) + " expects a finite number, got '" +
-                        std::string(text) + "'");
+      throw usage_error("--" + std::string(name) + " expects a finite number, got " +
+                        quote_text(text));
     return v;
   }
 
@@ -130,7 +132,7 @@ inline parsed_args parse_flags(std::span<const flag_spec> specs,
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.size() < 3 || a.compare(0, 2, "--") != 0)
-      throw usage_error("unexpected argument '" + a + "' (flags start with --)");
+      throw usage_error("unexpected argument " + quote_text(a) + " (flags start with --)");
     const auto eq = a.find('=');
     const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
     const flag_spec* spec = nullptr;

@@ -9,11 +9,14 @@
 //
 //   0  success
 //   2  usage error (message + usage line), unreadable or malformed input, infeasible plan,
-//      any orchmllm::error: a one-line message on stderr, nothing on stdout, no output file
+//      any orchmllm::error, an output path that is not a regular file, out of memory: a
+//      one-line message on stderr (printable, echoed fields cut; quote.hpp), nothing on
+//      stdout, no output file
 //   1  anything unexpected (a bug): "internal error" and the exception text
 
 #include <algorithm>
 #include <exception>
+#include <new>
 #include <orchmllm/core/error.hpp>
 #include <ostream>
 #include <string>
@@ -22,6 +25,7 @@
 
 #include "tool/args.hpp"
 #include "tool/file_io.hpp"
+#include "tool/quote.hpp"
 
 namespace orchmllm::tool {
 
@@ -69,12 +73,14 @@ inline std::string command_help(const command& cmd) {
 }
 
 namespace detail {
-/// Messages go on one line: embedded line breaks would split a log record.
+/// Messages go on one line of printable text: embedded line breaks (which would split a log
+/// record) become spaces, other control and non-ASCII bytes \xNN, and a message longer than
+/// 1000 bytes is cut (the fields it echoes are already cut by `quote_text`).
 inline std::string one_line(std::string_view text) {
   std::string s(text);
   for (auto& c : s)
-    if (c == '\n' || c == '\r') c = ' ';
-  return s;
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  return printable(s, 1000);
 }
 }  // namespace detail
 
@@ -94,6 +100,10 @@ int guarded(const command& cmd, std::ostream& err, Body&& body) {
     err << prefix << detail::one_line(e.message()) << "\n";
   } catch (const io_error& e) {
     err << prefix << detail::one_line(e.what()) << "\n";
+  } catch (const std::bad_alloc&) {
+    // An input too large for this machine's memory is the input's problem, not a tool bug.
+    err << prefix << "out of memory: the input (ranks, items or nodes) is too large for this "
+                     "machine\n";
   } catch (const std::exception& e) {
     err << prefix << "internal error: " << detail::one_line(e.what()) << "\n";
     return exit_internal;

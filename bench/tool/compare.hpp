@@ -63,13 +63,15 @@ struct compare_variant {
 inline constexpr compare_variant compare_variants[] = {
     {"none", algorithm::none, false},     {"lpt", algorithm::lpt, false},
     {"lpt+refine", algorithm::lpt, true}, {"kk", algorithm::kk, false},
-    {"kk+refine", algorithm::kk, true},   {"exact", algorithm::exact, false},
+    {"kk+refine", algorithm::kk, true},   {"kk-equal", algorithm::kk_equal, false},
+    {"kk-equal+refine", algorithm::kk_equal, true}, {"exact", algorithm::exact, false},
     {"padded", algorithm::padded_exact, false}, {"auto", algorithm::automatic, false},
 };
 
 /// Why a variant does not apply to the problem, or "" when it does.
 inline std::string not_applicable(const compare_variant& v, const problem& p) {
-  if (v.method == algorithm::kk && p.policy.is_padded()) return "kk needs --policy packed";
+  if ((v.method == algorithm::kk || v.method == algorithm::kk_equal) && p.policy.is_padded())
+    return "needs --policy packed";
   if (v.method == algorithm::padded_exact && !p.policy.is_padded()) return "needs --policy padded";
   if (v.method == algorithm::exact && p.layout.num_items() > compare_exact_max_items)
     return "n = " + std::to_string(p.layout.num_items()) + " > " +

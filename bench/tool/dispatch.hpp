@@ -832,8 +832,41 @@ class mpi_alltoallv_baseline {
   std::vector<int> sc_, sd_, rc_, rd_;
 };
 
-/// The MPI backend: MPI_Init here, rank 0 shares the files, every rank runs the driver, rank 0
-/// reports. Errors that every rank meets alike are printed by rank 0 only; an unexpected
+namespace detail {
+/// The settings as the command line spells them (what every rank must agree on).
+inline std::string settings_text(const dispatch_settings& s) {
+  std::string t = "--items " + s.items_path + " --plan " + s.plan_path;
+  if (s.ranks) t += " --ranks " + std::to_string(*s.ranks);
+  if (s.gpus_per_node > 0) t += " --gpus-per-node " + std::to_string(s.gpus_per_node);
+  t += " --schedule " + std::string(to_string(s.sched)) + " --repeat " + std::to_string(s.repeat);
+  return t;
+}
+
+/// Collective over `world`, before anything else: every rank must have been started with the
+/// same flags, or ranks would take different paths through the collectives that follow and wait
+/// for each other forever. Raises the same invalid_argument_error on every rank (naming the
+/// first rank that differs and rank 0's flags) when they do not agree.
+inline void agree_on_settings(MPI_Comm world, const dispatch_settings& s) {
+  const std::string text = settings_text(s);
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (const char c : text) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  int size = 0;
+  ::orchmllm::detail::mpi_backend::check(MPI_Comm_size(world, &size), "MPI_Comm_size");
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(size));
+  ::orchmllm::detail::mpi_backend::check(
+      MPI_Allgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, world), "MPI_Allgather");
+  for (int r = 1; r < size; ++r)
+    ORCHMLLM_REQUIRE(all[static_cast<std::size_t>(r)] == all[0], invalid_argument_error, "rank ",
+                     r, " was started with other dispatch flags than rank 0 (", text,
+                     " on rank 0): every rank must run the same command line");
+}
+}  // namespace detail
+
+/// The MPI backend: MPI_Init here, the ranks agree on their flags, rank 0 shares the files,
+/// every rank runs the driver, rank 0 reports. Errors that every rank meets alike are printed by rank 0 only; an unexpected
 /// exception on one rank aborts the job (MPI_Abort), so no rank is left waiting.
 inline int run_dispatch_mpi(const dispatch_settings& s, std::ostream& out, std::ostream& err) {
   mpi::environment env;
@@ -845,6 +878,7 @@ inline int run_dispatch_mpi(const dispatch_settings& s, std::ostream& out, std::
   std::ostream& my_err = world_rank == 0 ? err : quiet;
   const int code = guarded(dispatch_command(), my_err, [&]() -> int {
     try {
+      detail::agree_on_settings(MPI_COMM_WORLD, s);
       mpi::communicator::options o;
       o.ranks_per_node = s.gpus_per_node;
       mpi::communicator comm(MPI_COMM_WORLD, o);

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "tool/file_io.hpp"
+#include "tool/quote.hpp"
 
 namespace orchmllm::tool {
 
@@ -86,11 +87,11 @@ inline std::int64_t parse_count(std::string_view text, std::string_view column,
   auto [p, ec] = std::from_chars(text.data(), end, v);
   auto where = [&] { return std::string(file) + ":" + std::to_string(line) + ": "; };
   if (ec == std::errc::result_out_of_range)
-    ::orchmllm::detail::raise<parse_error>(where() + std::string(column) + " '" +
-                                           std::string(text) + "' is outside the 64-bit range");
+    ::orchmllm::detail::raise<parse_error>(where() + std::string(column) + " " +
+                                           quote_text(text) + " is outside the 64-bit range");
   if (text.empty() || ec != std::errc{} || p != end)
-    ::orchmllm::detail::raise<parse_error>(where() + std::string(column) + " '" +
-                                           std::string(text) + "' is not an integer");
+    ::orchmllm::detail::raise<parse_error>(where() + std::string(column) + " " +
+                                           quote_text(text) + " is not an integer");
   if (v < 0)
     ::orchmllm::detail::raise<parse_error>(where() + "negative " + std::string(column) + " " +
                                            std::to_string(v) + " (must be >= 0)");
@@ -131,11 +132,11 @@ inline batch_layout parse_items(std::string_view text, std::int64_t ranks, std::
   const std::string hint = " (expected 'rank,slot,length' or 'rank,slot,length,bytes')";
   for (std::size_t i = 0; i < header.size(); ++i) {
     if (i >= 4)
-      raise<parse_error>(at + "unexpected extra column '" + std::string(header[i]) +
-                         "' in the header" + hint);
+      raise<parse_error>(at + "unexpected extra column " + quote_text(header[i]) +
+                         " in the header" + hint);
     if (header[i] != expected[i])
-      raise<parse_error>(at + "header column " + std::to_string(i + 1) + " is '" +
-                         std::string(header[i]) + "', expected '" + std::string(expected[i]) + "'" +
+      raise<parse_error>(at + "header column " + std::to_string(i + 1) + " is " +
+                         quote_text(header[i]) + ", expected '" + std::string(expected[i]) + "'" +
                          hint);
   }
   if (header.size() < 3)

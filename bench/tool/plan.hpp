@@ -40,8 +40,10 @@ inline const command& plan_command() {
     c.summary = "Balance ITEMS.csv over D ranks; write PLAN.csv, print the figures as JSON.";
     c.flags = problem_flags();
     c.flags.insert(c.flags.begin() + 5,
-                   {"algorithm", "none|lpt|kk|exact|padded|auto|locality",
+                   {"algorithm", "none|lpt|kk|kk-equal|exact|padded|auto|locality",
                     "balancer; default auto (best plan found, reported as \"algorithm\"); "
+                    "kk is the complete Karmarkar-Karp differencing (kk-equal above n*d = 2^21), "
+                    "kk-equal its equal-count variant; "
                     "locality starts from where the items are and moves only what the balance "
                     "needs, preferring the same node (--gpus-per-node)",
                     false});

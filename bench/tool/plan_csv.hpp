@@ -22,6 +22,7 @@
 
 #include "tool/file_io.hpp"
 #include "tool/items_csv.hpp"
+#include "tool/quote.hpp"
 
 namespace orchmllm::tool {
 
@@ -67,9 +68,9 @@ inline rearrangement parse_plan(std::string_view text, std::span<const std::int6
     raise<parse_error>(f + ": empty file (expected the header 'rank,slot,dst_rank,dst_slot')");
   const auto header = detail::split_fields(line);
   if (header != std::vector<std::string_view>{"rank", "slot", "dst_rank", "dst_slot"})
-    raise<parse_error>(f + ":" + std::to_string(number) + ": header is '" +
-                       std::string(detail::trim(line)) +
-                       "', expected 'rank,slot,dst_rank,dst_slot'");
+    raise<parse_error>(f + ":" + std::to_string(number) + ": header is " +
+                       quote_text(detail::trim(line)) +
+                       ", expected 'rank,slot,dst_rank,dst_slot'");
   const auto n = src_offsets.empty() ? 0 : src_offsets.back();
   const auto d_src = static_cast<std::int64_t>(src_offsets.size()) - 1;
   std::vector<placement> dest(static_cast<std::size_t>(n), placement{-1, -1});

@@ -135,32 +135,6 @@ inline algorithm parse_algorithm_flag(const parsed_args& args) {
   }
 }
 
-/// Rejects layouts whose totals would overflow 64-bit arithmetic inside the balancers (sums of
-/// lengths or bytes, padded footprints). Throws parse_error naming the file and the total.
-inline void check_totals(const batch_layout& layout, padding_policy policy, std::string_view file) {
-  constexpr auto max = std::numeric_limits<std::int64_t>::max();
-  std::int64_t tokens = 0, bytes = 0, longest = 0;
-  for (std::int64_t g = 0; g < layout.num_items(); ++g) {
-    const auto l = layout.length(g), b = layout.bytes(g);
-    if (l > max - tokens || b > max - bytes)
-      ::orchmllm::detail::raise<parse_error>(
-          std::string(file) +
-          ": the total length or byte size of the items exceeds 2^63 - 1 "
-          "(at item " +
-          std::to_string(g) + ")");
-    tokens += l;
-    bytes += b;
-    longest = std::max(longest, std::max(l, b));
-  }
-  if (policy.is_padded() && layout.num_items() > 0) {
-    const auto n = layout.num_items();
-    if (longest > max - policy.multiple() || (longest + policy.multiple()) > max / n)
-      ::orchmllm::detail::raise<parse_error>(std::string(file) + ": " + std::to_string(n) +
-                                             " items x padded length " + std::to_string(longest) +
-                                             " exceed 2^63 - 1");
-  }
-}
-
 /// Names the first item that alone exceeds the per-rank cap, with its ITEMS.csv line, before
 /// the balancer would report it by global id. Throws infeasible_error "FILE:LINE: ...".
 inline void check_single_item_caps(const problem& p) {
@@ -194,7 +168,6 @@ inline problem load_problem(const parsed_args& args) {
   p.limits = parse_constraints(args);
   p.items_path = args.require("items");
   p.layout = read_items_file(p.items_path, p.ranks, &p.item_lines);
-  check_totals(p.layout, p.policy, p.items_path);
   check_single_item_caps(p);
   return p;
 }

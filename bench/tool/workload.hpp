@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -74,9 +75,9 @@ inline std::vector<std::pair<std::string, std::string>> format_workload_items(
           {"llm.csv", format_items(layouts.llm)}};
 }
 
-/// Writes DIR/vision.csv, DIR/audio.csv and DIR/llm.csv (creating DIR if needed). All three
-/// texts are built before the first write; each file is written atomically. Throws io_error
-/// naming the path when the directory cannot be created or a file cannot be written.
+/// Writes DIR/vision.csv, DIR/audio.csv and DIR/llm.csv (creating DIR if needed), all or none
+/// (`write_files_atomically`: a full disk leaves no partial set). Throws io_error naming the
+/// path when the directory cannot be created or a file cannot be written.
 inline void write_workload_items(const bench::workload_batch& w, const std::filesystem::path& dir) {
   const auto files = format_workload_items(w);
   std::error_code ec;
@@ -84,7 +85,9 @@ inline void write_workload_items(const bench::workload_batch& w, const std::file
   if (ec || (!dir.empty() && !std::filesystem::is_directory(dir)))
     throw io_error("cannot create directory '" + dir.string() + "'" +
                    (ec ? ": " + ec.message() : std::string(": not a directory")));
-  for (const auto& [name, text] : files) write_file_atomically(dir / name, text);
+  std::vector<std::pair<std::filesystem::path, std::string_view>> writes;
+  for (const auto& [name, text] : files) writes.emplace_back(dir / name, text);
+  write_files_atomically(writes);
 }
 
 /// Runs `workload`. Returns the exit code (see command.hpp).

@@ -10,8 +10,10 @@
 #            has one row per item; stdout is one JSON object; --gpus-per-node 4 maps with
 #            transport (inter_node_bytes reported); --mapping bottleneck and --algorithm locality
 #            run; --mapping transport without it exits 2.
-# bad_input: malformed ITEMS.csv and infeasible caps exit 2 with a one-line message naming the
-#            line/value, print nothing on stdout and leave no output (or temporary) file.
+# bad_input: malformed ITEMS.csv, infeasible caps and sizes past 2^63 exit 2 with a one-line
+#            message naming the line/value, print nothing on stdout and leave no output (or
+#            temporary) file; --out onto a FIFO or device node exits 2 and keeps it, through a
+#            symlink writes the target.
 # simulate:  workload writes the three stage files; simulate prints one JSON object per
 #            scenario (simulated: true, mfu, overhead_fraction); unknown names exit 2.
 # usage:     usage mistakes exit 2 with a usage line; --help exits 0.
@@ -22,7 +24,7 @@
 # dispatch_mpi: the same files under `mpiexec -np 8 orchmllm-bench dispatch --backend mpi
 #            --gpus-per-node 4` (2 faked nodes of 4), every schedule, verified true with an
 #            alltoallv baseline; a world of 3 ranks for 8-rank files and a missing PLAN.csv exit
-#            2, reported once (by rank 0).
+#            2, reported once (by rank 0); so do ranks started with other flags (MPMD).
 
 cmake_minimum_required(VERSION 3.25)
 
@@ -91,6 +93,8 @@ if(CASE STREQUAL "plan")
   run(0 plan --items items.csv --ranks 64 --policy padded --pad-multiple 8
          --cost quadratic:1,0.0005 --algorithm auto --out padded.csv)
   expect_match("${OUT}" "\"algorithm\":\"padded\"" "padded plan stdout")
+  # Proven optimal without a cap: the reported bound is the optimum, so the ratio is exactly 1.
+  expect_match("${OUT}" "\"ratio\":1,[^\n]*\"proven_optimal\":true" "padded plan ratio")
   run(0 plan --items items.csv --ranks 64 --algorithm lpt --cap 40000 --min-items 1 --out capped.csv)
   string(REGEX MATCH "\"max_tokens\":([0-9]+)," _m "${OUT}")
   if(NOT _m OR CMAKE_MATCH_1 GREATER 40000)
@@ -120,8 +124,8 @@ if(CASE STREQUAL "plan")
   run(0 compare --items items.csv --ranks 64 --json)
   string(REGEX MATCHALL "\n" _lines "${OUT}")
   list(LENGTH _lines _nl)
-  if(NOT _nl EQUAL 8)
-    message(FATAL_ERROR "compare --json printed ${_nl} lines, expected 8:\n${OUT}")
+  if(NOT _nl EQUAL 10)  # none, lpt(+refine), kk(+refine), kk-equal(+refine), exact, padded, auto
+    message(FATAL_ERROR "compare --json printed ${_nl} lines, expected 10:\n${OUT}")
   endif()
   expect_dir_contents(items.csv again.csv plan.csv padded.csv capped.csv mapped.csv bn.csv loc.csv)
 
@@ -147,6 +151,61 @@ elseif(CASE STREQUAL "bad_input")
   bad("rank >= D" "${_h}0,0,5\n4,0,6\n" "items.csv:3: rank 4 is not below the rank count 4")
   bad("single item above cap" "${_h}1,0,5\n0,0,99\n" "items.csv:3: .*99 tokens.*cap of 50" --cap 50)
   bad("total above cap" "${_h}0,0,40\n1,0,40\n2,0,40\n3,0,40\n0,1,40\n" "cap" --cap 45)
+  # Sizes near 2^63: exact figures or a clear error, never a wrapped one (issue 18; these run
+  # under UBSan in the asan preset).
+  bad("padded tokens past 2^63" "${_h}0,0,1\n1,0,1\n"
+      "2 items padded to 9223372036854775807 tokens exceed 2\\^63 - 1 tokens"
+      --policy padded --pad-multiple 9223372036854775807)
+  bad("padded length past 2^63" "${_h}0,0,9223372036854775801\n"
+      "padded to a multiple of 8 exceeds 2\\^63 - 1" --policy padded --pad-multiple 8)
+  bad("infinite costs" "${_h}0,0,1\n1,0,2\n" "is inf, must be finite" --cost quadratic:1,1e308)
+  file(WRITE "${WORK_DIR}/items.csv" "${_h}0,0,9223372036854775807\n")
+  # plan maps bins to ranks, whose flow solver has a documented byte limit: a clear exit 2.
+  run(2 plan --items items.csv --ranks 3 --out plan.csv)
+  expect_match("${ERR}" "^orchmllm-bench plan: total item bytes exceed 576460752303423488 [^\n]*\n$"
+               "plan on one item of 2^63 - 1")
+  expect_dir_contents(items.csv)
+  run(0 compare --items items.csv --ranks 3 --json)
+  expect_match("${OUT}" "\"algorithm\":\"auto\",\"status\":\"ok\",[^\n]*\"makespan\":9223372036854775807,\"lower_bound\":9223372036854775807,\"ratio\":1,"
+               "compare on one item of 2^63 - 1")
+  # --out onto what is not a regular file: a FIFO and a device node are refused (exit 2) and
+  # kept as they were; a symbolic link to a regular file is written through.
+  file(WRITE "${WORK_DIR}/items.csv" "${_h}0,0,5\n1,0,3\n")
+  set(_nodes "")
+  execute_process(COMMAND mkfifo "${WORK_DIR}/fifo" RESULT_VARIABLE _rc)
+  if(_rc EQUAL 0)
+    list(APPEND _nodes "fifo|-p|is a FIFO")
+  endif()
+  execute_process(COMMAND mknod "${WORK_DIR}/null" c 1 3 RESULT_VARIABLE _rc ERROR_QUIET)
+  if(_rc EQUAL 0)  # needs CAP_MKNOD: root outside most containers
+    list(APPEND _nodes "null|-c|is a character device")
+  else()
+    message(STATUS "mknod not permitted here: the device-node case is skipped")
+  endif()
+  foreach(_node IN LISTS _nodes)
+    string(REPLACE "|" ";" _node "${_node}")
+    list(GET _node 0 _name)
+    list(GET _node 1 _test)
+    list(GET _node 2 _why)
+    run(2 plan --items items.csv --ranks 4 --out ${_name})
+    expect_match("${ERR}" "^orchmllm-bench plan: [^\n]*${_name}' ${_why}, not a regular file: not replacing it\n$"
+                 "--out ${_name}")
+    execute_process(COMMAND test ${_test} "${WORK_DIR}/${_name}" RESULT_VARIABLE _rc)
+    if(NOT _rc EQUAL 0)
+      message(FATAL_ERROR "--out ${_name} did not leave the node as it was")
+    endif()
+    file(REMOVE "${WORK_DIR}/${_name}")
+  endforeach()
+  file(WRITE "${WORK_DIR}/target.csv" "old\n")
+  file(CREATE_LINK target.csv "${WORK_DIR}/link.csv" SYMBOLIC)
+  run(0 plan --items items.csv --ranks 4 --out link.csv)
+  if(NOT IS_SYMLINK "${WORK_DIR}/link.csv")
+    message(FATAL_ERROR "--out link.csv replaced the link")
+  endif()
+  file(STRINGS "${WORK_DIR}/target.csv" _rows LIMIT_COUNT 1)
+  expect_match("${_rows}" "^rank,slot,dst_rank,dst_slot$" "--out through a symlink")
+  file(REMOVE "${WORK_DIR}/link.csv" "${WORK_DIR}/target.csv")
+  expect_dir_contents(items.csv)
   # A failed run leaves an existing output file as it was.
   file(WRITE "${WORK_DIR}/plan.csv" "keep me\n")
   file(WRITE "${WORK_DIR}/items.csv" "${_h}0,0,-1\n")
@@ -317,6 +376,21 @@ elseif(CASE STREQUAL "dispatch" OR CASE STREQUAL "dispatch_mpi")
     list(LENGTH _hits _n)
     if(NOT _n EQUAL 1)
       message(FATAL_ERROR "wrong world size reported ${_n} times (expected once by rank 0):\n${ERR}")
+    endif()
+    # Ranks started with other flags (MPMD: 4 ranks --repeat 3, 4 ranks --repeat 5): every
+    # rank sees the disagreement before any other collective; exit 2, reported once, no hang.
+    execute_process(COMMAND "${MPIEXEC}" ${MPIEXEC_NUMPROC_FLAG} 4 ${MPIEXEC_OVERSUBSCRIBE}
+                            "${TOOL}" dispatch --backend mpi --items items.csv --plan plan.csv
+                            --repeat 3
+                            : ${MPIEXEC_NUMPROC_FLAG} 4 "${TOOL}" dispatch --backend mpi
+                            --items items.csv --plan plan.csv --repeat 5
+      WORKING_DIRECTORY "${WORK_DIR}" TIMEOUT 120
+      RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
+    string(REGEX MATCHALL "rank 4 was started with other dispatch flags than rank 0" _hits "${_err}")
+    list(LENGTH _hits _n)
+    if(NOT _rc EQUAL 2 OR NOT _out STREQUAL "" OR NOT _n EQUAL 1)
+      message(FATAL_ERROR "ranks with other flags: exit ${_rc}, stdout '${_out}', message ${_n} "
+                          "times:\n${_err}")
     endif()
     # A file only rank 0 would read: every rank fails alike, rank 0 reports once.
     run_mpi(2 4 dispatch --backend mpi --items items.csv --plan nope.csv --repeat 1)

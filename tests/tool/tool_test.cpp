@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,13 @@
 #include <string_view>
 #include <variant>
 #include <vector>
+
+#if __has_include(<sys/stat.h>) && __has_include(<sys/wait.h>) && __has_include(<unistd.h>)
+#include <sys/stat.h>  // chmod, mkfifo
+#include <sys/wait.h>  // waitpid
+#include <unistd.h>    // fork
+#define ORCHMLLM_TEST_POSIX 1
+#endif
 
 namespace fs = std::filesystem;
 namespace tool = orchmllm::tool;
@@ -812,7 +820,7 @@ TEST_CASE("plan: PLAN.csv and JSON are correct for every policy, cost and constr
   const orchmllm::quadratic_cost quad{0.0, 1.0, 0.001};
 
   SUBCASE("packed, linear, each algorithm") {
-    for (const char* alg : {"auto", "none", "lpt", "kk"}) {
+    for (const char* alg : {"auto", "none", "lpt", "kk", "kk-equal"}) {
       CAPTURE(alg);
       plan_config cfg;
       cfg.flags = {"--algorithm", alg};
@@ -1062,24 +1070,24 @@ TEST_CASE("compare: table and JSON lines cover every algorithm") {
     std::istringstream in(r.out);
     std::vector<std::string> lines;
     for (std::string l; std::getline(in, l);) lines.push_back(l);
-    REQUIRE(lines.size() == 10);  // summary, header, 8 rows
+    REQUIRE(lines.size() == 12);  // summary, header, 10 rows
     CHECK(lines[0].find("items " + std::to_string(layout.num_items()) + ", ranks 8") == 0);
     CHECK(lines[1].find("algorithm") == 0);
     for (const char* col : {"makespan", "ratio", "imbalance", "seconds"})
       CHECK(lines[1].find(col) != std::string::npos);
-    const char* names[] = {"none",      "lpt",   "lpt+refine", "kk",
-                           "kk+refine", "exact", "padded",     "auto"};
-    for (std::size_t i = 0; i < 8; ++i) {
+    const char* names[] = {"none",     "lpt",          "lpt+refine", "kk",     "kk+refine",
+                           "kk-equal", "kk-equal+refine", "exact",   "padded", "auto"};
+    for (std::size_t i = 0; i < 10; ++i) {
       CAPTURE(names[i]);
       CHECK(lines[i + 2].rfind(std::string(names[i]) + " ", 0) == 0);
     }
-    CHECK(lines[7].find("n/a") != std::string::npos);
-    CHECK(lines[7].find("> 16 items") != std::string::npos);
-    CHECK(lines[8].find("needs --policy padded") != std::string::npos);
-    CHECK(lines[9].find("used ") != std::string::npos);
+    CHECK(lines[9].find("n/a") != std::string::npos);
+    CHECK(lines[9].find("> 16 items") != std::string::npos);
+    CHECK(lines[10].find("needs --policy padded") != std::string::npos);
+    CHECK(lines[11].find("used ") != std::string::npos);
     // Columns are aligned: the makespan column ends at the same offset on every "ok" row.
     const auto end_of_makespan = lines[1].find("makespan") + std::string("makespan").size();
-    for (std::size_t i : {2u, 3u, 4u, 5u, 6u, 9u}) {
+    for (std::size_t i : {2u, 3u, 4u, 5u, 6u, 7u, 8u, 11u}) {
       CHECK(lines[i][end_of_makespan - 1] != ' ');
       CHECK(lines[i][end_of_makespan] == ' ');
     }
@@ -1089,16 +1097,17 @@ TEST_CASE("compare: table and JSON lines cover every algorithm") {
     std::istringstream jin(js.out);
     std::vector<std::map<std::string, json_value>> objs;
     for (std::string l; std::getline(jin, l);) objs.push_back(parse_flat_json(l));
-    REQUIRE(objs.size() == 8);
+    REQUIRE(objs.size() == 10);
     std::map<std::string, std::map<std::string, json_value>> by_name;
-    for (std::size_t i = 0; i < 8; ++i) {
+    for (std::size_t i = 0; i < 10; ++i) {
       CHECK(objs[i].at("algorithm").text == names[i]);
       by_name[objs[i].at("algorithm").text] = objs[i];
     }
     CHECK(by_name["exact"].at("status").text == "n/a");
     CHECK(by_name["padded"].at("status").text == "n/a");
     CHECK(by_name["padded"].at("reason").text == "needs --policy padded");
-    for (const char* ok : {"none", "lpt", "lpt+refine", "kk", "kk+refine", "auto"}) {
+    for (const char* ok :
+         {"none", "lpt", "lpt+refine", "kk", "kk+refine", "kk-equal", "kk-equal+refine", "auto"}) {
       CAPTURE(ok);
       const auto& o = by_name[ok];
       REQUIRE(o.at("status").text == "ok");
@@ -1110,6 +1119,8 @@ TEST_CASE("compare: table and JSON lines cover every algorithm") {
     CHECK(ms("auto") <= ms("kk"));
     CHECK(ms("lpt+refine") <= ms("lpt"));
     CHECK(ms("kk+refine") <= ms("kk"));
+    CHECK(ms("auto") <= ms("kk-equal"));
+    CHECK(ms("kk-equal+refine") <= ms("kk-equal"));
     CHECK(by_name["none"].at("items_moved").integer() == 0);
     CHECK(by_name["none"].at("imbalance").num() == by_name["none"].at("imbalance_before").num());
     // The figures match what `plan` reports for the same algorithm.
@@ -1131,9 +1142,9 @@ TEST_CASE("compare: table and JSON lines cover every algorithm") {
       auto o = parse_flat_json(l);
       by_name[o.at("algorithm").text] = o;
     }
-    REQUIRE(by_name.size() == 8);
-    CHECK(by_name["kk"].at("status").text == "n/a");
-    CHECK(by_name["kk+refine"].at("status").text == "n/a");
+    REQUIRE(by_name.size() == 10);
+    for (const char* packed_only : {"kk", "kk+refine", "kk-equal", "kk-equal+refine"})
+      CHECK(by_name[packed_only].at("status").text == "n/a");
     REQUIRE(by_name["exact"].at("status").text == "ok");
     REQUIRE(by_name["padded"].at("status").text == "ok");
     CHECK(by_name["auto"].at("makespan").num() <= by_name["lpt"].at("makespan").num());
@@ -1214,4 +1225,98 @@ TEST_CASE("generate: the sampler is pinned and has the requested log-moments") {
   const double mean = s / n, var = s2 / n - mean * mean;
   CHECK(mean == doctest::Approx(12.0).epsilon(0.002));  // sd of the mean ~0.0035
   CHECK(std::sqrt(var) == doctest::Approx(0.5).epsilon(0.02));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output files (bench/tool/file_io.hpp)
+// ---------------------------------------------------------------------------------------------
+
+#if ORCHMLLM_TEST_POSIX
+TEST_CASE("--out: a symlink is written through, a FIFO or directory is refused and kept") {
+  scratch_dir dir;
+  const std::string items = dir.file("items.csv");
+  write_text(items, "rank,slot,length\n0,0,5\n1,0,3\n");
+  // A symlink to a regular file: the target gets the plan, the link stays a link.
+  const std::string target = dir.file("target.csv");
+  write_text(target, "old\n");
+  ::chmod(target.c_str(), 0640);
+  fs::create_symlink(target, dir.file("link.csv"));
+  auto r = run_tool({"plan", "--items", items, "--ranks", "2", "--out", dir.file("link.csv")});
+  CHECK(r.rc == 0);
+  CHECK(fs::is_symlink(dir.file("link.csv")));
+  CHECK(read_text(target).rfind("rank,slot,dst_rank,dst_slot\n", 0) == 0);
+  CHECK((fs::status(target).permissions() & fs::perms::all) ==
+        (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read));
+  // A FIFO, a directory and a dangling link: exit 2, naming the path, left as they were.
+  REQUIRE(::mkfifo(dir.file("fifo").c_str(), 0600) == 0);
+  fs::create_directory(dir.file("sub"));
+  fs::create_symlink(dir.file("nowhere"), dir.file("dangling"));
+  for (const auto& [name, why] : {std::pair{"fifo", "is a FIFO, not a regular file"},
+                                  std::pair{"sub", "is a directory"},
+                                  std::pair{"dangling", "dangling symbolic link"}}) {
+    CAPTURE(name);
+    r = run_tool({"plan", "--items", items, "--ranks", "2", "--out", dir.file(name)});
+    CHECK(r.rc == 2);
+    CHECK_MESSAGE(r.err.find(why) != std::string::npos, r.err);
+  }
+  CHECK(fs::is_fifo(dir.file("fifo")));
+  CHECK(fs::is_directory(dir.file("sub")));
+  CHECK(fs::is_empty(dir.file("sub")));
+  CHECK(fs::is_symlink(dir.file("dangling")));
+  CHECK(dir.entries() ==
+        std::set<std::string>{"items.csv", "target.csv", "link.csv", "fifo", "sub", "dangling"});
+}
+
+TEST_CASE("write_files_atomically: all or nothing, and no temporary file after a signal") {
+  scratch_dir dir;
+  write_text(dir.file("a.csv"), "old a\n");
+  REQUIRE(::mkfifo(dir.file("b.csv").c_str(), 0600) == 0);
+  // The second destination is refused: the first is not replaced either.
+  CHECK_THROWS_AS(tool::write_files_atomically({{dir.file("a.csv"), "new a\n"},
+                                                {dir.file("b.csv"), "new b\n"}}),
+                  tool::io_error);
+  CHECK(read_text(dir.file("a.csv")) == "old a\n");
+  CHECK(dir.entries() == std::set<std::string>{"a.csv", "b.csv"});
+  fs::remove(dir.file("b.csv"));
+  tool::write_files_atomically({{dir.file("a.csv"), "new a\n"}, {dir.file("b.csv"), "new b\n"}});
+  CHECK(read_text(dir.file("a.csv")) == "new a\n");
+  CHECK(read_text(dir.file("b.csv")) == "new b\n");
+  // SIGTERM while a temporary file exists: the handler removes it, then the process dies of
+  // the signal.
+  const std::string tmp = tool::temporary_sibling(dir.file("c.csv")).string();
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // doctest's crash handler may have replaced the tool's since it was installed.
+    tool::detail::install_cleanup_handlers();
+    tool::detail::temporary_file guard{fs::path(tmp)};
+    { std::ofstream(tmp) << "partial"; }
+    ::raise(SIGTERM);
+    ::_exit(0);  // not reached
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGTERM);
+  CHECK(dir.entries() == std::set<std::string>{"a.csv", "b.csv"});
+}
+#endif
+
+TEST_CASE("messages echo user text cut and printable: a huge header, binary bytes") {
+  CHECK(tool::quote_text("12x") == "'12x'");
+  CHECK(tool::printable(std::string("a\x01\xff\\b", 5)) == "a\\x01\\xff\\\\b");
+  CHECK(tool::printable(std::string(250, 'y')) == std::string(200, 'y') + "...(50 more bytes)");
+  scratch_dir dir;
+  const std::string items = dir.file("items.csv");
+  for (const std::string& header :
+       {std::string(10'000'000, 'h'), std::string("rank,slot,le\x1b[2Jngth\x07\x00", 20),
+        "rank,slot,length\n0,0,1" + std::string(100'000, '9')}) {
+    write_text(items, header + "\n");
+    const auto r = run_tool({"plan", "--items", items, "--ranks", "2", "--out", dir.file("p")});
+    CHECK(r.rc == 2);
+    CHECK(count_lines(r.err) == 1);
+    CHECK(r.err.size() < 1200);
+    CHECK(std::all_of(r.err.begin(), r.err.end() - 1,
+                      [](char c) { return c >= 0x20 && c < 0x7f; }));
+  }
 }
