@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -426,6 +427,31 @@ TEST_CASE("invalid options raise invalid_argument_error on every rank") {
   }
   communicator ok;
   CHECK(small_exchange_works(ok));
+}
+
+TEST_CASE("a timeout: every operation works as without one; bad timeouts are agreed errors") {
+  using namespace std::chrono_literals;
+  // Non-blocking collectives polled against the deadline: the conformance suite, on the fast
+  // path and on the chunked one (max_chunk_bytes = 7), with verify_counts.
+  communicator fast(MPI_COMM_WORLD, options{.verify_counts = true, .timeout = 60s});
+  CHECK(fast.settings().timeout == 60s);
+  conformance(fast);
+  fast.barrier();
+  communicator chunked(MPI_COMM_WORLD, options{.max_chunk_bytes = 7, .timeout = 60s});
+  conformance(chunked);
+  CHECK(chunked.chunked_calls() > 0);
+  CHECK(outcome_of([] { communicator c(MPI_COMM_WORLD, options{.timeout = -1ms}); }) ==
+        "invalid");
+  if (world_size() > 1) {
+    std::string message;
+    CHECK(outcome_of(
+              [&] {
+                communicator c(MPI_COMM_WORLD,
+                               options{.timeout = world_rank() == 0 ? 1000ms : 2000ms});
+              },
+              &message) == "invalid");
+    CHECK(message.find("timeout (ms): from 1000 to 2000") != std::string::npos);
+  }
 }
 
 TEST_CASE("communicator is movable; the moved-to object owns the duplicate") {

@@ -20,9 +20,13 @@
 /// communicator undefined. Ranks that disagree on pairwise counts
 /// (send_counts[p] on r != recv_counts[r] on p) break the contract of the concept;
 /// `communicator_options::verify_counts` makes all_to_allv check this (one extra MPI_Alltoall
-/// of the counts) and raise `communication_error` on every rank instead. A rank that dies, or
-/// an MPI failure in the middle of a point-to-point transfer, can still leave peers blocked
-/// inside MPI: MPI offers no portable way out (use the launcher's timeout).
+/// of the counts) and raise `communication_error` on every rank instead. A rank that dies,
+/// returns early, takes another path through the collectives, or an MPI failure in the middle
+/// of a point-to-point transfer, leaves its peers blocked inside MPI, which offers no portable
+/// way to cancel a collective: with `communicator_options::timeout` set, every wait of every
+/// operation has that deadline, after which the waiting rank prints which operation on which
+/// rank did not complete and aborts the job (MPI_Abort) — as the NCCL backend does. Without it
+/// (the default) waits are unbounded.
 ///
 /// Environment variable: `ORCHMLLM_RANKS_PER_NODE=G` (G >= 1) fakes nodes as consecutive blocks
 /// of G ranks whenever `communicator_options::ranks_per_node` is 0; unset, empty or "0" means
@@ -35,9 +39,11 @@
 #include <array>
 #include <bit>
 #include <charconv>
+#include <chrono>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -45,6 +51,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -73,6 +80,53 @@ inline void check(int rc, std::string_view call,
                   source_location where = source_location::current()) {
   if (rc != MPI_SUCCESS) [[unlikely]]
     throw communication_error(std::string(call) + " failed: " + error_string(rc), where);
+}
+
+// Past its deadline a wait aborts the whole job: a peer that failed, returned early or called
+// another operation will never arrive, and MPI cannot cancel a collective. Prints which
+// operation on which rank did not complete (stderr, one line), then MPI_Abort.
+[[noreturn]] inline void abort_after_deadline(const char* what, int rank,
+                                              std::chrono::milliseconds timeout, MPI_Comm comm) {
+  std::fprintf(stderr,
+               "orchmllm: mpi::communicator: %s on rank %d did not complete within %lld ms (a "
+               "peer failed, returned early or called another operation); aborting the job\n",
+               what, rank, static_cast<long long>(timeout.count()));
+  std::fflush(stderr);
+  MPI_Abort(comm, 1);
+  std::abort();  // MPI_Abort does not return; this only satisfies [[noreturn]]
+}
+
+// Polls `req` (posted with return code `posted`) until it completes; past `deadline` aborts the
+// job (abort_after_deadline). Yields the processor between polls, so oversubscribed ranks (CI
+// runs 8 on 2 cores) still progress. Returns the MPI error code.
+inline int wait_until(int posted, MPI_Request& req,
+                      std::chrono::steady_clock::time_point deadline,
+                      std::chrono::milliseconds timeout, const char* what, int rank,
+                      MPI_Comm comm) {
+  if (posted != MPI_SUCCESS) return posted;
+  for (unsigned polls = 0;; ++polls) {
+    int done = 0;
+    const int rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || done) return rc;
+    if (std::chrono::steady_clock::now() >= deadline)
+      abort_after_deadline(what, rank, timeout, comm);
+    if (polls < 64)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+// One MPI collective: `blocking()` without a timeout (timeout <= 0), else `posting(&request)`
+// (its non-blocking form) completed by wait_until. Returns the MPI error code.
+template <class Blocking, class Posting>
+int run_collective(std::chrono::milliseconds timeout, int rank, MPI_Comm comm, const char* what,
+                   Blocking&& blocking, Posting&& posting) {
+  if (timeout.count() <= 0) return blocking();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  MPI_Request req = MPI_REQUEST_NULL;
+  const int posted = posting(&req);
+  return wait_until(posted, req, deadline, timeout, what, rank, comm);
 }
 
 // The outcome of a local transfer attempt that must be agreed on before anyone throws.
@@ -141,11 +195,20 @@ inline std::optional<invalid_argument_error> check_all_to_allv_args(
 inline std::optional<communication_error> exchange_and_compare_counts(
     MPI_Comm comm, const char* op, rank_t me, bool invalid,
     std::span<const std::int64_t> send_counts, std::span<const std::int64_t> recv_counts,
-    std::size_t p) {
+    std::size_t p, std::chrono::milliseconds timeout) {
   std::vector<std::int64_t> mine(p, -1);
   if (!invalid) std::copy(send_counts.begin(), send_counts.end(), mine.begin());
   std::vector<std::int64_t> theirs(p, -1);
-  check(MPI_Alltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T, comm),
+  check(run_collective(
+            timeout, me, comm, "MPI_Alltoall (all_to_allv count check)",
+            [&] {
+              return MPI_Alltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T,
+                                  comm);
+            },
+            [&](MPI_Request* r) {
+              return MPI_Ialltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T,
+                                   comm, r);
+            }),
         std::string("MPI_Alltoall (") + op + " count check)");
   for (std::size_t q = 0; q < p && !invalid; ++q) {
     if (theirs[q] >= 0 && theirs[q] != recv_counts[q])
@@ -229,6 +292,13 @@ struct communicator_options {
   /// peers send. Off by default: callers such as the dispatch layer already check a plan
   /// fingerprint collectively.
   bool verify_counts = false;
+  /// Deadline of every wait inside an operation (its agreement round trips, its transfer, each
+  /// wait of the chunked path); 0 (the default): no deadline. Past it the waiting rank prints
+  /// "orchmllm: mpi::communicator: <operation> on rank <r> did not complete within <t> ms" and
+  /// aborts the job (MPI_Abort): a peer that died, returned early or called another operation
+  /// never arrives. Must not be negative. With it, operations use MPI's non-blocking
+  /// collectives, polled.
+  std::chrono::milliseconds timeout{0};
 };
 
 /// One rank's handle on a group of MPI processes; models `orchmllm::communicator` with host
@@ -299,19 +369,23 @@ class communicator {
                        invalid_argument_error,
                        "mpi::communicator: max_chunk_bytes = ", opts_.max_chunk_bytes,
                        " is outside [1, ", INT_MAX, "]");
+      ORCHMLLM_REQUIRE(opts_.timeout.count() >= 0, invalid_argument_error,
+                       "mpi::communicator: timeout = ", opts_.timeout.count(),
+                       " ms is negative (0 means no deadline)");
       if (per_node == 0) {
         if (auto env = impl::ranks_per_node_from_env()) per_node = *env;
       }
     } catch (const invalid_argument_error& e) {
       local = e;
     }
-    const std::array<std::int64_t, 3> keys{per_node, opts_.max_chunk_bytes,
-                                           opts_.verify_counts ? 1 : 0};
+    const std::array<std::int64_t, 4> keys{per_node, opts_.max_chunk_bytes,
+                                           opts_.verify_counts ? 1 : 0,
+                                           static_cast<std::int64_t>(opts_.timeout.count())};
     const agreement a = agree("mpi::communicator", local.has_value(), keys, false, false);
     if (local) throw *local;
     throw_if_invalid("mpi::communicator", a);
     const char* names[] = {"ranks_per_node (after ORCHMLLM_RANKS_PER_NODE)", "max_chunk_bytes",
-                           "verify_counts"};
+                           "verify_counts", "timeout (ms)"};
     for (std::size_t k = 0; k < keys.size(); ++k) {
       ORCHMLLM_REQUIRE(a.key_min[k] == a.key_max[k], invalid_argument_error,
                        "mpi::communicator: ranks pass different ", names[k], ": from ",
@@ -330,6 +404,7 @@ class communicator {
     } else {
       real_nodes();
     }
+    constructed_ = true;
   }
 
   communicator(const communicator&) = delete;
@@ -366,8 +441,14 @@ class communicator {
   /// path (the same on every rank). Diagnostics and tests.
   [[nodiscard]] std::int64_t chunked_calls() const noexcept { return chunked_calls_; }
 
-  /// MPI_Barrier. Throws communication_error when it fails.
-  void barrier() { ::orchmllm::detail::mpi_backend::check(MPI_Barrier(comm()), "MPI_Barrier"); }
+  /// MPI_Barrier (MPI_Ibarrier with a timeout). Throws communication_error when it fails.
+  void barrier() {
+    ::orchmllm::detail::mpi_backend::check(
+        collective(
+            "barrier", [&] { return MPI_Barrier(comm()); },
+            [&](MPI_Request* r) { return MPI_Ibarrier(comm(), r); }),
+        "MPI_Barrier");
+  }
 
   /// Every rank contributes `bytes` bytes from `send` (the same `bytes` on every rank); `recv`
   /// receives size()·bytes bytes, rank r's block at r·bytes. O(size()·bytes) bytes moved.
@@ -401,7 +482,11 @@ class communicator {
     ::orchmllm::detail::mpi_backend::outcome out;
     if (!a.chunked) {
       const int n = static_cast<int>(bytes);
-      const int rc = MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm());
+      const int rc = collective(
+          op, [&] { return MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm()); },
+          [&](MPI_Request* r) {
+            return MPI_Iallgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm(), r);
+          });
       if (rc != MPI_SUCCESS)
         out.fail(rc, "MPI_Allgather failed: " + ::orchmllm::detail::mpi_backend::error_string(rc));
     } else {
@@ -411,7 +496,7 @@ class communicator {
       std::vector<std::int64_t> recv_counts(p, bytes);
       std::vector<std::int64_t> recv_displs(p);
       for (std::size_t q = 0; q < p; ++q) recv_displs[q] = static_cast<std::int64_t>(q) * bytes;
-      exchange_chunked(send, send_counts, send_displs, recv, recv_counts, recv_displs, out);
+      exchange_chunked(op, send, send_counts, send_displs, recv, recv_counts, recv_displs, out);
     }
     finish(op, out, a.chunked);
   }
@@ -459,15 +544,23 @@ class communicator {
         c[q] = static_cast<int>(counts[q]);
         o[q] = static_cast<int>(displs[q]);
       }
-      const int rc = MPI_Allgatherv(send, static_cast<int>(bytes), MPI_BYTE, recv, c.data(),
-                                    o.data(), MPI_BYTE, comm());
+      const int rc = collective(
+          op,
+          [&] {
+            return MPI_Allgatherv(send, static_cast<int>(bytes), MPI_BYTE, recv, c.data(),
+                                  o.data(), MPI_BYTE, comm());
+          },
+          [&](MPI_Request* r) {
+            return MPI_Iallgatherv(send, static_cast<int>(bytes), MPI_BYTE, recv, c.data(),
+                                   o.data(), MPI_BYTE, comm(), r);
+          });
       if (rc != MPI_SUCCESS)
         out.fail(rc, "MPI_Allgatherv failed: " + d::mpi_backend::error_string(rc));
     } else {
       ++chunked_calls_;
       std::vector<std::int64_t> send_counts(p, bytes);
       std::vector<std::int64_t> send_displs(p, 0);
-      exchange_chunked(send, send_counts, send_displs, recv, counts, displs, out);
+      exchange_chunked(op, send, send_counts, send_displs, recv, counts, displs, out);
     }
     finish(op, out, a.chunked);
   }
@@ -555,8 +648,16 @@ class communicator {
     if (a.chunked) return false;
 
     d::mpi_backend::outcome out;
-    const int code = MPI_Alltoallw(in, sc.data(), sd.data(), stypes.data(), recv, rc.data(),
-                                   rd.data(), rtypes.data(), comm());
+    const int code = collective(
+        op,
+        [&] {
+          return MPI_Alltoallw(in, sc.data(), sd.data(), stypes.data(), recv, rc.data(),
+                               rd.data(), rtypes.data(), comm());
+        },
+        [&](MPI_Request* r) {
+          return MPI_Ialltoallw(in, sc.data(), sd.data(), stypes.data(), recv, rc.data(),
+                                rd.data(), rtypes.data(), comm(), r);
+        });
     free_types();
     if (code != MPI_SUCCESS)
       out.fail(code, "MPI_Alltoallw failed: " + d::mpi_backend::error_string(code));
@@ -583,8 +684,8 @@ class communicator {
         op, p, send, send_counts, send_displs, recv, recv_counts, recv_displs);
     std::optional<communication_error> mismatch;
     if (opts_.verify_counts)
-      mismatch = d::mpi_backend::exchange_and_compare_counts(comm(), op, rank_, local.has_value(),
-                                                             send_counts, recv_counts, p);
+      mismatch = d::mpi_backend::exchange_and_compare_counts(
+          comm(), op, rank_, local.has_value(), send_counts, recv_counts, p, opts_.timeout);
     const bool fits = !local && d::fits_in_int_call(send_counts, send_displs, limit()) &&
                       d::fits_in_int_call(recv_counts, recv_displs, limit());
     const agreement a =
@@ -607,13 +708,21 @@ class communicator {
         rc[q] = static_cast<int>(recv_counts[q]);
         rd[q] = static_cast<int>(recv_displs[q]);
       }
-      const int code = MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(),
-                                     rd.data(), MPI_BYTE, comm());
+      const int code = collective(
+          op,
+          [&] {
+            return MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(),
+                                 rd.data(), MPI_BYTE, comm());
+          },
+          [&](MPI_Request* r) {
+            return MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(),
+                                  rd.data(), MPI_BYTE, comm(), r);
+          });
       if (code != MPI_SUCCESS)
         out.fail(code, "MPI_Alltoallv failed: " + d::mpi_backend::error_string(code));
     } else {
       ++chunked_calls_;
-      exchange_chunked(send, send_counts, send_displs, recv, recv_counts, recv_displs, out);
+      exchange_chunked(op, send, send_counts, send_displs, recv, recv_counts, recv_displs, out);
     }
     finish(op, out, a.chunked);
   }
@@ -648,8 +757,8 @@ class communicator {
     std::int64_t bad_rank = -1;       // highest rank with invalid arguments, -1 if none
     std::int64_t mismatch_rank = -1;  // highest rank that saw a count mismatch, -1 if none
     bool chunked = false;             // some rank needs the chunked path
-    std::array<std::int64_t, 3> key_min{};
-    std::array<std::int64_t, 3> key_max{};
+    std::array<std::int64_t, 4> key_min{};
+    std::array<std::int64_t, 4> key_max{};
   };
 
   [[nodiscard]] MPI_Comm comm() const {
@@ -659,12 +768,19 @@ class communicator {
   }
   [[nodiscard]] std::int64_t limit() const noexcept { return opts_.max_chunk_bytes; }
 
+  // One MPI collective under the options' timeout (detail::mpi_backend::run_collective).
+  template <class Blocking, class Posting>
+  int collective(const char* what, Blocking&& blocking, Posting&& posting) {
+    return ::orchmllm::detail::mpi_backend::run_collective(opts_.timeout, rank_, comm(), what,
+                                                           blocking, posting);
+  }
+
   // One MPI_Allreduce(MAX) over [bad rank+1, mismatch rank+1, chunked, k0, ~k0, k1, ~k1, ...]:
   // ~k is monotone decreasing and never overflows, so max(~k) gives ~min(k).
   template <std::size_t K>
   agreement agree(const char* op, bool invalid, const std::array<std::int64_t, K>& keys,
                   bool chunked, bool mismatch) {
-    static_assert(K <= 3);
+    static_assert(K <= 4);
     std::array<std::int64_t, 3 + 2 * K> v{};
     v[0] = invalid ? rank_ + 1 : 0;
     v[1] = mismatch ? rank_ + 1 : 0;
@@ -676,8 +792,19 @@ class communicator {
       }
     }
     std::array<std::int64_t, 3 + 2 * K> r{};
+    // The constructor agrees before the timeout itself is agreed: only the operations use it.
+    const auto timeout = constructed_ ? opts_.timeout : std::chrono::milliseconds(0);
     ::orchmllm::detail::mpi_backend::check(
-        MPI_Allreduce(v.data(), r.data(), static_cast<int>(v.size()), MPI_INT64_T, MPI_MAX, comm()),
+        ::orchmllm::detail::mpi_backend::run_collective(
+            timeout, rank_, comm(), op,
+            [&] {
+              return MPI_Allreduce(v.data(), r.data(), static_cast<int>(v.size()), MPI_INT64_T,
+                                   MPI_MAX, comm());
+            },
+            [&](MPI_Request* req) {
+              return MPI_Iallreduce(v.data(), r.data(), static_cast<int>(v.size()), MPI_INT64_T,
+                                    MPI_MAX, comm(), req);
+            }),
         std::string("MPI_Allreduce (") + op + " argument agreement)");
     agreement a;
     a.bad_rank = r[0] - 1;
@@ -711,7 +838,11 @@ class communicator {
     }
     const std::int64_t mine = out.ok() ? 0 : rank_ + 1;
     std::int64_t worst = 0;
-    const int rc = MPI_Allreduce(&mine, &worst, 1, MPI_INT64_T, MPI_MAX, comm());
+    const int rc = collective(
+        op, [&] { return MPI_Allreduce(&mine, &worst, 1, MPI_INT64_T, MPI_MAX, comm()); },
+        [&](MPI_Request* r) {
+          return MPI_Iallreduce(&mine, &worst, 1, MPI_INT64_T, MPI_MAX, comm(), r);
+        });
     if (!out.ok())
       throw communication_error(::orchmllm::detail::concat(op, " on rank ", rank_, ": ", out.what));
     ::orchmllm::detail::mpi_backend::check(
@@ -729,7 +860,8 @@ class communicator {
   // Failures are recorded in `out` (not thrown) so that finish() can agree on them; a short
   // message does not stop the protocol (the peers still expect the remaining messages), an MPI
   // call that fails does.
-  void exchange_chunked(const std::byte* send, std::span<const std::int64_t> send_counts,
+  void exchange_chunked(const char* op, const std::byte* send,
+                        std::span<const std::int64_t> send_counts,
                         std::span<const std::int64_t> send_displs, std::byte* recv,
                         std::span<const std::int64_t> recv_counts,
                         std::span<const std::int64_t> recv_displs,
@@ -799,10 +931,27 @@ class communicator {
 
     std::vector<int> done(slots);
     std::vector<MPI_Status> statuses(slots);
+    const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
     while (posting) {
       int count = 0;
-      const int code = MPI_Waitsome(static_cast<int>(slots), requests.data(), &count, done.data(),
-                                    statuses.data());
+      int code = MPI_SUCCESS;
+      if (opts_.timeout.count() <= 0) {
+        code = MPI_Waitsome(static_cast<int>(slots), requests.data(), &count, done.data(),
+                            statuses.data());
+      } else {
+        // MPI_Testsome until something completes (count != 0; MPI_UNDEFINED: nothing left).
+        for (unsigned polls = 0;; ++polls) {
+          code = MPI_Testsome(static_cast<int>(slots), requests.data(), &count, done.data(),
+                              statuses.data());
+          if ((code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) || count != 0) break;
+          if (std::chrono::steady_clock::now() >= deadline)
+            d::mpi_backend::abort_after_deadline(op, rank_, opts_.timeout, comm());
+          if (polls < 64)
+            std::this_thread::yield();
+          else
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+      }
       if (code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) {
         out.fail(code, "MPI_Waitsome failed: " + d::mpi_backend::error_string(code));
         posting = false;
@@ -885,6 +1034,7 @@ class communicator {
   rank_t local_size_ = 0;
   std::vector<rank_t> node_of_;
   std::int64_t chunked_calls_ = 0;
+  bool constructed_ = false;  // the options (the timeout among them) are agreed
 };
 
 static_assert(::orchmllm::communicator<communicator>);
