@@ -195,7 +195,7 @@ inline std::optional<invalid_argument_error> check_all_to_allv_args(
 inline std::optional<communication_error> exchange_and_compare_counts(
     MPI_Comm comm, const char* op, rank_t me, bool invalid,
     std::span<const std::int64_t> send_counts, std::span<const std::int64_t> recv_counts,
-    std::size_t p, std::chrono::milliseconds timeout) {
+    std::size_t p, std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {
   std::vector<std::int64_t> mine(p, -1);
   if (!invalid) std::copy(send_counts.begin(), send_counts.end(), mine.begin());
   std::vector<std::int64_t> theirs(p, -1);
