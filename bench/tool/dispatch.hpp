@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -112,6 +113,11 @@ inline const command& dispatch_command() {
          false},
         {"schedule", "direct|node-wise|auto", "all-to-all schedule; default auto", false},
         {"repeat", "K", "timed runs (the median is reported); default 5", false},
+        {"timeout", "SECONDS",
+         "deadline of every wait of the exchange, in (0, 86400]: past it a rank that waits for "
+         "a peer fails (local: communication_error, exit 2; mpi: the job aborts naming the "
+         "operation and the rank); default: no deadline",
+         false},
     };
     c.details =
         "Every item carries `bytes` bytes (the bytes column, else its length) whose content\n"
@@ -154,6 +160,7 @@ struct dispatch_settings {
   rank_t gpus_per_node = 0;          ///< --gpus-per-node; 0: default (see the flag)
   schedule sched = schedule::automatic;
   int repeat = 5;
+  std::chrono::milliseconds timeout{0};  ///< --timeout; 0: none
 };
 
 /// Reads and checks every flag of `dispatch`. Throws usage_error naming the flag and value.
@@ -181,6 +188,13 @@ inline dispatch_settings parse_dispatch_settings(const parsed_args& args) {
     }
   }
   s.repeat = static_cast<int>(args.get_int("repeat", 5, 1, dispatch_max_repeat));
+  if (args.has("timeout")) {
+    const double seconds = args.get_double("timeout", 0);
+    if (!(seconds > 0 && seconds <= 86400))
+      throw usage_error("--timeout is " + std::to_string(seconds) +
+                        " seconds, must be in (0, 86400]");
+    s.timeout = std::chrono::milliseconds(std::max<long long>(1, std::llround(seconds * 1000)));
+  }
   return s;
 }
 
@@ -764,7 +778,7 @@ inline int run_dispatch_local(const dispatch_settings& s, std::ostream& out, std
         auto result = run_dispatch_rank(comm, in.layout, in.plan, rs, none);
         if (comm.rank() == 0) summary = std::move(result);  // read after run() joins
       },
-      local::run_options{s.gpus_per_node, {}});
+      local::run_options{s.gpus_per_node, s.timeout});
   report_failures(summary, err);
   out << dispatch_json(summary, "local", s.items_path, s.plan_path) << "\n";
   return summary.verified ? exit_ok : exit_internal;
@@ -839,6 +853,7 @@ inline std::string settings_text(const dispatch_settings& s) {
   if (s.ranks) t += " --ranks " + std::to_string(*s.ranks);
   if (s.gpus_per_node > 0) t += " --gpus-per-node " + std::to_string(s.gpus_per_node);
   t += " --schedule " + std::string(to_string(s.sched)) + " --repeat " + std::to_string(s.repeat);
+  if (s.timeout.count() > 0) t += " --timeout " + std::to_string(s.timeout.count()) + "ms";
   return t;
 }
 
@@ -881,6 +896,7 @@ inline int run_dispatch_mpi(const dispatch_settings& s, std::ostream& out, std::
       detail::agree_on_settings(MPI_COMM_WORLD, s);
       mpi::communicator::options o;
       o.ranks_per_node = s.gpus_per_node;
+      o.timeout = s.timeout;
       mpi::communicator comm(MPI_COMM_WORLD, o);
       const std::string items_text = share_file(comm, s.items_path);
       const std::string plan_text = share_file(comm, s.plan_path);

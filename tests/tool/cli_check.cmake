@@ -307,6 +307,10 @@ elseif(CASE STREQUAL "dispatch" OR CASE STREQUAL "dispatch_mpi")
         message(FATAL_ERROR "dispatch wrote to stderr: ${ERR}")
       endif()
     endforeach()
+    # A deadline on every wait does not get in the way of a healthy exchange.
+    run(0 dispatch --backend local --items items.csv --plan plan.csv --gpus-per-node 2
+           --repeat 1 --timeout 60)
+    check_dispatch("${OUT}" local 4 2 auto ${_plan_moved})
     # Defaults: one node (no inter-node bytes), the rank count inferred from the files.
     run(0 dispatch --backend local --items items.csv --plan plan.csv --repeat 1)
     check_dispatch("${OUT}" local 1 8 auto ${_plan_moved})
@@ -337,6 +341,8 @@ elseif(CASE STREQUAL "dispatch" OR CASE STREQUAL "dispatch_mpi")
     bad_dispatch("--repeat is 0, must be in \\[1, 1000\\]" --backend local --items items.csv
                  --plan plan.csv --repeat 0)
     bad_dispatch("missing required flag --plan" --backend local --items items.csv)
+    bad_dispatch("--timeout is 0.000000 seconds, must be in \\(0, 86400\\]" --backend local
+                 --items items.csv --plan plan.csv --timeout 0)
     bad_dispatch("cannot open 'nope.csv'" --backend local --items items.csv --plan nope.csv)
     run(0 help dispatch)
     expect_match("${OUT}" "--backend local\\|mpi" "help dispatch")
@@ -368,6 +374,10 @@ elseif(CASE STREQUAL "dispatch" OR CASE STREQUAL "dispatch_mpi")
                  --schedule ${_s} --repeat 2)
       check_dispatch("${OUT}" mpi 2 4 ${_s} ${_plan_moved})
     endforeach()
+    # Under a deadline (non-blocking MPI collectives, polled): the same result.
+    run_mpi(0 8 dispatch --backend mpi --items items.csv --plan plan.csv --gpus-per-node 4
+               --repeat 1 --timeout 60)
+    check_dispatch("${OUT}" mpi 2 4 auto ${_plan_moved})
     run_mpi(2 3 dispatch --backend mpi --items items.csv --plan plan.csv --repeat 1)
     if(NOT OUT STREQUAL "")
       message(FATAL_ERROR "wrong world size: stdout not empty: ${OUT}")
