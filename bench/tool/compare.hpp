@@ -70,7 +70,7 @@ inline constexpr compare_variant compare_variants[] = {
 
 /// Why a variant does not apply to the problem, or "" when it does.
 inline std::string not_applicable(const compare_variant& v, const problem& p) {
-  if ((v.method == algorithm::kk || v.method == algorithm::kk_equal) && p.policy.is_padded())
+  if (packed_only(v.method) && p.policy.is_padded())
     return "needs --policy packed";
   if (v.method == algorithm::padded_exact && !p.policy.is_padded()) return "needs --policy padded";
   if (v.method == algorithm::exact && p.layout.num_items() > compare_exact_max_items)

@@ -95,6 +95,17 @@ enum class algorithm : std::uint8_t {
 /// n · d sums); above it `kk` runs `kk_equal`.
 inline constexpr std::int64_t kk_complete_max_entries = std::int64_t{1} << 21;
 
+/// True for the algorithms that balance the packed policy only (`kk`, `kk_equal`).
+constexpr bool packed_only(algorithm a) noexcept {
+  return a == algorithm::kk || a == algorithm::kk_equal;
+}
+
+/// Whether `algorithm::kk` runs the complete differencing for n items on d ranks (n · d ≤
+/// `kk_complete_max_entries`) rather than `kk_equal`. O(1).
+constexpr bool kk_complete_fits(std::int64_t n, std::int64_t d) noexcept {
+  return d <= kk_complete_max_entries / (n > 1 ? n : 1);
+}
+
 /// Name of an algorithm as used by the command-line tool ("auto" for automatic, "padded" for
 /// padded_exact).
 constexpr std::string_view to_string(algorithm a) noexcept {

@@ -151,8 +151,7 @@ struct stage_declarations {
       ORCHMLLM_REQUIRE(std::isfinite(o.locality_tolerance) && o.locality_tolerance >= 0,
                        invalid_argument_error, "stage '", name, "': locality_tolerance ",
                        o.locality_tolerance, " must be finite and >= 0");
-      ORCHMLLM_REQUIRE(!((o.method == algorithm::kk || o.method == algorithm::kk_equal) &&
-                         policy.is_padded()),
+      ORCHMLLM_REQUIRE(!(packed_only(o.method) && policy.is_padded()),
                        invalid_argument_error, "stage '", name, "': ", to_string(o.method),
                        " balances the packed policy only");
       ORCHMLLM_REQUIRE(!(o.method == algorithm::padded_exact && !policy.is_padded()),

@@ -96,9 +96,17 @@ inline void check(int rc, std::string_view call,
   std::abort();  // MPI_Abort does not return; this only satisfies [[noreturn]]
 }
 
+// Between two polls of a deadline wait: yield the processor, then sleep briefly, so that
+// oversubscribed ranks (CI runs 8 on 2 cores) still progress.
+inline void pause_between_polls(unsigned polls) {
+  if (polls < 64)
+    std::this_thread::yield();
+  else
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
 // Polls `req` (posted with return code `posted`) until it completes; past `deadline` aborts the
-// job (abort_after_deadline). Yields the processor between polls, so oversubscribed ranks (CI
-// runs 8 on 2 cores) still progress. Returns the MPI error code.
+// job (abort_after_deadline). Returns the MPI error code.
 inline int wait_until(int posted, MPI_Request& req,
                       std::chrono::steady_clock::time_point deadline,
                       std::chrono::milliseconds timeout, const char* what, int rank,
@@ -110,10 +118,7 @@ inline int wait_until(int posted, MPI_Request& req,
     if (rc != MPI_SUCCESS || done) return rc;
     if (std::chrono::steady_clock::now() >= deadline)
       abort_after_deadline(what, rank, timeout, comm);
-    if (polls < 64)
-      std::this_thread::yield();
-    else
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    pause_between_polls(polls);
   }
 }
 
@@ -946,10 +951,7 @@ class communicator {
           if ((code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) || count != 0) break;
           if (std::chrono::steady_clock::now() >= deadline)
             d::mpi_backend::abort_after_deadline(op, rank_, opts_.timeout, comm());
-          if (polls < 64)
-            std::this_thread::yield();
-          else
-            std::this_thread::sleep_for(std::chrono::microseconds(50));
+          d::mpi_backend::pause_between_polls(polls);
         }
       }
       if (code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) {

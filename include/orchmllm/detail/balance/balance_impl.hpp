@@ -101,8 +101,7 @@ balance_result<cost_type_t<C>> balance_impl(const batch_layout& layout, const C&
                    options.refine_budget, ", must be >= -1");
   ORCHMLLM_REQUIRE(options.exact_node_budget >= 0 && options.exact_max_items >= 0,
                    invalid_argument_error, "exact budgets must be >= 0");
-  ORCHMLLM_REQUIRE(!((options.method == algorithm::kk || options.method == algorithm::kk_equal) &&
-                     policy.is_padded()),
+  ORCHMLLM_REQUIRE(!(packed_only(options.method) && policy.is_padded()),
                    invalid_argument_error, to_string(options.method),
                    " balances the packed policy only; use padded or auto for padded batches");
   ORCHMLLM_REQUIRE(!(options.method == algorithm::padded_exact && !policy.is_padded()),
@@ -175,7 +174,7 @@ balance_result<cost_type_t<C>> balance_impl(const batch_layout& layout, const C&
       break;
     case algorithm::kk:
       // The complete method where its n · d sums fit the guard, else the equal-count one.
-      if (static_cast<std::int64_t>(d) <= kk_complete_max_entries / std::max<std::int64_t>(n, 1))
+      if (kk_complete_fits(n, d))
         consider(detail::karmarkar_karp(in, true), algorithm::kk);
       else
         consider(detail::karmarkar_karp(in), algorithm::kk_equal);
@@ -238,8 +237,7 @@ balance_result<cost_type_t<C>> balance_impl(const batch_layout& layout, const C&
         }
         // Then the complete differencing (within its memory guard), refined in a copy: `consider`
         // keeps it only when its makespan is strictly smaller.
-        if (!at_bound() &&
-            static_cast<std::int64_t>(d) <= kk_complete_max_entries / std::max<std::int64_t>(n, 1)) {
+        if (!at_bound() && kk_complete_fits(n, d)) {
           auto k = detail::karmarkar_karp(in, true);
           if (k && detail::satisfies(in, std::span<const rank_t>(*k))) {
             detail::refine(in, cost, *k, budget, result.lower_bound);

@@ -133,59 +133,83 @@ std::vector<cost_type_t<C>> checked_costs(const batch_layout& layout, const C& c
   return costs;
 }
 
-template <class C>
-std::vector<cost_type_t<C>> rank_loads_impl(const batch_layout& layout, const C& cost,
-                                       padding_policy policy) {
+// Loads of the ranks described by `off` (CSR offsets): rank r holds item_of(k) for k in
+// [off[r], off[r + 1]), combined in that order; `costs` from checked_costs.
+template <class C, class ItemOf>
+std::vector<cost_type_t<C>> loads_of(const batch_layout& layout,
+                                     std::span<const cost_type_t<C>> costs,
+                                     std::span<const std::int64_t> off, ItemOf item_of,
+                                     const C& cost, padding_policy policy) {
   using Cost = cost_type_t<C>;
-  const std::vector<Cost> costs = checked_costs(layout, cost, policy);
-  std::vector<Cost> loads(static_cast<std::size_t>(layout.num_ranks()));
-  for (rank_t r = 0; r < layout.num_ranks(); ++r) {
+  std::vector<Cost> loads(off.size() - 1);
+  for (std::size_t r = 0; r + 1 < off.size(); ++r) {
     rank_load<Cost> acc(policy);
-    for (auto g = layout.offset(r); g < layout.offset(r + 1); ++g)
+    for (auto k = off[r]; k < off[r + 1]; ++k) {
+      const std::int64_t g = item_of(k);
       acc.add(layout.length(g), costs[static_cast<std::size_t>(g)], layout.bytes(g));
-    loads[static_cast<std::size_t>(r)] = acc.load(cost);
+    }
+    loads[r] = acc.load(cost);
   }
   return loads;
 }
 
-
+// The loads before (sampled layout) and after `plan`, from checked costs.
 template <class C>
-std::vector<cost_type_t<C>> rank_loads_impl(const batch_layout& layout, const rearrangement& plan,
-                                       const C& cost, padding_policy policy) {
-  using Cost = cost_type_t<C>;
+std::vector<cost_type_t<C>> loads_before(const batch_layout& layout,
+                                         std::span<const cost_type_t<C>> costs, const C& cost,
+                                         padding_policy policy) {
+  return loads_of(layout, costs, layout.offsets(), [](std::int64_t g) { return g; }, cost,
+                  policy);
+}
+inline void check_plan_source(const batch_layout& layout, const rearrangement& plan) {
   ORCHMLLM_REQUIRE(std::ranges::equal(layout.offsets(), plan.src_offsets()), invalid_argument_error,
                    "plan of ", plan.num_items(), " items on ", plan.num_src_ranks(),
                    " ranks does not start from this layout (", layout.num_items(), " items on ",
                    layout.num_ranks(), " ranks)");
-  const std::vector<Cost> costs = checked_costs(layout, cost, policy);
-  std::vector<Cost> loads(static_cast<std::size_t>(plan.num_dst_ranks()));
-  const auto off = plan.dst_offsets();
-  for (rank_t r = 0; r < plan.num_dst_ranks(); ++r) {
-    rank_load<Cost> acc(policy);
-    for (auto h = off[static_cast<std::size_t>(r)]; h < off[static_cast<std::size_t>(r) + 1]; ++h) {
-      const auto g = plan.source_of(h);
-      acc.add(layout.length(g), costs[static_cast<std::size_t>(g)], layout.bytes(g));
-    }
-    loads[static_cast<std::size_t>(r)] = acc.load(cost);
-  }
-  return loads;
+}
+template <class C>
+std::vector<cost_type_t<C>> loads_after(const batch_layout& layout, const rearrangement& plan,
+                                        std::span<const cost_type_t<C>> costs, const C& cost,
+                                        padding_policy policy) {
+  return loads_of(layout, costs, plan.dst_offsets(),
+                  [&](std::int64_t h) { return plan.source_of(h); }, cost, policy);
 }
 
-
+// The reported lower bound from checked costs.
 template <class C>
-cost_type_t<C> makespan_lower_bound_impl(const batch_layout& layout, rank_t d, const C& cost,
-                                    padding_policy policy, const constraints& limits) {
+cost_type_t<C> lower_bound_of(const batch_layout& layout, std::span<const cost_type_t<C>> costs,
+                              rank_t d, const C& cost, padding_policy policy,
+                              const constraints& limits) {
   using Cost = cost_type_t<C>;
   const std::int64_t n = layout.num_items();
   ORCHMLLM_REQUIRE(d > 0 || n == 0, invalid_argument_error, "lower bound for ", n, " items on ", d,
                    " ranks");
-  const std::vector<Cost> costs = checked_costs(layout, cost, policy);
   const auto order = detail::canonical_order<Cost>(layout, costs, policy);
-  const Cost bound = detail::lower_bound_in_order<C>(layout, order, std::span<const Cost>(costs),
-                                                     d, cost, policy, limits);
+  const Cost bound = detail::lower_bound_in_order<C>(layout, order, costs, d, cost, policy, limits);
   return reported_lower_bound<C>(layout, order, d, cost, policy, limits, bound);
 }
 
+template <class C>
+std::vector<cost_type_t<C>> rank_loads_impl(const batch_layout& layout, const C& cost,
+                                            padding_policy policy) {
+  const auto costs = checked_costs(layout, cost, policy);
+  return loads_before<C>(layout, costs, cost, policy);
+}
+
+template <class C>
+std::vector<cost_type_t<C>> rank_loads_impl(const batch_layout& layout, const rearrangement& plan,
+                                            const C& cost, padding_policy policy) {
+  check_plan_source(layout, plan);
+  const auto costs = checked_costs(layout, cost, policy);
+  return loads_after<C>(layout, plan, costs, cost, policy);
+}
+
+template <class C>
+cost_type_t<C> makespan_lower_bound_impl(const batch_layout& layout, rank_t d, const C& cost,
+                                         padding_policy policy, const constraints& limits) {
+  const auto costs = checked_costs(layout, cost, policy);
+  return lower_bound_of<C>(layout, costs, d, cost, policy, limits);
+}
 
 template <class C>
 plan_statistics<cost_type_t<C>> compute_statistics_impl(const batch_layout& layout,
@@ -196,8 +220,11 @@ plan_statistics<cost_type_t<C>> compute_statistics_impl(const batch_layout& layo
   plan_statistics<Cost> s;
   s.ranks = plan.num_dst_ranks();
   s.items = layout.num_items();
-  s.load_before = rank_loads_impl(layout, cost, policy);
-  s.load_after = rank_loads_impl(layout, plan, cost, policy);
+  // Every item's cost once, shared by the loads before and after and the bound.
+  const auto costs = checked_costs(layout, cost, policy);
+  check_plan_source(layout, plan);
+  s.load_before = loads_before<C>(layout, costs, cost, policy);
+  s.load_after = loads_after<C>(layout, plan, costs, cost, policy);
   auto mean = [](const std::vector<Cost>& v) {
     double t = 0;
     for (auto x : v) t += static_cast<double>(x);
@@ -216,7 +243,7 @@ plan_statistics<cost_type_t<C>> compute_statistics_impl(const batch_layout& layo
       s.mean_before > 0 ? static_cast<double>(s.makespan_before) / s.mean_before : 1.0;
   s.imbalance_after = s.mean_after > 0 ? static_cast<double>(s.makespan) / s.mean_after : 1.0;
   s.lower_bound =
-      s.ranks > 0 ? makespan_lower_bound_impl(layout, s.ranks, cost, policy, limits) : Cost{};
+      s.ranks > 0 ? lower_bound_of<C>(layout, costs, s.ranks, cost, policy, limits) : Cost{};
   s.ratio = s.lower_bound > Cost{}
                 ? static_cast<double>(s.makespan) / static_cast<double>(s.lower_bound)
                 : (s.makespan > Cost{} ? INFINITY : 1.0);
