@@ -863,11 +863,9 @@ inline std::string settings_text(const dispatch_settings& s) {
 /// first rank that differs and rank 0's flags) when they do not agree.
 inline void agree_on_settings(MPI_Comm world, const dispatch_settings& s) {
   const std::string text = settings_text(s);
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (const char c : text) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
+  ::orchmllm::detail::fnv f;
+  f.mix(text);
+  const std::uint64_t h = f.h;
   int size = 0;
   ::orchmllm::detail::mpi_backend::check(MPI_Comm_size(world, &size), "MPI_Comm_size");
   std::vector<std::uint64_t> all(static_cast<std::size_t>(size));
@@ -880,57 +878,88 @@ inline void agree_on_settings(MPI_Comm world, const dispatch_settings& s) {
 }
 }  // namespace detail
 
+namespace detail {
+/// Whether every rank reports a failure within `wait`: each rank that failed calls this on
+/// `errors` (a duplicate of the world used for nothing else), the healthy ones never do. One
+/// MPI_Ibarrier, polled: it completes only when every rank failed alike (the library's
+/// agreements raise their errors on every rank, and every rank parses the same shared files);
+/// a rank that failed alone is still waiting when `wait` is over.
+inline bool every_rank_failed(MPI_Comm errors, std::chrono::milliseconds wait) {
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (MPI_Ibarrier(errors, &req) != MPI_SUCCESS) return false;
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  for (unsigned polls = 0;; ++polls) {
+    int done = 0;
+    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (done) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    ::orchmllm::detail::mpi_backend::pause_between_polls(polls);
+  }
+}
+
+/// How long a failed rank waits for the others to report the same failure: half of --timeout
+/// (so that a rank failing alone speaks, and aborts, before its peers' deadlines end their
+/// waits), else 30 s.
+inline std::chrono::milliseconds failure_wait(const dispatch_settings& s) {
+  return s.timeout.count() > 0 ? std::max(s.timeout / 2, std::chrono::milliseconds(1))
+                               : std::chrono::milliseconds(30000);
+}
+}  // namespace detail
+
 /// The MPI backend: MPI_Init here, the ranks agree on their flags, rank 0 shares the files,
-/// every rank runs the driver, rank 0 reports. Errors that every rank meets alike are printed by rank 0 only; an unexpected
-/// exception on one rank aborts the job (MPI_Abort), so no rank is left waiting.
+/// every rank runs the driver, rank 0 reports. An error is reported once, by rank 0, only when
+/// it is proven collective: every rank failed (an MPI_Ibarrier on a communicator reserved for
+/// failures completes within `failure_wait`). A rank that failed alone prints its own error,
+/// names itself, and aborts the job (MPI_Abort with the error's exit code), so no rank is left
+/// waiting in a collective for it.
 inline int run_dispatch_mpi(const dispatch_settings& s, std::ostream& out, std::ostream& err) {
   mpi::environment env;
   int world_rank = 0;
   ::orchmllm::detail::mpi_backend::check(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank),
                                          "MPI_Comm_rank");
+  // Never freed: MPI_Comm_free is collective, and a failing rank may be alone; MPI_Finalize
+  // releases it.
+  MPI_Comm errors = MPI_COMM_NULL;
+  ::orchmllm::detail::mpi_backend::check(MPI_Comm_dup(MPI_COMM_WORLD, &errors), "MPI_Comm_dup");
   detail::null_stream quiet;
   std::ostream& my_out = world_rank == 0 ? out : quiet;
   std::ostream& my_err = world_rank == 0 ? err : quiet;
-  const int code = guarded(dispatch_command(), my_err, [&]() -> int {
-    try {
-      detail::agree_on_settings(MPI_COMM_WORLD, s);
-      mpi::communicator::options o;
-      o.ranks_per_node = s.gpus_per_node;
-      o.timeout = s.timeout;
-      mpi::communicator comm(MPI_COMM_WORLD, o);
-      const std::string items_text = share_file(comm, s.items_path);
-      const std::string plan_text = share_file(comm, s.plan_path);
-      const dispatch_inputs in =
-          parse_dispatch_inputs(items_text, plan_text, s.items_path, s.plan_path, s.ranks);
-      ORCHMLLM_REQUIRE(in.ranks == comm.size(), invalid_argument_error,
-                       "the MPI world has ", comm.size(), " ranks but the files describe ",
-                       in.ranks, s.ranks ? " (--ranks)" : " (highest rank + 1; or pass --ranks)",
-                       ": run it under mpirun -np ", in.ranks);
-      dispatch_run_settings rs;
-      rs.sched = s.sched;
-      rs.repeat = s.repeat;
-      rs.gpus_per_node = s.gpus_per_node;
-      mpi_alltoallv_baseline baseline(comm.native_handle());
-      const dispatch_summary summary = run_dispatch_rank(comm, in.layout, in.plan, rs, baseline);
-      report_failures(summary, my_err);
-      my_out << dispatch_json(summary, "mpi", s.items_path, s.plan_path) << "\n";
-      my_out.flush();
-      return summary.verified ? exit_ok : exit_internal;
-    } catch (const orchmllm::error&) {
-      throw;  // raised alike on every rank (collective agreement): rank 0 reports
-    } catch (const io_error&) {
-      throw;
-    } catch (const usage_error&) {
-      throw;
-    } catch (const std::exception& e) {
-      // Possibly on this rank only: report here and take the whole job down.
-      err << program_name << " dispatch: rank " << world_rank
-          << ": internal error: " << detail::one_line(e.what()) << "\n";
-      err.flush();
-      MPI_Abort(MPI_COMM_WORLD, exit_internal);
-      return exit_internal;
-    }
-  });
+  std::exception_ptr failure;
+  try {
+    detail::agree_on_settings(MPI_COMM_WORLD, s);
+    mpi::communicator::options o;
+    o.ranks_per_node = s.gpus_per_node;
+    o.timeout = s.timeout;
+    mpi::communicator comm(MPI_COMM_WORLD, o);
+    const std::string items_text = share_file(comm, s.items_path);
+    const std::string plan_text = share_file(comm, s.plan_path);
+    const dispatch_inputs in =
+        parse_dispatch_inputs(items_text, plan_text, s.items_path, s.plan_path, s.ranks);
+    ORCHMLLM_REQUIRE(in.ranks == comm.size(), invalid_argument_error,
+                     "the MPI world has ", comm.size(), " ranks but the files describe ",
+                     in.ranks, s.ranks ? " (--ranks)" : " (highest rank + 1; or pass --ranks)",
+                     ": run it under mpirun -np ", in.ranks);
+    dispatch_run_settings rs;
+    rs.sched = s.sched;
+    rs.repeat = s.repeat;
+    rs.gpus_per_node = s.gpus_per_node;
+    mpi_alltoallv_baseline baseline(comm.native_handle());
+    const dispatch_summary summary = run_dispatch_rank(comm, in.layout, in.plan, rs, baseline);
+    report_failures(summary, my_err);
+    my_out << dispatch_json(summary, "mpi", s.items_path, s.plan_path) << "\n";
+    my_out.flush();
+    return summary.verified ? exit_ok : exit_internal;
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  const auto rethrow = [&]() -> int { std::rethrow_exception(failure); };
+  if (detail::every_rank_failed(errors, detail::failure_wait(s)))
+    return guarded(dispatch_command(), my_err, rethrow);
+  err << program_name << " dispatch: rank " << world_rank << " failed alone (no other rank "
+      << "failed within " << detail::failure_wait(s).count() << " ms); aborting the job\n";
+  const int code = guarded(dispatch_command(), err, rethrow);
+  err.flush();
+  MPI_Abort(MPI_COMM_WORLD, code);
   return code;
 }
 

@@ -17,12 +17,16 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <new>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -35,6 +39,8 @@
 #include "orchmllm/core/padding.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/topology/topology.hpp"
+#include "support/failing_allocation.hpp"
+#include "support/faults.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -525,6 +531,202 @@ TEST_CASE("dispatch: ranks that disagree fail together with communication_error,
                                   (void)orchmllm::build_route(comm, plan, b);
                                 },
                                 {"rank 0 holds 2 items but the plan expects 3"});
+    }
+  }
+}
+
+TEST_CASE("execute: a stale route, a route of another rank or a failed allocation on one rank "
+          "fail together before anything moves") {
+  const rank_t d = 4;
+  const auto lengths = std::vector<vec>{{3, 0, 5}, {2}, {}, {7, 1, 1, 4}};
+  const auto layout = orchmllm::batch_layout::from_ranks(lengths);
+  const auto rows = flatten(lengths);
+  const auto plan = orchmllm::balance(layout, orchmllm::linear_cost{}, orchmllm::packed).plan;
+  const auto off = plan.src_offsets();
+  std::mt19937_64 rng(5);
+  const auto other = orchmllm::test::random_rearrangement(rng, off, d, true);
+  REQUIRE(orchmllm::fingerprint(other) != orchmllm::fingerprint(plan));
+  constexpr std::int64_t row_bytes = 4;
+  auto payload_of = [&](rank_t r) {
+    return make_payload(r, rows_of_rank(rows, off, r), row_bytes);
+  };
+  auto bytes_of = [&](const ragged_payload& p) {
+    vec b;
+    for (std::size_t j = 0; j < p.rows.size(); ++j) b.push_back(p.item_bytes(j));
+    return b;
+  };
+
+  for (const rank_t rpn : {0, 2}) {
+    INFO("ranks_per_node = ", rpn);
+    for (const auto s : all_schedules) {
+      INFO("schedule ", std::string(orchmllm::to_string(s)));
+      const dispatch_options opt{.sched = s};
+      // Rank 2 runs the route of an earlier plan (the probe's silent corruption).
+      expect_collective_failure(
+          d, rpn, plan, rows,
+          [&](communicator& comm) {
+            const auto mine = payload_of(comm.rank());
+            const route current = orchmllm::build_route(comm, plan, bytes_of(mine), opt);
+            const route stale = orchmllm::build_route(comm, other, bytes_of(mine), opt);
+            orchmllm::host_mover mover;
+            orchmllm::test::execute_untouched(comm, comm.rank() == 2 ? stale : current,
+                                              mine.data.data(), mover);
+          },
+          {"routes of different exchanges", "rank 2's has", "stale route"});
+      // Rank 1 runs a route of the same plan built for items twice as large.
+      expect_collective_failure(
+          d, rpn, plan, rows,
+          [&](communicator& comm) {
+            const auto mine = payload_of(comm.rank());
+            vec twice = bytes_of(mine);
+            for (auto& b : twice) b *= 2;
+            const route right = orchmllm::build_route(comm, plan, bytes_of(mine), opt);
+            const route wide = orchmllm::build_route(comm, plan, twice, opt);
+            const route& r = comm.rank() == 1 ? wide : right;
+            std::vector<std::byte> in(static_cast<std::size_t>(r.input_bytes()));
+            orchmllm::host_mover mover;
+            orchmllm::test::execute_untouched(comm, r, in.data(), mover);
+          },
+          {"routes of different exchanges", "rank 1's has"});
+    }
+    // Rank 3 runs the route built for rank 0.
+    vec all_bytes(rows.size());
+    for (std::size_t g = 0; g < rows.size(); ++g) all_bytes[g] = rows[g] * row_bytes;
+    const auto topo = topology::uniform(d, rpn);
+    expect_collective_failure(
+        d, rpn, plan, rows,
+        [&](communicator& comm) {
+          const auto mine = payload_of(comm.rank());
+          const route r = route::build(plan, all_bytes, topo, comm.rank() == 3 ? 0 : comm.rank());
+          orchmllm::host_mover mover;
+          orchmllm::test::execute_untouched(comm, r, mine.data.data(), mover);
+        },
+        {"rank 3 cannot take part", "its route was built for rank 0 of 4"});
+    // Rank 1's mover cannot allocate its scratch buffers (the shuffled plan needs a pack and
+    // an unpack on every rank that sends and receives).
+    REQUIRE(orchmllm::detail::scratch_needs(
+                route::build(other, all_bytes, topo, 1, schedule::direct), false)[0] > 0);
+    expect_collective_failure(
+        d, rpn, plan, rows,
+        [&](communicator& comm) {
+          const auto mine = payload_of(comm.rank());
+          const route r = orchmllm::build_route(comm, other, bytes_of(mine),
+                                                {.sched = schedule::direct});
+          orchmllm::test::failing_mover mover;
+          mover.fail = comm.rank() == 1;
+          orchmllm::test::execute_untouched(comm, r, mine.data.data(), mover);
+        },
+        {"rank 1 cannot take part", "could not allocate its scratch buffers"});
+    // Rank 2 cannot allocate the receive buffer of a dispatch (items of 4 KiB rows, so the
+    // buffer is far larger than anything else dispatch allocates).
+    const auto want = expected_at(plan, rows, 4096, 2);
+    REQUIRE(want.data.size() >= 4096);
+    expect_collective_failure(
+        d, rpn, plan, rows,
+        [&](communicator& comm) {
+          const auto mine = make_payload(comm.rank(), rows_of_rank(rows, off, comm.rank()), 4096);
+          ragged_payload out;
+          {
+            const orchmllm::test::failing_allocations guard(comm.rank() == 2 ? want.data.size()
+                                                                             : 0);
+            orchmllm::dispatch(comm, plan, mine, out);
+          }
+        },
+        {"rank 2 cannot take part", "could not allocate its receive buffer",
+         std::to_string(want.data.size()) + " bytes"});
+  }
+}
+
+namespace {
+
+// A local communicator that counts its collective calls, and a mover that records every
+// scratch request with the count at that moment: `execute` must reserve all scratch before
+// its agreement (a collective) and never grow a slot afterwards.
+struct counting_comm {
+  communicator& inner;
+  std::int64_t calls = 0;
+  static constexpr auto payload_memory = orchmllm::memory_kind::host;
+  rank_t rank() const { return inner.rank(); }
+  rank_t size() const { return inner.size(); }
+  rank_t node() const { return inner.node(); }
+  rank_t num_nodes() const { return inner.num_nodes(); }
+  rank_t local_rank() const { return inner.local_rank(); }
+  rank_t local_size() const { return inner.local_size(); }
+  void barrier() { ++calls, inner.barrier(); }
+  void all_gather(const std::byte* s, std::int64_t b, std::byte* r) {
+    ++calls, inner.all_gather(s, b, r);
+  }
+  void all_gatherv(const std::byte* s, std::int64_t b, std::byte* r,
+                   std::span<const std::int64_t> c, std::span<const std::int64_t> o) {
+    ++calls, inner.all_gatherv(s, b, r, c, o);
+  }
+  void all_to_allv(const std::byte* s, std::span<const std::int64_t> sc,
+                   std::span<const std::int64_t> sd, std::byte* r,
+                   std::span<const std::int64_t> rc, std::span<const std::int64_t> rd) {
+    ++calls, inner.all_to_allv(s, sc, sd, r, rc, rd);
+  }
+};
+static_assert(orchmllm::communicator<counting_comm>);
+
+struct recording_mover {
+  const counting_comm& comm;
+  orchmllm::host_mover inner;
+  std::vector<std::array<std::int64_t, 3>> requests;  // slot, bytes, collective calls so far
+  std::byte* scratch(int slot, std::int64_t bytes) {
+    requests.push_back({slot, bytes, comm.calls});
+    return inner.scratch(slot, bytes);
+  }
+  void gather(const std::byte* in, std::byte* out, const orchmllm::detail::segment_list& s) {
+    inner.gather(in, out, s);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("execute: every scratch buffer is reserved before the exchange starts") {
+  std::mt19937_64 rng(23);
+  for (int trial = 0; trial < 12; ++trial) {
+    const rank_t d = static_cast<rank_t>(uniform(rng, 2, 8));
+    const rank_t rpn = static_cast<rank_t>(uniform(rng, 0, 3));
+    const auto lengths = random_lengths(rng, d, 6);
+    const auto layout = orchmllm::batch_layout::from_ranks(lengths);
+    const auto plan = orchmllm::test::random_rearrangement(rng, layout.offsets(), d, true, 20);
+    const auto rows = flatten(lengths);
+    const auto off = plan.src_offsets();
+    for (const auto s : all_schedules) {
+      INFO("trial ", trial, ", d = ", d, ", rpn = ", rpn, ", ", std::string(to_string(s)));
+      struct slot_t {
+        std::string error;
+        std::vector<std::array<std::int64_t, 3>> requests;
+        std::int64_t calls_before = 0;
+        bool intact = false;
+      };
+      const auto res = run_group<slot_t>(d, rpn, [&](communicator& comm, slot_t& slot) {
+        const auto mine = make_payload(comm.rank(), rows_of_rank(rows, off, comm.rank()), 3);
+        vec b;
+        for (std::size_t j = 0; j < mine.rows.size(); ++j) b.push_back(mine.item_bytes(j));
+        const route r = orchmllm::build_route(comm, plan, b, {.sched = s});
+        counting_comm counted{comm};
+        recording_mover mover{counted, {}, {}};
+        std::vector<std::byte> out(static_cast<std::size_t>(r.output_bytes()));
+        orchmllm::execute(counted, r, mine.data.data(), out.data(), mover);
+        slot.requests = mover.requests;
+        slot.intact = out == expected_at(plan, rows, 3, comm.rank()).data;
+      });
+      for (const auto& slot : res) {
+        REQUIRE(slot.error.empty());
+        CHECK(slot.intact);
+        std::int64_t reserved[2] = {0, 0};
+        for (const auto& q : slot.requests) {
+          if (q[2] == 0) {  // before the agreement
+            reserved[q[0]] = std::max(reserved[q[0]], q[1]);
+          } else {
+            INFO("slot ", q[0], ": ", q[1], " bytes after the agreement, ", reserved[q[0]],
+                 " reserved");
+            CHECK(q[1] <= reserved[q[0]]);
+          }
+        }
+      }
     }
   }
 }

@@ -580,6 +580,38 @@ TEST_CASE("route: a plan that moves nothing has no hops") {
   }
 }
 
+TEST_CASE("route: the fingerprint is shared by every rank's route of one exchange, and only") {
+  std::mt19937_64 rng(31);
+  for (int it = 0; it < 30; ++it) {
+    const auto d = static_cast<rank_t>(uniform(rng, 2, 9));
+    const auto n = uniform(rng, 1, 30);
+    const auto off = orchmllm::test::random_offsets(rng, d, n);
+    const auto plan = orchmllm::test::random_rearrangement(rng, off, d, true, 10);
+    vec bytes;
+    for (std::int64_t g = 0; g < n; ++g) bytes.push_back(uniform(rng, 0, 20));
+    const auto topo = topology::uniform(d, 2);
+    for (const auto s : {schedule::direct, schedule::node_wise}) {
+      INFO("it ", it, ", ", std::string(to_string(s)));
+      const auto fp = route::build(plan, bytes, topo, 0, s).fingerprint();
+      CHECK(fp != 0);
+      for (rank_t r = 1; r < d; ++r)
+        CHECK(route::build(plan, bytes, topo, r, s).fingerprint() == fp);
+      const auto r = static_cast<rank_t>(uniform(rng, 0, d - 1));
+      // Another plan, other sizes, other nodes, another schedule: another fingerprint.
+      auto other = orchmllm::test::random_rearrangement(rng, off, d, true, 10);
+      if (other != plan) CHECK(route::build(other, bytes, topo, r, s).fingerprint() != fp);
+      vec more = bytes;
+      more[static_cast<std::size_t>(uniform(rng, 0, n - 1))] += 1;
+      CHECK(route::build(plan, more, topo, r, s).fingerprint() != fp);
+      if (d > 2)  // two ranks are one node either way
+        CHECK(route::build(plan, bytes, topology::uniform(d, 3), r, s).fingerprint() != fp);
+      const auto flip = s == schedule::direct ? schedule::node_wise : schedule::direct;
+      CHECK(route::build(plan, bytes, topo, r, flip).fingerprint() != fp);
+    }
+  }
+  CHECK(route().fingerprint() == 0);
+}
+
 TEST_CASE("route: node-wise balances NIC bytes when one GPU per node holds all remote traffic") {
   for (const rank_t G : {4, 8}) {
     const rank_t d = 2 * G;

@@ -59,4 +59,14 @@ concept communicator = requires(C& c, const C& cc, const std::byte* in, std::byt
   c.all_to_allv(in, v, v, out, v, v);
 };
 
+/// Optional capability: `all_max(values)` replaces each of at most 8 host `std::int64_t`
+/// values by its maximum over all ranks (every rank passes the same count), as one small
+/// reduction. The library's agreements (e.g. `execute` checking that every rank runs a route
+/// of the same plan) use it where a communicator offers it and fall back to an `all_gather`
+/// (O(size()) bytes per value) where it does not. `mpi::communicator` and
+/// `nccl::communicator` have it (one MPI_Allreduce).
+template <class C>
+concept max_reducing_communicator =
+    communicator<C> && requires(C& c, std::span<std::int64_t> values) { c.all_max(values); };
+
 }  // namespace orchmllm

@@ -13,16 +13,17 @@
 ///
 /// Safety. Before any payload byte moves, every call gathers one small record per rank (plan
 /// fingerprint, row width, item count, node, schedule, link figures, local validity) and every
-/// rank checks
-/// all records. Ranks that built different plans, use different row widths, schedules or link
-/// figures, hold
-/// a number of items the plan does not expect, or hold an invalid payload all raise the same
-/// `communication_error` on every rank, naming the first rank at fault; nothing hangs and
-/// nothing is corrupted silently.
+/// rank checks all records. Ranks that built different plans, use different row widths,
+/// schedules or link figures, hold a number of items the plan does not expect, or hold an
+/// invalid payload all raise the same `communication_error` on every rank, naming the first
+/// rank at fault. What can still fail on one rank alone after that (allocating the route, the
+/// receive buffer or the scratch buffers) is agreed on in `execute`'s check, again before
+/// anything moves: nothing hangs and nothing is corrupted silently.
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -35,6 +36,7 @@
 #include "orchmllm/comm/route.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/detail/comm/agreement.hpp"
 #include "orchmllm/topology/topology.hpp"
 
 namespace orchmllm {
@@ -217,7 +219,21 @@ route build_route(Comm& comm, const rearrangement& plan,
   topology topo;
   const auto bytes = detail::exchange_item_counts(comm, plan, local_item_bytes, 1, fault,
                                                   options.sched, topo, options.links);
-  return route::build(plan, bytes, topo, comm.rank(), options.sched);
+  // Every rank builds from the same data, so only running out of memory can fail on one rank
+  // alone: agree on that, or the others would wait for this rank in their first exchange.
+  route r;
+  std::int64_t failed = 0;
+  try {
+    r = route::build(plan, bytes, topo, comm.rank(), options.sched);
+  } catch (const std::bad_alloc&) {
+    failed = comm.rank() + 1;
+  }
+  detail::all_max(comm, std::span<std::int64_t>(&failed, 1));
+  ORCHMLLM_REQUIRE(failed == 0, communication_error, "rank ", failed - 1,
+                   " cannot take part in the exchange: ",
+                   detail::describe_route_fault(
+                       static_cast<std::int64_t>(detail::route_fault::build), 0, 0));
+  return r;
 }
 
 /// Collective: moves every rank's ragged payload along `plan` into `out`, reusing `out`'s
@@ -246,21 +262,36 @@ void dispatch(Comm& comm, const rearrangement& plan, const ragged_payload& local
   const auto rows = detail::exchange_item_counts(comm, plan, local.rows, local.row_bytes,
                                                  detail::check_payload(local), options.sched,
                                                  topo, options.links);
-  std::vector<std::int64_t> bytes(rows.size());
-  for (std::size_t g = 0; g < rows.size(); ++g) bytes[g] = rows[g] * local.row_bytes;
-  const route r = route::build(plan, bytes, topo, comm.rank(), options.sched);
-
-  out.row_bytes = local.row_bytes;
-  const auto doff = plan.dst_offsets();
-  const auto me = static_cast<std::size_t>(comm.rank());
-  out.rows.clear();
-  out.rows.reserve(static_cast<std::size_t>(doff[me + 1] - doff[me]));
-  for (auto h = doff[me]; h < doff[me + 1]; ++h)
-    out.rows.push_back(rows[static_cast<std::size_t>(plan.source_of(h))]);
-  out.data.resize(static_cast<std::size_t>(r.output_bytes()));
+  // From here on every rank works on the same data, so only an allocation can fail on one
+  // rank alone; such a failure is agreed on in `execute`'s check, before anything moves.
+  route r;
+  auto fault = detail::route_fault::none;
+  std::int64_t wanted = 0;
+  try {
+    std::vector<std::int64_t> bytes(rows.size());
+    for (std::size_t g = 0; g < rows.size(); ++g) bytes[g] = rows[g] * local.row_bytes;
+    r = route::build(plan, bytes, topo, comm.rank(), options.sched);
+  } catch (const std::bad_alloc&) {
+    fault = detail::route_fault::build;
+  }
+  if (fault == detail::route_fault::none) {
+    wanted = r.output_bytes();
+    try {
+      out.row_bytes = local.row_bytes;
+      const auto doff = plan.dst_offsets();
+      const auto me = static_cast<std::size_t>(comm.rank());
+      out.rows.clear();
+      out.rows.reserve(static_cast<std::size_t>(doff[me + 1] - doff[me]));
+      for (auto h = doff[me]; h < doff[me + 1]; ++h)
+        out.rows.push_back(rows[static_cast<std::size_t>(plan.source_of(h))]);
+      out.data.resize(static_cast<std::size_t>(wanted));
+    } catch (const std::bad_alloc&) {
+      fault = detail::route_fault::receive;
+    }
+  }
   host_mover own;
-  execute(comm, r, local.data.data(), out.data.data(),
-          options.scratch != nullptr ? *options.scratch : own);
+  detail::execute_route(comm, r, local.data.data(), out.data.data(),
+                        options.scratch != nullptr ? *options.scratch : own, fault, wanted);
   if (report != nullptr) {
     report->used = r.used();
     report->sent = r.sent();

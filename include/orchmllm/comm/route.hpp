@@ -37,10 +37,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <array>
+#include <bit>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <new>
 #include <span>
 #include <string>
 #include <string_view>
@@ -51,7 +54,9 @@
 #include "orchmllm/config.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/detail/comm/agreement.hpp"
 #include "orchmllm/detail/comm/segments.hpp"
+#include "orchmllm/detail/core/fnv.hpp"
 #include "orchmllm/topology/topology.hpp"
 
 namespace orchmllm {
@@ -368,6 +373,11 @@ class route {
   /// in a hop counts as `local_bytes`; with no hops the whole input is local). For `direct`
   /// this equals `plan_traffic(...)[rank()]`.
   [[nodiscard]] const traffic_stats& sent() const noexcept { return sent_; }
+  /// Digest of what every rank's route of one exchange shares: the plan's fingerprint, every
+  /// item's byte size, every rank's node and the schedule used. Routes built for the same
+  /// exchange have the same fingerprint on every rank; `execute` checks that they do before
+  /// anything moves. 0 for an empty route.
+  [[nodiscard]] std::uint64_t fingerprint() const noexcept { return fingerprint_; }
   /// Modelled time of the whole group's exchange under the used schedule, in seconds.
   [[nodiscard]] double predicted_seconds() const noexcept {
     return predicted_[used_ == schedule::direct ? 0 : 1];
@@ -400,6 +410,7 @@ class route {
   bool unpack_identity_ = false;
   traffic_stats sent_;
   double predicted_[2] = {0, 0};
+  std::uint64_t fingerprint_ = 0;
 };
 
 // Out of the class so that a unit using the compiled library (orchmllm/config.hpp) does not
@@ -432,6 +443,12 @@ ORCHMLLM_FUNC route route::build(const rearrangement& plan,
     }
   }
   r.compile(plan, item_bytes, topo, chosen);
+  detail::fnv f;
+  f.mix(::orchmllm::fingerprint(plan));
+  f.mix_all(item_bytes);
+  for (const auto m : topo.node_map()) f.mix_signed(m);
+  f.mix(static_cast<std::uint64_t>(r.used_));
+  r.fingerprint_ = f.h;
   return r;
 }
 
@@ -531,61 +548,192 @@ concept gathering_communicator =
       { c.all_to_allv_gather(in, s, v, v, out, v, v) } -> std::same_as<bool>;
     };
 
+namespace detail {
+
+// Why a rank cannot run its route; agreed before anything moves (see `execute`).
+enum class route_fault : std::int64_t {
+  none = 0,
+  wrong_rank,     // the route was built for another rank or group size
+  scratch,        // the mover could not provide the scratch buffers
+  receive,        // the caller could not allocate the receive buffer (dispatch)
+  build,          // building the route failed on this rank only (out of memory)
+};
+
+// The buffers one hop reads from and writes to: a scratch slot (0 or 1) or -1 for the caller's
+// input (send) / output (receive). `gathered`: the communicator sends straight from the
+// current buffer (`all_to_allv_gather`); otherwise a pack copy goes into the other slot unless
+// the current buffer already is grouped by peer. The receive slot is never the send slot.
+struct hop_slots {
+  int send;
+  int recv;
+};
+inline hop_slots slots_of_hop(const route& r, std::size_t i, int cur, bool gathered) noexcept {
+  const auto other = [](int s) { return s == 0 ? 1 : 0; };
+  const bool into_out = i + 1 == r.hops().size() && r.unpack_identity();
+  const int send = gathered || r.hops()[i].pack_identity ? cur : other(cur);
+  return {send, into_out ? -1 : other(send)};
+}
+
+// Bytes each scratch slot needs when every hop takes the same path (`gathered` or not).
+inline std::array<std::int64_t, 2> scratch_needs(const route& r, bool gathered) noexcept {
+  std::array<std::int64_t, 2> need{0, 0};
+  int cur = -1;
+  for (std::size_t i = 0; i < r.hops().size(); ++i) {
+    const auto& h = r.hops()[i];
+    const auto s = slots_of_hop(r, i, cur, gathered);
+    if (s.send != cur) need[static_cast<std::size_t>(s.send)] =
+        std::max(need[static_cast<std::size_t>(s.send)], h.send_bytes);
+    if (s.recv >= 0) need[static_cast<std::size_t>(s.recv)] =
+        std::max(need[static_cast<std::size_t>(s.recv)], h.recv_bytes);
+    cur = s.recv;
+  }
+  return need;
+}
+
+inline std::string describe_route_fault(std::int64_t fault, std::int64_t a, std::int64_t b) {
+  switch (static_cast<route_fault>(fault)) {
+    case route_fault::wrong_rank:
+      return concat("its route was built for rank ", a, " of ", b);
+    case route_fault::scratch:
+      return concat("it could not allocate its scratch buffers (", a, " and ", b, " bytes)");
+    case route_fault::receive:
+      return concat("it could not allocate its receive buffer (", a, " bytes)");
+    case route_fault::build:
+      return "it ran out of memory building its route";
+    case route_fault::none: break;
+  }
+  return "?";
+}
+
+// Collective, before any payload moves: every rank learns whether some rank has a fault or
+// runs a route of another exchange (fingerprints differ), and then all raise the same
+// communication_error, naming the first rank at fault. One `all_max` of three values when all
+// is well; one all_gather of 32 bytes per rank more when it is not.
+template <communicator Comm>
+void agree_on_route(Comm& comm, std::uint64_t fingerprint, route_fault fault, std::int64_t a,
+                    std::int64_t b) {
+  const auto key = std::bit_cast<std::int64_t>(fingerprint);
+  std::array<std::int64_t, 3> v{fault == route_fault::none ? 0 : 1, key, ~key};
+  all_max(comm, std::span<std::int64_t>(v));
+  if (v[0] == 0 && v[1] == ~v[2]) return;
+  std::array<std::int64_t, 4> mine{static_cast<std::int64_t>(fault), a, b, key};
+  std::vector<std::array<std::int64_t, 4>> all(static_cast<std::size_t>(comm.size()));
+  comm.all_gather(reinterpret_cast<const std::byte*>(mine.data()),
+                  static_cast<std::int64_t>(sizeof mine), reinterpret_cast<std::byte*>(all.data()));
+  for (std::size_t r = 0; r < all.size(); ++r)
+    if (all[r][0] != 0)
+      raise<communication_error>(concat("rank ", r, " cannot take part in the exchange: ",
+                                        describe_route_fault(all[r][0], all[r][1], all[r][2])));
+  for (std::size_t r = 1; r < all.size(); ++r)
+    if (all[r][3] != all[0][3])
+      raise<communication_error>(concat(
+          "ranks run routes of different exchanges: rank 0's route has fingerprint ",
+          std::bit_cast<std::uint64_t>(all[0][3]), ", rank ", r, "'s has ",
+          std::bit_cast<std::uint64_t>(all[r][3]),
+          " (built from another plan, other item sizes, nodes or schedule: a stale route?)"));
+}
+
+}  // namespace detail
+
 /// Runs `r` on this rank: `in` holds the rank's source items in slot order (`r.input_bytes()`
 /// bytes), `out` receives its destination items in slot order (`r.output_bytes()` bytes); both
 /// in the communicator's payload memory, which `mover` must serve. Collective over `comm`: every
-/// rank runs its own route of the same plan. Each hop is one pack (skipped when the data is
-/// already grouped by peer, or done by the communicator itself when it is a
+/// rank runs its own route of the same exchange.
+///
+/// Before anything moves, every rank reserves its scratch buffers and the ranks agree, in one
+/// small reduction (`detail::all_max`), that none of them failed and that their routes have the
+/// same `fingerprint()`. A rank whose route was built for another rank or group, whose mover
+/// cannot allocate, or that runs a route of another exchange (e.g. one kept from an earlier
+/// plan) makes every rank raise the same `communication_error`, naming it; nothing moves and
+/// the communicator stays usable. Then each hop is one pack (skipped when the data is already
+/// grouped by peer, or done by the communicator itself when it is a
 /// `gathering_communicator`) and one `all_to_allv`; the last hop receives straight into `out`
-/// when the arrival order is already slot order. O(bytes moved + segments).
-/// Throws `invalid_argument_error` when `comm`'s rank or size differ from the route's (a caller
-/// bug, raised before any communication on this rank only) and whatever the communicator
-/// throws (`communication_error`).
+/// when the arrival order is already slot order. O(bytes moved + segments), plus the
+/// agreement. Throws `communication_error` as above (every rank) and whatever the communicator
+/// or the mover's `gather` throws (a `gather` failing on one rank only leaves its peers waiting
+/// in the next hop: a backend's deadline, e.g. `mpi::communicator_options::timeout`, ends it).
 template <communicator Comm, byte_mover Mover>
-void execute(Comm& comm, const route& r, const std::byte* in, std::byte* out, Mover& mover) {
-  ORCHMLLM_REQUIRE(comm.rank() == r.rank() && comm.size() == r.num_ranks(), invalid_argument_error,
-                   "route built for rank ", r.rank(), " of ", r.num_ranks(),
-                   " executed on rank ", comm.rank(), " of ", comm.size());
+void execute(Comm& comm, const route& r, const std::byte* in, std::byte* out, Mover& mover);
+
+namespace detail {
+
+// `execute` with a fault this rank already has (dispatch's receive allocation), agreed with the
+// rest.
+template <communicator Comm, byte_mover Mover>
+void execute_route(Comm& comm, const route& r, const std::byte* in, std::byte* out,
+                   Mover& mover, route_fault fault = route_fault::none, std::int64_t fault_a = 0,
+                   std::int64_t fault_b = 0) {
+  constexpr bool gathering = gathering_communicator<Comm>;
+  if (fault == route_fault::none && (comm.rank() != r.rank() || comm.size() != r.num_ranks())) {
+    fault = route_fault::wrong_rank;
+    fault_a = r.rank();
+    fault_b = r.num_ranks();
+  }
+  if (fault == route_fault::none) {
+    // Reserve both slots up front for every path a hop may take, so no allocation can fail on
+    // one rank in the middle of the exchange (movers reuse a large enough buffer).
+    auto need = scratch_needs(r, false);
+    if constexpr (gathering) {
+      const auto g = scratch_needs(r, true);
+      need = {std::max(need[0], g[0]), std::max(need[1], g[1])};
+    }
+    try {
+      for (int slot = 0; slot < 2; ++slot)
+        if (need[static_cast<std::size_t>(slot)] > 0)
+          (void)mover.scratch(slot, need[static_cast<std::size_t>(slot)]);
+    } catch (const std::bad_alloc&) {
+      fault = route_fault::scratch;
+    } catch (const error&) {
+      fault = route_fault::scratch;
+    }
+    if (fault != route_fault::none) {
+      fault_a = need[0];
+      fault_b = need[1];
+    }
+  }
+  agree_on_route(comm, r.fingerprint(), fault, fault_a, fault_b);
+
   const std::byte* cur = in;
   int cur_slot = -1;  // -1: the caller's input
   const auto hops = r.hops();
+  auto buffer = [&](int slot, std::int64_t bytes) -> std::byte* {
+    return slot < 0 ? out : mover.scratch(slot, bytes);
+  };
   for (std::size_t i = 0; i < hops.size(); ++i) {
     const auto& h = hops[i];
-    if constexpr (gathering_communicator<Comm>) {
+    if constexpr (gathering) {
       // The communicator sends straight from the current buffer (no pack copy) when it can.
       // Every rank takes this call for every hop (an identity pack is one segment), so all
       // ranks enter the same collective.
-      const bool into_out = i + 1 == hops.size() && r.unpack_identity();
-      const int recv_slot = into_out ? -1 : (cur_slot == 0 ? 1 : 0);
-      std::byte* recv = into_out ? out : mover.scratch(recv_slot, h.recv_bytes);
+      const auto s = slots_of_hop(r, i, cur_slot, true);
+      std::byte* recv = buffer(s.recv, h.recv_bytes);
       if (comm.all_to_allv_gather(cur, h.pack, h.send_counts, h.send_displs, recv,
                                   h.recv_counts, h.recv_displs)) {
         cur = recv;
-        cur_slot = recv_slot;
+        cur_slot = s.recv;
         continue;
       }
     }
+    const auto s = slots_of_hop(r, i, cur_slot, false);
     const std::byte* send = cur;
-    int send_slot = cur_slot;
-    if (!h.pack_identity) {
-      send_slot = cur_slot == 0 ? 1 : 0;
-      std::byte* buf = mover.scratch(send_slot, h.send_bytes);
+    if (s.send != cur_slot) {
+      std::byte* buf = mover.scratch(s.send, h.send_bytes);
       mover.gather(cur, buf, h.pack);
       send = buf;
     }
-    std::byte* recv = nullptr;
-    int recv_slot = -1;
-    if (i + 1 == hops.size() && r.unpack_identity()) {
-      recv = out;
-    } else {
-      recv_slot = send_slot == 0 ? 1 : 0;
-      recv = mover.scratch(recv_slot, h.recv_bytes);
-    }
+    std::byte* recv = buffer(s.recv, h.recv_bytes);
     comm.all_to_allv(send, h.send_counts, h.send_displs, recv, h.recv_counts, h.recv_displs);
     cur = recv;
-    cur_slot = recv_slot;
+    cur_slot = s.recv;
   }
   if (!r.unpack_identity()) mover.gather(cur, out, r.unpack());
+}
+
+}  // namespace detail
+
+template <communicator Comm, byte_mover Mover>
+void execute(Comm& comm, const route& r, const std::byte* in, std::byte* out, Mover& mover) {
+  detail::execute_route(comm, r, in, out, mover);
 }
 
 }  // namespace orchmllm

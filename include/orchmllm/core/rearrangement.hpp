@@ -27,6 +27,7 @@
 
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
+#include "orchmllm/detail/core/fnv.hpp"
 
 namespace orchmllm {
 
@@ -278,23 +279,17 @@ inline rearrangement compose(const rearrangement& second, const rearrangement& f
 /// moving data, so ranks that built different plans fail together instead of corrupting
 /// payloads. O(n + d), deterministic, never throws.
 [[nodiscard]] inline std::uint64_t fingerprint(const rearrangement& plan) noexcept {
-  std::uint64_t h = 14695981039346656037ULL;
-  auto mix = [&h](std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xffU;
-      h *= 1099511628211ULL;
-    }
-  };
-  mix(static_cast<std::uint64_t>(plan.src_offsets().size()));
-  for (auto v : plan.src_offsets()) mix(static_cast<std::uint64_t>(v));
-  mix(static_cast<std::uint64_t>(plan.dst_offsets().size()));
-  for (auto v : plan.dst_offsets()) mix(static_cast<std::uint64_t>(v));
+  detail::fnv f;
+  f.mix(static_cast<std::uint64_t>(plan.src_offsets().size()));
+  f.mix_all(plan.src_offsets());
+  f.mix(static_cast<std::uint64_t>(plan.dst_offsets().size()));
+  f.mix_all(plan.dst_offsets());
   for (std::int64_t g = 0; g < plan.num_items(); ++g) {
     const auto p = plan.destination_of(g);
-    mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(p.rank)));
-    mix(static_cast<std::uint64_t>(p.slot));
+    f.mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(p.rank)));
+    f.mix(static_cast<std::uint64_t>(p.slot));
   }
-  return h;
+  return f.h;
 }
 
 /// Moves one value per item into destination order: out[destination_id(g)] = in[g].

@@ -36,6 +36,7 @@
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/padding.hpp"
 #include "orchmllm/detail/core/checked.hpp"
+#include "orchmllm/detail/core/fnv.hpp"
 #include "orchmllm/topology/mapping.hpp"
 
 namespace orchmllm {
@@ -189,21 +190,6 @@ struct stage_declarations {
 };
 
 namespace detail {
-
-struct fnv {
-  std::uint64_t h = 14695981039346656037ULL;
-  void mix(std::uint64_t v) noexcept {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xffU;
-      h *= 1099511628211ULL;
-    }
-  }
-  void mix(std::string_view s) noexcept {
-    mix(static_cast<std::uint64_t>(s.size()));
-    for (char c : s) mix(static_cast<std::uint64_t>(static_cast<unsigned char>(c)));
-  }
-  void mix_double(double v) noexcept { mix(std::bit_cast<std::uint64_t>(v)); }
-};
 
 inline void mix_stage(fnv& f, std::string_view name, const stage_cost& cost,
                       padding_policy policy, const balance_options& o, mapping_method mapping) {

@@ -349,6 +349,36 @@ TEST_CASE("bad arguments on one rank raise invalid_argument_error on every rank"
   CHECK(small_exchange_works(comm));
 }
 
+TEST_CASE("all_max: the element-wise maximum; bad counts are agreed errors") {
+  static_assert(orchmllm::max_reducing_communicator<communicator>);
+  for (const auto timeout : {std::chrono::milliseconds(0), std::chrono::milliseconds(20000)}) {
+    communicator comm(MPI_COMM_WORLD, options{.timeout = timeout});
+    const rank_t n = comm.size();
+    const rank_t me = comm.rank();
+    // values: rank, -rank, a huge key that only the last rank has, the extremes.
+    std::vector<std::int64_t> v{me, -me, me == n - 1 ? INT64_MAX - 1 : 7, INT64_MIN, INT64_MAX};
+    comm.all_max(v);
+    CHECK(v == std::vector<std::int64_t>{n - 1, 0, INT64_MAX - 1,
+                                         INT64_MIN, INT64_MAX});
+    std::vector<std::int64_t> none;
+    CHECK_NOTHROW(comm.all_max(none));
+    std::vector<std::int64_t> eight(8, me);
+    comm.all_max(eight);
+    CHECK(eight == std::vector<std::int64_t>(8, n - 1));
+    const rank_t culprit = n > 1 ? 1 : 0;
+    std::string message;
+    std::vector<std::int64_t> nine(me == culprit ? 9 : 3, 0);
+    CHECK(outcome_of([&] { comm.all_max(nine); }, &message) == "invalid");
+    CHECK(message.find("more than 8 values") != std::string::npos);
+    if (n > 1) {
+      std::vector<std::int64_t> uneven(me == culprit ? 2 : 3, 0);
+      CHECK(outcome_of([&] { comm.all_max(uneven); }, &message) == "invalid");
+      CHECK(message.find("ranks pass different counts (between 2 and 3)") != std::string::npos);
+    }
+    CHECK(small_exchange_works(comm));
+  }
+}
+
 TEST_CASE("count mismatches become communication_error on every rank") {
   const rank_t n = world_size();
   if (n < 2) return;

@@ -60,6 +60,7 @@
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/detail/comm/chunking.hpp"
 #include "orchmllm/detail/comm/segments.hpp"
+#include "orchmllm/detail/core/fnv.hpp"
 
 namespace orchmllm::detail::mpi_backend {
 
@@ -146,17 +147,11 @@ struct outcome {
   [[nodiscard]] bool ok() const noexcept { return rc == MPI_SUCCESS; }
 };
 
-// FNV-1a over 64-bit values: a deterministic digest for "do all ranks pass the same counts".
+// A deterministic digest for "do all ranks pass the same counts".
 inline std::int64_t digest(std::span<const std::int64_t> v) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::int64_t x : v) {
-    auto u = static_cast<std::uint64_t>(x);
-    for (int b = 0; b < 8; ++b) {
-      h ^= (u >> (8 * b)) & 0xffu;
-      h *= 1099511628211ull;
-    }
-  }
-  return std::bit_cast<std::int64_t>(h);
+  ::orchmllm::detail::fnv f;
+  f.mix_all(v);
+  return std::bit_cast<std::int64_t>(f.h);
 }
 
 // Parses ORCHMLLM_RANKS_PER_NODE; nullopt when unset or empty.
@@ -453,6 +448,33 @@ class communicator {
             "barrier", [&] { return MPI_Barrier(comm()); },
             [&](MPI_Request* r) { return MPI_Ibarrier(comm(), r); }),
         "MPI_Barrier");
+  }
+
+  /// Replaces each value by its maximum over all ranks (`orchmllm::max_reducing_communicator`):
+  /// one MPI_Allreduce(MAX) of 10 int64 (MPI_Iallreduce, polled, with a timeout), whatever the
+  /// count. Throws invalid_argument_error on every rank when some rank passes more than 8
+  /// values or a count differing from the others'; communication_error when MPI fails.
+  void all_max(std::span<std::int64_t> values) {
+    static constexpr std::size_t max_values = 8;
+    constexpr auto lowest = std::numeric_limits<std::int64_t>::min();
+    // [count, ~count, values..., padding]: ~ turns max into min, so the ranks learn whether
+    // every count agrees; an invalid count (too many values) is sent as INT64_MAX.
+    const std::int64_t count = values.size() <= max_values
+                                   ? static_cast<std::int64_t>(values.size())
+                                   : std::numeric_limits<std::int64_t>::max();
+    std::array<std::int64_t, 2 + max_values> v{};
+    v.fill(lowest);
+    v[0] = count;
+    v[1] = ~count;
+    if (values.size() <= max_values) std::copy(values.begin(), values.end(), v.begin() + 2);
+    std::array<std::int64_t, 2 + max_values> r{};
+    max_reduce("all_max", v, r, opts_.timeout, "");
+    ORCHMLLM_REQUIRE(r[0] != std::numeric_limits<std::int64_t>::max(), invalid_argument_error,
+                     "all_max: some rank passes more than ", max_values, " values");
+    ORCHMLLM_REQUIRE(r[0] == ~r[1], invalid_argument_error,
+                     "all_max: ranks pass different counts (between ", ~r[1], " and ", r[0], ")");
+    std::copy(r.begin() + 2, r.begin() + 2 + static_cast<std::ptrdiff_t>(values.size()),
+              values.begin());
   }
 
   /// Every rank contributes `bytes` bytes from `send` (the same `bytes` on every rank); `recv`
@@ -780,6 +802,26 @@ class communicator {
                                                            blocking, posting);
   }
 
+  // r = element-wise MPI_MAX of v over the ranks, under `timeout` (0: blocking). Throws
+  // communication_error "MPI_Allreduce (<op><what>) failed: ..." when MPI fails.
+  template <std::size_t N>
+  void max_reduce(const char* op, const std::array<std::int64_t, N>& v,
+                  std::array<std::int64_t, N>& r, std::chrono::milliseconds timeout,
+                  const char* what) {
+    ::orchmllm::detail::mpi_backend::check(
+        ::orchmllm::detail::mpi_backend::run_collective(
+            timeout, rank_, comm(), op,
+            [&] {
+              return MPI_Allreduce(v.data(), r.data(), static_cast<int>(N), MPI_INT64_T, MPI_MAX,
+                                   comm());
+            },
+            [&](MPI_Request* req) {
+              return MPI_Iallreduce(v.data(), r.data(), static_cast<int>(N), MPI_INT64_T,
+                                    MPI_MAX, comm(), req);
+            }),
+        std::string("MPI_Allreduce (") + op + what + ")");
+  }
+
   // One MPI_Allreduce(MAX) over [bad rank+1, mismatch rank+1, chunked, k0, ~k0, k1, ~k1, ...]:
   // ~k is monotone decreasing and never overflows, so max(~k) gives ~min(k).
   template <std::size_t K>
@@ -798,19 +840,8 @@ class communicator {
     }
     std::array<std::int64_t, 3 + 2 * K> r{};
     // The constructor agrees before the timeout itself is agreed: only the operations use it.
-    const auto timeout = constructed_ ? opts_.timeout : std::chrono::milliseconds(0);
-    ::orchmllm::detail::mpi_backend::check(
-        ::orchmllm::detail::mpi_backend::run_collective(
-            timeout, rank_, comm(), op,
-            [&] {
-              return MPI_Allreduce(v.data(), r.data(), static_cast<int>(v.size()), MPI_INT64_T,
-                                   MPI_MAX, comm());
-            },
-            [&](MPI_Request* req) {
-              return MPI_Iallreduce(v.data(), r.data(), static_cast<int>(v.size()), MPI_INT64_T,
-                                    MPI_MAX, comm(), req);
-            }),
-        std::string("MPI_Allreduce (") + op + " argument agreement)");
+    max_reduce(op, v, r, constructed_ ? opts_.timeout : std::chrono::milliseconds(0),
+               " argument agreement");
     agreement a;
     a.bad_rank = r[0] - 1;
     a.mismatch_rank = r[1] - 1;

@@ -234,6 +234,9 @@ class communicator {
   /// communication_error.
   void barrier() { mpi_.barrier(); }
 
+  /// Host-memory element-wise maximum over MPI (see mpi::communicator::all_max).
+  void all_max(std::span<std::int64_t> values) { mpi_.all_max(values); }
+
   /// Host-memory all_gather over MPI (see mpi::communicator::all_gather).
   void all_gather(const std::byte* send, std::int64_t bytes, std::byte* recv) {
     mpi_.all_gather(send, bytes, recv);
