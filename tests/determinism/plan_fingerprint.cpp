@@ -17,16 +17,10 @@ namespace {
 
 using namespace orchmllm;
 
-// FNV-1a over 64-bit words: order-sensitive, platform-independent.
-struct digest {
-  std::uint64_t h = 1469598103934665603ull;
-  void add(std::uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  }
-  void add(double v) { add(std::bit_cast<std::uint64_t>(v)); }
+// The library's FNV-1a over 64-bit words: order-sensitive, platform-independent.
+struct digest : detail::fnv {
+  void add(std::uint64_t v) { mix(v); }
+  void add(double v) { mix_double(v); }
 };
 
 // Inputs come from integer operations and exact power-of-two scalings only: the program's
@@ -81,7 +75,8 @@ int main() {
       costs.add(flops(l));
     }
     digest plans;
-    for (const auto a : {algorithm::lpt, algorithm::kk, algorithm::automatic}) {
+    for (const auto a :
+         {algorithm::lpt, algorithm::kk, algorithm::kk_equal, algorithm::automatic}) {
       balance_options o;
       o.method = a;
       add_plan(plans, layout, quad, packed, o);
@@ -110,7 +105,8 @@ int main() {
 
     std::printf("round %2d d=%2d n=%4lld costs %016llx plans %016llx fit %016llx\n", round,
                 static_cast<int>(d), static_cast<long long>(n),
-                static_cast<unsigned long long>(costs.h), static_cast<unsigned long long>(plans.h),
+                static_cast<unsigned long long>(costs.h),
+                static_cast<unsigned long long>(plans.h),
                 static_cast<unsigned long long>(fitted.h));
     ++lines;
   }
