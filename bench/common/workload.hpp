@@ -179,26 +179,25 @@ struct multimodal_batch {
   batch_layout llm;
 };
 
-/// Qwen2-VL `smart_resize` (qwen-vl-utils/vision_process.py) with factor 28: round H and W to
-/// multiples of 28 (Python round: half to even); if the area exceeds max_pixels scale down and
-/// floor to 28, if it is below min_pixels scale up and ceil to 28. Returns {H, W}.
-inline std::pair<std::int64_t, std::int64_t> qwen2vl_resize(double height, double width,
-                                                            std::int64_t min_pixels,
-                                                            std::int64_t max_pixels) {
+/// Qwen2-VL `smart_resize` (qwen-vl-utils/vision_process.py) with factor 28 and real-valued
+/// pixel limits (the video budget is not an integer): round H, W to multiples of 28 (half to
+/// even, as Python's round); if the area exceeds max_pixels, scale by β = sqrt(H·W/max) and
+/// floor to 28 (at least 28); if below min_pixels, scale up and ceil to 28. Returns {H, W}.
+/// O(1), never throws.
+inline std::pair<std::int64_t, std::int64_t> qwen2vl_smart_resize(double height, double width,
+                                                                  double min_pixels,
+                                                                  double max_pixels) noexcept {
   constexpr double f = 28.0;
-  auto round_f = [&](double v) { return std::nearbyint(v / f) * f; };  // FE_TONEAREST: even
-  auto floor_f = [&](double v) { return std::floor(v / f) * f; };
-  auto ceil_f = [&](double v) { return std::ceil(v / f) * f; };
-  double h = std::max(f, round_f(height));
-  double w = std::max(f, round_f(width));
-  if (h * w > static_cast<double>(max_pixels)) {
-    const double beta = std::sqrt(height * width / static_cast<double>(max_pixels));
-    h = std::max(f, floor_f(height / beta));
-    w = std::max(f, floor_f(width / beta));
-  } else if (h * w < static_cast<double>(min_pixels)) {
-    const double beta = std::sqrt(static_cast<double>(min_pixels) / (height * width));
-    h = ceil_f(height * beta);
-    w = ceil_f(width * beta);
+  double h = std::max(f, std::nearbyint(height / f) * f);  // FE_TONEAREST: ties to even
+  double w = std::max(f, std::nearbyint(width / f) * f);
+  if (h * w > max_pixels) {
+    const double beta = std::sqrt(height * width / max_pixels);
+    h = std::max(f, std::floor(height / beta / f) * f);
+    w = std::max(f, std::floor(width / beta / f) * f);
+  } else if (h * w < min_pixels) {
+    const double beta = std::sqrt(min_pixels / (height * width));
+    h = std::ceil(height * beta / f) * f;
+    w = std::ceil(width * beta / f) * f;
   }
   return {static_cast<std::int64_t>(h), static_cast<std::int64_t>(w)};
 }
@@ -213,8 +212,9 @@ inline image_item draw_image(random_source& rng, const multimodal_spec& spec) {
                                    : rng.uniform(0.3, 3.0);
   const double width = std::round(std::sqrt(px / aspect));
   const double height = std::round(aspect * width);
-  const auto [h, w] = qwen2vl_resize(height, width, spec.min_image_tokens * 28 * 28,
-                                     spec.max_image_tokens * 28 * 28);
+  const auto [h, w] =
+      qwen2vl_smart_resize(height, width, static_cast<double>(spec.min_image_tokens * 28 * 28),
+                           static_cast<double>(spec.max_image_tokens * 28 * 28));
   image_item im;
   im.height = h;
   im.width = w;

@@ -1,6 +1,6 @@
 #pragma once
 /// @file workloads.hpp
-/// The four benchmark workloads of /work/shared/reference/workloads.md §8 (`vl-sft`,
+/// The four benchmark workloads of the project's workload reference, §8 (`vl-sft`,
 /// `omni-pretrain`, `video-heavy`, `audio-asr`) as seeded generators of per-rank
 /// `orchmllm::local_batch`es (samples with their image / video / audio sub-items), plus the
 /// per-stage layouts for ITEMS.csv and summary statistics. Not part of the library.
@@ -167,28 +167,6 @@ struct workload_batch {
 // ---------------------------------------------------------------------------------------------
 // Token rules (§1)
 // ---------------------------------------------------------------------------------------------
-
-/// qwen-vl-utils `smart_resize` with factor 28 and real-valued pixel limits (the video budget is
-/// not an integer): round H, W to multiples of 28 (half to even, as Python's round); if the
-/// area exceeds max_pixels, scale by β = sqrt(H·W/max) and floor to 28 (at least 28); if below
-/// min_pixels, scale up and ceil to 28. Returns {H, W}. O(1), never throws.
-inline std::pair<std::int64_t, std::int64_t> qwen2vl_smart_resize(double height, double width,
-                                                                  double min_pixels,
-                                                                  double max_pixels) noexcept {
-  constexpr double f = 28.0;
-  double h = std::max(f, std::nearbyint(height / f) * f);  // FE_TONEAREST: ties to even
-  double w = std::max(f, std::nearbyint(width / f) * f);
-  if (h * w > max_pixels) {
-    const double beta = std::sqrt(height * width / max_pixels);
-    h = std::max(f, std::floor(height / beta / f) * f);
-    w = std::max(f, std::floor(width / beta / f) * f);
-  } else if (h * w < min_pixels) {
-    const double beta = std::sqrt(min_pixels / (height * width));
-    h = std::ceil(height * beta / f) * f;
-    w = std::ceil(width * beta / f) * f;
-  }
-  return {static_cast<std::int64_t>(h), static_cast<std::int64_t>(w)};
-}
 
 /// Qwen2-VL LLM tokens of an H×W image with the token limits [min_tokens, max_tokens]
 /// (pixels = tokens·28²; defaults 4..16384, README override 256..1280). O(1).

@@ -11,18 +11,18 @@
 using namespace orchmllm;
 using namespace orchmllm::bench;
 
-TEST_CASE("qwen2vl_resize reproduces the published worked examples") {
+TEST_CASE("qwen2vl_smart_resize reproduces the published worked examples") {
   // Default Qwen2-VL limits: 4..16384 tokens; README override 256..1280 tokens (pixels = 28²·t).
   constexpr std::int64_t px = 28 * 28;
   auto tokens = [](std::pair<std::int64_t, std::int64_t> hw) {
     return (hw.first / 28) * (hw.second / 28);
   };
-  CHECK(tokens(qwen2vl_resize(480, 640, 4 * px, 16384 * px)) == 391);
-  CHECK(tokens(qwen2vl_resize(427, 640, 4 * px, 16384 * px)) == 345);
-  CHECK(tokens(qwen2vl_resize(336, 336, 256 * px, 1280 * px)) == 256);
-  CHECK(tokens(qwen2vl_resize(3000, 4000, 256 * px, 1280 * px)) == 1230);
-  CHECK(tokens(qwen2vl_resize(2200, 1700, 256 * px, 1280 * px)) == 1240);
-  CHECK(tokens(qwen2vl_resize(720, 1280, 4 * px, 16384 * px)) == 1196);
+  CHECK(tokens(qwen2vl_smart_resize(480, 640, 4 * px, 16384 * px)) == 391);
+  CHECK(tokens(qwen2vl_smart_resize(427, 640, 4 * px, 16384 * px)) == 345);
+  CHECK(tokens(qwen2vl_smart_resize(336, 336, 256 * px, 1280 * px)) == 256);
+  CHECK(tokens(qwen2vl_smart_resize(3000, 4000, 256 * px, 1280 * px)) == 1230);
+  CHECK(tokens(qwen2vl_smart_resize(2200, 1700, 256 * px, 1280 * px)) == 1240);
+  CHECK(tokens(qwen2vl_smart_resize(720, 1280, 4 * px, 16384 * px)) == 1196);
 }
 
 TEST_CASE("lognormal_layout is deterministic, clipped and independent of the rank count") {

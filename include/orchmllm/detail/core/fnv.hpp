@@ -1,7 +1,8 @@
 #pragma once
-// FNV-1a, 64 bits, over little-endian 64-bit words: the one digest behind every fingerprint
-// that ranks compare (plans, stage declarations, routes, argument keys). Equal inputs give
-// equal digests on every platform and build; it is not a cryptographic hash.
+// FNV-1a, 64 bits (the standard offset basis and prime), fed bytes or little-endian 64-bit
+// words: the one digest behind every fingerprint that ranks compare (plans, stage
+// declarations, routes, argument keys, the CLI's settings). Equal inputs give equal digests on
+// every platform and build; it is not a cryptographic hash.
 
 #include <bit>
 #include <cstdint>
@@ -13,12 +14,14 @@ namespace orchmllm::detail {
 struct fnv {
   std::uint64_t h = 14695981039346656037ULL;  // the 64-bit offset basis
 
-  /// Mixes the 8 bytes of `v`, lowest first.
+  /// One step of FNV-1a: mixes one byte.
+  void mix_byte(std::uint8_t b) noexcept {
+    h ^= b;
+    h *= 1099511628211ULL;  // the 64-bit FNV prime
+  }
+  /// Mixes the 8 bytes of `v`, lowest first (FNV-1a of its little-endian bytes).
   void mix(std::uint64_t v) noexcept {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xffU;
-      h *= 1099511628211ULL;
-    }
+    for (int i = 0; i < 8; ++i) mix_byte(static_cast<std::uint8_t>(v >> (8 * i)));
   }
   /// Mixes the length, then every character.
   void mix(std::string_view s) noexcept {
