@@ -590,6 +590,22 @@ inline std::array<std::int64_t, 2> scratch_needs(const route& r, bool gathered) 
   return need;
 }
 
+// What `execute` reserves per slot before its agreement. Without the datatype path: exactly
+// the packing path's needs. With it, each hop takes the datatype path or (when its counts do
+// not fit MPI's int) packs, so a single hop needs the larger of the two pure paths, and with
+// several hops, which may mix paths, either slot may hold any hop's buffer: the largest hop.
+inline std::array<std::int64_t, 2> scratch_reservation(const route& r, bool gathering) noexcept {
+  auto need = scratch_needs(r, false);
+  if (!gathering) return need;
+  if (r.hops().size() >= 2) {
+    std::int64_t largest = 0;
+    for (const auto& h : r.hops()) largest = std::max({largest, h.send_bytes, h.recv_bytes});
+    return {largest, largest};
+  }
+  const auto g = scratch_needs(r, true);
+  return {std::max(need[0], g[0]), std::max(need[1], g[1])};
+}
+
 inline std::string describe_route_fault(std::int64_t fault, std::int64_t a, std::int64_t b) {
   switch (static_cast<route_fault>(fault)) {
     case route_fault::wrong_rank:
@@ -670,13 +686,9 @@ void execute_route(Comm& comm, const route& r, const std::byte* in, std::byte* o
     fault_b = r.num_ranks();
   }
   if (fault == route_fault::none) {
-    // Reserve both slots up front for every path a hop may take, so no allocation can fail on
-    // one rank in the middle of the exchange (movers reuse a large enough buffer).
-    auto need = scratch_needs(r, false);
-    if constexpr (gathering) {
-      const auto g = scratch_needs(r, true);
-      need = {std::max(need[0], g[0]), std::max(need[1], g[1])};
-    }
+    // Reserve both slots up front for every path the hops may take, so no allocation can fail
+    // on one rank in the middle of the exchange (movers reuse a large enough buffer).
+    const auto need = scratch_reservation(r, gathering);
     try {
       for (int slot = 0; slot < 2; ++slot)
         if (need[static_cast<std::size_t>(slot)] > 0)
