@@ -876,9 +876,7 @@ inline void agree_on_settings(MPI_Comm world, const dispatch_settings& s) {
                      r, " was started with other dispatch flags than rank 0 (", text,
                      " on rank 0): every rank must run the same command line");
 }
-}  // namespace detail
 
-namespace detail {
 /// Whether every rank reports a failure within `wait`: each rank that failed calls this on
 /// `errors` (a duplicate of the world used for nothing else), the healthy ones never do. One
 /// MPI_Ibarrier, polled: it completes only when every rank failed alike (the library's
