@@ -885,14 +885,10 @@ inline void agree_on_settings(MPI_Comm world, const dispatch_settings& s) {
 inline bool every_rank_failed(MPI_Comm errors, std::chrono::milliseconds wait) {
   MPI_Request req = MPI_REQUEST_NULL;
   if (MPI_Ibarrier(errors, &req) != MPI_SUCCESS) return false;
-  const auto deadline = std::chrono::steady_clock::now() + wait;
-  for (unsigned polls = 0;; ++polls) {
-    int done = 0;
-    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
-    if (done) return true;
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    ::orchmllm::detail::mpi_backend::pause_between_polls(polls);
-  }
+  bool done = false;
+  const int rc = ::orchmllm::detail::mpi_backend::poll_until(
+      req, std::chrono::steady_clock::now() + wait, done);
+  return rc == MPI_SUCCESS && done;
 }
 
 /// How long a failed rank waits for the others to report the same failure: half of --timeout

@@ -106,6 +106,20 @@ inline void pause_between_polls(unsigned polls) {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
 }
 
+// Polls `req` until it completes (`done` set) or `deadline` passes (`done` false). Returns the
+// MPI error code of the last MPI_Test.
+inline int poll_until(MPI_Request& req, std::chrono::steady_clock::time_point deadline,
+                      bool& done) {
+  done = false;
+  for (unsigned polls = 0;; ++polls) {
+    int flag = 0;
+    const int rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+    done = flag != 0;
+    if (rc != MPI_SUCCESS || done || std::chrono::steady_clock::now() >= deadline) return rc;
+    pause_between_polls(polls);
+  }
+}
+
 // Polls `req` (posted with return code `posted`) until it completes; past `deadline` aborts the
 // job (abort_after_deadline). Returns the MPI error code.
 inline int wait_until(int posted, MPI_Request& req,
@@ -113,14 +127,10 @@ inline int wait_until(int posted, MPI_Request& req,
                       std::chrono::milliseconds timeout, const char* what, int rank,
                       MPI_Comm comm) {
   if (posted != MPI_SUCCESS) return posted;
-  for (unsigned polls = 0;; ++polls) {
-    int done = 0;
-    const int rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS || done) return rc;
-    if (std::chrono::steady_clock::now() >= deadline)
-      abort_after_deadline(what, rank, timeout, comm);
-    pause_between_polls(polls);
-  }
+  bool done = false;
+  const int rc = poll_until(req, deadline, done);
+  if (rc == MPI_SUCCESS && !done) abort_after_deadline(what, rank, timeout, comm);
+  return rc;
 }
 
 // One MPI collective: `blocking()` without a timeout (timeout <= 0), else `posting(&request)`
