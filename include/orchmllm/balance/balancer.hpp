@@ -63,11 +63,15 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <type_traits>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "orchmllm/balance/options.hpp"
+#include "orchmllm/balance/balancers.hpp"
+#include "orchmllm/balance/problem.hpp"
 #include "orchmllm/config.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/constraints.hpp"
@@ -78,80 +82,6 @@
 #include "orchmllm/core/statistics.hpp"
 
 namespace orchmllm {
-
-/// Balancing algorithm; see the file comment.
-enum class algorithm : std::uint8_t {
-  none,
-  lpt,
-  kk,
-  exact,
-  padded_exact,
-  automatic,
-  locality,
-  kk_equal
-};
-
-/// Largest n · d for which `algorithm::kk` runs the complete differencing (its tuples hold
-/// n · d sums); above it `kk` runs `kk_equal`.
-inline constexpr std::int64_t kk_complete_max_entries = std::int64_t{1} << 21;
-
-/// True for the algorithms that balance the packed policy only (`kk`, `kk_equal`).
-constexpr bool packed_only(algorithm a) noexcept {
-  return a == algorithm::kk || a == algorithm::kk_equal;
-}
-
-/// Whether `algorithm::kk` runs the complete differencing for n items on d ranks (n · d ≤
-/// `kk_complete_max_entries`) rather than `kk_equal`. O(1).
-constexpr bool kk_complete_fits(std::int64_t n, std::int64_t d) noexcept {
-  return d <= kk_complete_max_entries / (n > 1 ? n : 1);
-}
-
-/// Name of an algorithm as used by the command-line tool ("auto" for automatic, "padded" for
-/// padded_exact).
-constexpr std::string_view to_string(algorithm a) noexcept {
-  switch (a) {
-    case algorithm::none: return "none";
-    case algorithm::lpt: return "lpt";
-    case algorithm::kk: return "kk";
-    case algorithm::exact: return "exact";
-    case algorithm::padded_exact: return "padded";
-    case algorithm::automatic: return "auto";
-    case algorithm::locality: return "locality";
-    case algorithm::kk_equal: return "kk-equal";
-  }
-  return "?";
-}
-
-/// Parses "none", "lpt", "kk", "kk-equal", "exact", "padded", "auto" or "locality". Throws
-/// `invalid_argument_error` naming the unknown name.
-inline algorithm parse_algorithm(std::string_view name) {
-  for (auto a : {algorithm::none, algorithm::lpt, algorithm::kk, algorithm::kk_equal,
-                 algorithm::exact, algorithm::padded_exact, algorithm::automatic,
-                 algorithm::locality})
-    if (to_string(a) == name) return a;
-  detail::raise<invalid_argument_error>(
-      detail::concat("unknown algorithm '", name,
-                     "' (expected none, lpt, kk, kk-equal, exact, padded, auto or locality)"));
-}
-
-/// Options of `balance`.
-struct balance_options {
-  algorithm method = algorithm::automatic;  ///< which algorithm
-  constraints limits{};                     ///< per-rank cap and item counts
-  bool refine = false;                      ///< refine lpt/kk results (automatic always does)
-  std::int64_t refine_budget = -1;          ///< refinement steps; -1 = 2·n + 64
-  std::int64_t exact_node_budget = 2'000'000;  ///< search nodes for `exact`
-  std::int64_t exact_max_items = 14;        ///< automatic runs `exact` up to this many items
-  /// `locality`: relative makespan slack over automatic's makespan M that the locality plan may
-  /// use (target T = M · (1 + tolerance)); the knob that trades balance for moved bytes. Must be
-  /// finite and >= 0.
-  double locality_tolerance = 0.001;
-  /// `locality`: the node of every rank (d entries, nodes numbered 0, 1, … as
-  /// `topology::node_map()` gives them); empty = all ranks on one node. Plain data because the
-  /// balance layer sits below topology/. Every entry must be in [0, d) (else
-  /// `invalid_argument_error`).
-  std::vector<rank_t> node_of_rank{};
-};
 
 /// What `balance` returns.
 template <class Cost>
@@ -174,11 +104,25 @@ template <class C>
 balance_result<cost_type_t<C>> balance_impl(const batch_layout& layout, const C& cost,
                                             padding_policy policy, const balance_options& options);
 
+/// `balance` with a balancer object, on a model that returns its computation type (also in
+/// detail/balance/balance_impl.hpp).
+template <class C, class B>
+balance_result<cost_type_t<C>> balance_with(const batch_layout& layout, const C& cost,
+                                            padding_policy policy, const B& b,
+                                            const constraints& limits);
+
+/// A balancer over the type-erased problem of the compiled library.
+template <class T>
+using erased_balancer = std::function<balancer_plan(const balance_problem<cost_ref<T>>&)>;
+
 /// The compiled library's entry points (orchmllm/config.hpp): `balance_impl` on a type-erased
 /// model, one per computation type.
-#define ORCHMLLM_DETAIL_DECLARE_BALANCE(T)                                               \
-  balance_result<T> balance_compiled(const batch_layout& layout, cost_ref<T> cost, \
-                                     padding_policy policy, const balance_options& options);
+#define ORCHMLLM_DETAIL_DECLARE_BALANCE(T)                                                   \
+  balance_result<T> balance_compiled(const batch_layout& layout, cost_ref<T> cost,             \
+                                     padding_policy policy, const balance_options& options);   \
+  balance_result<T> balance_custom_compiled(const batch_layout& layout, cost_ref<T> cost,      \
+                                            padding_policy policy, const constraints& limits, \
+                                            const erased_balancer<T>& b);
 ORCHMLLM_DETAIL_FOR_COST_TYPES(ORCHMLLM_DETAIL_DECLARE_BALANCE)
 #undef ORCHMLLM_DETAIL_DECLARE_BALANCE
 
@@ -201,6 +145,41 @@ balance_result<cost_type_t<C>> balance(const batch_layout& layout, const C& cost
 #else
   return detail::with_normal_cost(cost, [&](const auto& c) {
     return detail::balance_impl(layout, c, policy, options);
+  });
+#endif
+}
+
+/// Balances `layout` over its own d ranks with the balancer `b` under the constraints `limits`:
+/// a built-in one (balance/balancers.hpp) or the application's own (balance/problem.hpp).
+/// `balance` computes the costs, checks them and the constraints as above, hands `b` the
+/// problem, and returns `b`'s plan with its makespan, the reported lower bound and whether it is
+/// proven optimal. A plan from the application's balancer is checked: a wrong size or a rank
+/// outside [0, d) raises `invalid_argument_error`; a plan that breaks a constraint, or no plan,
+/// is replaced by the constrained first-fit-decreasing packing (refined; `fallback` is set) and
+/// `infeasible_error` is raised only when that finds none either (or `b` proved that none
+/// exists). With a built-in balancer the plan is bit-identical to `balance(layout, cost, policy,
+/// b.options(limits))`, and only that balancer's algorithms are instantiated (header-only).
+/// Complexity: that of `b` plus O(n log n). Throws what the overload above throws, what `b`
+/// throws, and the errors just named.
+template <cost_model C, class B>
+  requires balancer_for<B, C>
+balance_result<cost_type_t<C>> balance(const batch_layout& layout, const C& cost,
+                                       padding_policy policy, const B& b,
+                                       const constraints& limits = {}) {
+#if ORCHMLLM_USE_COMPILED
+  using T = cost_type_t<C>;
+  if constexpr (is_builtin_balancer_v<B>) {
+    return detail::balance_compiled(layout, detail::cost_ref<T>(cost), policy, b.options(limits));
+  } else {
+    return detail::balance_custom_compiled(
+        layout, detail::cost_ref<T>(cost), policy, limits,
+        detail::erased_balancer<T>([&b](const balance_problem<detail::cost_ref<T>>& p) {
+          return detail::to_balancer_plan(b(p));
+        }));
+  }
+#else
+  return detail::with_normal_cost(cost, [&](const auto& c) {
+    return detail::balance_with(layout, c, policy, b, limits);
   });
 #endif
 }

@@ -1,7 +1,7 @@
 #pragma once
 // The body of `orchmllm::balance` (balance/balancer.hpp, which includes this file in
-// header-only mode and declares `balance_impl`): the checks, the algorithm switch, the
-// constrained fallback. The compiled library (orchmllm/config.hpp) instantiates it once per
+// header-only mode and declares `balance_impl`): the checks, the problem, the balancer, the
+// constrained fallback and the result's figures. The compiled library (orchmllm/config.hpp) instantiates it once per
 // computation type.
 
 #include <algorithm>
@@ -20,14 +20,10 @@
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/padding.hpp"
 #include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/balance/balancers.hpp"
+#include "orchmllm/balance/problem.hpp"
+#include "orchmllm/detail/balance/builtin.hpp"
 #include "orchmllm/detail/balance/common.hpp"
-#include "orchmllm/detail/balance/exact.hpp"
-#include "orchmllm/detail/balance/first_fit.hpp"
-#include "orchmllm/detail/balance/kk.hpp"
-#include "orchmllm/detail/balance/locality.hpp"
-#include "orchmllm/detail/balance/lpt.hpp"
-#include "orchmllm/detail/balance/padded.hpp"
-#include "orchmllm/detail/balance/refine.hpp"
 #include "orchmllm/detail/core/headroom.hpp"
 
 namespace orchmllm {
@@ -60,20 +56,6 @@ void check_feasible(const balance_input<Cost>& in) {
   }
 }
 
-/// Target of `algorithm::locality`: m · (1 + tolerance), rounded down for integral costs,
-/// clamped to the largest Cost, never below m.
-template <class Cost>
-Cost locality_target(Cost m, double tolerance) {
-  if constexpr (std::is_integral_v<Cost>) {
-    const long double t = static_cast<long double>(m) * (1.0L + static_cast<long double>(tolerance));
-    if (!(t < static_cast<long double>(std::numeric_limits<Cost>::max())))
-      return std::numeric_limits<Cost>::max();
-    return std::max(m, static_cast<Cost>(std::floor(t)));
-  } else {
-    return std::max(m, static_cast<Cost>(m * (1 + static_cast<Cost>(tolerance))));
-  }
-}
-
 [[noreturn]] inline void no_placement_found(std::int64_t n, rank_t d, const constraints& limits,
                                             std::int64_t total_tokens, std::int64_t total_bytes) {
   std::string what = "no placement of " + std::to_string(n) + " items on " + std::to_string(d) +
@@ -90,36 +72,18 @@ Cost locality_target(Cost m, double tolerance) {
   raise<infeasible_error>(what);
 }
 
-// Declared in balance/balancer.hpp; `cost` returns its computation type.
-template <class C>
-balance_result<cost_type_t<C>> balance_impl(const batch_layout& layout, const C& cost,
-                                            padding_policy policy, const balance_options& options) {
+/// `balance` with balancer `b` on a model that returns its computation type: the checks, the
+/// problem, the balancer, the constrained fallback for a balancer that found no plan (built-ins
+/// apply their own), and the figures of the result. Built-in balancers are trusted with their
+/// plan and makespan; any other balancer's plan is checked (size, rank range: a clear
+/// `invalid_argument_error`; constraints: a breaking plan counts as none).
+template <class C, class B>
+balance_result<cost_type_t<C>> balance_with(const batch_layout& layout, const C& cost,
+                                            padding_policy policy, const B& b,
+                                            const constraints& limits) {
   using Cost = cost_type_t<C>;
   const rank_t d = layout.num_ranks();
   const auto n = layout.num_items();
-  ORCHMLLM_REQUIRE(options.refine_budget >= -1, invalid_argument_error, "refine_budget is ",
-                   options.refine_budget, ", must be >= -1");
-  ORCHMLLM_REQUIRE(options.exact_node_budget >= 0 && options.exact_max_items >= 0,
-                   invalid_argument_error, "exact budgets must be >= 0");
-  ORCHMLLM_REQUIRE(!(packed_only(options.method) && policy.is_padded()),
-                   invalid_argument_error, to_string(options.method),
-                   " balances the packed policy only; use padded or auto for padded batches");
-  ORCHMLLM_REQUIRE(!(options.method == algorithm::padded_exact && !policy.is_padded()),
-                   invalid_argument_error,
-                   "the padded algorithm needs a padded policy; use lpt, kk or auto for packed");
-  ORCHMLLM_REQUIRE(std::isfinite(options.locality_tolerance) && options.locality_tolerance >= 0,
-                   invalid_argument_error, "locality_tolerance is ", options.locality_tolerance,
-                   ", must be finite and >= 0");
-  ORCHMLLM_REQUIRE(options.node_of_rank.empty() ||
-                       options.node_of_rank.size() == static_cast<std::size_t>(d),
-                   invalid_argument_error, "node_of_rank has ", options.node_of_rank.size(),
-                   " entries, expected ", d, " (one per rank) or none");
-  for (std::size_t r = 0; r < options.node_of_rank.size(); ++r)
-    ORCHMLLM_REQUIRE(options.node_of_rank[r] >= 0 && options.node_of_rank[r] < d,
-                     invalid_argument_error, "node_of_rank[", r, "] is ",
-                     options.node_of_rank[r], ", must be a node id in [0, ", d,
-                     ") (node ids are dense: 0, 1, … per distinct node)");
-
   std::vector<Cost> costs(static_cast<std::size_t>(n));
   for (std::int64_t g = 0; g < n; ++g) {
     costs[static_cast<std::size_t>(g)] = cost(layout.length(g));
@@ -129,156 +93,59 @@ balance_result<cost_type_t<C>> balance_impl(const batch_layout& layout, const C&
   }
   detail::check_headroom(layout, std::span<const Cost>(costs), cost, policy);
   const std::vector<std::int64_t> order = detail::canonical_order<Cost>(layout, costs, policy);
-  const detail::balance_input<Cost> in{layout, d, costs, order, policy, options.limits};
+  const detail::balance_input<Cost> in{layout, d, costs, order, policy, limits};
   detail::check_feasible(in);
+  const balance_problem<C> problem(in, cost, detail::input_lower_bound(in, cost));
 
-  balance_result<Cost> result;
-  result.lower_bound = detail::input_lower_bound(in, cost);
-  const std::int64_t budget = options.refine_budget >= 0 ? options.refine_budget : 2 * n + 64;
-
-  std::optional<std::vector<rank_t>> best;
-  Cost best_makespan{};
-  bool proven = false;
-  bool infeasible = false;  // an exact method exhausted its search without a feasible plan
-  auto consider = [&](std::optional<std::vector<rank_t>>&& a, algorithm which) {
-    if (!a || !detail::satisfies(in, *a)) return;
-    const Cost m = detail::assignment_makespan(in, cost, *a);
-    if (!best || m < best_makespan) {
-      best = std::move(a);
-      best_makespan = m;
-      result.used = which;
+  builtin_outcome<Cost> out;
+  if constexpr (is_builtin_balancer_v<B>) {
+    out = search(b, problem);
+  } else {
+    balancer_plan raw = to_balancer_plan(b(problem));
+    if (raw.destination) {
+      const auto& a = *raw.destination;
+      ORCHMLLM_REQUIRE(a.size() == static_cast<std::size_t>(n), invalid_argument_error,
+                       "the balancer returned ", a.size(), " destinations for ", n, " items");
+      for (std::size_t g = 0; g < a.size(); ++g)
+        ORCHMLLM_REQUIRE(a[g] >= 0 && a[g] < d, invalid_argument_error,
+                         "the balancer sent item ", g, " to rank ", a[g], ", outside [0, ", d,
+                         ")");
     }
-  };
-  auto at_bound = [&] { return best && best_makespan <= result.lower_bound; };
-  auto refine_best = [&] {
-    if (best && !at_bound()) {
-      std::vector<rank_t> a = *best;
-      detail::refine(in, cost, a, budget, result.lower_bound);
-      consider(std::move(a), result.used);
-    }
-  };
-
-  switch (options.method) {
-    case algorithm::none: {
-      std::vector<rank_t> a(static_cast<std::size_t>(n));
-      for (rank_t r = 0; r < d; ++r)
-        std::fill(a.begin() + layout.offset(r), a.begin() + layout.offset(r + 1), r);
-      ORCHMLLM_REQUIRE(detail::satisfies(in, a), infeasible_error,
-                       "the identity plan violates the constraints (cap or item counts)");
-      consider(std::move(a), algorithm::none);
-      break;
-    }
-    case algorithm::lpt:
-      consider(detail::lpt(in, cost), algorithm::lpt);
-      if (options.refine) refine_best();
-      break;
-    case algorithm::kk:
-      // The complete method where its n · d sums fit the guard, else the equal-count one.
-      if (kk_complete_fits(n, d))
-        consider(detail::karmarkar_karp(in, true), algorithm::kk);
-      else
-        consider(detail::karmarkar_karp(in), algorithm::kk_equal);
-      if (options.refine) refine_best();
-      break;
-    case algorithm::kk_equal:
-      consider(detail::karmarkar_karp(in), algorithm::kk_equal);
-      if (options.refine) refine_best();
-      break;
-    case algorithm::exact: {
-      auto r = detail::exact_search(in, cost, options.exact_node_budget);
-      infeasible = r.complete && !r.assignment;
-      consider(std::move(r.assignment), algorithm::exact);
-      proven = r.complete && best.has_value();
-      break;
-    }
-    case algorithm::padded_exact: {
-      auto r = detail::padded_optimal(in, cost);
-      infeasible = r.optimal && !r.assignment;
-      consider(std::move(r.assignment), algorithm::padded_exact);
-      proven = r.optimal && best.has_value();
-      break;
-    }
-    case algorithm::locality: {
-      // automatic first: its makespan sets the target and its plan is the fallback.
-      balance_options base_options = options;
-      base_options.method = algorithm::automatic;
-      balance_result<Cost> base = balance_impl(layout, cost, policy, base_options);
-      const Cost target = detail::locality_target(base.makespan, options.locality_tolerance);
-      std::vector<rank_t> a =
-          detail::locality_assign(in, cost, target, options.node_of_rank, budget);
-      if (!detail::satisfies(in, std::span<const rank_t>(a))) return base;
-      const Cost m = detail::assignment_makespan(in, cost, std::span<const rank_t>(a));
-      if (m > target) return base;
-      result.used = algorithm::locality;
-      result.makespan = m;
-      result.lower_bound = base.lower_bound;  // the reported (tight padded) bound
-      result.proven_optimal = m <= result.lower_bound;
-      result.plan = rearrangement::from_destinations(layout.offsets(), a, d);
-      return result;
-    }
-    case algorithm::automatic: {
-      if (policy.is_padded()) {
-        auto r = detail::padded_optimal(in, cost);
-        infeasible = r.optimal && !r.assignment;
-        consider(std::move(r.assignment), algorithm::padded_exact);
-        proven = r.optimal && best.has_value();
-        if (!proven && !infeasible) {
-          consider(detail::lpt(in, cost), algorithm::lpt);
-          refine_best();
-        }
-      } else {
-        // lpt, then refinement, then kk + refinement: each step only when the bound is not
-        // met yet, so the result is never worse than lpt or kk alone.
-        consider(detail::lpt(in, cost), algorithm::lpt);
-        refine_best();
-        if (!at_bound()) {
-          consider(detail::karmarkar_karp(in), algorithm::kk_equal);
-          refine_best();
-        }
-        // Then the complete differencing (within its memory guard), refined in a copy: `consider`
-        // keeps it only when its makespan is strictly smaller.
-        if (!at_bound() && kk_complete_fits(n, d)) {
-          auto k = detail::karmarkar_karp(in, true);
-          if (k && detail::satisfies(in, std::span<const rank_t>(*k))) {
-            detail::refine(in, cost, *k, budget, result.lower_bound);
-            consider(std::move(k), algorithm::kk);
-          }
-        }
-      }
-      if (!at_bound() && !proven && !infeasible && n <= options.exact_max_items) {
-        auto r = detail::exact_search(in, cost, options.exact_node_budget,
-                                      best ? std::optional<Cost>(best_makespan) : std::nullopt);
-        consider(std::move(r.assignment), algorithm::exact);
-        proven = r.complete && best.has_value();
-      }
-      break;
-    }
+    plan_search<C> s(problem, -1);
+    s.set_infeasible(raw.proven_infeasible && !raw.destination);
+    s.consider(std::move(raw.destination), raw.used);
+    s.set_proven(raw.proven_optimal && s.found());
+    out = s.finish(raw.used);
   }
-  if (!best && !infeasible) {
-    // The chosen algorithm could not honour the constraints: try a constrained first-fit
-    // decreasing packing before declaring the input infeasible.
-    // Reported under the requested algorithm (lpt for automatic) with `fallback` set.
-    consider(detail::constrained_first_fit(in, cost),
-             options.method == algorithm::automatic ? algorithm::lpt : options.method);
-    result.fallback = best.has_value();
-    if (best && options.method != algorithm::exact) refine_best();
-  }
-  if (!best) {
+  if (!out.plan.destination) {
     std::int64_t tokens = 0, bytes = 0;
     for (std::int64_t g = 0; g < n; ++g) {
       tokens += policy.padded_length(layout.length(g));
       bytes += layout.bytes(g);
     }
-    detail::no_placement_found(n, d, options.limits, tokens, bytes);
+    detail::no_placement_found(n, d, limits, tokens, bytes);
   }
-  result.makespan = best_makespan;
-  // The algorithms above ran on the structural bound; the result reports the tight one
-  // (padded: the optimum without the cap), which only ever proves more plans optimal.
-  result.lower_bound = detail::reported_lower_bound<C>(layout, order, d, cost, policy,
-                                                       options.limits, result.lower_bound);
-  result.proven_optimal = proven || best_makespan <= result.lower_bound;
-  result.plan = rearrangement::from_destinations(layout.offsets(), *best, d);
+  balance_result<Cost> result;
+  result.used = out.plan.used;
+  result.fallback = out.plan.fallback;
+  result.makespan = out.makespan;
+  // The algorithms ran on the structural bound; the result reports the tight one (padded: the
+  // optimum without the cap), which only ever proves more plans optimal.
+  result.lower_bound = detail::reported_lower_bound<C>(layout, order, d, cost, policy, limits,
+                                                       problem.lower_bound());
+  result.proven_optimal = out.plan.proven_optimal || result.makespan <= result.lower_bound;
+  result.plan = rearrangement::from_destinations(layout.offsets(), *out.plan.destination, d);
   return result;
+}
+
+// Declared in balance/balancer.hpp; `cost` returns its computation type.
+template <class C>
+balance_result<cost_type_t<C>> balance_impl(const batch_layout& layout, const C& cost,
+                                            padding_policy policy, const balance_options& options) {
+  check_balance_options(options, policy, layout.num_ranks());
+  return visit_balancer(options, [&](const auto& b) {
+    return balance_with(layout, cost, policy, b, options.limits);
+  });
 }
 
 }  // namespace detail

@@ -1,6 +1,6 @@
 #pragma once
-// Shared plumbing of the balancers: the extreme Cost values, the problem view every algorithm
-// receives, the canonical item order, and constraint checks. Internal: may change without notice.
+// Shared plumbing of the balancers: the extreme Cost values and the structural lower bound of a
+// balance input (the input itself and its constraint checks are in input.hpp). Internal: may change without notice.
 
 #include <algorithm>
 #include <cstdint>
@@ -16,6 +16,7 @@
 #include "orchmllm/core/statistics.hpp"
 #include "orchmllm/detail/core/statistics_impl.hpp"
 #include "orchmllm/detail/core/order.hpp"
+#include "orchmllm/detail/balance/input.hpp"
 
 namespace orchmllm::detail {
 
@@ -40,67 +41,11 @@ constexpr Cost lowest() noexcept {
   }
 }
 
-/// Everything a balancer needs, computed once by the façade.
-/// - costs[g]  = cost(length(g)) for every item g (global id order);
-/// - order     = item ids sorted by (cost desc, length desc, id asc) for the packed policy and
-///               by (length desc, id asc) for padded ones: the single canonical order all
-///               algorithms scan, so ties break the same way on every rank.
-template <class Cost>
-struct balance_input {
-  const batch_layout& layout;
-  rank_t d;
-  std::span<const Cost> costs;
-  std::span<const std::int64_t> order;
-  padding_policy policy;
-  const constraints& limits;
-};
-
 /// makespan_lower_bound of the input, computed on its canonical order in O(n) instead of
 /// re-deriving the costs and sorting again.
 template <class Cost, class C>
 Cost input_lower_bound(const balance_input<Cost>& in, const C& cost) {
   return lower_bound_in_order<C>(in.layout, in.order, in.costs, in.d, cost, in.policy, in.limits);
-}
-
-/// Footprint of one item alone under the cap's measure (tokens: padded length; bytes: bytes).
-inline std::int64_t item_footprint(const batch_layout& layout, std::int64_t g,
-                                   padding_policy policy, capacity::measure what) {
-  return what == capacity::measure::tokens ? policy.padded_length(layout.length(g))
-                                           : layout.bytes(g);
-}
-
-/// Whether an assignment (destination rank per item) satisfies every constraint. O(n + d).
-template <class Cost>
-bool satisfies(const balance_input<Cost>& in, std::span<const rank_t> assignment) {
-  const auto d = static_cast<std::size_t>(in.d);
-  std::vector<rank_load<Cost>> acc(d, rank_load<Cost>(in.policy));
-  for (std::size_t g = 0; g < assignment.size(); ++g) {
-    const auto r = assignment[g];
-    if (r < 0 || static_cast<std::size_t>(r) >= d) return false;
-    acc[static_cast<std::size_t>(r)].add(in.layout.length(static_cast<std::int64_t>(g)), Cost{},
-                                          in.layout.bytes(static_cast<std::int64_t>(g)));
-  }
-  for (const auto& a : acc) {
-    if (a.count() < in.limits.min_items || a.count() > in.limits.max_items) return false;
-    if (in.limits.cap) {
-      const auto used = in.limits.cap->what == capacity::measure::tokens ? a.tokens() : a.bytes();
-      if (used > in.limits.cap->limit) return false;
-    }
-  }
-  return true;
-}
-
-/// Makespan of an assignment under the policy (items combined in global-id order). O(n + d).
-template <class Cost, class C>
-Cost assignment_makespan(const balance_input<Cost>& in, const C& cost,
-                         std::span<const rank_t> assignment) {
-  std::vector<rank_load<Cost>> acc(static_cast<std::size_t>(in.d), rank_load<Cost>(in.policy));
-  for (std::size_t g = 0; g < assignment.size(); ++g)
-    acc[static_cast<std::size_t>(assignment[g])].add(in.layout.length(static_cast<std::int64_t>(g)),
-                                                      in.costs[g], 0);
-  Cost best{};
-  for (const auto& a : acc) best = std::max(best, a.load(cost));
-  return best;
 }
 
 }  // namespace orchmllm::detail

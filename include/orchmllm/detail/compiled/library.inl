@@ -18,6 +18,15 @@ namespace orchmllm::detail {
                                      padding_policy policy, const balance_options& options) {    \
     return balance_impl(layout, cost, policy, options);                                          \
   }                                                                                              \
+  balance_result<T> balance_custom_compiled(const batch_layout& layout, cost_ref<T> cost,        \
+                                            padding_policy policy, const constraints& limits,   \
+                                            const erased_balancer<T>& b) {                       \
+    return balance_with(layout, cost, policy, b, limits);                                        \
+  }                                                                                              \
+  balancer_plan builtin_compiled(const balance_problem<cost_ref<T>>& p,                          \
+                                 const balance_options& o) {                                     \
+    return visit_balancer(o, [&](const auto& b) { return search(b, p).plan; });                  \
+  }                                                                                              \
   std::vector<T> rank_loads_compiled(const batch_layout& layout, cost_ref<T> cost,               \
                                      padding_policy policy) {                                    \
     return rank_loads_impl(layout, cost, policy);                                                \

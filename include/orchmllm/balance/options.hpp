@@ -1,0 +1,98 @@
+#pragma once
+/// @file options.hpp
+/// The built-in balancers as data: the `algorithm` selector, its text form, and
+/// `balance_options`, the runtime configuration that configs, stage declarations and the
+/// command-line tool use (balance/balancers.hpp holds the same balancers as types).
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/constraints.hpp"
+#include "orchmllm/core/error.hpp"
+
+namespace orchmllm {
+
+/// The built-in balancing algorithms, as a selector for configurations, stage declarations and
+/// the command-line tool (balance/balancer.hpp describes each; balance/balancers.hpp holds them
+/// as types). `custom` is what `balance_result::used` reports for a plan made by the
+/// application's own balancer; it is never a valid `balance_options::method`. The numeric
+/// values are stable (they enter stage fingerprints).
+enum class algorithm : std::uint8_t {
+  none,
+  lpt,
+  kk,
+  exact,
+  padded_exact,
+  automatic,
+  locality,
+  kk_equal,
+  custom
+};
+
+/// Largest n · d for which `algorithm::kk` runs the complete differencing (its tuples hold
+/// n · d sums); above it `kk` runs `kk_equal`.
+inline constexpr std::int64_t kk_complete_max_entries = std::int64_t{1} << 21;
+
+/// True for the algorithms that balance the packed policy only (`kk`, `kk_equal`).
+constexpr bool packed_only(algorithm a) noexcept {
+  return a == algorithm::kk || a == algorithm::kk_equal;
+}
+
+/// Whether `algorithm::kk` runs the complete differencing for n items on d ranks (n · d ≤
+/// `kk_complete_max_entries`) rather than `kk_equal`. O(1).
+constexpr bool kk_complete_fits(std::int64_t n, std::int64_t d) noexcept {
+  return d <= kk_complete_max_entries / (n > 1 ? n : 1);
+}
+
+/// Name of an algorithm as used by the command-line tool ("auto" for automatic, "padded" for
+/// padded_exact).
+constexpr std::string_view to_string(algorithm a) noexcept {
+  switch (a) {
+    case algorithm::none: return "none";
+    case algorithm::lpt: return "lpt";
+    case algorithm::kk: return "kk";
+    case algorithm::exact: return "exact";
+    case algorithm::padded_exact: return "padded";
+    case algorithm::automatic: return "auto";
+    case algorithm::locality: return "locality";
+    case algorithm::kk_equal: return "kk-equal";
+    case algorithm::custom: return "custom";
+  }
+  return "?";
+}
+
+/// Parses "none", "lpt", "kk", "kk-equal", "exact", "padded", "auto" or "locality" (the inverse
+/// of `to_string` on every built-in; "custom" names no algorithm and is rejected). Throws
+/// `invalid_argument_error` naming the unknown name.
+inline algorithm parse_algorithm(std::string_view name) {
+  for (auto a : {algorithm::none, algorithm::lpt, algorithm::kk, algorithm::kk_equal,
+                 algorithm::exact, algorithm::padded_exact, algorithm::automatic,
+                 algorithm::locality})
+    if (to_string(a) == name) return a;
+  detail::raise<invalid_argument_error>(
+      detail::concat("unknown algorithm '", name,
+                     "' (expected none, lpt, kk, kk-equal, exact, padded, auto or locality)"));
+}
+
+/// Options of `balance`.
+struct balance_options {
+  algorithm method = algorithm::automatic;  ///< which algorithm
+  constraints limits{};                     ///< per-rank cap and item counts
+  bool refine = false;                      ///< refine lpt/kk results (automatic always does)
+  std::int64_t refine_budget = -1;          ///< refinement steps; -1 = 2·n + 64
+  std::int64_t exact_node_budget = 2'000'000;  ///< search nodes for `exact`
+  std::int64_t exact_max_items = 14;        ///< automatic runs `exact` up to this many items
+  /// `locality`: relative makespan slack over automatic's makespan M that the locality plan may
+  /// use (target T = M · (1 + tolerance)); the knob that trades balance for moved bytes. Must be
+  /// finite and >= 0.
+  double locality_tolerance = 0.001;
+  /// `locality`: the node of every rank (d entries, nodes numbered 0, 1, … as
+  /// `topology::node_map()` gives them); empty = all ranks on one node. Plain data because the
+  /// balance layer sits below topology/. Every entry must be in [0, d) (else
+  /// `invalid_argument_error`).
+  std::vector<rank_t> node_of_rank{};
+};
+
+}  // namespace orchmllm

@@ -1,0 +1,268 @@
+#pragma once
+// The bodies of the built-in balancers (balance/balancers.hpp, which includes this file in
+// header-only mode): each runs its algorithms from detail/balance/ on the problem, keeps the
+// best plan, and applies the constrained first-fit fallback when it found none. `search` returns
+// the plan with its makespan, which `balance` reports without recomputing it. Internal.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "orchmllm/balance/balancers.hpp"
+#include "orchmllm/balance/problem.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/detail/balance/common.hpp"
+#include "orchmllm/detail/balance/exact.hpp"
+#include "orchmllm/detail/balance/first_fit.hpp"
+#include "orchmllm/detail/balance/kk.hpp"
+#include "orchmllm/detail/balance/locality.hpp"
+#include "orchmllm/detail/balance/lpt.hpp"
+#include "orchmllm/detail/balance/padded.hpp"
+#include "orchmllm/detail/balance/refine.hpp"
+
+namespace orchmllm::detail {
+
+/// A built-in balancer's result: the plan and, when it has a destination, its makespan.
+template <class Cost>
+struct builtin_outcome {
+  balancer_plan plan;
+  Cost makespan{};
+};
+
+/// Refinement steps for a budget option: the option itself, or 2·n + 64 for -1.
+inline std::int64_t refine_steps(std::int64_t budget, std::int64_t n) noexcept {
+  return budget >= 0 ? budget : 2 * n + 64;
+}
+
+/// The best plan found so far by a built-in balancer, and the steps shared by all of them.
+template <class C>
+class plan_search {
+ public:
+  using Cost = cost_type_t<C>;
+
+  plan_search(const balance_problem<C>& p, std::int64_t refine_budget)
+      : p_(p), in_(p.input()), budget_(refine_steps(refine_budget, p.num_items())) {}
+
+  /// Keeps `a` if it satisfies the constraints and beats the best plan so far.
+  void consider(std::optional<std::vector<rank_t>>&& a, algorithm which) {
+    if (!a || !satisfies(in_, std::span<const rank_t>(*a))) return;
+    const Cost m = assignment_makespan(in_, p_.cost_model(), std::span<const rank_t>(*a));
+    if (!best_ || m < best_makespan_) {
+      best_ = std::move(a);
+      best_makespan_ = m;
+      used_ = which;
+    }
+  }
+  /// The best plan meets the problem's lower bound.
+  [[nodiscard]] bool at_bound() const { return best_ && best_makespan_ <= p_.lower_bound(); }
+  [[nodiscard]] bool found() const { return best_.has_value(); }
+  [[nodiscard]] Cost best_makespan() const { return best_makespan_; }
+  [[nodiscard]] std::int64_t budget() const { return budget_; }
+  /// Refines a copy of the best plan and keeps it if better.
+  void refine_best() {
+    if (best_ && !at_bound()) {
+      std::vector<rank_t> a = *best_;
+      refine(in_, p_.cost_model(), a, budget_, p_.lower_bound());
+      consider(std::move(a), used_);
+    }
+  }
+  void set_proven(bool proven) { proven_ = proven; }
+  void set_infeasible(bool infeasible) { infeasible_ = infeasible; }
+  [[nodiscard]] bool infeasible() const { return infeasible_; }
+
+  /// The outcome. Without a plan and without a proof of infeasibility, the constrained
+  /// first-fit-decreasing packing is tried first, reported as `fallback_name`, and refined
+  /// unless `refine_fallback` is false.
+  builtin_outcome<Cost> finish(algorithm fallback_name, bool refine_fallback = true) {
+    bool fallback = false;
+    if (!best_ && !infeasible_) {
+      consider(constrained_first_fit(in_, p_.cost_model()), fallback_name);
+      fallback = best_.has_value();
+      if (best_ && refine_fallback) refine_best();
+    }
+    return builtin_outcome<Cost>{balancer_plan{std::move(best_), used_, proven_, infeasible_,
+                                               fallback},
+                                 best_makespan_};
+  }
+
+ private:
+  const balance_problem<C>& p_;
+  const balance_input<Cost>& in_;
+  std::int64_t budget_;
+  std::optional<std::vector<rank_t>> best_;
+  Cost best_makespan_{};
+  algorithm used_{};
+  bool proven_ = false;
+  bool infeasible_ = false;  // an exact method exhausted its search without a feasible plan
+};
+
+/// Checks a built-in's knobs (through its equivalent options) against the problem.
+template <class B, class C>
+void check_builtin(const B& b, const balance_problem<C>& p) {
+  check_balance_options(b.options(), p.policy(), p.num_ranks());
+}
+
+template <class C>
+builtin_outcome<cost_type_t<C>> search(const balancers::identity& b, const balance_problem<C>& p) {
+  check_builtin(b, p);
+  const auto& layout = p.layout();
+  std::vector<rank_t> a(static_cast<std::size_t>(p.num_items()));
+  for (rank_t r = 0; r < p.num_ranks(); ++r)
+    std::fill(a.begin() + layout.offset(r), a.begin() + layout.offset(r + 1), r);
+  ORCHMLLM_REQUIRE(satisfies(p.input(), std::span<const rank_t>(a)), infeasible_error,
+                   "the identity plan violates the constraints (cap or item counts)");
+  plan_search<C> s(p, -1);
+  s.consider(std::move(a), algorithm::none);
+  return s.finish(algorithm::none);
+}
+
+template <class C>
+builtin_outcome<cost_type_t<C>> search(const balancers::lpt& b, const balance_problem<C>& p) {
+  check_builtin(b, p);
+  plan_search<C> s(p, b.refine_budget);
+  s.consider(lpt(p.input(), p.cost_model()), algorithm::lpt);
+  if (b.refine) s.refine_best();
+  return s.finish(algorithm::lpt);
+}
+
+template <class C>
+builtin_outcome<cost_type_t<C>> search(const balancers::karmarkar_karp& b,
+                                       const balance_problem<C>& p) {
+  check_builtin(b, p);
+  plan_search<C> s(p, b.refine_budget);
+  // The complete method where its n · d sums fit the guard, else the equal-count one.
+  if (b.complete && kk_complete_fits(p.num_items(), p.num_ranks())) {
+    s.consider(karmarkar_karp(p.input(), true), algorithm::kk);
+  } else {
+    s.consider(karmarkar_karp(p.input()), algorithm::kk_equal);
+  }
+  if (b.refine) s.refine_best();
+  return s.finish(b.complete ? algorithm::kk : algorithm::kk_equal);
+}
+
+template <class C>
+builtin_outcome<cost_type_t<C>> search(const balancers::exact& b, const balance_problem<C>& p) {
+  check_builtin(b, p);
+  plan_search<C> s(p, -1);
+  auto r = exact_search(p.input(), p.cost_model(), b.node_budget);
+  s.set_infeasible(r.complete && !r.assignment);
+  s.consider(std::move(r.assignment), algorithm::exact);
+  s.set_proven(r.complete && s.found());
+  return s.finish(algorithm::exact, /*refine_fallback=*/false);
+}
+
+template <class C>
+builtin_outcome<cost_type_t<C>> search(const balancers::padded_exact& b,
+                                       const balance_problem<C>& p) {
+  check_builtin(b, p);
+  plan_search<C> s(p, b.refine_budget);
+  auto r = padded_optimal(p.input(), p.cost_model());
+  s.set_infeasible(r.optimal && !r.assignment);
+  s.consider(std::move(r.assignment), algorithm::padded_exact);
+  s.set_proven(r.optimal && s.found());
+  return s.finish(algorithm::padded_exact);
+}
+
+template <class C>
+builtin_outcome<cost_type_t<C>> search(const balancers::automatic& b,
+                                       const balance_problem<C>& p) {
+  check_builtin(b, p);
+  const auto& in = p.input();
+  const std::int64_t n = p.num_items();
+  plan_search<C> s(p, b.refine_budget);
+  bool proven = false;
+  if (p.policy().is_padded()) {
+    auto r = padded_optimal(in, p.cost_model());
+    s.set_infeasible(r.optimal && !r.assignment);
+    s.consider(std::move(r.assignment), algorithm::padded_exact);
+    proven = r.optimal && s.found();
+    if (!proven && !s.infeasible()) {
+      s.consider(lpt(in, p.cost_model()), algorithm::lpt);
+      s.refine_best();
+    }
+  } else {
+    // lpt, then refinement, then kk + refinement: each step only when the bound is not met
+    // yet, so the result is never worse than lpt or kk alone.
+    s.consider(lpt(in, p.cost_model()), algorithm::lpt);
+    s.refine_best();
+    if (!s.at_bound()) {
+      s.consider(karmarkar_karp(in), algorithm::kk_equal);
+      s.refine_best();
+    }
+    // Then the complete differencing (within its memory guard), refined in a copy: `consider`
+    // keeps it only when its makespan is strictly smaller.
+    if (!s.at_bound() && kk_complete_fits(n, p.num_ranks())) {
+      auto k = karmarkar_karp(in, true);
+      if (k && satisfies(in, std::span<const rank_t>(*k))) {
+        refine(in, p.cost_model(), *k, s.budget(), p.lower_bound());
+        s.consider(std::move(k), algorithm::kk);
+      }
+    }
+  }
+  if (!s.at_bound() && !proven && !s.infeasible() && n <= b.exact_max_items) {
+    auto r = exact_search(in, p.cost_model(), b.exact_node_budget,
+                          s.found() ? std::optional<cost_type_t<C>>(s.best_makespan())
+                                    : std::nullopt);
+    s.consider(std::move(r.assignment), algorithm::exact);
+    proven = r.complete && s.found();
+  }
+  s.set_proven(proven);
+  // Without a plan, the fallback is reported under lpt.
+  return s.finish(algorithm::lpt);
+}
+
+/// Target of `balancers::locality`: m · (1 + tolerance), rounded down for integral costs,
+/// clamped to the largest Cost, never below m.
+template <class Cost>
+Cost locality_target(Cost m, double tolerance) {
+  if constexpr (std::is_integral_v<Cost>) {
+    const long double t =
+        static_cast<long double>(m) * (1.0L + static_cast<long double>(tolerance));
+    if (!(t < static_cast<long double>(std::numeric_limits<Cost>::max())))
+      return std::numeric_limits<Cost>::max();
+    return std::max(m, static_cast<Cost>(std::floor(t)));
+  } else {
+    return std::max(m, static_cast<Cost>(m * (1 + static_cast<Cost>(tolerance))));
+  }
+}
+
+template <class C>
+builtin_outcome<cost_type_t<C>> search(const balancers::locality& b,
+                                       const balance_problem<C>& p) {
+  check_builtin(b, p);
+  // The base balancer first: its makespan sets the target and its plan is the fallback.
+  auto base = search(b.base, p);
+  if (!base.plan.destination) return base;
+  const auto target = locality_target(base.makespan, b.tolerance);
+  std::vector<rank_t> a = locality_assign(p.input(), p.cost_model(), target, b.node_of_rank,
+                                          refine_steps(b.base.refine_budget, p.num_items()));
+  if (!satisfies(p.input(), std::span<const rank_t>(a))) return base;
+  const auto m = assignment_makespan(p.input(), p.cost_model(), std::span<const rank_t>(a));
+  if (m > target) return base;
+  return builtin_outcome<cost_type_t<C>>{balancer_plan{std::move(a), algorithm::locality}, m};
+}
+
+}  // namespace orchmllm::detail
+
+#if !ORCHMLLM_USE_COMPILED  // compiled mode defines the calls in balance/balancers.hpp
+#define ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(B)                                            \
+  template <class C>                                                                      \
+  orchmllm::balancer_plan orchmllm::balancers::B::operator()(                             \
+      const orchmllm::balance_problem<C>& p) const {                                      \
+    return orchmllm::detail::search(*this, p).plan;                                       \
+  }
+ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(identity)
+ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(lpt)
+ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(karmarkar_karp)
+ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(exact)
+ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(padded_exact)
+ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(automatic)
+ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(locality)
+#undef ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL
+#endif
