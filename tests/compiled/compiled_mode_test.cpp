@@ -123,6 +123,48 @@ TEST_CASE("compiled mode: balance and statistics equal the header-only algorithm
   check_model(long_double_cost{}, "a trainer's long double model");
 }
 
+TEST_CASE("compiled mode: typed and user balancers run in the library with the same plans") {
+  // A trainer's balancer: lpt's plan (called from inside it) with one item moved to the last
+  // rank; written once as a template, it runs on the library's type-erased problem here and on
+  // the model itself in the header-only reference.
+  const auto tweak_lpt = [](const auto& p) {
+    balancer_plan plan = balancers::lpt{}(p);
+    if (plan.destination && !plan.destination->empty())
+      plan.destination->front() = p.num_ranks() - 1;
+    plan.used = algorithm::custom;
+    return plan;
+  };
+  std::mt19937_64 rng(4321);
+  for (int trial = 0; trial < 20; ++trial) {
+    const rank_t d = static_cast<rank_t>(uniform(rng, 1, 10));
+    const auto layout = random_layout(rng, d, uniform(rng, 0, 200));
+    for (const padding_policy policy : {packed, padded}) {
+      CAPTURE(trial);
+      const quadratic_cost cost{1.0, 1.0, 1.0 / 1024};
+      constraints limits;
+      limits.max_items = layout.num_items() / d + 2;
+      const auto got = balance(layout, cost, policy, tweak_lpt, limits);
+      // The reference runs the driver in this unit on the same erased model (built-ins called
+      // on a problem reach the library in compiled mode, whatever the caller).
+      const auto want =
+          detail::balance_with(layout, detail::cost_ref<double>(cost), policy, tweak_lpt, limits);
+      // And the tweak by hand on lpt's plan.
+      const auto lpt_plan = balance(layout, cost, policy, balancers::lpt{}, limits).plan;
+      if (layout.num_items() > 0 && !got.fallback)
+        CHECK(got.plan.destination_of(0).rank == d - 1);
+      CHECK(lpt_plan.num_items() == got.plan.num_items());
+      CHECK(got.plan == want.plan);
+      CHECK(got.makespan == want.makespan);
+      CHECK(got.used == want.used);
+      CHECK(got.fallback == want.fallback);
+      const auto typed = balance(layout, cost, policy, balancers::automatic{}, limits);
+      const auto typed_want = detail::balance_with(layout, cost, policy, balancers::automatic{}, limits);
+      CHECK(typed.plan == typed_want.plan);
+      CHECK(typed.used == typed_want.used);
+    }
+  }
+}
+
 TEST_CASE("compiled mode: errors cross the library boundary unchanged") {
   const auto layout = batch_layout::from_ranks({{1, 2}, {3}});
   balance_options bad;

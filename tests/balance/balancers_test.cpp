@@ -1,0 +1,184 @@
+// Tests of the built-in balancers as types (balance/balancers.hpp): each gives the plan, the
+// figures and the name that the runtime selector (`balance_options`) gives, on random inputs
+// with and without constraints, for integral and floating costs; `options()` and
+// `visit_balancer` are inverse; a built-in called on a problem returns the plan `balance` keeps.
+
+#include "orchmllm/balance/balancers.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+#include "orchmllm/balance/balancer.hpp"
+#include "support/test_support.hpp"
+
+namespace {
+
+using namespace orchmllm;
+using orchmllm::test::expect_invalid;
+using orchmllm::test::random_offsets;
+using orchmllm::test::uniform;
+
+static_assert(balancer<balancers::lpt, linear_cost>);
+static_assert(balancer<balancers::locality, quadratic_cost>);
+static_assert(balancer_for<balancers::automatic, linear_cost>);
+static_assert(is_builtin_balancer_v<balancers::padded_exact>);
+static_assert(!is_builtin_balancer_v<balance_options>);
+static_assert(!balancer<balance_options, linear_cost>);
+static_assert(!balancer<int, linear_cost>);
+
+batch_layout random_layout(std::mt19937_64& rng, rank_t d, std::int64_t n) {
+  const auto offsets = random_offsets(rng, d, n);
+  std::vector<std::int64_t> lengths(static_cast<std::size_t>(n)), bytes(lengths.size());
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    lengths[i] = uniform(rng, 1, 2000);
+    bytes[i] = lengths[i] * uniform(rng, 1, 3);
+  }
+  return batch_layout(offsets, lengths, bytes);
+}
+
+// A random configuration of one algorithm that applies to `policy`.
+balance_options random_options(std::mt19937_64& rng, algorithm m, const batch_layout& layout,
+                               padding_policy policy) {
+  balance_options o;
+  o.method = m;
+  o.refine = uniform(rng, 0, 1) == 1;
+  o.refine_budget = uniform(rng, 0, 2) == 0 ? uniform(rng, 0, 20) : -1;
+  o.exact_node_budget = uniform(rng, 1000, 20000);
+  o.exact_max_items = uniform(rng, 0, 12);
+  o.locality_tolerance = uniform(rng, 0, 3) * 0.01;
+  const rank_t d = layout.num_ranks();
+  if (m == algorithm::locality && uniform(rng, 0, 1) == 1)
+    for (rank_t r = 0; r < d; ++r) o.node_of_rank.push_back(r / 2);
+  if (uniform(rng, 0, 2) == 0) {
+    const std::int64_t n = layout.num_items();
+    std::int64_t total = 0, largest = 0;
+    for (std::int64_t g = 0; g < n; ++g) {
+      total += policy.padded_length(layout.length(g));
+      largest = std::max(largest, policy.padded_length(layout.length(g)));
+    }
+    const std::int64_t per = d > 0 ? (n + d - 1) / d : 0;
+    o.limits.cap = capacity{capacity::measure::tokens,
+                            policy.is_padded() ? largest * (per + 1)
+                                               : std::max(largest, total / std::max(d, 1) * 6 / 5)};
+    if (uniform(rng, 0, 1) == 1) o.limits.max_items = per + 1;
+  }
+  return o;
+}
+
+template <class C>
+void check_same(const batch_layout& layout, const C& cost, padding_policy policy,
+                const balance_options& o) {
+  std::optional<balance_result<cost_type_t<C>>> by_enum;
+  bool enum_infeasible = false;
+  try {
+    by_enum = balance(layout, cost, policy, o);
+  } catch (const infeasible_error&) {
+    enum_infeasible = true;
+  }
+  visit_balancer(o, [&](const auto& b) {
+    // options() gives back the selector.
+    const balance_options back = b.options(o.limits);
+    CHECK(back.method == o.method);
+    CHECK(back.limits == o.limits);
+    if (enum_infeasible) {
+      CHECK_THROWS_AS((void)balance(layout, cost, policy, b, o.limits), infeasible_error);
+      return;
+    }
+    const auto typed = balance(layout, cost, policy, b, o.limits);
+    CHECK(typed.plan == by_enum->plan);
+    CHECK(typed.used == by_enum->used);
+    CHECK(typed.makespan == by_enum->makespan);
+    CHECK(typed.lower_bound == by_enum->lower_bound);
+    CHECK(typed.proven_optimal == by_enum->proven_optimal);
+    CHECK(typed.fallback == by_enum->fallback);
+    // The same balancer called from the application's own: `balance` keeps its plan.
+    const auto wrapped = balance(layout, cost, policy,
+                                 [&b](const auto& p) { return b(p); }, o.limits);
+    CHECK(wrapped.plan == typed.plan);
+    CHECK(wrapped.used == typed.used);
+    CHECK(wrapped.makespan == typed.makespan);
+  });
+}
+
+}  // namespace
+
+TEST_CASE("balancers: every built-in type plans exactly like its balance_options selector") {
+  std::mt19937_64 rng(0xba1a);
+  const algorithm packed_methods[] = {algorithm::none,  algorithm::lpt,       algorithm::kk,
+                                      algorithm::kk_equal, algorithm::exact,
+                                      algorithm::automatic, algorithm::locality};
+  const algorithm padded_methods[] = {algorithm::none, algorithm::lpt, algorithm::exact,
+                                      algorithm::padded_exact, algorithm::automatic,
+                                      algorithm::locality};
+  for (int trial = 0; trial < 120; ++trial) {
+    const rank_t d = static_cast<rank_t>(uniform(rng, 1, 9));
+    const auto layout = random_layout(rng, d, uniform(rng, 0, trial % 3 == 0 ? 11 : 120));
+    for (const padding_policy policy : {packed, padded, padded_to_multiple(64)}) {
+      const auto& methods = policy.is_padded() ? std::vector<algorithm>(std::begin(padded_methods),
+                                                                       std::end(padded_methods))
+                                               : std::vector<algorithm>(std::begin(packed_methods),
+                                                                       std::end(packed_methods));
+      for (const algorithm m : methods) {
+        if (m == algorithm::exact && layout.num_items() > 11) continue;
+        const auto o = random_options(rng, m, layout, policy);
+        CAPTURE(trial);
+        CAPTURE(to_string(m));
+        CAPTURE(policy.is_padded());
+        check_same(layout, linear_cost{1}, policy, o);
+        check_same(layout, quadratic_cost{1.0, 0.5, 1.0 / 512}, policy, o);
+      }
+    }
+  }
+}
+
+TEST_CASE("balancers: knobs are checked when the balancer runs") {
+  const auto layout = batch_layout::from_ranks({{5, 4}, {3}});
+  expect_invalid([&] { (void)balance(layout, linear_cost{1}, padded, balancers::karmarkar_karp{}); },
+                 {"kk balances the packed policy only"});
+  expect_invalid([&] { (void)balance(layout, linear_cost{1}, packed, balancers::padded_exact{}); },
+                 {"needs a padded policy"});
+  expect_invalid([&] { (void)balance(layout, linear_cost{1}, packed, balancers::lpt{.refine_budget = -2}); },
+                 {"refine_budget is -2"});
+  expect_invalid([&] { (void)balance(layout, linear_cost{1}, packed, balancers::exact{-1}); },
+                 {"exact budgets"});
+  expect_invalid(
+      [&] {
+        (void)balance(layout, linear_cost{1}, packed,
+                      balancers::locality{.tolerance = -1});
+      },
+      {"locality_tolerance is -1"});
+  expect_invalid(
+      [&] {
+        (void)balance(layout, linear_cost{1}, packed,
+                      balancers::locality{.node_of_rank = {0, 0, 0}});
+      },
+      {"node_of_rank has 3 entries, expected 2"});
+  // The identity plan must already satisfy the constraints.
+  CHECK_THROWS_AS((void)balance(layout, linear_cost{1}, packed, balancers::identity{},
+                                constraints{.max_items = 1}),
+                  infeasible_error);
+  // `custom` selects nothing.
+  balance_options o;
+  o.method = algorithm::custom;
+  expect_invalid([&] { (void)balance(layout, linear_cost{1}, packed, o); },
+                 {"algorithm::custom selects no balancer"});
+  CHECK(to_string(algorithm::custom) == "custom");
+  expect_invalid([] { (void)parse_algorithm("custom"); }, {"unknown algorithm 'custom'"});
+}
+
+TEST_CASE("balancers: to_string and parse_algorithm round-trip on every built-in") {
+  for (const algorithm a : {algorithm::none, algorithm::lpt, algorithm::kk, algorithm::kk_equal,
+                            algorithm::exact, algorithm::padded_exact, algorithm::automatic,
+                            algorithm::locality}) {
+    CHECK(parse_algorithm(to_string(a)) == a);
+    balance_options o;
+    o.method = a;
+    visit_balancer(o, [&](const auto& b) { CHECK(b.options().method == a); });
+  }
+}
