@@ -350,6 +350,23 @@ vec range(std::int64_t b, std::int64_t e) {
 // ---------------------------------------------------------------------------------------------
 // Invariant checks of one plan (main thread).
 
+// A trainer's balancer for stage declarations: lpt's plan, then the heaviest item of the
+// fullest rank moved to rank 0 when that keeps the makespan (a toy "prefer rank 0" tweak).
+struct prefer_rank_zero {
+  template <class C>
+  orchmllm::balancer_plan operator()(const orchmllm::balance_problem<C>& p) const {
+    auto plan = orchmllm::balancers::lpt{}(p);
+    plan.used = orchmllm::algorithm::custom;
+    if (!plan.destination || p.num_items() == 0) return plan;
+    auto moved = *plan.destination;
+    moved[static_cast<std::size_t>(p.order().front())] = 0;
+    if (p.satisfies(moved) && p.makespan(moved) <= p.makespan(*plan.destination))
+      plan.destination = std::move(moved);
+    return plan;
+  }
+};
+
+
 template <class Stage>
 void check_report(const Stage& st, const batch_layout& layout, const rearrangement& planned,
                   const orchmllm::stage_report& rep, const topology& topo) {
@@ -367,7 +384,12 @@ void check_report(const Stage& st, const batch_layout& layout, const rearrangeme
   st.cost.visit([&](const auto& cost) {
     using value = decltype(cost(0));
     CHECK(std::is_integral_v<value> == st.cost.integral());
-    const auto balanced = orchmllm::balance(layout, cost, st.policy, opt);
+    // A stage with the application's balancer: the same balancer, directly (it must not see
+    // a difference between the stage's erased model and the model itself).
+    const auto balanced =
+        st.balancer.custom()
+            ? orchmllm::balance(layout, cost, st.policy, prefer_rank_zero{}, opt.limits)
+            : orchmllm::balance(layout, cost, st.policy, opt);
     CHECK(rep.used == balanced.used);
     const auto mapped = orchmllm::map_bins(balanced.plan, bytes, topo, st.mapping);
     CHECK(mapped.plan == planned);
@@ -400,7 +422,8 @@ void check_report(const Stage& st, const batch_layout& layout, const rearrangeme
   // Guaranteed: no plan beats the lower bound (a few ulps of slack for floating sums), and the
   // baseline balancer leaves the makespan unchanged (the mapping only permutes whole bins).
   CHECK(rep.makespan_after >= rep.lower_bound * (1 - 1e-12));
-  if (st.options.method == algorithm::none) CHECK(rep.makespan_after == rep.makespan_before);
+  if (st.options.method == algorithm::none && st.balancer.empty())
+    CHECK(rep.makespan_after == rep.makespan_before);
   // Moved and inter-node bytes from the plan itself.
   std::int64_t moved = 0, inter = 0;
   for (std::int64_t g = 0; g < layout.num_items(); ++g) {
@@ -547,6 +570,42 @@ TEST_CASE("plan_step: invariants on random multimodal steps") {
     check_plan(decl, batches, topo, ref);
   }
   CHECK(with_items > 300);  // the generator really produces sub-items
+}
+
+TEST_CASE("plan_step: stages declared with balancer objects") {
+  std::mt19937_64 rng(4242);
+  for (int trial = 0; trial < 40; ++trial) {
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 12));
+    const int k_count = 1 + static_cast<int>(trial % 2);
+    auto decl = random_decl(rng, k_count);
+    const auto batches = random_batches(rng, d, k_count);
+    const auto topo = random_topology(rng, d);
+    const auto meta = orchmllm::make_step_metadata(batches, k_count);
+    INFO("trial ", trial, ", d = ", d);
+    // A built-in object plans exactly like its selector.
+    auto typed = decl;
+    typed.llm.balancer = orchmllm::balancers::lpt{.refine = true};
+    auto selected = decl;
+    selected.llm.options = orchmllm::balancers::lpt{.refine = true}.options(decl.llm.options.limits);
+    CHECK(orchmllm::fingerprint(typed) == orchmllm::fingerprint(selected));
+    const auto a = orchmllm::plan_step(typed, meta, topo);
+    const auto b = orchmllm::plan_step(selected, meta, topo);
+    CHECK(a.llm == b.llm);
+    CHECK(a.stages.back().used == b.stages.back().used);
+    // The application's balancer on an encoder stage: every invariant of check_plan holds.
+    auto custom = decl;
+    if (!custom.encoders[0].policy.is_padded()) {
+      custom.encoders[0].balancer = orchmllm::stage_balancer(prefer_rank_zero{}, "prefer-rank-0");
+      check_plan(custom, batches, topo, make_reference(batches, k_count));
+      const auto c = orchmllm::plan_step(custom, meta, topo);
+      CHECK(c.stages[0].used == orchmllm::algorithm::custom);
+      CHECK(orchmllm::fingerprint(custom) != orchmllm::fingerprint(decl));
+      auto renamed = custom;
+      renamed.encoders[0].balancer = orchmllm::stage_balancer(prefer_rank_zero{}, "other");
+      CHECK(orchmllm::fingerprint(renamed) != orchmllm::fingerprint(custom));
+      CHECK_NOTHROW(custom.validate());
+    }
+  }
 }
 
 TEST_CASE("plan_step: a hand-checked step") {

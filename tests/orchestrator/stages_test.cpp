@@ -133,10 +133,10 @@ TEST_CASE("stage_declarations::validate") {
   SUBCASE("bad balancer options") {
     auto d = two_encoders();
     d.encoders[0].options.refine_budget = -2;
-    expect_invalid([&] { d.validate(); }, {"'vision'", "negative balancer budget"});
+    expect_invalid([&] { d.validate(); }, {"'vision'", "refine_budget is -2"});
     auto e = two_encoders();
     e.llm.options.exact_node_budget = -1;
-    expect_invalid([&] { e.validate(); }, {"'llm'", "negative balancer budget"});
+    expect_invalid([&] { e.validate(); }, {"'llm'", "exact budgets must be >= 0"});
     auto f = two_encoders();
     f.encoders[1].options.method = algorithm::kk;  // audio is padded
     expect_invalid([&] { f.validate(); }, {"'audio'", "kk"});
@@ -145,7 +145,7 @@ TEST_CASE("stage_declarations::validate") {
     expect_invalid([&] { g.validate(); }, {"'vision'", "padded policy"});
     auto h = two_encoders();
     h.encoders[1].options.locality_tolerance = -0.5;
-    expect_invalid([&] { h.validate(); }, {"'audio'", "locality_tolerance -0.5"});
+    expect_invalid([&] { h.validate(); }, {"'audio'", "locality_tolerance is -0.5"});
     auto i = two_encoders();
     i.llm.options.locality_tolerance = std::numeric_limits<double>::quiet_NaN();
     expect_invalid([&] { i.validate(); }, {"'llm'", "locality_tolerance"});

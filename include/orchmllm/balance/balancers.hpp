@@ -169,7 +169,8 @@ namespace detail {
 
 /// Checks the knobs of a balancer configuration against the policy and the rank count:
 /// budgets, tolerance, node ids, and the policies each algorithm balances. `what` prefixes the
-/// message (e.g. "stage 'vision': "). O(d).
+/// message (e.g. "stage 'vision': "). d < 0: the rank count is not known yet, node ids are only
+/// checked to be >= 0. O(d).
 inline void check_balance_options(const balance_options& o, padding_policy policy, rank_t d,
                                   std::string_view what = {}) {
   ORCHMLLM_REQUIRE(o.method != algorithm::custom, invalid_argument_error, what,
@@ -187,6 +188,11 @@ inline void check_balance_options(const balance_options& o, padding_policy polic
   ORCHMLLM_REQUIRE(std::isfinite(o.locality_tolerance) && o.locality_tolerance >= 0,
                    invalid_argument_error, what, "locality_tolerance is ", o.locality_tolerance,
                    ", must be finite and >= 0");
+  if (d < 0) {
+    for (const auto r : o.node_of_rank)
+      ORCHMLLM_REQUIRE(r >= 0, invalid_argument_error, what, "node_of_rank holds ", r);
+    return;
+  }
   ORCHMLLM_REQUIRE(o.node_of_rank.empty() || o.node_of_rank.size() == static_cast<std::size_t>(d),
                    invalid_argument_error, what, "node_of_rank has ", o.node_of_rank.size(),
                    " entries, expected ", d, " (one per rank) or none");

@@ -22,7 +22,7 @@ struct capacity {
 /// What every destination rank must satisfy. Default: no constraint.
 struct constraints {
   /// Optional hard memory cap per rank; a plan never exceeds it.
-  std::optional<capacity> cap;
+  std::optional<capacity> cap{};
   /// Minimum items per rank (1 = no empty rank).
   std::int64_t min_items = 0;
   /// Maximum items per rank.

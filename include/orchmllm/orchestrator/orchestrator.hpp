@@ -178,7 +178,7 @@ namespace detail {
 template <class Stage>
 rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const topology& topo,
                          stage_report& rep) {
-  balance_options opt = stage.options;
+  balance_options opt = detail::stage_options(stage);
   ORCHMLLM_REQUIRE(opt.node_of_rank.empty() ||
                        opt.node_of_rank.size() == static_cast<std::size_t>(topo.num_ranks()),
                    invalid_argument_error, "stage '", stage.name, "': node_of_rank has ",
@@ -191,7 +191,12 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
   // Balance in the model's own computation type (exact integers for integral models); the
   // report carries the figures as double.
   mapping_result mapped = stage.cost.visit([&](const auto& cost) {
-    const auto balanced = balance(layout, cost, stage.policy, opt);
+    using Cost = cost_type_t<std::remove_cvref_t<decltype(cost)>>;
+    // The application's balancer sees the stage's model type-erased (stage_balancer).
+    const auto balanced =
+        stage.balancer.custom()
+            ? balance(layout, cost_ref<Cost>(cost), stage.policy, stage.balancer, opt.limits)
+            : balance(layout, cost, stage.policy, opt);
     auto m = map_bins(balanced.plan, bytes, topo, stage.mapping);
     const auto after = compute_statistics(layout, m.plan, cost, stage.policy, opt.limits);
     rep.used = balanced.used;

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,6 +31,8 @@
 #include <vector>
 
 #include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/balance/balancers.hpp"
+#include "orchmllm/balance/problem.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/constraints.hpp"
 #include "orchmllm/core/cost_model.hpp"
@@ -106,6 +109,68 @@ class stage_cost {
   std::optional<typed<double>> floating_;
 };
 
+/// The balancer of a stage when it is not one selected by `balance_options::method`: a
+/// built-in balancer object (balance/balancers.hpp) or the application's own (any `balancer`
+/// over both kinds of stage cost, i.e. a template call operator or a generic lambda; see
+/// balance/problem.hpp). Empty by default: the stage's `options.method` selects.
+///
+/// A built-in object replaces the stage's `options` knobs (method, budgets, tolerance,
+/// node_of_rank) and keeps its `options.limits`; the application's balancer runs through
+/// `balance` with the stage's limits and the stage's cost model seen as `detail::cost_ref` (one
+/// indirect call per evaluation), reports `algorithm::custom`, and enters the declarations'
+/// fingerprint by its `name`: give two different balancers different names. Copying shares the
+/// balancer object (it must be safe to call from several threads: `plan_step` may plan stages
+/// concurrently).
+class stage_balancer {
+ public:
+  /// Empty: the stage's `options.method` selects a built-in.
+  stage_balancer() = default;
+
+  /// Wraps `b`. The self-type test comes first so that checking the balancer concept on
+  /// stage_balancer itself never recurses into this constructor.
+  template <class B>
+    requires(!std::is_same_v<std::remove_cvref_t<B>, stage_balancer> &&
+             balancer<B, detail::cost_ref<std::int64_t>> && balancer<B, detail::cost_ref<double>>)
+  stage_balancer(B b, std::string name = "custom")  // NOLINT(google-explicit-constructor): `.balancer = my_balancer{}`
+      : name_(std::move(name)) {
+    if constexpr (is_builtin_balancer_v<B>) {
+      builtin_ = b.options();
+      name_ = std::string(to_string(builtin_->method));
+    } else {
+      auto shared = std::make_shared<const B>(std::move(b));
+      integral_ = [shared](const balance_problem<detail::cost_ref<std::int64_t>>& p) {
+        return detail::to_balancer_plan((*shared)(p));
+      };
+      floating_ = [shared](const balance_problem<detail::cost_ref<double>>& p) {
+        return detail::to_balancer_plan((*shared)(p));
+      };
+    }
+  }
+
+  /// No balancer object: `options.method` selects.
+  [[nodiscard]] bool empty() const noexcept { return !builtin_ && !integral_; }
+  /// The equivalent selector of a built-in object (its constraints are the stage's), else none.
+  [[nodiscard]] const std::optional<balance_options>& builtin() const noexcept { return builtin_; }
+  /// Holds the application's own balancer.
+  [[nodiscard]] bool custom() const noexcept { return static_cast<bool>(integral_); }
+  /// The built-in's name, or the name given with the application's balancer.
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+
+  /// Runs the application's balancer. Precondition: `custom()`.
+  balancer_plan operator()(const balance_problem<detail::cost_ref<std::int64_t>>& p) const {
+    return integral_(p);
+  }
+  balancer_plan operator()(const balance_problem<detail::cost_ref<double>>& p) const {
+    return floating_(p);
+  }
+
+ private:
+  std::optional<balance_options> builtin_;
+  std::function<balancer_plan(const balance_problem<detail::cost_ref<std::int64_t>>&)> integral_;
+  std::function<balancer_plan(const balance_problem<detail::cost_ref<double>>&)> floating_;
+  std::string name_;
+};
+
 /// One encoder stage (one modality).
 struct encoder_stage {
   std::string name;               ///< e.g. "vision", "audio"; unique, non-empty
@@ -114,6 +179,9 @@ struct encoder_stage {
   /// Balancer and constraints (per-rank cap, item counts) of this stage. With
   /// `algorithm::locality` and an empty `node_of_rank`, the planner fills in the topology's.
   balance_options options{};
+  /// A balancer object instead of `options.method` (a built-in type or the application's own);
+  /// `options.limits` still apply. Empty by default.
+  stage_balancer balancer{};
   mapping_method mapping = mapping_method::transport;  ///< bins → ranks
   std::int64_t input_row_bytes = 0;   ///< bytes of one encoder input row (a patch, a mel frame)
   std::int64_t output_row_bytes = 0;  ///< bytes of one encoder output row (one LLM token)
@@ -125,9 +193,26 @@ struct llm_stage {
   stage_cost cost{};                ///< cost of a sample from its sequence length
   padding_policy policy = packed;
   balance_options options{};
+  stage_balancer balancer{};  ///< as `encoder_stage::balancer`
   mapping_method mapping = mapping_method::transport;
   std::int64_t text_row_bytes = 0;  ///< bytes of one text token row (e.g. id + label = 8)
 };
+
+namespace detail {
+
+/// The balancer configuration a stage runs: its `options`, or a built-in balancer object's
+/// equivalent selector with the stage's limits. (With the application's balancer, only the
+/// limits of the result are used.)
+template <class Stage>
+balance_options stage_options(const Stage& stage) {
+  if (stage.balancer.custom()) return balance_options{.limits = stage.options.limits};
+  if (!stage.balancer.builtin()) return stage.options;
+  balance_options o = *stage.balancer.builtin();
+  o.limits = stage.options.limits;
+  return o;
+}
+
+}  // namespace detail
 
 /// Everything a trainer declares once. Must be identical on every rank (checked at every
 /// metadata gather through `fingerprint`).
@@ -146,27 +231,14 @@ struct stage_declarations {
   void validate() const {
     auto check_options = [](const std::string& name, const balance_options& o,
                             padding_policy policy) {
-      ORCHMLLM_REQUIRE(o.refine_budget >= -1 && o.exact_node_budget >= 0 &&
-                           o.exact_max_items >= 0,
-                       invalid_argument_error, "stage '", name, "': negative balancer budget");
-      ORCHMLLM_REQUIRE(std::isfinite(o.locality_tolerance) && o.locality_tolerance >= 0,
-                       invalid_argument_error, "stage '", name, "': locality_tolerance ",
-                       o.locality_tolerance, " must be finite and >= 0");
-      ORCHMLLM_REQUIRE(!(packed_only(o.method) && policy.is_padded()),
-                       invalid_argument_error, "stage '", name, "': ", to_string(o.method),
-                       " balances the packed policy only");
-      ORCHMLLM_REQUIRE(!(o.method == algorithm::padded_exact && !policy.is_padded()),
-                       invalid_argument_error, "stage '", name,
-                       "': the padded algorithm needs a padded policy");
+      // d is not known here: node ids are checked for sign, their count by plan_step.
+      detail::check_balance_options(o, policy, -1, detail::concat("stage '", name, "': "));
       ORCHMLLM_REQUIRE(!o.limits.cap || o.limits.cap->limit >= 0, invalid_argument_error,
                        "stage '", name, "': per-rank cap ", o.limits.cap ? o.limits.cap->limit : 0,
                        " is negative");
       ORCHMLLM_REQUIRE(o.limits.min_items >= 0 && o.limits.max_items >= o.limits.min_items,
                        invalid_argument_error, "stage '", name, "': items per rank ",
                        o.limits.min_items, "..", o.limits.max_items, " is not a valid range");
-      for (auto r : o.node_of_rank)
-        ORCHMLLM_REQUIRE(r >= 0, invalid_argument_error, "stage '", name, "': node_of_rank holds ",
-                         r);
     };
     std::vector<std::string_view> names;
     for (const auto& e : encoders) {
@@ -174,13 +246,13 @@ struct stage_declarations {
       ORCHMLLM_REQUIRE(e.input_row_bytes >= 0 && e.output_row_bytes >= 0, invalid_argument_error,
                        "stage '", e.name, "': row widths ", e.input_row_bytes, " and ",
                        e.output_row_bytes, " must be >= 0");
-      check_options(e.name, e.options, e.policy);
+      check_options(e.name, detail::stage_options(e), e.policy);
       names.push_back(e.name);
     }
     ORCHMLLM_REQUIRE(!llm.name.empty(), invalid_argument_error, "the LLM stage has no name");
     ORCHMLLM_REQUIRE(llm.text_row_bytes >= 0, invalid_argument_error, "stage '", llm.name,
                      "': text row width ", llm.text_row_bytes, " must be >= 0");
-    check_options(llm.name, llm.options, llm.policy);
+    check_options(llm.name, detail::stage_options(llm), llm.policy);
     names.push_back(llm.name);
     for (std::size_t i = 0; i < names.size(); ++i)
       for (std::size_t j = i + 1; j < names.size(); ++j)
@@ -191,8 +263,13 @@ struct stage_declarations {
 
 namespace detail {
 
-inline void mix_stage(fnv& f, std::string_view name, const stage_cost& cost,
-                      padding_policy policy, const balance_options& o, mapping_method mapping) {
+template <class Stage>
+void mix_stage(fnv& f, const Stage& stage) {
+  const std::string_view name = stage.name;
+  const stage_cost& cost = stage.cost;
+  const padding_policy policy = stage.policy;
+  const balance_options o = stage_options(stage);
+  const mapping_method mapping = stage.mapping;
   f.mix(name);
   // A cost model is an arbitrary callable: compare it by its values at fixed probe lengths.
   for (std::int64_t l : {0LL, 1LL, 2LL, 3LL, 7LL, 64LL, 100LL, 1000LL, 4096LL, 12345LL, 65536LL,
@@ -223,6 +300,8 @@ inline void mix_stage(fnv& f, std::string_view name, const stage_cost& cost,
   f.mix(static_cast<std::uint64_t>(o.node_of_rank.size()));
   for (auto r : o.node_of_rank) f.mix(static_cast<std::uint64_t>(r));
   f.mix(static_cast<std::uint64_t>(mapping));
+  // Only a stage with the application's balancer mixes more (existing fingerprints stay).
+  if (stage.balancer.custom()) f.mix(stage.balancer.name());
 }
 
 }  // namespace detail
@@ -235,12 +314,11 @@ inline void mix_stage(fnv& f, std::string_view name, const stage_cost& cost,
   detail::fnv f;
   f.mix(static_cast<std::uint64_t>(decl.encoders.size()));
   for (const auto& e : decl.encoders) {
-    detail::mix_stage(f, e.name, e.cost, e.policy, e.options, e.mapping);
+    detail::mix_stage(f, e);
     f.mix(static_cast<std::uint64_t>(e.input_row_bytes));
     f.mix(static_cast<std::uint64_t>(e.output_row_bytes));
   }
-  detail::mix_stage(f, decl.llm.name, decl.llm.cost, decl.llm.policy, decl.llm.options,
-                    decl.llm.mapping);
+  detail::mix_stage(f, decl.llm);
   f.mix(static_cast<std::uint64_t>(decl.llm.text_row_bytes));
   return f.h;
 }
