@@ -3,7 +3,9 @@
 /// The Batch Post-Balancing Dispatcher: assigns every item of a layout to one of the layout's
 /// d ranks so that the largest per-rank load (the makespan, which synchronous data-parallel
 /// training waits for) is as small as possible, under a cost model, a padding policy and
-/// per-rank constraints. One entry point, `balance`, with the algorithm chosen by option.
+/// per-rank constraints. One entry point, `balance`, with the algorithm chosen by option
+/// (`balance_options`, balance/options.hpp) or passed as an object: a built-in type
+/// (balance/balancers.hpp) or the application's own balancer (balance/problem.hpp).
 ///
 /// Algorithms (`algorithm`):
 ///   none       identity: every item stays where it was sampled (baseline).
