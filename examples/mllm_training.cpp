@@ -525,15 +525,10 @@ step_result run_rank(Comm& comm, std::uint64_t seed) {
   const auto samples = make_rank_data(seed, me);
   const auto decl = declarations();
 
-  // Metadata and plan (the same on every rank). Nodes as the communicator sees them.
-  const auto meta = orchmllm::gather_step_metadata(comm, decl, describe(samples));
-  std::vector<rank_t> node_of(static_cast<std::size_t>(d));
-  {
-    const rank_t mine = comm.node();
-    comm.all_gather(reinterpret_cast<const std::byte*>(&mine), sizeof mine,
-                    reinterpret_cast<std::byte*>(node_of.data()));
-  }
-  const orchmllm::topology topo(node_of);
+  // Metadata and plan (the same on every rank). Nodes as the communicator sees them; the
+  // metadata gather checks that the topology matches the communicator.
+  const orchmllm::topology topo = orchmllm::gather_topology(comm);
+  const auto meta = orchmllm::gather_step_metadata(comm, decl, describe(samples), topo);
   const auto step = orchmllm::plan_step(decl, meta, topo);
 
   std::int64_t total_tokens = 0;  // the GLOBAL token count: every sequence position

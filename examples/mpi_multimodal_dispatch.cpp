@@ -253,9 +253,7 @@ int main(int argc, char** argv) {
     };
 
     // Node of every rank, as the communicator sees it (real or faked with --ranks-per-node).
-    std::vector<orchmllm::rank_t> nodes(static_cast<std::size_t>(d));
-    for (orchmllm::rank_t r = 0; r < d; ++r) nodes[static_cast<std::size_t>(r)] = comm.node_of(r);
-    const orchmllm::topology topo(std::move(nodes));
+    const orchmllm::topology topo = orchmllm::gather_topology(comm);
 
     // Cost models as in examples/orchmllm_demo.cpp (bench/common/models.hpp).
     const orchmllm::transformer_flops_cost vit_cost(orchmllm::bench::vit_600m());

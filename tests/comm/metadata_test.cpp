@@ -159,3 +159,29 @@ TEST_CASE("gather_layout: malformed or disagreeing input fails on every rank") {
   expect_failure_everywhere({{1, 2}, {3}, {4, 5, 6}}, {{10, 20}, {30}, {}},
                             {"disagree on whether payload bytes are given", "rank 2"});
 }
+
+TEST_CASE("gather_topology: the communicator's nodes, the same topology on every rank") {
+  for (const rank_t rpn : {0, 1, 2, 3}) {
+    const rank_t d = 7;
+    std::vector<std::optional<orchmllm::topology>> got(static_cast<std::size_t>(d));
+    const orchmllm::link_params links{.inter_bandwidth = 25e9};
+    orchmllm::local::run(
+        d,
+        [&](communicator& comm) {
+          got[static_cast<std::size_t>(comm.rank())] = orchmllm::gather_topology(comm, links);
+        },
+        {.ranks_per_node = rpn, .timeout = 60s});
+    const auto want = orchmllm::topology::uniform(d, rpn, links);
+    for (const auto& t : got) {
+      REQUIRE(t.has_value());
+      CHECK(*t == want);
+      CHECK(orchmllm::fingerprint(*t) == orchmllm::fingerprint(want));
+    }
+  }
+  // The fingerprint sees the node map and the link figures.
+  const auto a = orchmllm::topology::uniform(8, 4);
+  CHECK(orchmllm::fingerprint(a) != orchmllm::fingerprint(orchmllm::topology::uniform(8, 2)));
+  auto b = a;
+  b.links.inter_latency = 11e-6;
+  CHECK(orchmllm::fingerprint(a) != orchmllm::fingerprint(b));
+}

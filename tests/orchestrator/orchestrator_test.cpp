@@ -1136,3 +1136,60 @@ TEST_CASE("bad input: a clear error on every rank, no hang") {
                       kind::infeasible, {"stage 'llm'", "cap of 10"});
   }
 }
+
+TEST_CASE("gather_step_metadata: a topology that does not match the communicator fails everywhere") {
+  const rank_t d = 4;
+  std::mt19937_64 rng(5);
+  const auto decl = random_decl(rng, 1);
+  const auto batches = random_batches(rng, d, 1);
+  // The communicator puts ranks {0,1} and {2,3} on two nodes (ranks_per_node = 2).
+  auto run_with = [&](auto make_topology) {
+    std::vector<std::string> errors(static_cast<std::size_t>(d));
+    std::vector<int> ok(static_cast<std::size_t>(d), 0);
+    orchmllm::local::run(
+        d,
+        [&](orchmllm::local::communicator& comm) {
+          const auto r = static_cast<std::size_t>(comm.rank());
+          try {
+            const orchmllm::topology topo = make_topology(comm);
+            const auto meta = orchmllm::gather_step_metadata(comm, decl, batches[r], topo);
+            (void)orchmllm::plan_step(decl, meta, topo);
+            ok[r] = 1;
+          } catch (const orchmllm::invalid_argument_error& e) {
+            errors[r] = e.what();
+          }
+          // The group is still usable.
+          (void)orchmllm::gather_step_metadata(comm, decl, batches[r]);
+        },
+        {.ranks_per_node = 2, .timeout = 30s});
+    return std::make_pair(ok, errors);
+  };
+  SUBCASE("gathered: accepted") {
+    const auto [ok, errors] = run_with([](auto& comm) { return orchmllm::gather_topology(comm); });
+    for (const int o : ok) CHECK(o == 1);
+  }
+  SUBCASE("another node split") {
+    const auto [ok, errors] =
+        run_with([](auto&) { return orchmllm::topology(std::vector<rank_t>{0, 0, 0, 1}); });
+    for (const auto& e : errors) {
+      CHECK(e == errors[0]);
+      CHECK(e.find("rank 2 is on node 1 of the communicator but on node 0 of the topology") !=
+            std::string::npos);
+    }
+  }
+  SUBCASE("another size") {
+    const auto [ok, errors] = run_with([](auto&) { return orchmllm::topology::uniform(8, 2); });
+    for (const auto& e : errors)
+      CHECK(e.find("the topology has 8 ranks but the communicator 4") != std::string::npos);
+  }
+  SUBCASE("ranks disagree") {
+    const auto [ok, errors] = run_with([](auto& comm) {
+      auto t = orchmllm::topology::uniform(4, 2);
+      if (comm.rank() == 3) t.links.inter_bandwidth = 1e9;
+      return t;
+    });
+    for (const auto& e : errors)
+      CHECK(e.find("rank 3 passed another topology than rank 0") != std::string::npos);
+  }
+}
+

@@ -1,6 +1,7 @@
 #pragma once
 /// @file metadata.hpp
-/// Metadata exchange: every rank's local item list → the global batch layout, on every rank.
+/// Metadata exchange: every rank's local item list → the global batch layout, on every rank;
+/// and the communicator's cluster shape → the `topology` the planner reads.
 ///
 /// Step 1 of batch post-balancing: each rank publishes the lengths (and optionally payload
 /// bytes) of the items it sampled; afterwards every rank holds the same `batch_layout` and can
@@ -15,6 +16,7 @@
 #include "orchmllm/comm/communicator.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
+#include "orchmllm/topology/topology.hpp"
 
 namespace orchmllm {
 
@@ -80,6 +82,21 @@ batch_layout gather_layout(Comm& comm, std::span<const std::int64_t> lengths,
   std::vector<std::int64_t> global_bytes;
   if (has_bytes) global_bytes = gather(bytes);
   return batch_layout(std::move(offsets), std::move(global_lengths), std::move(global_bytes));
+}
+
+/// Collective: the communicator's cluster shape as a `topology` (every rank's `node()`, one
+/// all-gather of 4 bytes per rank), with the given link figures. Every rank gets the same
+/// topology; it matches the communicator by construction, which `gather_step_metadata` checks.
+/// O(d). Throws `invalid_argument_error` (on every rank alike) when the communicator numbers
+/// its nodes otherwise than in order of their lowest rank, or for invalid link figures; what
+/// the communicator throws.
+template <communicator Comm>
+topology gather_topology(Comm& comm, const link_params& links = {}) {
+  const std::int32_t mine = comm.node();
+  std::vector<std::int32_t> all(static_cast<std::size_t>(comm.size()));
+  comm.all_gather(reinterpret_cast<const std::byte*>(&mine),
+                  static_cast<std::int64_t>(sizeof mine), reinterpret_cast<std::byte*>(all.data()));
+  return topology(std::vector<rank_t>(all.begin(), all.end()), links);
 }
 
 }  // namespace orchmllm

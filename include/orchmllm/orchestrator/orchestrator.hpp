@@ -63,6 +63,7 @@
 
 #include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/comm/communicator.hpp"
+#include "orchmllm/comm/metadata.hpp"
 #include "orchmllm/config.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
@@ -378,19 +379,11 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
 }
 #endif
 
-/// Collective: gathers every rank's `local_batch` into the step's global metadata, identical on
-/// every rank, and checks that every rank declared the same stages.
-///
-/// One all-gather of a 48-byte record per rank (declaration fingerprint, counts, local fault)
-/// and one all-gatherv of 1 + 5 int64 per sample and sub-item. Deterministic.
-///
-/// Throws, on every rank alike (all decide from the same gathered records, so no rank is left
-/// waiting): `invalid_argument_error` naming the first rank whose declarations differ from
-/// rank 0's, or whose batch is malformed (negative counts, a modality outside [0, K), a
-/// parent sample that does not exist); what the communicator throws.
+namespace detail {
+
 template <communicator Comm>
 step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
-                                   const local_batch& local) {
+                                   const local_batch& local, const topology* topo) {
   const auto d = static_cast<std::size_t>(comm.size());
   const int kc = decl.num_encoders();
   struct record {
@@ -400,14 +393,23 @@ step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
     std::int64_t fault;
     std::int64_t where;
     std::int64_t value;
+    std::uint64_t topology_fp;   // 0: no topology given
+    std::int64_t topology_ranks;  // -1: no topology given
+    std::int64_t topology_node;   // this rank's node in the topology (-1: none or out of range)
+    std::int64_t comm_node;       // this rank's node as the communicator sees it
   };
   const auto f = detail::check_local_batch(local, kc);
+  const rank_t me = comm.rank();
   const record mine{fingerprint(decl),
                     static_cast<std::int64_t>(local.text_tokens.size()),
                     static_cast<std::int64_t>(local.sub_items.size()),
                     static_cast<std::int64_t>(f.fault),
                     f.where,
-                    f.value};
+                    f.value,
+                    topo ? fingerprint(*topo) : 0,
+                    topo ? topo->num_ranks() : -1,
+                    topo && me >= 0 && me < topo->num_ranks() ? topo->node_of(me) : -1,
+                    comm.node()};
   std::vector<record> all(d);
   comm.all_gather(reinterpret_cast<const std::byte*>(&mine), static_cast<std::int64_t>(sizeof mine),
                   reinterpret_cast<std::byte*>(all.data()));
@@ -415,6 +417,18 @@ step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
     ORCHMLLM_REQUIRE(all[r].fingerprint == all[0].fingerprint, invalid_argument_error, "rank ", r,
                      " declared other stages than rank 0 (declaration fingerprints ",
                      all[r].fingerprint, " and ", all[0].fingerprint, ")");
+    ORCHMLLM_REQUIRE(all[r].topology_fp == all[0].topology_fp, invalid_argument_error, "rank ",
+                     r, " passed another topology than rank 0 (or passed one where rank 0 did not)");
+    if (all[r].topology_ranks >= 0) {
+      ORCHMLLM_REQUIRE(all[r].topology_ranks == static_cast<std::int64_t>(d),
+                       invalid_argument_error, "the topology has ", all[r].topology_ranks,
+                       " ranks but the communicator ", d,
+                       " (build it with gather_topology(comm, links))");
+      ORCHMLLM_REQUIRE(all[r].topology_node == all[r].comm_node, invalid_argument_error, "rank ",
+                       r, " is on node ", all[r].comm_node, " of the communicator but on node ",
+                       all[r].topology_node,
+                       " of the topology (build it with gather_topology(comm, links))");
+    }
     ORCHMLLM_REQUIRE(all[r].fault == 0, invalid_argument_error, "rank ", r, ": ",
                      detail::describe(static_cast<detail::batch_fault>(all[r].fault),
                                       all[r].where, all[r].value, kc));
@@ -457,6 +471,37 @@ step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
     detail::append_rank(m, b);
   }
   return m;
+}
+
+}  // namespace detail
+
+/// Collective: gathers every rank's `local_batch` into the step's global metadata, identical on
+/// every rank, and checks that every rank declared the same stages.
+///
+/// One all-gather of an 80-byte record per rank (declaration fingerprint, counts, local fault,
+/// topology check) and one all-gatherv of 1 + 5 int64 per sample and sub-item. Deterministic.
+///
+/// Throws, on every rank alike (all decide from the same gathered records, so no rank is left
+/// waiting): `invalid_argument_error` naming the first rank whose declarations differ from
+/// rank 0's, or whose batch is malformed (negative counts, a modality outside [0, K), a
+/// parent sample that does not exist); what the communicator throws.
+template <communicator Comm>
+step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
+                                   const local_batch& local) {
+  return detail::gather_step_metadata(comm, decl, local, nullptr);
+}
+
+/// The same, and checks in the same all-gather that `topo` (what `plan_step` will map onto)
+/// matches the communicator: every rank passes the same topology (fingerprint), with
+/// `comm.size()` ranks, and every rank sits on the topology's node that the communicator puts
+/// it on (both number nodes in order of their lowest rank). A topology built by hand for
+/// another cluster shape would otherwise be accepted and route bytes over the wrong links.
+/// Throws, on every rank alike, `invalid_argument_error` naming the rank and both node numbers
+/// (or both sizes), and what the overload above throws.
+template <communicator Comm>
+step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
+                                   const local_batch& local, const topology& topo) {
+  return detail::gather_step_metadata(comm, decl, local, &topo);
 }
 
 }  // namespace orchmllm

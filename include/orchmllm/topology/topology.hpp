@@ -15,6 +15,7 @@
 
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
+#include "orchmllm/detail/core/fnv.hpp"
 
 namespace orchmllm {
 
@@ -142,5 +143,17 @@ class topology {
   std::vector<rank_t> node_offsets_;
   std::vector<rank_t> members_;
 };
+
+/// 64-bit fingerprint of a topology: every rank's node and the link figures (their bit
+/// patterns). Equal topologies give equal fingerprints on every platform. O(d), never throws.
+[[nodiscard]] inline std::uint64_t fingerprint(const topology& t) noexcept {
+  detail::fnv f;
+  f.mix(static_cast<std::uint64_t>(t.num_ranks()));
+  for (const rank_t m : t.node_map()) f.mix(static_cast<std::uint64_t>(m));
+  for (const double x : {t.links.intra_bandwidth, t.links.intra_latency, t.links.inter_bandwidth,
+                         t.links.inter_latency})
+    f.mix_double(x);
+  return f.h;
+}
 
 }  // namespace orchmllm
