@@ -274,7 +274,7 @@ int main(int argc, char** argv) {
       std::printf("OrchMLLM multimodal dispatch over MPI: %d ranks on %d nodes, %lld samples per "
                   "rank (seed %llu), schedule %s\n\n",
                   d, topo.num_nodes(), static_cast<long long>(a.samples_per_rank),
-                  static_cast<unsigned long long>(a.seed), orchmllm::to_string(a.sched));
+                  static_cast<unsigned long long>(a.seed), orchmllm::to_string(a.sched).data());
       std::printf("%-7s %-19s %6s %9s %9s %10s %10s %-9s %9s %9s %8s %8s\n", "stage", "row",
                   "items", "MiB", "local", "intra-node", "inter-node", "schedule", "pred. ms",
                   "meas. ms", "imb.bef", "imb.aft");
@@ -284,7 +284,7 @@ int main(int argc, char** argv) {
                     stages[i].name, stages[i].payload, static_cast<long long>(r.items),
                     mib(r.bytes).c_str(), mib(r.placed.local_bytes).c_str(),
                     mib(r.placed.intra_node_bytes).c_str(),
-                    mib(r.placed.inter_node_bytes).c_str(), orchmllm::to_string(r.used),
+                    mib(r.placed.inter_node_bytes).c_str(), orchmllm::to_string(r.used).data(),
                     1e3 * r.predicted, 1e3 * r.measured, r.imbalance_before, r.imbalance_after);
       }
       std::printf(

@@ -6,11 +6,11 @@
 //
 // Families (all end to end through orchmllm::balance unless said otherwise):
 //   BM_none        identity plan (baseline: the imbalance as sampled)
-//   BM_lpt         algorithm::lpt
-//   BM_lpt_refine  algorithm::lpt with balance_options::refine
-//   BM_kk          algorithm::kk
-//   BM_auto        algorithm::automatic
-//   BM_padded      algorithm::padded_exact under the padded policy (count × cost of the longest)
+//   BM_lpt         balance_method::lpt
+//   BM_lpt_refine  balance_method::lpt with balance_options::refine
+//   BM_kk          balance_method::kk
+//   BM_auto        balance_method::automatic
+//   BM_padded      balance_method::padded_exact, padded policy (count × cost of the longest)
 //   BM_sort_heap   NOT the library: copy the costs, sort descending, one binary-heap pass that
 //                  gives each cost to the least-loaded rank — the bare cost of LPT without the
 //                  façade (no cost evaluation, ids, plan, statistics). The time targets
@@ -111,7 +111,8 @@ void set_quality_counters(benchmark::State& state, const batch_layout& layout,
 }
 
 /// Times `balance` cycling through the row's inputs; the quality counters are those of seed 1.
-void run_balance(benchmark::State& state, algorithm method, bool refine, padding_policy policy) {
+void run_balance(benchmark::State& state, balance_method method, bool refine,
+                 padding_policy policy) {
   const auto layouts = inputs_of(state);
   balance_options opt;
   opt.method = method;
@@ -128,12 +129,12 @@ void run_balance(benchmark::State& state, algorithm method, bool refine, padding
                        policy);
 }
 
-void BM_none(benchmark::State& s) { run_balance(s, algorithm::none, false, packed); }
-void BM_lpt(benchmark::State& s) { run_balance(s, algorithm::lpt, false, packed); }
-void BM_lpt_refine(benchmark::State& s) { run_balance(s, algorithm::lpt, true, packed); }
-void BM_kk(benchmark::State& s) { run_balance(s, algorithm::kk, false, packed); }
-void BM_auto(benchmark::State& s) { run_balance(s, algorithm::automatic, false, packed); }
-void BM_padded(benchmark::State& s) { run_balance(s, algorithm::padded_exact, false, padded); }
+void BM_none(benchmark::State& s) { run_balance(s, balance_method::none, false, packed); }
+void BM_lpt(benchmark::State& s) { run_balance(s, balance_method::lpt, false, packed); }
+void BM_lpt_refine(benchmark::State& s) { run_balance(s, balance_method::lpt, true, packed); }
+void BM_kk(benchmark::State& s) { run_balance(s, balance_method::kk, false, packed); }
+void BM_auto(benchmark::State& s) { run_balance(s, balance_method::automatic, false, packed); }
+void BM_padded(benchmark::State& s) { run_balance(s, balance_method::padded_exact, false, padded); }
 
 // ---------------------------------------------------------------------------------------------
 // Baselines: the bare sort + heap pass.
@@ -410,9 +411,9 @@ void BM_target_time(benchmark::State& state) {
   const auto& layout = input(state.range(0), state.range(1));
   const auto costs = costs_of(layout);
   balance_options lpt_opt;
-  lpt_opt.method = algorithm::lpt;
+  lpt_opt.method = balance_method::lpt;
   balance_options auto_opt;
-  auto_opt.method = algorithm::automatic;
+  auto_opt.method = balance_method::automatic;
   double t_base = 0, t_lpt = 0, t_auto = 0;
   balance_result<cost_t> r_auto;
   for (auto _ : state) {
@@ -445,7 +446,7 @@ void BM_target_time(benchmark::State& state) {
 void BM_target_quality(benchmark::State& state) {
   const auto d = state.range(0), k = state.range(1);
   balance_options opt;
-  opt.method = algorithm::automatic;
+  opt.method = balance_method::automatic;
   {
     const auto& layout = input(d, k);
     for (auto _ : state) {
@@ -460,9 +461,9 @@ void BM_target_quality(benchmark::State& state) {
     const auto layout = bench::lognormal_layout(d, k, bench::lognormal_spec{}, seed);
     balance_options o = opt;
     const auto ra = balance(layout, k_cost, packed, o);
-    o.method = algorithm::lpt;
+    o.method = balance_method::lpt;
     const auto rl = balance(layout, k_cost, packed, o);
-    o.method = algorithm::kk;
+    o.method = balance_method::kk;
     const auto rk = balance(layout, k_cost, packed, o);
     worst_lpt = std::max(worst_lpt, ra.makespan / rl.makespan);
     worst_kk = std::max(worst_kk, ra.makespan / rk.makespan);

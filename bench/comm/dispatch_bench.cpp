@@ -199,7 +199,7 @@ void BM_schedule(benchmark::State& state) {
     return;
   }
   replay(state, m.dispatch);
-  state.SetLabel(orchmllm::to_string(sched));
+  state.SetLabel(std::string(orchmllm::to_string(sched)));
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * per_rank * d);
   state.counters["predicted_seconds"] = m.report.predicted_seconds;
   state.counters["predicted_direct_seconds"] = m.predicted_direct;

@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
     if (world_rank == 0) {
       std::printf("orchmllm::dispatch vs MPI_Alltoallv: %d ranks on %d nodes, schedule %s, "
                   "median of %d runs (slowest rank per run)\n",
-                  d, comm.num_nodes(), orchmllm::to_string(o.sched), o.repeat);
+                  d, comm.num_nodes(), orchmllm::to_string(o.sched).data(), o.repeat);
       std::printf("%-10s %-9s %11s %11s %11s %11s %9s %9s %s\n", "per rank", "used",
                   "dispatch ms", "execute ms", "combine ms", "a2av ms", "disp/a2av",
                   "exec/a2av", "verified");
@@ -156,7 +156,7 @@ int main(int argc, char** argv) {
       if (world_rank == 0) {
         const double a2a = s.alltoallv_seconds.value_or(0.0);
         std::printf("%-10s %-9s %11.3f %11.3f %11.3f %11.3f %9.3f %9.3f %s\n",
-                    human_bytes(size).c_str(), orchmllm::to_string(s.used),
+                    human_bytes(size).c_str(), orchmllm::to_string(s.used).data(),
                     1e3 * s.dispatch_seconds, 1e3 * s.execute_seconds, 1e3 * s.combine_seconds,
                     1e3 * a2a, a2a > 0 ? s.dispatch_seconds / a2a : 0.0,
                     a2a > 0 ? s.execute_seconds / a2a : 0.0, s.verified ? "yes" : "NO");

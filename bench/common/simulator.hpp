@@ -332,21 +332,21 @@ inline stage_declarations make_declarations(const model_config& model, scenario 
   mapping_method enc_map = mapping_method::identity, llm_map = mapping_method::identity;
   switch (which) {
     case scenario::none:
-      enc.method = llm.method = algorithm::none;
+      enc.method = llm.method = balance_method::none;
       break;
     case scenario::llm_only:
-      enc.method = algorithm::none;
-      llm.method = algorithm::automatic;
+      enc.method = balance_method::none;
+      llm.method = balance_method::automatic;
       break;
     case scenario::per_stage:
-      enc.method = llm.method = algorithm::automatic;
+      enc.method = llm.method = balance_method::automatic;
       break;
     case scenario::full:
-      enc.method = llm.method = algorithm::automatic;
+      enc.method = llm.method = balance_method::automatic;
       enc_map = llm_map = mapping_method::transport;
       break;
     case scenario::beyond:
-      enc.method = llm.method = algorithm::locality;
+      enc.method = llm.method = balance_method::locality;
       enc.locality_tolerance = llm.locality_tolerance = 0.001;
       enc_map = llm_map = mapping_method::bottleneck;
       break;

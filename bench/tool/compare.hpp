@@ -56,24 +56,25 @@ namespace detail {
 /// One algorithm configuration `compare` runs.
 struct compare_variant {
   const char* name;
-  algorithm method;
+  balance_method method;
   bool refine;
 };
 
 inline constexpr compare_variant compare_variants[] = {
-    {"none", algorithm::none, false},     {"lpt", algorithm::lpt, false},
-    {"lpt+refine", algorithm::lpt, true}, {"kk", algorithm::kk, false},
-    {"kk+refine", algorithm::kk, true},   {"kk-equal", algorithm::kk_equal, false},
-    {"kk-equal+refine", algorithm::kk_equal, true}, {"exact", algorithm::exact, false},
-    {"padded", algorithm::padded_exact, false}, {"auto", algorithm::automatic, false},
+    {"none", balance_method::none, false},     {"lpt", balance_method::lpt, false},
+    {"lpt+refine", balance_method::lpt, true}, {"kk", balance_method::kk, false},
+    {"kk+refine", balance_method::kk, true},   {"kk-equal", balance_method::kk_equal, false},
+    {"kk-equal+refine", balance_method::kk_equal, true}, {"exact", balance_method::exact, false},
+    {"padded", balance_method::padded_exact, false}, {"auto", balance_method::automatic, false},
 };
 
 /// Why a variant does not apply to the problem, or "" when it does.
 inline std::string not_applicable(const compare_variant& v, const problem& p) {
   if (packed_only(v.method) && p.policy.is_padded())
     return "needs --policy packed";
-  if (v.method == algorithm::padded_exact && !p.policy.is_padded()) return "needs --policy padded";
-  if (v.method == algorithm::exact && p.layout.num_items() > compare_exact_max_items)
+  if (v.method == balance_method::padded_exact && !p.policy.is_padded())
+    return "needs --policy padded";
+  if (v.method == balance_method::exact && p.layout.num_items() > compare_exact_max_items)
     return "n = " + std::to_string(p.layout.num_items()) + " > " +
            std::to_string(compare_exact_max_items) + " items";
   return "";
@@ -176,7 +177,7 @@ inline int run_compare(const parsed_args& args, std::ostream& out, std::ostream&
                              detail::format_fixed(s.imbalance_after, 6),
                              std::to_string(s.items_moved),
                              detail::format_fixed(seconds, 6)};
-                if (v.method == algorithm::automatic)
+                if (v.method == balance_method::automatic)
                   row.note = "used " + std::string(to_string(result.used));
                 if (result.proven_optimal)
                   row.note += (row.note.empty() ? "" : ", ") + std::string("proven optimal");
@@ -193,7 +194,7 @@ inline int run_compare(const parsed_args& args, std::ostream& out, std::ostream&
                     .add("proven_optimal", result.proven_optimal)
                     .add("items_moved", s.items_moved);
               } catch (const orchmllm::error& e) {
-                if (v.method == algorithm::automatic) auto_failure = std::current_exception();
+                if (v.method == balance_method::automatic) auto_failure = std::current_exception();
                 row.cells = {v.name, "failed"};
                 row.note = "failed: " + tool::detail::one_line(e.message());
                 j.add("status", "failed").add("reason", tool::detail::one_line(e.message()));

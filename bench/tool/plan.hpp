@@ -172,7 +172,7 @@ inline mapped_plan map_for_tool(const rearrangement& binned, std::span<const std
 /// Returns the exit code (see command.hpp).
 inline int run_plan(const parsed_args& args, std::ostream& out, std::ostream& err) {
   return guarded(plan_command(), err, [&] {
-    const algorithm requested = parse_algorithm_flag(args);
+    const balance_method requested = parse_algorithm_flag(args);
     // Plain variables, not a structured binding: the visitor lambda below captures them.
     const auto mapping_flags = parse_mapping_flags(args);
     const rank_t gpus_per_node = mapping_flags.first;
@@ -191,7 +191,7 @@ inline int run_plan(const parsed_args& args, std::ostream& out, std::ostream& er
     options.method = requested;
     options.limits = p.limits;
     options.locality_tolerance = tolerance;
-    if (requested == algorithm::locality)
+    if (requested == balance_method::locality)
       options.node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
 
     std::string line;

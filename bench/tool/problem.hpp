@@ -126,7 +126,7 @@ inline constraints parse_constraints(const parsed_args& args) {
 }
 
 /// Parses --algorithm (default auto). Throws usage_error naming the value.
-inline algorithm parse_algorithm_flag(const parsed_args& args) {
+inline balance_method parse_algorithm_flag(const parsed_args& args) {
   const std::string name = args.get("algorithm").value_or("auto");
   try {
     return parse_algorithm(name);

@@ -3,7 +3,7 @@
 // Input: d ranks × 64 items per rank, lengths LN(mu 7, sigma 1) clipped to [16, 32768]
 // (bench/common/workload.hpp, seed 1); bytes = 4096 per token (lognormal bytes); topology of
 // consecutive nodes of 8 GPUs. Two kinds of binned plan:
-//   lpt:   the balancer's plan (algorithm::lpt, cost l + 1e-4·l²): bins mix items from all
+//   lpt:   the balancer's plan (balance_method::lpt, cost l + 1e-4·l²): bins mix items from all
 //          over the cluster, the usual case after balancing;
 //   local: each item stays on its rank with probability 1/2, otherwise goes to a uniformly
 //          random rank (seed 1): a plan with much locality for the mapping to find.
@@ -82,7 +82,7 @@ input make_input(rank_t d, bool local) {
     binned = rearrangement::from_destinations(off, dst, d);
   } else {
     balance_options opt;
-    opt.method = algorithm::lpt;
+    opt.method = balance_method::lpt;
     binned = balance(layout, quadratic_cost{0.0, 1.0, 1e-4}, packed, opt).plan;
   }
   return {std::move(binned), std::move(bytes), topology::uniform(d, k_gpus_per_node)};
@@ -143,7 +143,7 @@ vision_input make_vision(rank_t d) {
 balance_options row_options(const vision_input& in, row r) {
   balance_options opt;
   if (r == row::locality) {
-    opt.method = algorithm::locality;
+    opt.method = balance_method::locality;
     opt.node_of_rank.assign(in.topo.node_map().begin(), in.topo.node_map().end());
   }
   return opt;

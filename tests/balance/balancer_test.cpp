@@ -74,7 +74,7 @@ bool at_most(Cost a, double bound) {
   return static_cast<double>(a) <= bound * (1 + 1e-12) + 1e-9;
 }
 
-balance_options with(algorithm method, const constraints& lim = {}) {
+balance_options with(balance_method method, const constraints& lim = {}) {
   balance_options o;
   o.method = method;
   o.limits = lim;
@@ -130,23 +130,23 @@ void check_small_instance(std::mt19937_64& rng, const batch_layout& layout, cons
     // Unconstrained.
     const auto bf = brute_force(layout, d, cost, policy);
     REQUIRE(bf.has_value());
-    const auto ex = balance(layout, cost, policy, with(algorithm::exact));
+    const auto ex = balance(layout, cost, policy, with(balance_method::exact));
     CHECK(same_cost(ex.makespan, *bf));
     CHECK(ex.proven_optimal);
-    const auto au = balance(layout, cost, policy, with(algorithm::automatic));
+    const auto au = balance(layout, cost, policy, with(balance_method::automatic));
     CHECK(at_most(au.makespan, lpt_ratio * static_cast<double>(*bf)));
     if (au.proven_optimal) CHECK(same_cost(au.makespan, *bf));
     if (policy.is_padded()) {
-      const auto pd = balance(layout, cost, policy, with(algorithm::padded_exact));
+      const auto pd = balance(layout, cost, policy, with(balance_method::padded_exact));
       CHECK(pd.makespan == *bf);  // a product, so exact even for floating costs
       CHECK(pd.proven_optimal);
       CHECK(au.makespan == *bf);
     } else {
       ++t.packed_instances;
       if (same_cost(au.makespan, *bf)) ++t.auto_optimal;
-      const auto lp = balance(layout, cost, policy, with(algorithm::lpt));
+      const auto lp = balance(layout, cost, policy, with(balance_method::lpt));
       CHECK(at_most(lp.makespan, lpt_ratio * static_cast<double>(*bf)));
-      const auto kk = balance(layout, cost, policy, with(algorithm::kk));
+      const auto kk = balance(layout, cost, policy, with(balance_method::kk));
       CHECK(at_most(kk.makespan, 2.0 * static_cast<double>(*bf)));
     }
 
@@ -158,8 +158,8 @@ void check_small_instance(std::mt19937_64& rng, const batch_layout& layout, cons
     CAPTURE(lim.cap ? lim.cap->limit : -1);
     const auto bc = brute_force(layout, d, cost, policy, lim);
     ++(bc ? t.constrained_feasible : t.constrained_infeasible);
-    std::vector<algorithm> methods{algorithm::exact, algorithm::automatic};
-    if (policy.is_padded()) methods.push_back(algorithm::padded_exact);
+    std::vector<balance_method> methods{balance_method::exact, balance_method::automatic};
+    if (policy.is_padded()) methods.push_back(balance_method::padded_exact);
     for (const auto method : methods) {
       CAPTURE(to_string(method));
       if (!bc) {
@@ -170,7 +170,7 @@ void check_small_instance(std::mt19937_64& rng, const batch_layout& layout, cons
       const auto e = figures(layout, r.plan.dst_ranks(), d, cost, policy);
       CHECK(honours(e, lim));
       CHECK(max_of(e.load) == r.makespan);
-      if (method != algorithm::automatic) {
+      if (method != balance_method::automatic) {
         CHECK(same_cost(r.makespan, *bc));
         CHECK(r.proven_optimal);
       }
@@ -219,9 +219,9 @@ TEST_CASE("balance: padded is optimal with ties, zero lengths and rounding to a 
       const auto policy = padded_to_multiple(k);
       const linear_cost lin{1};
       const quadratic_cost q{1.0, 0.5, 0.25};
-      CHECK(balance(layout, lin, policy, with(algorithm::padded_exact)).makespan ==
+      CHECK(balance(layout, lin, policy, with(balance_method::padded_exact)).makespan ==
             brute_force(layout, d, lin, policy));
-      CHECK(balance(layout, q, policy, with(algorithm::padded_exact)).makespan ==
+      CHECK(balance(layout, q, policy, with(balance_method::padded_exact)).makespan ==
             brute_force(layout, d, q, policy));
     }
   }
@@ -238,10 +238,10 @@ void check_invariants(std::mt19937_64& rng, const batch_layout& layout, const C&
                       padding_policy policy, int& infeasible) {
   const rank_t d = layout.num_ranks();
   const std::int64_t n = layout.num_items();
-  std::vector<algorithm> methods{algorithm::lpt, algorithm::automatic};
-  methods.push_back(policy.is_padded() ? algorithm::padded_exact : algorithm::kk);
-  if (n <= 12) methods.push_back(algorithm::exact);
-  const algorithm method = methods[static_cast<std::size_t>(
+  std::vector<balance_method> methods{balance_method::lpt, balance_method::automatic};
+  methods.push_back(policy.is_padded() ? balance_method::padded_exact : balance_method::kk);
+  if (n <= 12) methods.push_back(balance_method::exact);
+  const balance_method method = methods[static_cast<std::size_t>(
       uniform(rng, 0, static_cast<std::int64_t>(methods.size()) - 1))];
   balance_options o = with(method);
   o.exact_node_budget = 20'000;  // keeps the debug build fast; optimality is tested above
@@ -294,7 +294,7 @@ void check_invariants(std::mt19937_64& rng, const batch_layout& layout, const C&
   CHECK(r.lower_bound == s.lower_bound);
   CHECK(r.lower_bound == makespan_lower_bound(layout, d, cost, policy, o.limits));
   CHECK(static_cast<double>(r.makespan) >= static_cast<double>(r.lower_bound) * (1 - 1e-12));
-  CHECK(r.used != algorithm::automatic);
+  CHECK(r.used != balance_method::automatic);
   if (o.limits.cap) {
     CHECK((o.limits.cap->what == capacity::measure::tokens ? s.max_tokens : s.max_bytes) <=
           o.limits.cap->limit);
@@ -307,10 +307,10 @@ void check_invariants(std::mt19937_64& rng, const batch_layout& layout, const C&
   CHECK(again.makespan == r.makespan);
   CHECK(again.used == r.used);
   // auto is never worse than lpt or kk alone.
-  if (method == algorithm::automatic && !o.limits.any()) {
-    CHECK(r.makespan <= balance(layout, cost, policy, with(algorithm::lpt)).makespan);
+  if (method == balance_method::automatic && !o.limits.any()) {
+    CHECK(r.makespan <= balance(layout, cost, policy, with(balance_method::lpt)).makespan);
     if (!policy.is_padded())
-      CHECK(r.makespan <= balance(layout, cost, policy, with(algorithm::kk)).makespan);
+      CHECK(r.makespan <= balance(layout, cost, policy, with(balance_method::kk)).makespan);
   }
   // Plan algebra.
   const auto id_src = rearrangement::identity(layout.offsets());
@@ -326,7 +326,7 @@ void check_invariants(std::mt19937_64& rng, const batch_layout& layout, const C&
   const batch_layout layout2(
       std::vector<std::int64_t>(p.dst_offsets().begin(), p.dst_offsets().end()), lengths2,
       orchmllm::apply(p, bytes));
-  const auto q = balance(layout2, cost, policy, with(algorithm::lpt)).plan;
+  const auto q = balance(layout2, cost, policy, with(balance_method::lpt)).plan;
   CHECK(p.dst_offsets().size() == q.src_offsets().size());
   const auto qp = compose(q, p);
   CHECK(qp.inverse() == compose(p.inverse(), q.inverse()));
@@ -366,8 +366,8 @@ TEST_CASE("balance: padded on a large batch meets its bound checks and beats lpt
   const batch_layout layout = skewed_layout(rng, 512, 16, false);
   const quadratic_cost q{0.0, 1.0, 1.0 / 512};
   for (const auto policy : {padded, padded_to_multiple(64)}) {
-    const auto pd = balance(layout, q, policy, with(algorithm::padded_exact));
-    const auto lp = balance(layout, q, policy, with(algorithm::lpt));
+    const auto pd = balance(layout, q, policy, with(balance_method::padded_exact));
+    const auto lp = balance(layout, q, policy, with(balance_method::lpt));
     CHECK(pd.proven_optimal);
     CHECK(pd.makespan <= lp.makespan);
     CHECK(pd.makespan >= pd.lower_bound);
@@ -545,7 +545,7 @@ TEST_CASE("constrained_first_fit: large inputs with a tight cap and max_items st
     MESSAGE("first fit ", (policy.is_padded() ? "padded" : "packed"), " ratio to bound ",
             detail::assignment_makespan(p.in, q, *r) / lb);
     // Through the façade (lpt or padded first, then this fallback if needed).
-    const auto b = balance(layout, q, policy, with(algorithm::automatic, lim));
+    const auto b = balance(layout, q, policy, with(balance_method::automatic, lim));
     CHECK(honours(figures(layout, b.plan.dst_ranks(), d, q, policy), lim));
   }
 }
@@ -557,8 +557,9 @@ TEST_CASE("constrained_first_fit: large inputs with a tight cap and max_items st
 TEST_CASE("balance: bad options raise invalid_argument_error") {
   const auto layout = batch_layout::from_ranks({{5, 3}, {8}, {1, 1, 1}});
   const linear_cost lin{1};
-  CHECK_THROWS_AS(balance(layout, lin, padded, with(algorithm::kk)), invalid_argument_error);
-  CHECK_THROWS_AS(balance(layout, lin, packed, with(algorithm::padded_exact)), invalid_argument_error);
+  CHECK_THROWS_AS(balance(layout, lin, padded, with(balance_method::kk)), invalid_argument_error);
+  CHECK_THROWS_AS(balance(layout, lin, packed, with(balance_method::padded_exact)),
+                  invalid_argument_error);
   balance_options o;
   o.refine_budget = -2;
   CHECK_THROWS_AS(balance(layout, lin, packed, o), invalid_argument_error);
@@ -591,8 +592,8 @@ TEST_CASE("balance: bad options raise invalid_argument_error") {
 TEST_CASE("balance: infeasible constraints raise infeasible_error naming the numbers") {
   const linear_cost lin{1};
   const auto small = batch_layout::from_ranks({{4, 3}, {4}, {1, 1, 1, 2}});  // 16 tokens
-  for (const auto method :
-       {algorithm::lpt, algorithm::kk, algorithm::exact, algorithm::automatic}) {
+  for (const auto method : {balance_method::lpt, balance_method::kk, balance_method::exact,
+                            balance_method::automatic}) {
     CAPTURE(to_string(method));
     balance_options o = with(method);
     o.limits.cap = capacity{capacity::measure::tokens, 5};  // 3 ranks × 5 = 15 < 16
@@ -606,7 +607,7 @@ TEST_CASE("balance: infeasible constraints raise infeasible_error naming the num
   expect_error<infeasible_error>([&] { (void)balance(layout, lin, packed, o); },
                                  {"8", "cap of 7"});
   o.limits.cap = capacity{capacity::measure::bytes, 4};
-  CHECK_THROWS_AS(balance(layout, lin, padded, with(algorithm::padded_exact, o.limits)),
+  CHECK_THROWS_AS(balance(layout, lin, padded, with(balance_method::padded_exact, o.limits)),
                   infeasible_error);
   // Item counts.
   o = {};
@@ -619,7 +620,8 @@ TEST_CASE("balance: infeasible constraints raise infeasible_error naming the num
   CHECK_THROWS_AS(balance(layout, lin, padded, o), infeasible_error);
   // Totals fit but no packing does: 6 + 6 + 6 on two ranks of 10.
   const auto three = batch_layout::from_ranks({{6, 6}, {6}});
-  for (const auto method : {algorithm::lpt, algorithm::exact, algorithm::automatic}) {
+  for (const auto method :
+       {balance_method::lpt, balance_method::exact, balance_method::automatic}) {
     CAPTURE(to_string(method));
     balance_options c = with(method);
     c.limits.cap = capacity{capacity::measure::tokens, 10};
@@ -628,7 +630,7 @@ TEST_CASE("balance: infeasible constraints raise infeasible_error naming the num
   }
   // Padded: each rank holds at most one item of 5 under a cap of 9, three items, two ranks.
   const auto padded3 = batch_layout::from_ranks({{5, 5}, {5}});
-  balance_options c = with(algorithm::padded_exact);
+  balance_options c = with(balance_method::padded_exact);
   c.limits.cap = capacity{capacity::measure::tokens, 9};
   CHECK_THROWS_AS(balance(padded3, lin, padded, c), infeasible_error);
   // Items but no ranks cannot be built; zero ranks with zero items is fine.
@@ -640,33 +642,34 @@ TEST_CASE("balance: edge cases") {
   const linear_cost lin{1};
   // Empty ranks, zero lengths, one rank.
   const auto zeros = batch_layout::from_ranks({{0, 0}, {}, {0}});
-  for (const auto method : {algorithm::lpt, algorithm::exact, algorithm::automatic}) {
+  for (const auto method :
+       {balance_method::lpt, balance_method::exact, balance_method::automatic}) {
     const auto r = balance(zeros, lin, packed, with(method));
     CHECK(r.makespan == 0);
     CHECK(r.proven_optimal);
   }
-  const auto pz = balance(zeros, lin, padded, with(algorithm::padded_exact));
+  const auto pz = balance(zeros, lin, padded, with(balance_method::padded_exact));
   CHECK(pz.makespan == 0);
   constraints one_each;
   one_each.min_items = 1;
-  const auto spread = balance(zeros, lin, padded, with(algorithm::padded_exact, one_each));
+  const auto spread = balance(zeros, lin, padded, with(balance_method::padded_exact, one_each));
   for (rank_t r = 0; r < 3; ++r)
     CHECK(spread.plan.dst_offsets()[static_cast<std::size_t>(r) + 1] -
               spread.plan.dst_offsets()[static_cast<std::size_t>(r)] ==
           1);
   const auto single = batch_layout::from_ranks({{4, 9, 2}});
-  CHECK(balance(single, lin, padded, with(algorithm::padded_exact)).makespan == 27);
-  CHECK(balance(single, lin, packed, with(algorithm::exact)).makespan == 15);
+  CHECK(balance(single, lin, padded, with(balance_method::padded_exact)).makespan == 27);
+  CHECK(balance(single, lin, packed, with(balance_method::exact)).makespan == 15);
 }
 
 TEST_CASE("balance: sizes near 2^63 are exact or a clear error, never a wrapped figure") {
   constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
   const batch_layout one({0, 1, 1, 1}, {max});
   balance_options lpt;
-  lpt.method = algorithm::lpt;
+  lpt.method = balance_method::lpt;
   // One item of length 2^63 - 1: its cost and every bound equal it (⌈S/d⌉ formed without
   // S + d - 1).
-  for (auto a : {algorithm::lpt, algorithm::kk, algorithm::automatic}) {
+  for (auto a : {balance_method::lpt, balance_method::kk, balance_method::automatic}) {
     balance_options o;
     o.method = a;
     const auto res = balance(one, linear_cost{}, packed, o);
@@ -715,7 +718,7 @@ TEST_CASE("balance: sizes near 2^63 are exact or a clear error, never a wrapped 
 TEST_CASE("balance(locality): node ids must be dense, below the rank count") {
   const batch_layout layout({0, 2, 4, 6, 8}, {5, 1, 4, 2, 3, 3, 6, 1});
   balance_options o;
-  o.method = algorithm::locality;
+  o.method = balance_method::locality;
   for (rank_t bad : {rank_t{4}, std::numeric_limits<rank_t>::max(), rank_t{1'000'000'000}}) {
     o.node_of_rank = {0, 0, 1, bad};
     expect_invalid([&] { (void)balance(layout, linear_cost{}, packed, o); },
@@ -727,7 +730,7 @@ TEST_CASE("balance(locality): node ids must be dense, below the rank count") {
 
 balance_options padded_exact_options() {
   balance_options o;
-  o.method = algorithm::padded_exact;
+  o.method = balance_method::padded_exact;
   return o;
 }
 
@@ -766,7 +769,7 @@ TEST_CASE("padded: the reported lower bound is the optimum without a cap (ratio 
       std::int64_t longest = 0;
       for (auto l : lengths) longest = std::max(longest, policy.padded_length(l));
       o.limits.cap->limit = longest * ((n + d - 1) / d + 1);
-      o.method = algorithm::automatic;
+      o.method = balance_method::automatic;
       const auto capped = balance(layout, linear_cost{}, policy, o);
       CHECK(capped.lower_bound <= capped.makespan);
       CHECK(capped.lower_bound == exact_linear.lower_bound);  // the cap is not in the bound

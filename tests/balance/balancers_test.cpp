@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/topology/mapping.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -43,7 +44,7 @@ batch_layout random_layout(std::mt19937_64& rng, rank_t d, std::int64_t n) {
 }
 
 // A random configuration of one algorithm that applies to `policy`.
-balance_options random_options(std::mt19937_64& rng, algorithm m, const batch_layout& layout,
+balance_options random_options(std::mt19937_64& rng, balance_method m, const batch_layout& layout,
                                padding_policy policy) {
   balance_options o;
   o.method = m;
@@ -53,7 +54,7 @@ balance_options random_options(std::mt19937_64& rng, algorithm m, const batch_la
   o.exact_max_items = uniform(rng, 0, 12);
   o.locality_tolerance = uniform(rng, 0, 3) * 0.01;
   const rank_t d = layout.num_ranks();
-  if (m == algorithm::locality && uniform(rng, 0, 1) == 1)
+  if (m == balance_method::locality && uniform(rng, 0, 1) == 1)
     for (rank_t r = 0; r < d; ++r) o.node_of_rank.push_back(r / 2);
   if (uniform(rng, 0, 2) == 0) {
     const std::int64_t n = layout.num_items();
@@ -110,22 +111,23 @@ void check_same(const batch_layout& layout, const C& cost, padding_policy policy
 
 TEST_CASE("balancers: every built-in type plans exactly like its balance_options selector") {
   std::mt19937_64 rng(0xba1a);
-  const algorithm packed_methods[] = {algorithm::none,  algorithm::lpt,       algorithm::kk,
-                                      algorithm::kk_equal, algorithm::exact,
-                                      algorithm::automatic, algorithm::locality};
-  const algorithm padded_methods[] = {algorithm::none, algorithm::lpt, algorithm::exact,
-                                      algorithm::padded_exact, algorithm::automatic,
-                                      algorithm::locality};
+  const balance_method packed_methods[] = {balance_method::none,    balance_method::lpt,
+                                           balance_method::kk,      balance_method::kk_equal,
+                                           balance_method::exact,   balance_method::automatic,
+                                           balance_method::locality};
+  const balance_method padded_methods[] = {balance_method::none,      balance_method::lpt,
+                                           balance_method::exact,     balance_method::padded_exact,
+                                           balance_method::automatic, balance_method::locality};
   for (int trial = 0; trial < 120; ++trial) {
     const rank_t d = static_cast<rank_t>(uniform(rng, 1, 9));
     const auto layout = random_layout(rng, d, uniform(rng, 0, trial % 3 == 0 ? 11 : 120));
     for (const padding_policy policy : {packed, padded, padded_to_multiple(64)}) {
-      const auto& methods = policy.is_padded() ? std::vector<algorithm>(std::begin(padded_methods),
-                                                                       std::end(padded_methods))
-                                               : std::vector<algorithm>(std::begin(packed_methods),
-                                                                       std::end(packed_methods));
-      for (const algorithm m : methods) {
-        if (m == algorithm::exact && layout.num_items() > 11) continue;
+      const auto& methods =
+          policy.is_padded()
+              ? std::vector<balance_method>(std::begin(padded_methods), std::end(padded_methods))
+              : std::vector<balance_method>(std::begin(packed_methods), std::end(packed_methods));
+      for (const balance_method m : methods) {
+        if (m == balance_method::exact && layout.num_items() > 11) continue;
         const auto o = random_options(rng, m, layout, policy);
         CAPTURE(trial);
         CAPTURE(to_string(m));
@@ -165,18 +167,26 @@ TEST_CASE("balancers: knobs are checked when the balancer runs") {
                   infeasible_error);
   // `custom` selects nothing.
   balance_options o;
-  o.method = algorithm::custom;
+  o.method = balance_method::custom;
   expect_invalid([&] { (void)balance(layout, linear_cost{1}, packed, o); },
-                 {"algorithm::custom selects no balancer"});
-  CHECK(to_string(algorithm::custom) == "custom");
+                 {"balance_method::custom selects no balancer"});
+  CHECK(to_string(balance_method::custom) == "custom");
   expect_invalid([] { (void)parse_algorithm("custom"); }, {"unknown algorithm 'custom'"});
 }
 
-TEST_CASE("balancers: to_string and parse_algorithm round-trip on every built-in") {
-  for (const algorithm a : {algorithm::none, algorithm::lpt, algorithm::kk, algorithm::kk_equal,
-                            algorithm::exact, algorithm::padded_exact, algorithm::automatic,
-                            algorithm::locality}) {
-    CHECK(parse_algorithm(to_string(a)) == a);
+TEST_CASE("balancers: to_string and parse round-trip for every method enum") {
+  for (const mapping_method m :
+       {mapping_method::identity, mapping_method::transport, mapping_method::bottleneck}) {
+    CHECK(parse_mapping_method(to_string(m)) == m);
+    CHECK(parse_mapping(to_string(m)) == m);  // the former name
+  }
+  static_assert(std::is_same_v<algorithm, balance_method>);  // the former name
+  for (const balance_method a :
+       {balance_method::none, balance_method::lpt, balance_method::kk, balance_method::kk_equal,
+        balance_method::exact, balance_method::padded_exact, balance_method::automatic,
+        balance_method::locality}) {
+    CHECK(parse_balance_method(to_string(a)) == a);
+    CHECK(parse_algorithm(to_string(a)) == a);  // the former name
     balance_options o;
     o.method = a;
     visit_balancer(o, [&](const auto& b) { CHECK(b.options().method == a); });

@@ -45,22 +45,22 @@ batch_layout random_layout(std::mt19937_64& rng, rank_t d, std::int64_t n, std::
 }
 
 struct setting {
-  algorithm method;
+  balance_method method;
   padding_policy policy;
 };
 
 std::vector<setting> settings() {
-  return {{algorithm::none, packed},
-          {algorithm::lpt, packed},
-          {algorithm::kk, packed},
-          {algorithm::exact, packed},
-          {algorithm::automatic, packed},
-          {algorithm::locality, packed},
-          {algorithm::lpt, padded},
-          {algorithm::padded_exact, padded},
-          {algorithm::automatic, padded},
-          {algorithm::automatic, padded_to_multiple(4)},
-          {algorithm::locality, padded}};
+  return {{balance_method::none, packed},
+          {balance_method::lpt, packed},
+          {balance_method::kk, packed},
+          {balance_method::exact, packed},
+          {balance_method::automatic, packed},
+          {balance_method::locality, packed},
+          {balance_method::lpt, padded},
+          {balance_method::padded_exact, padded},
+          {balance_method::automatic, padded},
+          {balance_method::automatic, padded_to_multiple(4)},
+          {balance_method::locality, padded}};
 }
 
 template <class T, class Reference, template <class> class Model>
@@ -71,7 +71,7 @@ void check_same_as_reference(const batch_layout& layout, const setting& s) {
   balance_options options;
   options.method = s.method;
   options.refine = true;
-  if (s.method == algorithm::locality) {
+  if (s.method == balance_method::locality) {
     options.node_of_rank.resize(static_cast<std::size_t>(layout.num_ranks()));
     for (rank_t r = 0; r < layout.num_ranks(); ++r)
       options.node_of_rank[static_cast<std::size_t>(r)] = r / 2;
@@ -146,7 +146,7 @@ TEST_CASE("signed and unsigned models of the same costs give identical plans") {
     const std::int64_t n = uniform(rng, 0, trial < 40 ? 12 : 400);
     const auto layout = random_layout(rng, d, n, uniform(rng, 1, 5000));
     for (const auto& s : settings()) {
-      if (s.method == algorithm::exact && n > 12) continue;
+      if (s.method == balance_method::exact && n > 12) continue;
       CAPTURE(trial);
       CAPTURE(to_string(s.method));
       check_same_as_reference<std::uint32_t, std::int64_t, quadratic_in>(layout, s);

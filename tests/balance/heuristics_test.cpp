@@ -160,7 +160,7 @@ C pick_cost(std::int64_t weight, quadratic_cost quadratic) {
     return quadratic;
 }
 
-balance_options method(algorithm a, bool refine = false, constraints lim = {}) {
+balance_options method(balance_method a, bool refine = false, constraints lim = {}) {
   balance_options o;
   o.method = a;
   o.refine = refine;
@@ -267,9 +267,9 @@ TEST_CASE_TEMPLATE("lpt within 4/3 - 1/(3d) of the brute-force optimum (packed)"
     const auto layout = random_layout(rng, d, n, 60, false);
     const auto opt = brute_force(layout, d, cost, packed);
     REQUIRE(opt.has_value());
-    const auto res = balance(layout, cost, packed, method(algorithm::lpt));
+    const auto res = balance(layout, cost, packed, method(balance_method::lpt));
     check_result(layout, cost, packed, {}, res);
-    CHECK(res.used == algorithm::lpt);
+    CHECK(res.used == balance_method::lpt);
     CHECK(at_least(res.makespan, *opt));
     const double bound = 4.0 / 3.0 - 1.0 / (3.0 * d);
     CHECK(within(res.makespan, bound, *opt));
@@ -277,7 +277,7 @@ TEST_CASE_TEMPLATE("lpt within 4/3 - 1/(3d) of the brute-force optimum (packed)"
       CHECK(3 * d * res.makespan <= (4 * d - 1) * *opt);
     optimal += at_least(*opt, res.makespan);
     // Refinement never makes lpt worse, and stays above the optimum.
-    const auto refined = balance(layout, cost, packed, method(algorithm::lpt, true));
+    const auto refined = balance(layout, cost, packed, method(balance_method::lpt, true));
     check_result(layout, cost, packed, {}, refined);
     CHECK(refined.makespan <= res.makespan);
     CHECK(at_least(refined.makespan, *opt));
@@ -300,9 +300,9 @@ TEST_CASE_TEMPLATE("kk_equal within p1 + S/d <= 2 OPT, equal counts, refinement 
     const auto layout = random_layout(rng, d, n, 60, false);
     const auto opt = brute_force(layout, d, cost, packed);
     REQUIRE(opt.has_value());
-    const auto res = balance(layout, cost, packed, method(algorithm::kk_equal));
+    const auto res = balance(layout, cost, packed, method(balance_method::kk_equal));
     const auto dst = check_result(layout, cost, packed, {}, res);
-    CHECK(res.used == algorithm::kk_equal);
+    CHECK(res.used == balance_method::kk_equal);
     CHECK(at_least(res.makespan, *opt));
     CHECK(within(res.makespan, 2.0, *opt));
     Cost p1{}, total{};
@@ -319,7 +319,7 @@ TEST_CASE_TEMPLATE("kk_equal within p1 + S/d <= 2 OPT, equal counts, refinement 
     std::vector<std::int64_t> count(static_cast<std::size_t>(d), 0);
     for (auto r : dst) ++count[static_cast<std::size_t>(r)];
     for (auto c : count) CHECK((c == n / d || c == (n + d - 1) / d));
-    const auto refined = balance(layout, cost, packed, method(algorithm::kk_equal, true));
+    const auto refined = balance(layout, cost, packed, method(balance_method::kk_equal, true));
     check_result(layout, cost, packed, {}, refined);
     CHECK(refined.makespan <= res.makespan);
     CHECK(at_least(refined.makespan, *opt));
@@ -336,11 +336,12 @@ TEST_CASE("kk_equal on a hand-checked instance") {
   // d = 2, costs 8 7 6 5 4: chunks (8,7) (6,5) (4,·). Differences 1, 1, 4: (4,·) merges with
   // (8,7) (earlier creation wins the tie) into (4+7, 8) = (11, 8); then with (6,5): (16, 14).
   const auto layout = batch_layout::from_ranks({{8, 7, 6}, {5, 4}});
-  const auto res = balance(layout, linear_cost{}, packed, method(algorithm::kk_equal));
+  const auto res = balance(layout, linear_cost{}, packed, method(balance_method::kk_equal));
   CHECK(res.makespan == 16);
   const std::vector<rank_t> dst(res.plan.dst_ranks().begin(), res.plan.dst_ranks().end());
   CHECK(dst == std::vector<rank_t>{1, 0, 1, 0, 0});  // {7, 5, 4} -> rank 0, {8, 6} -> rank 1
-  const auto refined = balance(layout, linear_cost{}, packed, method(algorithm::kk_equal, true));
+  const auto refined =
+      balance(layout, linear_cost{}, packed, method(balance_method::kk_equal, true));
   CHECK(refined.makespan == 15);  // the optimum {8,7} {6,5,4}, reached by one swap
   CHECK(refined.proven_optimal);
 }
@@ -355,8 +356,8 @@ TEST_CASE("kk_equal satisfies the equal-count constraint by construction") {
     lim.min_items = n / d;
     lim.max_items = (n + d - 1) / d;
     const auto res = balance(layout, quadratic_cost{0, 1, 0.01}, packed,
-                             method(algorithm::kk_equal, uniform(rng, 0, 1) == 1, lim));
-    CHECK(res.used == algorithm::kk_equal);
+                             method(balance_method::kk_equal, uniform(rng, 0, 1) == 1, lim));
+    CHECK(res.used == balance_method::kk_equal);
     check_result(layout, quadratic_cost{0, 1, 0.01}, packed, lim, res);
   }
 }
@@ -426,10 +427,11 @@ TEST_CASE_TEMPLATE("facade invariants on random layouts: lpt, kk, kk_equal, with
     const auto d = static_cast<rank_t>(uniform(rng, 1, 9));
     const std::int64_t n = uniform(rng, 0, 50);
     const auto layout = random_layout(rng, d, n, 80, uniform(rng, 0, 1) == 1);
-    const algorithm algo = std::array{algorithm::lpt, algorithm::kk,
-                                      algorithm::kk_equal}[static_cast<std::size_t>(uniform(rng, 0, 2))];
+    const balance_method algo =
+        std::array{balance_method::lpt, balance_method::kk,
+                   balance_method::kk_equal}[static_cast<std::size_t>(uniform(rng, 0, 2))];
     const padding_policy policy =
-        algo == algorithm::lpt && uniform(rng, 0, 3) == 0 ? padded : packed;
+        algo == balance_method::lpt && uniform(rng, 0, 3) == 0 ? padded : packed;
     constraints lim;
     if (uniform(rng, 0, 2) == 0) {
       lim.min_items = uniform(rng, 0, n / d);
@@ -464,7 +466,7 @@ TEST_CASE_TEMPLATE("facade invariants on random layouts: lpt, kk, kk_equal, with
 TEST_CASE("zero-length items, empty ranks, more ranks than items, nothing at all") {
   SUBCASE("all zero lengths") {
     const auto layout = batch_layout::from_ranks({{0, 0, 0}, {}, {0}, {}});
-    for (auto algo : {algorithm::lpt, algorithm::kk, algorithm::kk_equal}) {
+    for (auto algo : {balance_method::lpt, balance_method::kk, balance_method::kk_equal}) {
       for (bool rf : {false, true}) {
         const auto res = balance(layout, linear_cost{}, packed, method(algo, rf));
         check_result(layout, linear_cost{}, packed, {}, res);
@@ -474,23 +476,23 @@ TEST_CASE("zero-length items, empty ranks, more ranks than items, nothing at all
     }
     constraints lim;
     lim.min_items = 1;  // spread four zero-cost items over four ranks
-    const auto res = balance(layout, linear_cost{}, packed, method(algorithm::lpt, true, lim));
+    const auto res = balance(layout, linear_cost{}, packed, method(balance_method::lpt, true, lim));
     check_result(layout, linear_cost{}, packed, lim, res);
   }
   SUBCASE("more ranks than items") {
     const auto layout = batch_layout::from_ranks({{5, 9}, {}, {}, {}, {}, {}});
-    for (auto algo : {algorithm::lpt, algorithm::kk, algorithm::kk_equal}) {
+    for (auto algo : {balance_method::lpt, balance_method::kk, balance_method::kk_equal}) {
       const auto res = balance(layout, quadratic_cost{}, packed, method(algo, true));
       check_result(layout, quadratic_cost{}, packed, {}, res);
       CHECK(res.makespan == 9.0);
     }
-    const auto res = balance(layout, linear_cost{}, padded, method(algorithm::lpt, true));
+    const auto res = balance(layout, linear_cost{}, padded, method(balance_method::lpt, true));
     check_result(layout, linear_cost{}, padded, {}, res);
     CHECK(res.makespan == 9);
   }
   SUBCASE("no items") {
     const auto layout = batch_layout::from_ranks({{}, {}, {}});
-    for (auto algo : {algorithm::lpt, algorithm::kk, algorithm::kk_equal}) {
+    for (auto algo : {balance_method::lpt, balance_method::kk, balance_method::kk_equal}) {
       const auto res = balance(layout, linear_cost{}, packed, method(algo, true));
       CHECK(res.makespan == 0);
       CHECK(res.plan.num_items() == 0);
@@ -498,7 +500,7 @@ TEST_CASE("zero-length items, empty ranks, more ranks than items, nothing at all
   }
   SUBCASE("one rank") {
     const auto layout = batch_layout::from_ranks({{3, 1, 2}});
-    for (auto algo : {algorithm::lpt, algorithm::kk, algorithm::kk_equal}) {
+    for (auto algo : {balance_method::lpt, balance_method::kk, balance_method::kk_equal}) {
       const auto res = balance(layout, linear_cost{}, packed, method(algo, true));
       CHECK(res.makespan == 6);
     }
@@ -511,8 +513,8 @@ TEST_CASE("lpt with constraints: the reserve keeps min_items, max_items caps cou
   constraints lim;
   lim.min_items = 2;
   lim.max_items = 3;
-  const auto res = balance(layout, linear_cost{}, packed, method(algorithm::lpt, false, lim));
-  CHECK(res.used == algorithm::lpt);
+  const auto res = balance(layout, linear_cost{}, packed, method(balance_method::lpt, false, lim));
+  CHECK(res.used == balance_method::lpt);
   const auto dst = check_result(layout, linear_cost{}, packed, lim, res);
   CHECK(res.makespan == 101);
   CHECK(dst[0] != dst[3]);  // the reserve gave the heavy rank a second item, a small one
@@ -522,8 +524,8 @@ TEST_CASE("lpt with constraints: the reserve keeps min_items, max_items caps cou
   constraints cap;
   cap.cap = capacity{capacity::measure::bytes, 10};
   const auto two = batch_layout({0, 4, 4}, {9, 8, 7, 6}, {1, 8, 5, 1});
-  const auto r2 = balance(two, linear_cost{}, packed, method(algorithm::lpt, false, cap));
-  CHECK(r2.used == algorithm::lpt);
+  const auto r2 = balance(two, linear_cost{}, packed, method(balance_method::lpt, false, cap));
+  CHECK(r2.used == balance_method::lpt);
   check_result(two, linear_cost{}, packed, cap, r2);
   CHECK(r2.makespan == 16);
   CHECK(std::ranges::equal(r2.plan.dst_ranks(), std::vector<rank_t>{0, 1, 0, 1}));
@@ -532,7 +534,7 @@ TEST_CASE("lpt with constraints: the reserve keeps min_items, max_items caps cou
 TEST_CASE("lpt padded: the greedy on the padded load") {
   // Lengths 8 8 4 4 4 4 on 2 ranks, linear cost, padded: loads count × longest.
   const auto layout = batch_layout::from_ranks({{8, 4, 4}, {8, 4, 4}});
-  const auto res = balance(layout, linear_cost{}, padded, method(algorithm::lpt));
+  const auto res = balance(layout, linear_cost{}, padded, method(balance_method::lpt));
   check_result(layout, linear_cost{}, padded, {}, res);
   // 8 | 8 (an empty rank is always cheapest), then each 4 joins an 8: 3 × 8 on both ranks.
   CHECK(res.makespan == 24);
@@ -540,7 +542,7 @@ TEST_CASE("lpt padded: the greedy on the padded load") {
   REQUIRE(opt);
   CHECK(*opt == 16);  // {8, 8} | {4, 4, 4, 4}: the greedy is no approximation scheme here
   // Refinement of a padded plan never raises it (and the façade's result agrees).
-  const auto refined = balance(layout, linear_cost{}, padded, method(algorithm::lpt, true));
+  const auto refined = balance(layout, linear_cost{}, padded, method(balance_method::lpt, true));
   CHECK(refined.makespan <= res.makespan);
 }
 
@@ -558,22 +560,22 @@ TEST_CASE("large scale: lognormal lengths, quadratic cost") {
   std::ostringstream msg;
   msg << "n=" << layout.num_items() << " d=" << d;
   double lpt_ratio = 0;
-  for (auto algo : {algorithm::lpt, algorithm::kk, algorithm::kk_equal}) {
+  for (auto algo : {balance_method::lpt, balance_method::kk, balance_method::kk_equal}) {
     for (bool rf : {false, true}) {
       const auto res = balance(layout, cost, packed, method(algo, rf));
       CHECK(res.lower_bound > 0);
       // n · d is far above kk_complete_max_entries: kk runs its documented fallback.
-      if (algo != algorithm::lpt) CHECK(res.used == algorithm::kk_equal);
+      if (algo != balance_method::lpt) CHECK(res.used == balance_method::kk_equal);
       const double ratio = res.makespan / res.lower_bound;
       msg << "  " << to_string(algo) << (rf ? "+refine" : "") << " " << ratio;
       CHECK(ratio >= 1.0);
-      if (algo == algorithm::lpt && !rf) {
+      if (algo == balance_method::lpt && !rf) {
         lpt_ratio = ratio;
         CHECK(ratio <= 1.01);
       }
       if (rf) CHECK(ratio <= 1.001);
-      if (algo == algorithm::lpt && rf) CHECK(ratio <= lpt_ratio);
-      if (algo != algorithm::lpt && !rf) {  // equal counts by construction
+      if (algo == balance_method::lpt && rf) CHECK(ratio <= lpt_ratio);
+      if (algo != balance_method::lpt && !rf) {  // equal counts by construction
         const auto off = res.plan.dst_offsets();
         bool equal = true;
         for (std::size_t r = 0; r + 1 < off.size(); ++r)
@@ -584,8 +586,8 @@ TEST_CASE("large scale: lognormal lengths, quadratic cost") {
   }
   MESSAGE(msg.str());
   // Determinism at scale.
-  const auto a = balance(layout, cost, packed, method(algorithm::kk, true));
-  const auto b = balance(layout, cost, packed, method(algorithm::kk, true));
+  const auto a = balance(layout, cost, packed, method(balance_method::kk, true));
+  const auto b = balance(layout, cost, packed, method(balance_method::kk, true));
   CHECK(a.plan == b.plan);
 }
 
@@ -602,12 +604,12 @@ TEST_CASE("unconstrained lpt (monotone queue) is the exact greedy on ties and ze
     offsets.push_back(n);
     const batch_layout layout(offsets, lengths);
     const auto expected = naive_greedy(layout, d, linear_cost{}, packed, {});
-    const auto res = balance(layout, linear_cost{}, packed, method(algorithm::lpt));
+    const auto res = balance(layout, linear_cost{}, packed, method(balance_method::lpt));
     REQUIRE(expected);
     CHECK(std::ranges::equal(res.plan.dst_ranks(), *expected));
     const auto expected_q = naive_greedy(layout, d, quadratic_cost{0, 0.5, 0.25}, packed, {});
     const auto res_q =
-        balance(layout, quadratic_cost{0, 0.5, 0.25}, packed, method(algorithm::lpt));
+        balance(layout, quadratic_cost{0, 0.5, 0.25}, packed, method(balance_method::lpt));
     CHECK(std::ranges::equal(res_q.plan.dst_ranks(), *expected_q));
   }
 }
@@ -632,7 +634,7 @@ TEST_CASE("monotone queue with unsigned 64-bit costs and loads near 2^63") {
     offsets.push_back(n);
     const batch_layout layout(offsets, lengths);
     const auto expected = naive_greedy(layout, d, huge_cost{}, packed, {});
-    const auto res = balance(layout, huge_cost{}, packed, method(algorithm::lpt));
+    const auto res = balance(layout, huge_cost{}, packed, method(balance_method::lpt));
     REQUIRE(expected);
     CHECK(std::ranges::equal(res.plan.dst_ranks(), *expected));
   }
@@ -710,8 +712,8 @@ TEST_CASE_TEMPLATE("kk is the textbook complete differencing (against a referenc
     const auto layout = random_layout(rng, d, n, uniform(rng, 0, 1) ? 8 : 200, false);
     std::vector<Cost> costs;
     for (std::int64_t g = 0; g < n; ++g) costs.push_back(cost(layout.length(g)));
-    const auto res = balance(layout, cost, packed, method(algorithm::kk));
-    CHECK(res.used == algorithm::kk);
+    const auto res = balance(layout, cost, packed, method(balance_method::kk));
+    CHECK(res.used == balance_method::kk);
     const auto dst = check_result(layout, cost, packed, {}, res);
     CHECK(dst == reference_ldm(layout, d, costs));
   }
@@ -722,22 +724,23 @@ TEST_CASE("kk: the complete method, better than the equal-count one where counts
   // (10)+(4) → (10, 4); with (3) → (10, 7); (3) [earlier created, same spread 3] with it →
   // (10, 10). Equal counts: chunks (10, 4) and (3, 3) → (13, 7).
   const auto layout = batch_layout::from_ranks({{10, 3}, {4, 3}});
-  const auto complete = balance(layout, linear_cost{}, packed, method(algorithm::kk));
-  const auto equal = balance(layout, linear_cost{}, packed, method(algorithm::kk_equal));
-  CHECK(complete.used == algorithm::kk);
+  const auto complete = balance(layout, linear_cost{}, packed, method(balance_method::kk));
+  const auto equal = balance(layout, linear_cost{}, packed, method(balance_method::kk_equal));
+  CHECK(complete.used == balance_method::kk);
   CHECK(complete.makespan == 10);
   CHECK(complete.proven_optimal);
   CHECK(equal.makespan == 13);
   // More ranks than items: every item alone.
   const auto spread = batch_layout::from_ranks({{7, 3}, {}, {}, {}});
-  CHECK(balance(spread, linear_cost{}, packed, method(algorithm::kk)).makespan == 7);
+  CHECK(balance(spread, linear_cost{}, packed, method(balance_method::kk)).makespan == 7);
   // Above the memory guard kk runs the equal-count method and says so.
   const rank_t d = 64;
   const std::int64_t n = kk_complete_max_entries / d + 1;
   std::vector<std::vector<std::int64_t>> ranks(static_cast<std::size_t>(d));
   for (std::int64_t g = 0; g < n; ++g) ranks[static_cast<std::size_t>(g % d)].push_back(1 + g % 97);
   const auto big = batch_layout::from_ranks(ranks);
-  CHECK(balance(big, linear_cost{}, packed, method(algorithm::kk)).used == algorithm::kk_equal);
+  CHECK(balance(big, linear_cost{}, packed, method(balance_method::kk)).used ==
+        balance_method::kk_equal);
 }
 
 TEST_CASE_TEMPLATE("kk reaches the brute-force optimum at least as often as lpt", C, linear_cost,
@@ -752,14 +755,15 @@ TEST_CASE_TEMPLATE("kk reaches the brute-force optimum at least as often as lpt"
     const auto layout = random_layout(rng, d, n, 60, false);
     const auto opt = brute_force(layout, d, cost, packed);
     REQUIRE(opt.has_value());
-    const auto kk = balance(layout, cost, packed, method(algorithm::kk));
+    const auto kk = balance(layout, cost, packed, method(balance_method::kk));
     CHECK(at_least(kk.makespan, *opt));
     kk_optimal += at_least(*opt, kk.makespan);
-    lpt_optimal += at_least(*opt, balance(layout, cost, packed, method(algorithm::lpt)).makespan);
+    lpt_optimal +=
+        at_least(*opt, balance(layout, cost, packed, method(balance_method::lpt)).makespan);
     equal_optimal +=
-        at_least(*opt, balance(layout, cost, packed, method(algorithm::kk_equal)).makespan);
+        at_least(*opt, balance(layout, cost, packed, method(balance_method::kk_equal)).makespan);
     // auto is never worse than any of them.
-    const auto a = balance(layout, cost, packed, method(algorithm::automatic));
+    const auto a = balance(layout, cost, packed, method(balance_method::automatic));
     CHECK(a.makespan <= kk.makespan);
   }
   MESSAGE("optimal: kk " << kk_optimal << ", lpt " << lpt_optimal << ", kk_equal " << equal_optimal

@@ -1,4 +1,4 @@
-// Tests of the locality-aware balancer (`algorithm::locality`, detail/balance/locality.hpp):
+// Tests of the locality-aware balancer (`balance_method::locality`, detail/balance/locality.hpp):
 // plan invariants, the makespan target T = automatic's makespan · (1 + tolerance), constraints,
 // determinism, "move only what is needed", same-node preference, the fallback to automatic, and
 // option errors. A last case measures bytes moved against automatic + transport mapping.
@@ -54,7 +54,7 @@ std::vector<rank_t> blocks(rank_t d, rank_t g) {
 balance_options locality_options(double tolerance, std::vector<rank_t> nodes = {},
                                  const constraints& lim = {}) {
   balance_options o;
-  o.method = algorithm::locality;
+  o.method = balance_method::locality;
   o.locality_tolerance = tolerance;
   o.node_of_rank = std::move(nodes);
   o.limits = lim;
@@ -75,7 +75,7 @@ bool check_locality(const batch_layout& layout, const C& cost, padding_policy po
                     const balance_options& o) {
   using Cost = cost_type_t<C>;
   balance_options ao = o;
-  ao.method = algorithm::automatic;
+  ao.method = balance_method::automatic;
   const auto base = balance(layout, cost, policy, ao);
   const auto r = balance(layout, cost, policy, o);
   const Cost target = detail::locality_target(base.makespan, o.locality_tolerance);
@@ -94,9 +94,9 @@ bool check_locality(const batch_layout& layout, const C& cost, padding_policy po
   CHECK(r.makespan <= target);
   CHECK(honours(f, o.limits));
   CHECK(r.lower_bound == base.lower_bound);
-  CHECK(r.proven_optimal == (r.makespan <= r.lower_bound || (r.used != algorithm::locality &&
+  CHECK(r.proven_optimal == (r.makespan <= r.lower_bound || (r.used != balance_method::locality &&
                                                               base.proven_optimal)));
-  if (r.used != algorithm::locality) {
+  if (r.used != balance_method::locality) {
     // Fallback: automatic's plan, unchanged.
     CHECK(r.used == base.used);
     CHECK(std::ranges::equal(r.plan.dst_ranks(), base.plan.dst_ranks()));
@@ -105,14 +105,14 @@ bool check_locality(const batch_layout& layout, const C& cost, padding_policy po
   const auto again = balance(layout, cost, policy, o);
   CHECK(std::ranges::equal(again.plan.dst_ranks(), r.plan.dst_ranks()));
   CHECK(again.used == r.used);
-  return r.used == algorithm::locality;
+  return r.used == balance_method::locality;
 }
 
 }  // namespace
 
 TEST_CASE("locality: names, parsing and option errors") {
-  CHECK(to_string(algorithm::locality) == "locality");
-  CHECK(parse_algorithm("locality") == algorithm::locality);
+  CHECK(to_string(balance_method::locality) == "locality");
+  CHECK(parse_algorithm("locality") == balance_method::locality);
   expect_invalid([] { (void)parse_algorithm("local"); }, {"'local'", "locality"});
   const auto layout = batch_layout::from_ranks({{1, 2}, {3}});
   expect_invalid([&] { (void)balance(layout, linear_cost{}, packed, locality_options(-0.5)); },
@@ -217,14 +217,14 @@ TEST_CASE("locality: a balanced layout moves nothing; a full rank sheds only wha
     for (auto policy : {packed, padded}) {
       const auto r = balance(layout, linear_cost{}, policy, locality_options(0.0));
       CHECK(moved_bytes(layout, r.plan) == 0);
-      CHECK(r.used == algorithm::locality);
+      CHECK(r.used == balance_method::locality);
     }
   }
   SUBCASE("one rank holds everything") {
     // 12 items of 10 on rank 0 of 4: automatic reaches 30; locality keeps three of them home.
     const auto layout = batch_layout::from_ranks({std::vector<std::int64_t>(12, 10), {}, {}, {}});
     const auto r = balance(layout, linear_cost{}, packed, locality_options(0.0));
-    CHECK(r.used == algorithm::locality);
+    CHECK(r.used == balance_method::locality);
     CHECK(r.makespan == 30);
     const auto s = compute_statistics(layout, r.plan, linear_cost{}, packed);
     CHECK(s.items_moved == 9);
@@ -236,7 +236,7 @@ TEST_CASE("locality: a balanced layout moves nothing; a full rank sheds only wha
     const auto layout = batch_layout::from_ranks({{40, 20, 20}, {}, {20}, {20}},
                                                  {{400, 20, 20}, {}, {20}, {20}});
     const auto r = balance(layout, linear_cost{}, packed, locality_options(0.0));
-    CHECK(r.used == algorithm::locality);
+    CHECK(r.used == balance_method::locality);
     CHECK(r.makespan == 40);
     CHECK(r.plan.dst_ranks()[0] == 0);
     CHECK(moved_bytes(layout, r.plan) == 40);
@@ -249,14 +249,14 @@ TEST_CASE("locality: a same-node receiver with room is preferred over a better f
   // node; rank 1 (room 15) is on rank 0's node.
   const auto layout = batch_layout::from_ranks({{10, 10, 10}, {5}, {10}, {10, 5}});
   const auto with_nodes = balance(layout, linear_cost{}, packed, locality_options(0.0, {0, 0, 1, 1}));
-  REQUIRE(with_nodes.used == algorithm::locality);
+  REQUIRE(with_nodes.used == balance_method::locality);
   CHECK(with_nodes.makespan == 20);
   const auto dst = with_nodes.plan.dst_ranks();
   CHECK(std::count(dst.begin(), dst.begin() + 3, 0) == 2);
   CHECK(std::count(dst.begin(), dst.begin() + 3, 1) == 1);
   // Without a node map, best fit overall: rank 2.
   const auto flat = balance(layout, linear_cost{}, packed, locality_options(0.0));
-  REQUIRE(flat.used == algorithm::locality);
+  REQUIRE(flat.used == balance_method::locality);
   const auto dst2 = flat.plan.dst_ranks();
   CHECK(std::count(dst2.begin(), dst2.begin() + 3, 2) == 1);
 }

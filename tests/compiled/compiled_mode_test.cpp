@@ -61,26 +61,27 @@ batch_layout random_layout(std::mt19937_64& rng, rank_t d, std::int64_t n) {
 template <class C>
 void check_model(const C& cost, const char* name) {
   std::mt19937_64 rng(1234);
-  const algorithm packed_methods[] = {algorithm::none, algorithm::lpt, algorithm::kk,
-                                      algorithm::exact, algorithm::automatic,
-                                      algorithm::locality};
-  const algorithm padded_methods[] = {algorithm::lpt, algorithm::padded_exact,
-                                      algorithm::automatic, algorithm::locality};
+  const balance_method packed_methods[] = {balance_method::none,      balance_method::lpt,
+                                           balance_method::kk,        balance_method::exact,
+                                           balance_method::automatic, balance_method::locality};
+  const balance_method padded_methods[] = {balance_method::lpt, balance_method::padded_exact,
+                                      balance_method::automatic, balance_method::locality};
   for (int trial = 0; trial < 12; ++trial) {
     const rank_t d = static_cast<rank_t>(uniform(rng, 1, 12));
     const auto layout = random_layout(rng, d, uniform(rng, 0, trial < 6 ? 12 : 300));
     for (const padding_policy policy : {packed, padded, padded_to_multiple(64)}) {
-      for (algorithm m : policy.is_padded() ? std::vector<algorithm>(std::begin(padded_methods),
-                                                                     std::end(padded_methods))
-                                            : std::vector<algorithm>(std::begin(packed_methods),
-                                                                     std::end(packed_methods))) {
-        if (m == algorithm::exact && layout.num_items() > 12) continue;
+      for (balance_method m :
+           policy.is_padded()
+               ? std::vector<balance_method>(std::begin(padded_methods), std::end(padded_methods))
+               : std::vector<balance_method>(std::begin(packed_methods),
+                                             std::end(packed_methods))) {
+        if (m == balance_method::exact && layout.num_items() > 12) continue;
         CAPTURE(name);
         CAPTURE(trial);
         CAPTURE(to_string(m));
         balance_options options;
         options.method = m;
-        if (m == algorithm::locality) {
+        if (m == balance_method::locality) {
           options.node_of_rank.resize(static_cast<std::size_t>(d));
           for (rank_t r = 0; r < d; ++r) options.node_of_rank[static_cast<std::size_t>(r)] = r / 4;
         }
@@ -131,7 +132,7 @@ TEST_CASE("compiled mode: typed and user balancers run in the library with the s
     balancer_plan plan = balancers::lpt{}(p);
     if (plan.destination && !plan.destination->empty())
       plan.destination->front() = p.num_ranks() - 1;
-    plan.used = algorithm::custom;
+    plan.used = balance_method::custom;
     return plan;
   };
   std::mt19937_64 rng(4321);

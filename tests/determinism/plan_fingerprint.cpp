@@ -75,19 +75,19 @@ int main() {
       costs.add(flops(l));
     }
     digest plans;
-    for (const auto a :
-         {algorithm::lpt, algorithm::kk, algorithm::kk_equal, algorithm::automatic}) {
+    for (const auto a : {balance_method::lpt, balance_method::kk, balance_method::kk_equal,
+                         balance_method::automatic}) {
       balance_options o;
       o.method = a;
       add_plan(plans, layout, quad, packed, o);
       add_plan(plans, layout, flops, packed, o);
     }
     balance_options padded_exact;
-    padded_exact.method = algorithm::padded_exact;
+    padded_exact.method = balance_method::padded_exact;
     add_plan(plans, layout, quad, padded, padded_exact);
     add_plan(plans, layout, quad, padded_to_multiple(64), padded_exact);
     balance_options capped;  // the constrained first-fit search under a token cap
-    capped.method = algorithm::lpt;
+    capped.method = balance_method::lpt;
     capped.limits.cap = capacity{capacity::measure::tokens, 0};
     std::int64_t total = 0, longest = 0;
     for (const auto l : lengths) total += l, longest = std::max(longest, l);

@@ -53,7 +53,7 @@
 
 namespace {
 
-using orchmllm::algorithm;
+using orchmllm::balance_method;
 using orchmllm::batch_layout;
 using orchmllm::capacity;
 using orchmllm::communication_error;
@@ -123,11 +123,12 @@ void randomize_stage(std::mt19937_64& rng, Stage& st) {
   }
   const auto p = uniform(rng, 0, 5);
   st.policy = p == 0 ? orchmllm::padded : p == 1 ? orchmllm::padded_to_multiple(4) : orchmllm::packed;
-  static constexpr algorithm packed_methods[] = {algorithm::automatic, algorithm::automatic,
-                                                 algorithm::lpt, algorithm::kk,
-                                                 algorithm::locality, algorithm::none};
-  static constexpr algorithm padded_methods[] = {algorithm::automatic, algorithm::padded_exact,
-                                                 algorithm::lpt, algorithm::locality};
+  static constexpr balance_method packed_methods[] = {
+      balance_method::automatic, balance_method::automatic, balance_method::lpt,
+      balance_method::kk,        balance_method::locality,  balance_method::none};
+  static constexpr balance_method padded_methods[] = {
+      balance_method::automatic, balance_method::padded_exact, balance_method::lpt,
+      balance_method::locality};
   st.options.method = st.policy.is_padded() ? padded_methods[uniform(rng, 0, 3)]
                                             : packed_methods[uniform(rng, 0, 5)];
   st.options.exact_node_budget = 20'000;  // keeps automatic's exact search cheap under ASan
@@ -374,7 +375,7 @@ void check_report(const Stage& st, const batch_layout& layout, const rearrangeme
   CHECK(rep.name == st.name);
   // Rerun the balancer and the mapping: same choice, same plan (determinism).
   auto opt = st.options;
-  if (opt.method == algorithm::locality && opt.node_of_rank.empty())
+  if (opt.method == balance_method::locality && opt.node_of_rank.empty())
     opt.node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
   // The stage is balanced in its model's own value type: exact std::int64_t for integral
   // models, double otherwise.
@@ -422,7 +423,7 @@ void check_report(const Stage& st, const batch_layout& layout, const rearrangeme
   // Guaranteed: no plan beats the lower bound (a few ulps of slack for floating sums), and the
   // baseline balancer leaves the makespan unchanged (the mapping only permutes whole bins).
   CHECK(rep.makespan_after >= rep.lower_bound * (1 - 1e-12));
-  if (st.options.method == algorithm::none && st.balancer.empty())
+  if (st.options.method == balance_method::none && st.balancer.empty())
     CHECK(rep.makespan_after == rep.makespan_before);
   // Moved and inter-node bytes from the plan itself.
   std::int64_t moved = 0, inter = 0;

@@ -22,7 +22,7 @@
 
 namespace {
 
-using orchmllm::algorithm;
+using orchmllm::balance_method;
 using orchmllm::capacity;
 using orchmllm::encoder_stage;
 using orchmllm::invalid_argument_error;
@@ -138,10 +138,10 @@ TEST_CASE("stage_declarations::validate") {
     e.llm.options.exact_node_budget = -1;
     expect_invalid([&] { e.validate(); }, {"'llm'", "exact budgets must be >= 0"});
     auto f = two_encoders();
-    f.encoders[1].options.method = algorithm::kk;  // audio is padded
+    f.encoders[1].options.method = balance_method::kk;  // audio is padded
     expect_invalid([&] { f.validate(); }, {"'audio'", "kk"});
     auto g = two_encoders();
-    g.encoders[0].options.method = algorithm::padded_exact;  // vision is packed
+    g.encoders[0].options.method = balance_method::padded_exact;  // vision is packed
     expect_invalid([&] { g.validate(); }, {"'vision'", "padded policy"});
     auto h = two_encoders();
     h.encoders[1].options.locality_tolerance = -0.5;
@@ -184,7 +184,7 @@ TEST_CASE("fingerprint: equal declarations agree, every field change differs") {
       {"encoder policy", [](auto& d) { d.encoders[1].policy = orchmllm::packed; }},
       {"encoder padding multiple",
        [](auto& d) { d.encoders[1].policy = orchmllm::padded_to_multiple(8); }},
-      {"encoder method", [](auto& d) { d.encoders[0].options.method = algorithm::lpt; }},
+      {"encoder method", [](auto& d) { d.encoders[0].options.method = balance_method::lpt; }},
       {"encoder cap set",
        [](auto& d) { d.encoders[0].options.limits.cap = capacity{capacity::measure::tokens}; }},
       {"encoder cap measure",
@@ -215,7 +215,7 @@ TEST_CASE("fingerprint: equal declarations agree, every field change differs") {
       {"llm name", [](auto& d) { d.llm.name = "llm2"; }},
       {"llm cost", [](auto& d) { d.llm.cost = quadratic_cost{1.0, 2.0, 0.002}; }},
       {"llm policy", [](auto& d) { d.llm.policy = orchmllm::padded; }},
-      {"llm method", [](auto& d) { d.llm.options.method = algorithm::kk; }},
+      {"llm method", [](auto& d) { d.llm.options.method = balance_method::kk; }},
       {"llm cap", [](auto& d) { d.llm.options.limits.cap = capacity{capacity::measure::bytes, 1}; }},
       {"llm mapping", [](auto& d) { d.llm.mapping = mapping_method::identity; }},
       {"llm text row bytes", [](auto& d) { d.llm.text_row_bytes = 16; }},

@@ -89,7 +89,7 @@ namespace orchmllm {
 template <class Cost>
 struct balance_result {
   rearrangement plan;        ///< canonical slot order (see rearrangement.hpp)
-  algorithm used{};          ///< the algorithm whose plan was returned (never `automatic`;
+  balance_method used{};          ///< the algorithm whose plan was returned (never `automatic`;
                              ///< see `fallback`)
   Cost makespan{};           ///< largest destination load
   Cost lower_bound{};        ///< makespan_lower_bound for the same input

@@ -35,21 +35,21 @@
 
 namespace orchmllm::balancers {
 
-/// Every item stays on the rank that sampled it (`algorithm::none`, the baseline). O(n).
+/// Every item stays on the rank that sampled it (`balance_method::none`, the baseline). O(n).
 struct identity {
   [[nodiscard]] balance_options options(const constraints& limits = {}) const {
-    return balance_options{.method = algorithm::none, .limits = limits};
+    return balance_options{.method = balance_method::none, .limits = limits};
   }
   template <class C>
   balancer_plan operator()(const balance_problem<C>& p) const;
 };
 
-/// Longest processing time first (`algorithm::lpt`), optionally refined. O(n log n).
+/// Longest processing time first (`balance_method::lpt`), optionally refined. O(n log n).
 struct lpt {
   bool refine = false;              ///< refine the greedy plan (moves and swaps)
   std::int64_t refine_budget = -1;  ///< refinement steps (also for the fallback); -1 = 2·n + 64
   [[nodiscard]] balance_options options(const constraints& limits = {}) const {
-    return balance_options{.method = algorithm::lpt, .limits = limits, .refine = refine,
+    return balance_options{.method = balance_method::lpt, .limits = limits, .refine = refine,
                            .refine_budget = refine_budget};
   }
   template <class C>
@@ -57,37 +57,37 @@ struct lpt {
 };
 
 /// Karmarkar–Karp largest differencing, packed policy only. `complete`: the complete method
-/// (`algorithm::kk`; `kk_equal` above n · d = `kk_complete_max_entries`); otherwise the
-/// equal-count one (`algorithm::kk_equal`).
+/// (`balance_method::kk`; `kk_equal` above n · d = `kk_complete_max_entries`); otherwise the
+/// equal-count one (`balance_method::kk_equal`).
 struct karmarkar_karp {
   bool complete = true;
   bool refine = false;              ///< refine the differencing plan
   std::int64_t refine_budget = -1;  ///< refinement steps (also for the fallback); -1 = 2·n + 64
   [[nodiscard]] balance_options options(const constraints& limits = {}) const {
-    return balance_options{.method = complete ? algorithm::kk : algorithm::kk_equal,
+    return balance_options{.method = complete ? balance_method::kk : balance_method::kk_equal,
                            .limits = limits, .refine = refine, .refine_budget = refine_budget};
   }
   template <class C>
   balancer_plan operator()(const balance_problem<C>& p) const;
 };
 
-/// Depth-first branch and bound (`algorithm::exact`), optimal when it completes within
+/// Depth-first branch and bound (`balance_method::exact`), optimal when it completes within
 /// `node_budget` search nodes. For small inputs (n ≲ 20).
 struct exact {
   std::int64_t node_budget = 2'000'000;
   [[nodiscard]] balance_options options(const constraints& limits = {}) const {
-    return balance_options{.method = algorithm::exact, .limits = limits,
+    return balance_options{.method = balance_method::exact, .limits = limits,
                            .exact_node_budget = node_budget};
   }
   template <class C>
   balancer_plan operator()(const balance_problem<C>& p) const;
 };
 
-/// The exact algorithm for padded policies (`algorithm::padded_exact`). O(n log n + d log T).
+/// The exact algorithm for padded policies (`balance_method::padded_exact`). O(n log n + d log T).
 struct padded_exact {
   std::int64_t refine_budget = -1;  ///< refinement of the fallback plan; -1 = 2·n + 64
   [[nodiscard]] balance_options options(const constraints& limits = {}) const {
-    return balance_options{.method = algorithm::padded_exact, .limits = limits,
+    return balance_options{.method = balance_method::padded_exact, .limits = limits,
                            .refine_budget = refine_budget};
   }
   template <class C>
@@ -95,13 +95,13 @@ struct padded_exact {
 };
 
 /// The best of lpt, kk_equal and kk (each refined) and, on small inputs, the exact search
-/// (packed); padded_exact (padded) (`algorithm::automatic`, the default).
+/// (packed); padded_exact (padded) (`balance_method::automatic`, the default).
 struct automatic {
   std::int64_t refine_budget = -1;          ///< refinement steps; -1 = 2·n + 64
   std::int64_t exact_node_budget = 2'000'000;  ///< search nodes of the exact step
   std::int64_t exact_max_items = 14;        ///< the exact step runs up to this many items
   [[nodiscard]] balance_options options(const constraints& limits = {}) const {
-    return balance_options{.method = algorithm::automatic, .limits = limits,
+    return balance_options{.method = balance_method::automatic, .limits = limits,
                            .refine_budget = refine_budget, .exact_node_budget = exact_node_budget,
                            .exact_max_items = exact_max_items};
   }
@@ -109,14 +109,14 @@ struct automatic {
   balancer_plan operator()(const balance_problem<C>& p) const;
 };
 
-/// Keeps data where it is within a makespan slack over `base` (`algorithm::locality`).
+/// Keeps data where it is within a makespan slack over `base` (`balance_method::locality`).
 struct locality {
   automatic base{};                    ///< the balancer whose makespan sets the target
   double tolerance = 0.001;            ///< target = base's makespan · (1 + tolerance)
   std::vector<rank_t> node_of_rank{};  ///< node of every rank (d entries), or empty: one node
   [[nodiscard]] balance_options options(const constraints& limits = {}) const {
     balance_options o = base.options(limits);
-    o.method = algorithm::locality;
+    o.method = balance_method::locality;
     o.locality_tolerance = tolerance;
     o.node_of_rank = node_of_rank;
     return o;
@@ -139,26 +139,27 @@ inline constexpr bool is_builtin_balancer_v =
 
 /// Calls `f` with the built-in balancer that `options` selects (its knobs copied over; the
 /// constraints are not part of a balancer) and returns what `f` returns, which must be the same
-/// type for every balancer. Throws `invalid_argument_error` for `algorithm::custom` or a value
+/// type for every balancer. Throws `invalid_argument_error` for `balance_method::custom` or a value
 /// outside the enum. Instantiates `f` for all seven types.
 template <class F>
 decltype(auto) visit_balancer(const balance_options& o, F&& f) {
   switch (o.method) {
-    case algorithm::none: return std::forward<F>(f)(balancers::identity{});
-    case algorithm::lpt: return std::forward<F>(f)(balancers::lpt{o.refine, o.refine_budget});
-    case algorithm::kk:
-    case algorithm::kk_equal:
+    case balance_method::none: return std::forward<F>(f)(balancers::identity{});
+    case balance_method::lpt: return std::forward<F>(f)(balancers::lpt{o.refine, o.refine_budget});
+    case balance_method::kk:
+    case balance_method::kk_equal:
       return std::forward<F>(f)(
-          balancers::karmarkar_karp{o.method == algorithm::kk, o.refine, o.refine_budget});
-    case algorithm::exact: return std::forward<F>(f)(balancers::exact{o.exact_node_budget});
-    case algorithm::padded_exact: return std::forward<F>(f)(balancers::padded_exact{o.refine_budget});
-    case algorithm::automatic:
-    case algorithm::locality: {
+          balancers::karmarkar_karp{o.method == balance_method::kk, o.refine, o.refine_budget});
+    case balance_method::exact: return std::forward<F>(f)(balancers::exact{o.exact_node_budget});
+    case balance_method::padded_exact:
+      return std::forward<F>(f)(balancers::padded_exact{o.refine_budget});
+    case balance_method::automatic:
+    case balance_method::locality: {
       const balancers::automatic a{o.refine_budget, o.exact_node_budget, o.exact_max_items};
-      if (o.method == algorithm::automatic) return std::forward<F>(f)(a);
+      if (o.method == balance_method::automatic) return std::forward<F>(f)(a);
       return std::forward<F>(f)(balancers::locality{a, o.locality_tolerance, o.node_of_rank});
     }
-    case algorithm::custom: break;
+    case balance_method::custom: break;
   }
   detail::raise<invalid_argument_error>(detail::concat(
       "balance_options::method is ", to_string(o.method),
@@ -173,8 +174,8 @@ namespace detail {
 /// checked to be >= 0. O(d).
 inline void check_balance_options(const balance_options& o, padding_policy policy, rank_t d,
                                   std::string_view what = {}) {
-  ORCHMLLM_REQUIRE(o.method != algorithm::custom, invalid_argument_error, what,
-                   "algorithm::custom selects no balancer; pass your balancer object instead");
+  ORCHMLLM_REQUIRE(o.method != balance_method::custom, invalid_argument_error, what,
+                   "balance_method::custom selects no balancer; pass your balancer object instead");
   ORCHMLLM_REQUIRE(o.refine_budget >= -1, invalid_argument_error, what, "refine_budget is ",
                    o.refine_budget, ", must be >= -1");
   ORCHMLLM_REQUIRE(o.exact_node_budget >= 0 && o.exact_max_items >= 0, invalid_argument_error,
@@ -182,7 +183,7 @@ inline void check_balance_options(const balance_options& o, padding_policy polic
   ORCHMLLM_REQUIRE(!(packed_only(o.method) && policy.is_padded()), invalid_argument_error, what,
                    to_string(o.method),
                    " balances the packed policy only; use padded or auto for padded batches");
-  ORCHMLLM_REQUIRE(!(o.method == algorithm::padded_exact && !policy.is_padded()),
+  ORCHMLLM_REQUIRE(!(o.method == balance_method::padded_exact && !policy.is_padded()),
                    invalid_argument_error, what,
                    "the padded algorithm needs a padded policy; use lpt, kk or auto for packed");
   ORCHMLLM_REQUIRE(std::isfinite(o.locality_tolerance) && o.locality_tolerance >= 0,

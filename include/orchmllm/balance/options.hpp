@@ -19,7 +19,7 @@ namespace orchmllm {
 /// as types). `custom` is what `balance_result::used` reports for a plan made by the
 /// application's own balancer; it is never a valid `balance_options::method`. The numeric
 /// values are stable (they enter stage fingerprints).
-enum class algorithm : std::uint8_t {
+enum class balance_method : std::uint8_t {
   none,
   lpt,
   kk,
@@ -31,16 +31,19 @@ enum class algorithm : std::uint8_t {
   custom
 };
 
-/// Largest n · d for which `algorithm::kk` runs the complete differencing (its tuples hold
+/// The former name of `balance_method`, kept so existing code compiles.
+using algorithm = balance_method;
+
+/// Largest n · d for which `balance_method::kk` runs the complete differencing (its tuples hold
 /// n · d sums); above it `kk` runs `kk_equal`.
 inline constexpr std::int64_t kk_complete_max_entries = std::int64_t{1} << 21;
 
 /// True for the algorithms that balance the packed policy only (`kk`, `kk_equal`).
-constexpr bool packed_only(algorithm a) noexcept {
-  return a == algorithm::kk || a == algorithm::kk_equal;
+constexpr bool packed_only(balance_method a) noexcept {
+  return a == balance_method::kk || a == balance_method::kk_equal;
 }
 
-/// Whether `algorithm::kk` runs the complete differencing for n items on d ranks (n · d ≤
+/// Whether `balance_method::kk` runs the complete differencing for n items on d ranks (n · d ≤
 /// `kk_complete_max_entries`) rather than `kk_equal`. O(1).
 constexpr bool kk_complete_fits(std::int64_t n, std::int64_t d) noexcept {
   return d <= kk_complete_max_entries / (n > 1 ? n : 1);
@@ -48,17 +51,17 @@ constexpr bool kk_complete_fits(std::int64_t n, std::int64_t d) noexcept {
 
 /// Name of an algorithm as used by the command-line tool ("auto" for automatic, "padded" for
 /// padded_exact).
-constexpr std::string_view to_string(algorithm a) noexcept {
+constexpr std::string_view to_string(balance_method a) noexcept {
   switch (a) {
-    case algorithm::none: return "none";
-    case algorithm::lpt: return "lpt";
-    case algorithm::kk: return "kk";
-    case algorithm::exact: return "exact";
-    case algorithm::padded_exact: return "padded";
-    case algorithm::automatic: return "auto";
-    case algorithm::locality: return "locality";
-    case algorithm::kk_equal: return "kk-equal";
-    case algorithm::custom: return "custom";
+    case balance_method::none: return "none";
+    case balance_method::lpt: return "lpt";
+    case balance_method::kk: return "kk";
+    case balance_method::exact: return "exact";
+    case balance_method::padded_exact: return "padded";
+    case balance_method::automatic: return "auto";
+    case balance_method::locality: return "locality";
+    case balance_method::kk_equal: return "kk-equal";
+    case balance_method::custom: return "custom";
   }
   return "?";
 }
@@ -66,19 +69,22 @@ constexpr std::string_view to_string(algorithm a) noexcept {
 /// Parses "none", "lpt", "kk", "kk-equal", "exact", "padded", "auto" or "locality" (the inverse
 /// of `to_string` on every built-in; "custom" names no algorithm and is rejected). Throws
 /// `invalid_argument_error` naming the unknown name.
-inline algorithm parse_algorithm(std::string_view name) {
-  for (auto a : {algorithm::none, algorithm::lpt, algorithm::kk, algorithm::kk_equal,
-                 algorithm::exact, algorithm::padded_exact, algorithm::automatic,
-                 algorithm::locality})
+inline balance_method parse_balance_method(std::string_view name) {
+  for (auto a : {balance_method::none, balance_method::lpt, balance_method::kk,
+                 balance_method::kk_equal, balance_method::exact, balance_method::padded_exact,
+                 balance_method::automatic, balance_method::locality})
     if (to_string(a) == name) return a;
   detail::raise<invalid_argument_error>(
       detail::concat("unknown algorithm '", name,
                      "' (expected none, lpt, kk, kk-equal, exact, padded, auto or locality)"));
 }
 
+/// `parse_balance_method` under its former name.
+inline balance_method parse_algorithm(std::string_view name) { return parse_balance_method(name); }
+
 /// Options of `balance`.
 struct balance_options {
-  algorithm method = algorithm::automatic;  ///< which algorithm
+  balance_method method = balance_method::automatic;  ///< which algorithm
   constraints limits{};                     ///< per-rank cap and item counts
   bool refine = false;                      ///< refine lpt/kk results (automatic always does)
   std::int64_t refine_budget = -1;          ///< refinement steps; -1 = 2·n + 64

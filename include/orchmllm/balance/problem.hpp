@@ -50,7 +50,7 @@ struct balancer_plan {
   /// found no plan. A plan that breaks a constraint counts as none.
   std::optional<std::vector<rank_t>> destination;
   /// Reported as `balance_result::used`; built-ins name themselves, others keep `custom`.
-  algorithm used = algorithm::custom;
+  balance_method used = balance_method::custom;
   /// The balancer proves the plan optimal (an exact method that completed). `balance` also
   /// reports optimality whenever the makespan meets the lower bound.
   bool proven_optimal = false;

@@ -64,8 +64,8 @@ namespace orchmllm {
 /// How a route moves data between nodes (see the file comment).
 enum class schedule { direct, node_wise, automatic };
 
-/// "direct", "node-wise", "auto".
-[[nodiscard]] inline const char* to_string(schedule s) noexcept {
+/// "direct", "node-wise", "auto" (null-terminated, as every `to_string` of the library's enums).
+[[nodiscard]] constexpr std::string_view to_string(schedule s) noexcept {
   switch (s) {
     case schedule::direct: return "direct";
     case schedule::node_wise: return "node-wise";

@@ -85,7 +85,7 @@ namespace orchmllm {
 /// stage costs (the stage's cost model and policy).
 struct stage_report {
   std::string name;
-  algorithm used{};                 ///< the balancer whose plan was kept
+  balance_method used{};                 ///< the balancer whose plan was kept
   double makespan_before = 0;       ///< max over ranks of the stage cost, as sampled
   double makespan_after = 0;
   double lower_bound = 0;           ///< makespan_lower_bound
@@ -184,7 +184,7 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
                        opt.node_of_rank.size() == static_cast<std::size_t>(topo.num_ranks()),
                    invalid_argument_error, "stage '", stage.name, "': node_of_rank has ",
                    opt.node_of_rank.size(), " entries for ", topo.num_ranks(), " ranks");
-  if (opt.method == algorithm::locality && opt.node_of_rank.empty())
+  if (opt.method == balance_method::locality && opt.node_of_rank.empty())
     opt.node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
   std::vector<std::int64_t> bytes(static_cast<std::size_t>(layout.num_items()));
   for (std::int64_t g = 0; g < layout.num_items(); ++g)

@@ -117,7 +117,7 @@ class stage_cost {
 /// A built-in object replaces the stage's `options` knobs (method, budgets, tolerance,
 /// node_of_rank) and keeps its `options.limits`; the application's balancer runs through
 /// `balance` with the stage's limits and the stage's cost model seen as `detail::cost_ref` (one
-/// indirect call per evaluation), reports `algorithm::custom`, and enters the declarations'
+/// indirect call per evaluation), reports `balance_method::custom`, and enters the declarations'
 /// fingerprint by its `name`: give two different balancers different names. Copying shares the
 /// balancer object (it must be safe to call from several threads: `plan_step` may plan stages
 /// concurrently).
@@ -177,7 +177,7 @@ struct encoder_stage {
   stage_cost cost{};              ///< cost of one sub-item from its encoder length
   padding_policy policy = packed;  ///< how costs combine on a rank (padded: rectangular batches)
   /// Balancer and constraints (per-rank cap, item counts) of this stage. With
-  /// `algorithm::locality` and an empty `node_of_rank`, the planner fills in the topology's.
+  /// `balance_method::locality` and an empty `node_of_rank`, the planner fills in the topology's.
   balance_options options{};
   /// A balancer object instead of `options.method` (a built-in type or the application's own);
   /// `options.limits` still apply. Empty by default.

@@ -70,12 +70,15 @@ constexpr std::string_view to_string(mapping_method m) noexcept {
 
 /// Parses "identity", "transport" or "bottleneck". Throws `invalid_argument_error` naming the
 /// unknown name and listing the valid ones.
-inline mapping_method parse_mapping(std::string_view name) {
+inline mapping_method parse_mapping_method(std::string_view name) {
   for (auto m : {mapping_method::identity, mapping_method::transport, mapping_method::bottleneck})
     if (to_string(m) == name) return m;
   detail::raise<invalid_argument_error>(detail::concat(
       "unknown mapping '", name, "' (expected identity, transport or bottleneck)"));
 }
+
+/// `parse_mapping_method` under its former name.
+inline mapping_method parse_mapping(std::string_view name) { return parse_mapping_method(name); }
 
 /// Maps the bins of a balancer plan to ranks.
 ///

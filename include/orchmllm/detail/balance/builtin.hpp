@@ -50,7 +50,7 @@ class plan_search {
       : p_(p), in_(p.input()), budget_(refine_steps(refine_budget, p.num_items())) {}
 
   /// Keeps `a` if it satisfies the constraints and beats the best plan so far.
-  void consider(std::optional<std::vector<rank_t>>&& a, algorithm which) {
+  void consider(std::optional<std::vector<rank_t>>&& a, balance_method which) {
     if (!a || !satisfies(in_, std::span<const rank_t>(*a))) return;
     const Cost m = assignment_makespan(in_, p_.cost_model(), std::span<const rank_t>(*a));
     if (!best_ || m < best_makespan_) {
@@ -79,7 +79,7 @@ class plan_search {
   /// The outcome. Without a plan and without a proof of infeasibility, the constrained
   /// first-fit-decreasing packing is tried first, reported as `fallback_name`, and refined
   /// unless `refine_fallback` is false.
-  builtin_outcome<Cost> finish(algorithm fallback_name, bool refine_fallback = true) {
+  builtin_outcome<Cost> finish(balance_method fallback_name, bool refine_fallback = true) {
     bool fallback = false;
     if (!best_ && !infeasible_) {
       consider(constrained_first_fit(in_, p_.cost_model()), fallback_name);
@@ -97,7 +97,7 @@ class plan_search {
   std::int64_t budget_;
   std::optional<std::vector<rank_t>> best_;
   Cost best_makespan_{};
-  algorithm used_{};
+  balance_method used_{};
   bool proven_ = false;
   bool infeasible_ = false;  // an exact method exhausted its search without a feasible plan
 };
@@ -118,17 +118,17 @@ builtin_outcome<cost_type_t<C>> search(const balancers::identity& b, const balan
   ORCHMLLM_REQUIRE(satisfies(p.input(), std::span<const rank_t>(a)), infeasible_error,
                    "the identity plan violates the constraints (cap or item counts)");
   plan_search<C> s(p, -1);
-  s.consider(std::move(a), algorithm::none);
-  return s.finish(algorithm::none);
+  s.consider(std::move(a), balance_method::none);
+  return s.finish(balance_method::none);
 }
 
 template <class C>
 builtin_outcome<cost_type_t<C>> search(const balancers::lpt& b, const balance_problem<C>& p) {
   check_builtin(b, p);
   plan_search<C> s(p, b.refine_budget);
-  s.consider(lpt(p.input(), p.cost_model()), algorithm::lpt);
+  s.consider(lpt(p.input(), p.cost_model()), balance_method::lpt);
   if (b.refine) s.refine_best();
-  return s.finish(algorithm::lpt);
+  return s.finish(balance_method::lpt);
 }
 
 template <class C>
@@ -138,12 +138,12 @@ builtin_outcome<cost_type_t<C>> search(const balancers::karmarkar_karp& b,
   plan_search<C> s(p, b.refine_budget);
   // The complete method where its n · d sums fit the guard, else the equal-count one.
   if (b.complete && kk_complete_fits(p.num_items(), p.num_ranks())) {
-    s.consider(karmarkar_karp(p.input(), true), algorithm::kk);
+    s.consider(karmarkar_karp(p.input(), true), balance_method::kk);
   } else {
-    s.consider(karmarkar_karp(p.input()), algorithm::kk_equal);
+    s.consider(karmarkar_karp(p.input()), balance_method::kk_equal);
   }
   if (b.refine) s.refine_best();
-  return s.finish(b.complete ? algorithm::kk : algorithm::kk_equal);
+  return s.finish(b.complete ? balance_method::kk : balance_method::kk_equal);
 }
 
 template <class C>
@@ -152,9 +152,9 @@ builtin_outcome<cost_type_t<C>> search(const balancers::exact& b, const balance_
   plan_search<C> s(p, -1);
   auto r = exact_search(p.input(), p.cost_model(), b.node_budget);
   s.set_infeasible(r.complete && !r.assignment);
-  s.consider(std::move(r.assignment), algorithm::exact);
+  s.consider(std::move(r.assignment), balance_method::exact);
   s.set_proven(r.complete && s.found());
-  return s.finish(algorithm::exact, /*refine_fallback=*/false);
+  return s.finish(balance_method::exact, /*refine_fallback=*/false);
 }
 
 template <class C>
@@ -164,9 +164,9 @@ builtin_outcome<cost_type_t<C>> search(const balancers::padded_exact& b,
   plan_search<C> s(p, b.refine_budget);
   auto r = padded_optimal(p.input(), p.cost_model());
   s.set_infeasible(r.optimal && !r.assignment);
-  s.consider(std::move(r.assignment), algorithm::padded_exact);
+  s.consider(std::move(r.assignment), balance_method::padded_exact);
   s.set_proven(r.optimal && s.found());
-  return s.finish(algorithm::padded_exact);
+  return s.finish(balance_method::padded_exact);
 }
 
 template <class C>
@@ -180,19 +180,19 @@ builtin_outcome<cost_type_t<C>> search(const balancers::automatic& b,
   if (p.policy().is_padded()) {
     auto r = padded_optimal(in, p.cost_model());
     s.set_infeasible(r.optimal && !r.assignment);
-    s.consider(std::move(r.assignment), algorithm::padded_exact);
+    s.consider(std::move(r.assignment), balance_method::padded_exact);
     proven = r.optimal && s.found();
     if (!proven && !s.infeasible()) {
-      s.consider(lpt(in, p.cost_model()), algorithm::lpt);
+      s.consider(lpt(in, p.cost_model()), balance_method::lpt);
       s.refine_best();
     }
   } else {
     // lpt, then refinement, then kk + refinement: each step only when the bound is not met
     // yet, so the result is never worse than lpt or kk alone.
-    s.consider(lpt(in, p.cost_model()), algorithm::lpt);
+    s.consider(lpt(in, p.cost_model()), balance_method::lpt);
     s.refine_best();
     if (!s.at_bound()) {
-      s.consider(karmarkar_karp(in), algorithm::kk_equal);
+      s.consider(karmarkar_karp(in), balance_method::kk_equal);
       s.refine_best();
     }
     // Then the complete differencing (within its memory guard), refined in a copy: `consider`
@@ -201,7 +201,7 @@ builtin_outcome<cost_type_t<C>> search(const balancers::automatic& b,
       auto k = karmarkar_karp(in, true);
       if (k && satisfies(in, std::span<const rank_t>(*k))) {
         refine(in, p.cost_model(), *k, s.budget(), p.lower_bound());
-        s.consider(std::move(k), algorithm::kk);
+        s.consider(std::move(k), balance_method::kk);
       }
     }
   }
@@ -209,12 +209,12 @@ builtin_outcome<cost_type_t<C>> search(const balancers::automatic& b,
     auto r = exact_search(in, p.cost_model(), b.exact_node_budget,
                           s.found() ? std::optional<cost_type_t<C>>(s.best_makespan())
                                     : std::nullopt);
-    s.consider(std::move(r.assignment), algorithm::exact);
+    s.consider(std::move(r.assignment), balance_method::exact);
     proven = r.complete && s.found();
   }
   s.set_proven(proven);
   // Without a plan, the fallback is reported under lpt.
-  return s.finish(algorithm::lpt);
+  return s.finish(balance_method::lpt);
 }
 
 /// Target of `balancers::locality`: m · (1 + tolerance), rounded down for integral costs,
@@ -245,7 +245,7 @@ builtin_outcome<cost_type_t<C>> search(const balancers::locality& b,
   if (!satisfies(p.input(), std::span<const rank_t>(a))) return base;
   const auto m = assignment_makespan(p.input(), p.cost_model(), std::span<const rank_t>(a));
   if (m > target) return base;
-  return builtin_outcome<cost_type_t<C>>{balancer_plan{std::move(a), algorithm::locality}, m};
+  return builtin_outcome<cost_type_t<C>>{balancer_plan{std::move(a), balance_method::locality}, m};
 }
 
 }  // namespace orchmllm::detail

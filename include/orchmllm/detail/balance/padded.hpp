@@ -1,7 +1,8 @@
 #pragma once
 // The exact balancer for padded policies (rank load = count · cost(padded length of its longest
-// item)). Internal: reached through orchmllm::balance with algorithm::padded_exact (or automatic
-// with a padded policy). The optimality proof is in docs/algorithms.md ("Padded policies").
+// item)). Internal: reached through orchmllm::balance with balance_method::padded_exact (or
+// automatic with a padded policy). The optimality proof is in docs/algorithms.md ("Padded
+// policies").
 //
 // Outline. Items are scanned in `in.order` (length descending, id ascending), positions
 // 0..n-1. Some optimal partition into at most d groups is contiguous in that order, so a
