@@ -9,7 +9,8 @@ linking orchmllm::compiled does (the heavy templates then come from the library)
 
 Usage: bench/report/compile_time.py [--cxx g++] [--flags "-O2"] [--rounds 5] [--markdown]
                                    [--modes header-only,compiled]
-Run from the repository root. Units: the README example, one `balance` call, one `plan_step`
+Run from the repository root. Units: the README example, one `balance` call (runtime selector),
+one `balance` naming its balancer type (lpt), one `plan_step`
 call, the demo (examples/orchmllm_demo.cpp).
 """
 import argparse
@@ -34,6 +35,16 @@ ONE_BALANCE = """#include <orchmllm/balance/balancer.hpp>
 int main() {
   const auto layout = orchmllm::batch_layout::from_ranks({{900, 20, 30}, {10}, {}, {700}});
   const auto r = orchmllm::balance(layout, orchmllm::quadratic_cost{0.0, 1.0, 1.0 / 512});
+  std::printf("%f\\n", r.makespan);
+}
+"""
+
+ONE_TYPED_BALANCE = """#include <orchmllm/balance/balancer.hpp>
+#include <cstdio>
+int main() {
+  const auto layout = orchmllm::batch_layout::from_ranks({{900, 20, 30}, {10}, {}, {700}});
+  const auto r = orchmllm::balance(layout, orchmllm::quadratic_cost{0.0, 1.0, 1.0 / 512},
+                                   orchmllm::packed, orchmllm::balancers::lpt{.refine = true});
   std::printf("%f\\n", r.makespan);
 }
 """
@@ -94,7 +105,8 @@ def main():
     work = tempfile.mkdtemp(prefix="orchmllm_compile_time_")
     units = {}
     for name, text in [("baseline", BASELINE), ("README example", readme_example(root)),
-                       ("one balance", ONE_BALANCE), ("one plan_step", ONE_PLAN_STEP)]:
+                       ("one balance", ONE_BALANCE), ("one typed balance", ONE_TYPED_BALANCE),
+                       ("one plan_step", ONE_PLAN_STEP)]:
         path = os.path.join(work, re.sub(r"\W+", "_", name) + ".cpp")
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)

@@ -193,11 +193,16 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
   // report carries the figures as double.
   mapping_result mapped = stage.cost.visit([&](const auto& cost) {
     using Cost = cost_type_t<std::remove_cvref_t<decltype(cost)>>;
-    // The application's balancer sees the stage's model type-erased (stage_balancer).
-    const auto balanced =
-        stage.balancer.custom()
-            ? balance(layout, cost_ref<Cost>(cost), stage.policy, stage.balancer, opt.limits)
-            : balance(layout, cost, stage.policy, opt);
+    // The application's balancer sees the stage's model type-erased (stage_balancer); the
+    // driver around it (checks, fallback) runs on the stage's own model type, so it shares its
+    // instantiations with the built-in path.
+    const auto custom = [&](const auto& p) {
+      const cost_ref<Cost> erased(p.cost_model());
+      return stage.balancer(balance_problem<cost_ref<Cost>>(p.input(), erased, p.lower_bound()));
+    };
+    const auto balanced = stage.balancer.custom()
+                              ? balance(layout, cost, stage.policy, custom, opt.limits)
+                              : balance(layout, cost, stage.policy, opt);
     auto m = map_bins(balanced.plan, bytes, topo, stage.mapping);
     const auto after = compute_statistics(layout, m.plan, cost, stage.policy, opt.limits);
     rep.used = balanced.used;

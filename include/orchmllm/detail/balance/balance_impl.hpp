@@ -72,36 +72,37 @@ void check_feasible(const balance_input<Cost>& in) {
   raise<infeasible_error>(what);
 }
 
-/// `balance` with balancer `b` on a model that returns its computation type: the checks, the
-/// problem, the balancer, the constrained fallback for a balancer that found no plan (built-ins
-/// apply their own), and the figures of the result. Built-in balancers are trusted with their
-/// plan and makespan; any other balancer's plan is checked (size, rank range: a clear
-/// `invalid_argument_error`; constraints: a breaking plan counts as none).
-template <class C, class B>
-balance_result<cost_type_t<C>> balance_with(const batch_layout& layout, const C& cost,
-                                            padding_policy policy, const B& b,
-                                            const constraints& limits) {
+/// One `balance` call on a model that returns its computation type: the checks and the problem
+/// (constructor), the application's plan checked and completed by the fallback (`adopt`), and
+/// the result's figures (`finish`). Templated on the model only, so the balancers that run
+/// between share one instantiation of all of it. Not copyable: the problem refers to members.
+template <class C>
+class balance_session {
+ public:
   using Cost = cost_type_t<C>;
-  const rank_t d = layout.num_ranks();
-  const auto n = layout.num_items();
-  std::vector<Cost> costs(static_cast<std::size_t>(n));
-  for (std::int64_t g = 0; g < n; ++g) {
-    costs[static_cast<std::size_t>(g)] = cost(layout.length(g));
-    ORCHMLLM_REQUIRE(costs[static_cast<std::size_t>(g)] >= Cost{}, invalid_argument_error,
-                     "cost of item ", g, " (length ", layout.length(g), ") is ",
-                     costs[static_cast<std::size_t>(g)], ", must be >= 0");
-  }
-  detail::check_headroom(layout, std::span<const Cost>(costs), cost, policy);
-  const std::vector<std::int64_t> order = detail::canonical_order<Cost>(layout, costs, policy);
-  const detail::balance_input<Cost> in{layout, d, costs, order, policy, limits};
-  detail::check_feasible(in);
-  const balance_problem<C> problem(in, cost, detail::input_lower_bound(in, cost));
 
-  builtin_outcome<Cost> out;
-  if constexpr (is_builtin_balancer_v<B>) {
-    out = search(b, problem);
-  } else {
-    balancer_plan raw = to_balancer_plan(b(problem));
+  balance_session(const batch_layout& layout, const C& cost, padding_policy policy,
+                  const constraints& limits)
+      : layout_(layout),
+        cost_(cost),
+        policy_(policy),
+        limits_(limits),
+        costs_(costs_of(layout, cost)),
+        order_((check_headroom(layout, std::span<const Cost>(costs_), cost, policy),
+                canonical_order<Cost>(layout, costs_, policy))),
+        in_{layout, layout.num_ranks(), costs_, order_, policy, limits},
+        problem_(in_, cost, (check_feasible(in_), input_lower_bound(in_, cost))) {}
+  balance_session(const balance_session&) = delete;
+  balance_session& operator=(const balance_session&) = delete;
+
+  [[nodiscard]] const balance_problem<C>& problem() const noexcept { return problem_; }
+
+  /// The application's plan: its shape checked (a clear error), kept if it satisfies the
+  /// constraints, else replaced by the refined constrained first-fit fallback unless the
+  /// balancer proved that no plan exists.
+  builtin_outcome<Cost> adopt(balancer_plan raw) const {
+    const auto n = layout_.num_items();
+    const rank_t d = layout_.num_ranks();
     if (raw.destination) {
       const auto& a = *raw.destination;
       ORCHMLLM_REQUIRE(a.size() == static_cast<std::size_t>(n), invalid_argument_error,
@@ -111,31 +112,73 @@ balance_result<cost_type_t<C>> balance_with(const batch_layout& layout, const C&
                          "the balancer sent item ", g, " to rank ", a[g], ", outside [0, ", d,
                          ")");
     }
-    plan_search<C> s(problem, -1);
+    plan_search<C> s(problem_, -1);
     s.set_infeasible(raw.proven_infeasible && !raw.destination);
     s.consider(std::move(raw.destination), raw.used);
     s.set_proven(raw.proven_optimal && s.found());
-    out = s.finish(raw.used);
+    return s.finish(raw.used);
   }
-  if (!out.plan.destination) {
-    std::int64_t tokens = 0, bytes = 0;
-    for (std::int64_t g = 0; g < n; ++g) {
-      tokens += policy.padded_length(layout.length(g));
-      bytes += layout.bytes(g);
+
+  /// The result of a plan (or `infeasible_error` naming the totals when there is none).
+  balance_result<Cost> finish(builtin_outcome<Cost>&& out) const {
+    const rank_t d = layout_.num_ranks();
+    const auto n = layout_.num_items();
+    if (!out.plan.destination) {
+      std::int64_t tokens = 0, bytes = 0;
+      for (std::int64_t g = 0; g < n; ++g) {
+        tokens += policy_.padded_length(layout_.length(g));
+        bytes += layout_.bytes(g);
+      }
+      no_placement_found(n, d, limits_, tokens, bytes);
     }
-    detail::no_placement_found(n, d, limits, tokens, bytes);
+    balance_result<Cost> result;
+    result.used = out.plan.used;
+    result.fallback = out.plan.fallback;
+    result.makespan = out.makespan;
+    // The algorithms ran on the structural bound; the result reports the tight one (padded: the
+    // optimum without the cap), which only ever proves more plans optimal.
+    result.lower_bound = reported_lower_bound<C>(layout_, order_, d, cost_, policy_, limits_,
+                                                 problem_.lower_bound());
+    result.proven_optimal = out.plan.proven_optimal || result.makespan <= result.lower_bound;
+    result.plan = rearrangement::from_destinations(layout_.offsets(), *out.plan.destination, d);
+    return result;
   }
-  balance_result<Cost> result;
-  result.used = out.plan.used;
-  result.fallback = out.plan.fallback;
-  result.makespan = out.makespan;
-  // The algorithms ran on the structural bound; the result reports the tight one (padded: the
-  // optimum without the cap), which only ever proves more plans optimal.
-  result.lower_bound = detail::reported_lower_bound<C>(layout, order, d, cost, policy, limits,
-                                                       problem.lower_bound());
-  result.proven_optimal = out.plan.proven_optimal || result.makespan <= result.lower_bound;
-  result.plan = rearrangement::from_destinations(layout.offsets(), *out.plan.destination, d);
-  return result;
+
+ private:
+  static std::vector<Cost> costs_of(const batch_layout& layout, const C& cost) {
+    std::vector<Cost> costs(static_cast<std::size_t>(layout.num_items()));
+    for (std::int64_t g = 0; g < layout.num_items(); ++g) {
+      costs[static_cast<std::size_t>(g)] = cost(layout.length(g));
+      ORCHMLLM_REQUIRE(costs[static_cast<std::size_t>(g)] >= Cost{}, invalid_argument_error,
+                       "cost of item ", g, " (length ", layout.length(g), ") is ",
+                       costs[static_cast<std::size_t>(g)], ", must be >= 0");
+    }
+    return costs;
+  }
+
+  const batch_layout& layout_;
+  const C& cost_;
+  padding_policy policy_;
+  const constraints& limits_;
+  std::vector<Cost> costs_;
+  std::vector<std::int64_t> order_;
+  balance_input<Cost> in_;
+  balance_problem<C> problem_;
+};
+
+/// `balance` with balancer `b` on a model that returns its computation type. Built-in
+/// balancers are trusted with their plan and makespan; any other balancer's plan goes through
+/// `balance_session::adopt`.
+template <class C, class B>
+balance_result<cost_type_t<C>> balance_with(const batch_layout& layout, const C& cost,
+                                            padding_policy policy, const B& b,
+                                            const constraints& limits) {
+  const balance_session<C> session(layout, cost, policy, limits);
+  if constexpr (is_builtin_balancer_v<B>) {
+    return session.finish(search(b, session.problem()));
+  } else {
+    return session.finish(session.adopt(to_balancer_plan(b(session.problem()))));
+  }
 }
 
 // Declared in balance/balancer.hpp; `cost` returns its computation type.
@@ -143,9 +186,9 @@ template <class C>
 balance_result<cost_type_t<C>> balance_impl(const batch_layout& layout, const C& cost,
                                             padding_policy policy, const balance_options& options) {
   check_balance_options(options, policy, layout.num_ranks());
-  return visit_balancer(options, [&](const auto& b) {
-    return balance_with(layout, cost, policy, b, options.limits);
-  });
+  const balance_session<C> session(layout, cost, policy, options.limits);
+  return session.finish(
+      visit_balancer(options, [&](const auto& b) { return search(b, session.problem()); }));
 }
 
 }  // namespace detail
