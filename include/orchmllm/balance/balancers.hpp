@@ -127,15 +127,18 @@ struct locality {
 
 }  // namespace orchmllm::balancers
 
+/// Expands `X(name)` for every built-in balancer type of `orchmllm::balancers`.
+#define ORCHMLLM_DETAIL_FOR_BUILTIN_BALANCERS(X) \
+  X(identity) X(lpt) X(karmarkar_karp) X(exact) X(padded_exact) X(automatic) X(locality)
+
 namespace orchmllm {
 
 /// Whether B is one of the built-in balancer types above.
-template <class B>
+#define ORCHMLLM_DETAIL_IS(B) std::is_same_v<B_, balancers::B> ||
+template <class B_>
 inline constexpr bool is_builtin_balancer_v =
-    std::is_same_v<B, balancers::identity> || std::is_same_v<B, balancers::lpt> ||
-    std::is_same_v<B, balancers::karmarkar_karp> || std::is_same_v<B, balancers::exact> ||
-    std::is_same_v<B, balancers::padded_exact> || std::is_same_v<B, balancers::automatic> ||
-    std::is_same_v<B, balancers::locality>;
+    ORCHMLLM_DETAIL_FOR_BUILTIN_BALANCERS(ORCHMLLM_DETAIL_IS) false;
+#undef ORCHMLLM_DETAIL_IS
 
 /// Calls `f` with the built-in balancer that `options` selects (its knobs copied over; the
 /// constraints are not part of a balancer) and returns what `f` returns, which must be the same
@@ -223,13 +226,7 @@ ORCHMLLM_DETAIL_FOR_COST_TYPES(ORCHMLLM_DETAIL_DECLARE_BUILTIN)
       const orchmllm::balance_problem<C>& p) const {                               \
     return orchmllm::detail::builtin_compiled(p, options(p.limits()));             \
   }
-ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(identity)
-ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(lpt)
-ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(karmarkar_karp)
-ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(exact)
-ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(padded_exact)
-ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(automatic)
-ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(locality)
+ORCHMLLM_DETAIL_FOR_BUILTIN_BALANCERS(ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL)
 #undef ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL
 #else
 #include "orchmllm/detail/balance/builtin.hpp"

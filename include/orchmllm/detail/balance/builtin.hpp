@@ -257,12 +257,6 @@ builtin_outcome<cost_type_t<C>> search(const balancers::locality& b,
       const orchmllm::balance_problem<C>& p) const {                                      \
     return orchmllm::detail::search(*this, p).plan;                                       \
   }
-ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(identity)
-ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(lpt)
-ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(karmarkar_karp)
-ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(exact)
-ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(padded_exact)
-ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(automatic)
-ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(locality)
+ORCHMLLM_DETAIL_FOR_BUILTIN_BALANCERS(ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL)
 #undef ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL
 #endif
