@@ -1,7 +1,8 @@
 // Tests for include/orchmllm/comm/metadata.hpp on the in-process backend: gather_layout gives
 // every rank the layout built directly from all ranks' lists (1..16 ranks, several node shapes,
 // empty ranks, with and without byte sizes), and malformed or disagreeing input fails with
-// communication_error on every rank, after which the group is still usable.
+// communication_error on every rank, after which the group is still usable; through a
+// projection of the trainer's own items it equals make_layout.
 //
 // doctest macros are not thread-safe: rank functions only record results; CHECKs run on the
 // main thread after `run` returns.
@@ -22,6 +23,7 @@
 #include "orchmllm/comm/local.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
+#include "orchmllm/core/projection.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -158,6 +160,36 @@ TEST_CASE("gather_layout: malformed or disagreeing input fails on every rank") {
   // Rank 2 has items but gives no byte sizes while rank 0 does.
   expect_failure_everywhere({{1, 2}, {3}, {4, 5, 6}}, {{10, 20}, {30}, {}},
                             {"disagree on whether payload bytes are given", "rank 2"});
+}
+
+TEST_CASE("gather_layout through a projection equals make_layout of every rank's items") {
+  struct clip {
+    std::int64_t frames;
+    std::int64_t bytes;
+  };
+  std::mt19937_64 rng(17);
+  for (rank_t d = 1; d <= 6; ++d) {
+    std::vector<std::vector<clip>> items(static_cast<std::size_t>(d));
+    for (auto& r : items)
+      for (auto n = uniform(rng, 0, 4); n > 0; --n)
+        r.push_back({uniform(rng, 0, 3000), uniform(rng, 0, 1 << 20)});
+    const auto by_length = orchmllm::make_layout(items, &clip::frames);
+    const auto sized = [](const clip& c) { return orchmllm::item_size{c.frames, c.bytes}; };
+    const auto by_size = orchmllm::make_layout(items, sized);
+    std::vector<std::optional<batch_layout>> lengths_only(items.size()), with_bytes(items.size());
+    orchmllm::local::run(d, [&](communicator& comm) {
+      const auto r = static_cast<std::size_t>(comm.rank());
+      lengths_only[r] = orchmllm::gather_layout(comm, items[r], &clip::frames);
+      with_bytes[r] = orchmllm::gather_layout(comm, items[r], sized);
+    });
+    for (std::size_t r = 0; r < items.size(); ++r) {
+      INFO("d = ", d, ", rank ", r);
+      REQUIRE(lengths_only[r].has_value());
+      REQUIRE(with_bytes[r].has_value());
+      CHECK(same_layout(*lengths_only[r], by_length));
+      CHECK(same_layout(*with_bytes[r], by_size));
+    }
+  }
 }
 
 TEST_CASE("gather_topology: the communicator's nodes, the same topology on every rank") {

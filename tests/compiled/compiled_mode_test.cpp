@@ -166,6 +166,26 @@ TEST_CASE("compiled mode: typed and user balancers run in the library with the s
   }
 }
 
+TEST_CASE("compiled mode: the trainer's items balance through a projection") {
+  struct clip {
+    std::int64_t frames;
+  };
+  std::mt19937_64 rng(99);
+  for (int trial = 0; trial < 10; ++trial) {
+    const rank_t d = static_cast<rank_t>(uniform(rng, 1, 8));
+    std::vector<std::vector<clip>> ranks(static_cast<std::size_t>(d));
+    for (auto& r : ranks)
+      for (auto n = uniform(rng, 0, 9); n > 0; --n) r.push_back({uniform(rng, 0, 900)});
+    const auto cost = [](std::int64_t l) { return l * l / 32 + 1; };
+    const auto got = balance(ranks, cost, &clip::frames, padded, balancers::lpt{});
+    const auto want = detail::balance_with(make_layout(ranks, &clip::frames), cost, padded,
+                                           balancers::lpt{}, constraints{});
+    CHECK(got.plan == want.plan);
+    const auto moved = apply_by_rank(got.plan, ranks);
+    CHECK(moved.size() == ranks.size());
+  }
+}
+
 TEST_CASE("compiled mode: errors cross the library boundary unchanged") {
   const auto layout = batch_layout::from_ranks({{1, 2}, {3}});
   balance_options bad;

@@ -1,7 +1,7 @@
 // Tests for include/orchmllm/core/rearrangement.hpp: construction (canonical slot order,
 // explicit placements), identity, inverse, composition laws on thousands of random plans
-// (including plans between different rank counts), apply to vectors and ragged rows, count
-// matrices, validate, and every error.
+// (including plans between different rank counts), apply to vectors, views, move-only items
+// and ragged rows, count matrices, validate, and every error.
 
 #include "orchmllm/core/rearrangement.hpp"
 
@@ -9,8 +9,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <numeric>
 #include <random>
+#include <ranges>
 #include <string>
 #include <vector>
 
@@ -414,6 +416,17 @@ TEST_CASE("rearrangement: apply to vectors") {
     std::iota(ids.begin(), ids.end(), 0);
     const auto moved = orchmllm::apply(p, std::span<const std::int64_t>(ids));
     CHECK(moved == to_vec(p.sources()));
+    // An rvalue of a move-only type is moved from: every pointer arrives once, in order.
+    std::vector<std::unique_ptr<std::int64_t>> owned;
+    for (std::int64_t g = 0; g < n; ++g) owned.push_back(std::make_unique<std::int64_t>(g));
+    const auto taken = orchmllm::apply(p, std::move(owned));
+    REQUIRE(static_cast<std::int64_t>(taken.size()) == n);
+    for (std::int64_t h = 0; h < n; ++h) {
+      REQUIRE(taken[static_cast<std::size_t>(h)] != nullptr);
+      CHECK(*taken[static_cast<std::size_t>(h)] == p.source_of(h));
+    }
+    // A lazy view works too (copied).
+    CHECK(orchmllm::apply(p, std::views::iota(std::int64_t{0}, n)) == to_vec(p.sources()));
   }
   const auto p = rearrangement::from_destinations(vec{0, 2}, ranks{0, 0}, 1);
   expect_invalid(

@@ -80,6 +80,7 @@
 #include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/padding.hpp"
+#include "orchmllm/core/projection.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/core/statistics.hpp"
 
@@ -184,6 +185,21 @@ balance_result<cost_type_t<C>> balance(const batch_layout& layout, const C& cost
     return detail::balance_with(layout, c, policy, b, limits);
   });
 #endif
+}
+
+/// Balances a batch of the trainer's own items, held per rank (`ranks[r]` is rank r's range of
+/// items, e.g. `std::vector<std::vector<Sample>>`; core/projection.hpp): `proj` gives an item's
+/// length (`&Sample::tokens`, a lambda) or an `item_size` with its length and payload bytes.
+/// The same as `balance(make_layout(ranks, proj), cost, policy, b, limits)`: the plan's global
+/// ids follow the ranges' iteration order, and `apply_by_rank(result.plan, ranks)`
+/// (core/rearrangement.hpp) moves the items to their destinations. Complexity: the overload
+/// above plus n projection calls. Throws what `make_layout` and the overload above throw.
+template <ranks_range R, cost_model C, class P, class B = balancers::automatic>
+  requires item_projection<P, ranks_item_t<R>> && balancer_for<B, C>
+balance_result<cost_type_t<C>> balance(R&& ranks, const C& cost, P proj,
+                                       padding_policy policy = packed, const B& b = {},
+                                       const constraints& limits = {}) {
+  return balance(make_layout(ranks, std::move(proj)), cost, policy, b, limits);
 }
 
 ORCHMLLM_MODE_NAMESPACE_END

@@ -10,12 +10,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <ranges>
 #include <span>
 #include <vector>
 
 #include "orchmllm/comm/communicator.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
+#include "orchmllm/core/projection.hpp"
 #include "orchmllm/topology/topology.hpp"
 
 namespace orchmllm {
@@ -82,6 +84,18 @@ batch_layout gather_layout(Comm& comm, std::span<const std::int64_t> lengths,
   std::vector<std::int64_t> global_bytes;
   if (has_bytes) global_bytes = gather(bytes);
   return batch_layout(std::move(offsets), std::move(global_lengths), std::move(global_bytes));
+}
+
+/// Collective: `gather_layout` of this rank's own items through a projection
+/// (core/projection.hpp): `std::invoke(proj, item)` gives an item's length, or an `item_size`
+/// with its length and payload bytes (then every rank's projection must give bytes). The same
+/// collectives and errors as above, plus n projection calls.
+template <communicator Comm, std::ranges::input_range R, class P>
+  requires item_projection<P, std::ranges::range_value_t<R>>
+batch_layout gather_layout(Comm& comm, R&& items, P proj) {
+  const auto sizes = detail::project_sizes(items, proj);
+  return gather_layout(comm, std::span<const std::int64_t>(sizes.first),
+                       std::span<const std::int64_t>(sizes.second));
 }
 
 /// Collective: the communicator's cluster shape as a `topology` (every rank's `node()`, one

@@ -22,7 +22,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <ranges>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "orchmllm/core/batch_layout.hpp"
@@ -292,23 +294,97 @@ inline rearrangement compose(const rearrangement& second, const rearrangement& f
   return f.h;
 }
 
+namespace detail {
+
+// Whether the elements of `R&&` may be moved from: an rvalue that owns them (not a view).
+template <class R>
+inline constexpr bool owns_elements_v =
+    !std::is_lvalue_reference_v<R> && !std::ranges::view<std::remove_cvref_t<R>>;
+
+// in[i], moved out when the range is an owning rvalue.
+template <class R, class It>
+decltype(auto) take_element(It it) {
+  if constexpr (owns_elements_v<R>) {
+    return std::ranges::iter_move(it);
+  } else {
+    return *it;
+  }
+}
+
+}  // namespace detail
+
 /// Moves one value per item into destination order: out[destination_id(g)] = in[g].
-/// `in` has one entry per source item in source global-id order. O(n).
-/// Throws `invalid_argument_error` when sizes disagree.
-template <class T>
-std::vector<T> apply(const rearrangement& plan, std::span<const T> in) {
-  ORCHMLLM_REQUIRE(static_cast<std::int64_t>(in.size()) == plan.num_items(), invalid_argument_error,
-                   "apply: ", in.size(), " values for a plan of ", plan.num_items(), " items");
-  std::vector<T> out;
-  out.reserve(in.size());
+/// `in` is any random-access sized range (a vector, a span, an array, a view) of values of any
+/// movable type, one per source item in source global-id order. When `in` is an rvalue that
+/// owns its elements (`apply(plan, std::move(samples))`), they are moved out of it, so
+/// move-only types work; otherwise they are copied. O(n) moves or copies.
+/// Throws `invalid_argument_error` when sizes disagree (nothing is moved then).
+template <std::ranges::random_access_range R>
+  requires std::ranges::sized_range<R>
+std::vector<std::ranges::range_value_t<R>> apply(const rearrangement& plan, R&& in) {
+  ORCHMLLM_REQUIRE(static_cast<std::int64_t>(std::ranges::size(in)) == plan.num_items(),
+                   invalid_argument_error, "apply: ", std::ranges::size(in),
+                   " values for a plan of ", plan.num_items(), " items");
+  std::vector<std::ranges::range_value_t<R>> out;
+  out.reserve(static_cast<std::size_t>(plan.num_items()));
+  const auto first = std::ranges::begin(in);
   for (std::int64_t h = 0; h < plan.num_items(); ++h)
-    out.push_back(in[static_cast<std::size_t>(plan.source_of(h))]);
+    out.push_back(detail::take_element<R>(first + plan.source_of(h)));
   return out;
 }
-/// Convenience overload for vectors.
-template <class T>
-std::vector<T> apply(const rearrangement& plan, const std::vector<T>& in) {
-  return apply(plan, std::span<const T>(in));
+
+/// Moves the trainer's own items, held per rank, along a plan: `ranks[r]` holds rank r's items
+/// in slot order (the `ranks_range` a layout was made from, core/projection.hpp); returns one
+/// vector per destination rank with its items in destination slot order. Owning rvalue inner
+/// ranges are moved from as in `apply`. O(n + d).
+/// Throws `invalid_argument_error` when the rank count or a rank's item count differs from the
+/// plan's sources (nothing is moved then).
+template <std::ranges::random_access_range R>
+  requires std::ranges::sized_range<R> &&
+           std::ranges::random_access_range<std::ranges::range_reference_t<R>> &&
+           std::ranges::sized_range<std::ranges::range_reference_t<R>>
+std::vector<std::vector<std::ranges::range_value_t<std::ranges::range_reference_t<R>>>>
+apply_by_rank(const rearrangement& plan, R&& ranks) {
+  using inner = std::ranges::range_reference_t<R>;
+  ORCHMLLM_REQUIRE(static_cast<std::int64_t>(std::ranges::size(ranks)) == plan.num_src_ranks(),
+                   invalid_argument_error, "apply_by_rank: ", std::ranges::size(ranks),
+                   " ranks for a plan from ", plan.num_src_ranks());
+  const auto rank_at = [&](rank_t r) -> inner { return std::ranges::begin(ranks)[r]; };
+  for (rank_t r = 0; r < plan.num_src_ranks(); ++r)
+    ORCHMLLM_REQUIRE(static_cast<std::int64_t>(std::ranges::size(rank_at(r))) ==
+                         plan.src_offsets()[static_cast<std::size_t>(r) + 1] -
+                             plan.src_offsets()[static_cast<std::size_t>(r)],
+                     invalid_argument_error, "apply_by_rank: rank ", r, " holds ",
+                     std::ranges::size(rank_at(r)), " items, the plan expects ",
+                     plan.src_offsets()[static_cast<std::size_t>(r) + 1] -
+                         plan.src_offsets()[static_cast<std::size_t>(r)]);
+  // The outer range owns its inner ranges unless they are views (spans): move only then.
+  constexpr bool move =
+      detail::owns_elements_v<R> && !std::ranges::view<std::remove_cvref_t<inner>>;
+  std::vector<std::vector<std::ranges::range_value_t<inner>>> out(
+      static_cast<std::size_t>(plan.num_dst_ranks()));
+  std::vector<rank_t> src_rank(static_cast<std::size_t>(plan.num_items()));
+  for (rank_t r = 0; r < plan.num_src_ranks(); ++r)
+    std::fill(src_rank.begin() + plan.src_offsets()[static_cast<std::size_t>(r)],
+              src_rank.begin() + plan.src_offsets()[static_cast<std::size_t>(r) + 1], r);
+  for (rank_t r = 0; r < plan.num_dst_ranks(); ++r) {
+    auto& dst = out[static_cast<std::size_t>(r)];
+    const auto begin = plan.dst_offsets()[static_cast<std::size_t>(r)];
+    const auto end = plan.dst_offsets()[static_cast<std::size_t>(r) + 1];
+    dst.reserve(static_cast<std::size_t>(end - begin));
+    for (auto h = begin; h < end; ++h) {
+      const auto g = plan.source_of(h);
+      const rank_t s = src_rank[static_cast<std::size_t>(g)];
+      const auto it = std::ranges::begin(rank_at(s)) +
+                      (g - plan.src_offsets()[static_cast<std::size_t>(s)]);
+      if constexpr (move) {
+        dst.push_back(std::ranges::iter_move(it));
+      } else {
+        dst.push_back(*it);
+      }
+    }
+  }
+  return out;
 }
 
 /// Ragged rows: item g owns rows [row_offsets[g], row_offsets[g+1]) of `rows`, each row
