@@ -5,8 +5,31 @@
 #  - the other ```cpp blocks of one file are fragments: concatenated in order into the body of
 #    one function (so a later fragment may use what an earlier one declared), their #include
 #    lines hoisted to the top after <orchmllm/orchmllm.hpp> and the common standard headers;
-#    the unit is compiled (target docs_<file>_fragments), not run.
+#    the unit is compiled (target docs_<file>_fragments), not run. Fragments that include an
+#    MPI backend header (orchmllm/backend/mpi/) form their own unit, docs_<file>_mpi_fragments,
+#    linked to orchmllm::mpi and built only when that backend is enabled.
 # Blocks fenced otherwise (```text, ```sh, ```cuda) are not built.
+
+# Writes the fragments of one file (their #include lines and body) as one compiled unit.
+function(_orchmllm_docs_fragment_unit stem suffix includes body link)
+  list(REMOVE_DUPLICATES includes)
+  list(JOIN includes "\n" _incs)
+  set(_src "${PROJECT_BINARY_DIR}/docs_examples/${stem}_${suffix}.cpp")
+  file(WRITE "${_src}.tmp"
+    "// The C++ fragments of docs/${stem}.md, in order, as one function body.\n"
+    "#include <orchmllm/orchmllm.hpp>\n\n#include <cstdint>\n#include <cstdio>\n"
+    "#include <type_traits>\n#include <vector>\n${_incs}\n\n"
+    "namespace {\n[[maybe_unused]] void docs_fragments() {\n${body}}\n}  // namespace\n\n"
+    "int main() { return 0; }\n")
+  file(COPY_FILE "${_src}.tmp" "${_src}" ONLY_IF_DIFFERENT)
+  file(REMOVE "${_src}.tmp")
+  add_executable(docs_${stem}_${suffix} "${_src}")
+  target_link_libraries(docs_${stem}_${suffix} PRIVATE ${link})
+  orchmllm_target_warnings(docs_${stem}_${suffix})
+  # Fragments declare names to show them, not to use them.
+  target_compile_options(docs_${stem}_${suffix} PRIVATE
+    $<$<NOT:$<CXX_COMPILER_ID:MSVC>>:-Wno-unused-variable -Wno-unused-but-set-variable>)
+endfunction()
 
 function(orchmllm_add_docs_examples)
   file(GLOB _docs "${PROJECT_SOURCE_DIR}/docs/*.md")
@@ -19,6 +42,8 @@ function(orchmllm_add_docs_examples)
     set(_n 0)
     set(_frag_includes "")
     set(_frag_body "")
+    set(_mpi_includes "")
+    set(_mpi_body "")
     while(TRUE)
       string(FIND "${_rest}" "```cpp\n" _b)
       if(_b EQUAL -1)
@@ -46,29 +71,23 @@ function(orchmllm_add_docs_examples)
         set_tests_properties(docs.${_stem}.${_n} PROPERTIES LABELS docs)
       else()
         string(REGEX MATCHALL "#include[^\n]*" _incs "${_code}")
-        list(APPEND _frag_includes ${_incs})
-        string(REGEX REPLACE "#include[^\n]*" "" _code "${_code}")
-        string(APPEND _frag_body "  // docs/${_stem}.md, C++ block ${_n}\n${_code}\n")
+        string(REGEX REPLACE "#include[^\n]*" "" _body "${_code}")
+        if(_code MATCHES "orchmllm/backend/mpi/")
+          list(APPEND _mpi_includes ${_incs})
+          string(APPEND _mpi_body "  // docs/${_stem}.md, C++ block ${_n}\n${_body}\n")
+        else()
+          list(APPEND _frag_includes ${_incs})
+          string(APPEND _frag_body "  // docs/${_stem}.md, C++ block ${_n}\n${_body}\n")
+        endif()
       endif()
     endwhile()
     if(NOT _frag_body STREQUAL "")
-      list(REMOVE_DUPLICATES _frag_includes)
-      list(JOIN _frag_includes "\n" _incs)
-      set(_src "${_out}/${_stem}_fragments.cpp")
-      file(WRITE "${_src}.tmp"
-        "// The C++ fragments of docs/${_stem}.md, in order, as one function body.\n"
-        "#include <orchmllm/orchmllm.hpp>\n\n#include <cstdint>\n#include <cstdio>\n"
-        "#include <type_traits>\n#include <vector>\n${_incs}\n\n"
-        "namespace {\n[[maybe_unused]] void docs_fragments() {\n${_frag_body}}\n}  // namespace\n\n"
-        "int main() { return 0; }\n")
-      file(COPY_FILE "${_src}.tmp" "${_src}" ONLY_IF_DIFFERENT)
-      file(REMOVE "${_src}.tmp")
-      add_executable(docs_${_stem}_fragments "${_src}")
-      target_link_libraries(docs_${_stem}_fragments PRIVATE orchmllm::orchmllm)
-      orchmllm_target_warnings(docs_${_stem}_fragments)
-      # Fragments declare names to show them, not to use them.
-      target_compile_options(docs_${_stem}_fragments PRIVATE
-        $<$<NOT:$<CXX_COMPILER_ID:MSVC>>:-Wno-unused-variable -Wno-unused-but-set-variable>)
+      _orchmllm_docs_fragment_unit(${_stem} fragments "${_frag_includes}" "${_frag_body}"
+        orchmllm::orchmllm)
+    endif()
+    if(NOT _mpi_body STREQUAL "" AND TARGET orchmllm::mpi)
+      _orchmllm_docs_fragment_unit(${_stem} mpi_fragments "${_mpi_includes}" "${_mpi_body}"
+        orchmllm::mpi)
     endif()
   endforeach()
 endfunction()

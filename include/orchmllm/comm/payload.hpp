@@ -20,9 +20,9 @@ namespace orchmllm {
 /// Host-memory ragged payload (owning), moved by `dispatch`/`combine` (comm/dispatch.hpp).
 /// Device payloads stay in the caller's buffers and move with `build_route` + `execute`.
 struct ragged_payload {
-  std::vector<std::int64_t> rows;  ///< row count of every local item
+  std::vector<std::int64_t> rows{};  ///< row count of every local item
   std::int64_t row_bytes = 1;      ///< bytes per row, the same for every item and rank
-  std::vector<std::byte> data;     ///< Σ rows · row_bytes bytes
+  std::vector<std::byte> data{};   ///< Σ rows · row_bytes bytes
 
   /// Number of items.
   [[nodiscard]] std::int64_t num_items() const noexcept {
