@@ -4,7 +4,7 @@
 // the padding policy, the cost model and the per-rank constraints.
 //
 //   --items ITEMS.csv --ranks D
-//   --policy packed|padded [--pad-multiple K]
+//   --policy packed|padded|bucketed:B1,B2,... [--pad-multiple K]
 //   --cost linear|quadratic:A,B          cost(l) = A·l + B·l²
 //   --cap C | --cap-bytes B               per-rank cap in tokens or payload bytes
 //   --min-items M  --max-items M          items per destination rank
@@ -51,9 +51,10 @@ inline std::vector<flag_spec> problem_flags() {
   return {
       {"items", "ITEMS.csv", "input: one row per item, header rank,slot,length[,bytes]", true},
       {"ranks", "D", "number of data-parallel ranks (every rank in ITEMS.csv is below D)", true},
-      {"policy", "packed|padded",
+      {"policy", "packed|padded|bucketed:B1,B2,...",
        "packed: a rank costs the sum of its items' costs; padded: count x cost(longest); "
-       "default packed",
+       "bucketed: count x cost(smallest bucket length >= longest), lengths strictly "
+       "increasing; default packed",
        false},
       {"pad-multiple", "K", "padded policy: round the longest length up to a multiple of K", false},
       {"cost", "linear|quadratic:A,B", "cost(l) = l, or A*l + B*l^2; default linear", false},
@@ -65,8 +66,14 @@ inline std::vector<flag_spec> problem_flags() {
   };
 }
 
-/// Name of a policy for output: "packed" or "padded".
-inline std::string policy_name(padding_policy p) { return p.is_padded() ? "padded" : "packed"; }
+/// Name of a policy for output: "packed", "padded" or "bucketed:B1,B2,..." (as --policy reads).
+inline std::string policy_name(padding_policy p) {
+  if (p.policy_kind() != padding_policy::kind::bucketed) return p.is_padded() ? "padded" : "packed";
+  std::string name = "bucketed:";
+  for (std::size_t j = 0; j < p.buckets().size(); ++j)
+    name += (j == 0 ? "" : ",") + std::to_string(p.buckets()[j]);
+  return name;
+}
 
 /// The shortest text that reads back as exactly `v` ("0.0005", not %.17g's
 /// "0.00050000000000000001"): used in the canonical cost name.
@@ -106,7 +113,42 @@ inline padding_policy parse_policy(const parsed_args& args) {
     return packed;
   }
   if (name == "padded") return padding_policy::padded(args.get_int("pad-multiple", 1, 1));
-  throw usage_error("--policy is '" + name + "', expected 'packed' or 'padded'");
+  constexpr std::string_view prefix = "bucketed:";
+  if (std::string_view(name).substr(0, prefix.size()) == prefix) {
+    if (args.has("pad-multiple")) throw usage_error("--pad-multiple needs --policy padded");
+    std::vector<std::int64_t> buckets;
+    std::string_view rest = std::string_view(name).substr(prefix.size());
+    while (true) {
+      const auto comma = rest.find(',');
+      buckets.push_back(parsed_args::to_int("policy", rest.substr(0, comma), 1,
+                                            std::numeric_limits<std::int64_t>::max()));
+      if (comma == std::string_view::npos) break;
+      rest = rest.substr(comma + 1);
+    }
+    try {
+      return padding_policy::bucketed(buckets);
+    } catch (const invalid_argument_error& e) {
+      throw usage_error("--policy '" + name + "': " + e.message());
+    }
+  }
+  throw usage_error("--policy is '" + name +
+                    "', expected 'packed', 'padded' or 'bucketed:B1,B2,...'");
+}
+
+/// Names the first item longer than the largest bucket of a bucketed policy, with its ITEMS.csv
+/// line. Throws invalid_argument_error "FILE:LINE: ...".
+inline void check_bucket_lengths(const problem& p) {
+  if (p.policy.policy_kind() != padding_policy::kind::bucketed) return;
+  const std::int64_t largest = p.policy.buckets().back();
+  for (std::int64_t g = 0; g < p.layout.num_items(); ++g) {
+    if (p.layout.length(g) <= largest) continue;
+    const rank_t r = p.layout.rank_of(g);
+    ::orchmllm::detail::raise<invalid_argument_error>(
+        p.items_path + ":" + std::to_string(p.item_lines[static_cast<std::size_t>(g)]) +
+        ": item (rank " + std::to_string(r) + ", slot " + std::to_string(g - p.layout.offset(r)) +
+        ") has length " + std::to_string(p.layout.length(g)) + ", above the largest bucket " +
+        std::to_string(largest) + " (--policy " + policy_name(p.policy) + ")");
+  }
 }
 
 /// Parses --cap / --cap-bytes / --min-items / --max-items. Throws usage_error.
@@ -156,8 +198,9 @@ inline void check_single_item_caps(const problem& p) {
 }
 
 /// Reads every problem flag and the items file. Throws usage_error for bad flags, io_error for
-/// an unreadable file, parse_error for a malformed one, infeasible_error for an item above the
-/// cap (other infeasibility is found by the balancer).
+/// an unreadable file, parse_error for a malformed one, invalid_argument_error for an item
+/// longer than the largest bucket, infeasible_error for an item above the cap (other
+/// infeasibility is found by the balancer).
 inline problem load_problem(const parsed_args& args) {
   problem p;
   p.ranks = static_cast<rank_t>(args.require_int("ranks", 1, max_ranks));
@@ -168,6 +211,7 @@ inline problem load_problem(const parsed_args& args) {
   p.limits = parse_constraints(args);
   p.items_path = args.require("items");
   p.layout = read_items_file(p.items_path, p.ranks, &p.item_lines);
+  check_bucket_lengths(p);
   check_single_item_caps(p);
   return p;
 }

@@ -111,6 +111,17 @@ constraints random_limits(std::mt19937_64& rng, const batch_layout& layout, padd
   return lim;
 }
 
+// A bucketed policy of 1..4 random strictly increasing bucket lengths whose largest covers
+// every item of `layout` (so balancing it is legal), the smallest possibly below most lengths.
+padding_policy random_buckets(std::mt19937_64& rng, const batch_layout& layout) {
+  std::int64_t longest = 1;
+  for (const auto l : layout.lengths()) longest = std::max(longest, l);
+  std::vector<std::int64_t> b{longest + uniform(rng, 0, 3)};
+  for (auto m = uniform(rng, 0, 3); m > 0 && b.front() > 1; --m)
+    b.insert(b.begin(), uniform(rng, 1, b.front() - 1));
+  return bucketed(b);
+}
+
 struct tallies {
   int packed_instances = 0;
   int auto_optimal = 0;
@@ -123,10 +134,12 @@ void check_small_instance(std::mt19937_64& rng, const batch_layout& layout, cons
                           tallies& t) {
   const rank_t d = layout.num_ranks();
   const double lpt_ratio = 4.0 / 3.0 - 1.0 / (3.0 * d);
-  const padding_policy policies[] = {packed, padded, padded_to_multiple(uniform(rng, 2, 8))};
+  const padding_policy policies[] = {packed, padded, padded_to_multiple(uniform(rng, 2, 8)),
+                                     random_buckets(rng, layout)};
   for (const auto policy : policies) {
     CAPTURE(policy.is_padded());
     CAPTURE(policy.multiple());
+    CAPTURE(policy.buckets().size());
     // Unconstrained.
     const auto bf = brute_force(layout, d, cost, policy);
     REQUIRE(bf.has_value());
@@ -209,14 +222,17 @@ TEST_CASE("balance: exact methods are optimal on small random instances (brute f
   CHECK(t.constrained_infeasible > 30);
 }
 
-TEST_CASE("balance: padded is optimal with ties, zero lengths and rounding to a multiple") {
+TEST_CASE("balance: padded is optimal with ties, zero lengths, multiples and buckets") {
   std::mt19937_64 rng(0x5eed0002);
   for (int inst = 0; inst < 150; ++inst) {
     CAPTURE(inst);
     const auto d = static_cast<rank_t>(uniform(rng, 1, 4));
     const batch_layout layout = random_layout(rng, d, uniform(rng, 1, 9), 0, 5);  // many ties
-    for (const std::int64_t k : {1, 2, 4}) {
-      const auto policy = padded_to_multiple(k);
+    for (const padding_policy policy : {padded, padded_to_multiple(2), padded_to_multiple(4),
+                                        bucketed({1, 3, 5}), bucketed({5}),
+                                        random_buckets(rng, layout)}) {
+      CAPTURE(policy.multiple());
+      CAPTURE(policy.buckets().size());
       const linear_cost lin{1};
       const quadratic_cost q{1.0, 0.5, 0.25};
       CHECK(balance(layout, lin, policy, with(balance_method::padded_exact)).makespan ==
@@ -347,9 +363,10 @@ TEST_CASE("balance: invariants on thousands of random layouts") {
     const auto d = static_cast<rank_t>(uniform(rng, 1, inst % 10 == 0 ? 300 : 24));
     const bool with_bytes = inst % 3 == 0;
     const batch_layout layout = skewed_layout(rng, d, inst % 10 == 0 ? 3 : 8, with_bytes);
-    const auto pick = uniform(rng, 0, 3);
+    const auto pick = uniform(rng, 0, 4);
     const padding_policy policy = pick == 0   ? padded
                                   : pick == 1 ? padded_to_multiple(uniform(rng, 2, 16))
+                                  : pick == 2 ? random_buckets(rng, layout)
                                               : packed;
     if (inst % 2 == 0) {
       check_invariants(rng, layout, linear_cost{1}, policy, infeasible);
@@ -365,7 +382,7 @@ TEST_CASE("balance: padded on a large batch meets its bound checks and beats lpt
   std::mt19937_64 rng(0x5eed0004);
   const batch_layout layout = skewed_layout(rng, 512, 16, false);
   const quadratic_cost q{0.0, 1.0, 1.0 / 512};
-  for (const auto policy : {padded, padded_to_multiple(64)}) {
+  for (const auto policy : {padded, padded_to_multiple(64), bucketed({64, 128, 256, 512})}) {
     const auto pd = balance(layout, q, policy, with(balance_method::padded_exact));
     const auto lp = balance(layout, q, policy, with(balance_method::lpt));
     CHECK(pd.proven_optimal);
@@ -560,6 +577,12 @@ TEST_CASE("balance: bad options raise invalid_argument_error") {
   CHECK_THROWS_AS(balance(layout, lin, padded, with(balance_method::kk)), invalid_argument_error);
   CHECK_THROWS_AS(balance(layout, lin, packed, with(balance_method::padded_exact)),
                   invalid_argument_error);
+  // An item longer than the largest bucket, whatever the algorithm.
+  for (const auto method : {balance_method::automatic, balance_method::lpt,
+                            balance_method::exact, balance_method::padded_exact,
+                            balance_method::none})
+    expect_invalid([&] { (void)balance(layout, lin, bucketed({2, 6}), with(method)); },
+                   {"length 8", "largest bucket 6"});
   balance_options o;
   o.refine_budget = -2;
   CHECK_THROWS_AS(balance(layout, lin, packed, o), invalid_argument_error);

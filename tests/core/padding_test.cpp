@@ -1,5 +1,6 @@
-// Tests for include/orchmllm/core/padding.hpp: the padding policies and the rank_load
-// accumulator (load, token and byte footprints) against hand values and an independent model.
+// Tests for include/orchmllm/core/padding.hpp: the padding policies (bucketed included) and the
+// rank_load accumulator (load, token and byte footprints) against hand values and an independent
+// model.
 
 #include "orchmllm/core/padding.hpp"
 
@@ -69,6 +70,40 @@ TEST_CASE("padding: policy values") {
   CHECK(m != q);
   CHECK(m == padding_policy::padded(8));
   CHECK(m != orchmllm::padded_to_multiple(16));
+}
+
+TEST_CASE("padding: bucketed policies") {
+  const auto b = orchmllm::bucketed({512, 1024, 4096});
+  CHECK(b.policy_kind() == padding_policy::kind::bucketed);
+  CHECK(b.is_padded());
+  CHECK(b.multiple() == 1);
+  CHECK(b.buckets().size() == 3);
+  CHECK(b == padding_policy::bucketed(std::vector<std::int64_t>{512, 1024, 4096}));
+  CHECK(b != orchmllm::bucketed({512, 1024}));
+  CHECK(b != orchmllm::padded);
+  CHECK(orchmllm::packed.buckets().empty());
+  // Equal lists are stored once: equal policies share their storage.
+  CHECK(b.buckets().data() == orchmllm::bucketed({512, 1024, 4096}).buckets().data());
+  CHECK(b.padded_length(0) == 512);
+  CHECK(b.padded_length(1) == 512);
+  CHECK(b.padded_length(512) == 512);
+  CHECK(b.padded_length(513) == 1024);
+  CHECK(b.padded_length(4096) == 4096);
+  expect_invalid([&] { (void)b.padded_length(4097); }, {"length 4097", "largest bucket 4096"});
+
+  expect_invalid([] { (void)orchmllm::bucketed(std::vector<std::int64_t>{}); },
+                 {"at least one bucket"});
+  expect_invalid([] { (void)orchmllm::bucketed({0, 4}); }, {"bucket length 0", ">= 1"});
+  expect_invalid([] { (void)orchmllm::bucketed({8, 4}); }, {"strictly increasing", "8", "4"});
+  expect_invalid([] { (void)orchmllm::bucketed({8, 8}); }, {"strictly increasing"});
+
+  // A rank's load is count × cost(bucket of its longest item); footprints likewise.
+  rank_load<std::int64_t> acc(b);
+  acc.add(300, 300, 7);
+  acc.add(600, 600, 3);
+  CHECK(acc.load(linear_cost{}) == 2 * 1024);
+  CHECK(acc.tokens() == 2 * 1024);
+  CHECK(acc.bytes() == 2 * 7);
 }
 
 TEST_CASE("padding: padded_length") {

@@ -109,7 +109,8 @@ TEST_CASE("balance through a projection plans exactly like balance on the layout
     INFO("trial ", trial, ", d = ", d);
 
     const auto a = orchmllm::balance(ranks, cost, sized);
-    const auto b = orchmllm::balance(layout, cost, orchmllm::packed, orchmllm::balancers::automatic{});
+    const auto b =
+        orchmllm::balance(layout, cost, orchmllm::packed, orchmllm::balancers::automatic{});
     CHECK(a.plan == b.plan);
     CHECK(a.makespan == b.makespan);
 
@@ -138,7 +139,8 @@ TEST_CASE("apply_by_rank puts the trainer's items where the plan says") {
     std::int64_t max_load = 0;
     for (rank_t r = 0; r < d; ++r) {
       const auto& items = moved[static_cast<std::size_t>(r)];
-      REQUIRE(static_cast<std::int64_t>(items.size()) == plan.dst_offsets()[r + 1] - plan.dst_offsets()[r]);
+      REQUIRE(static_cast<std::int64_t>(items.size()) ==
+              plan.dst_offsets()[r + 1] - plan.dst_offsets()[r]);
       std::int64_t load = 0;
       for (std::size_t slot = 0; slot < items.size(); ++slot) {
         // The item in destination slot h is the plan's source_of(h), whose global id is its

@@ -24,6 +24,8 @@
 #include <variant>
 #include <vector>
 
+#include "support/test_support.hpp"
+
 #if __has_include(<sys/stat.h>) && __has_include(<sys/wait.h>) && __has_include(<unistd.h>)
 #include <sys/stat.h>  // chmod, mkfifo
 #include <sys/wait.h>  // waitpid
@@ -405,6 +407,10 @@ TEST_CASE("problem flags: cost, policy and constraints") {
   CHECK(tool::parse_policy(with({"--policy", "padded"})) == orchmllm::padded);
   CHECK(tool::parse_policy(with({"--policy=padded", "--pad-multiple=64"})) ==
         orchmllm::padding_policy::padded(64));
+  const auto b = tool::parse_policy(with({"--policy", "bucketed:512,1024,4096"}));
+  CHECK(b == orchmllm::bucketed({512, 1024, 4096}));
+  CHECK(tool::policy_name(b) == "bucketed:512,1024,4096");
+  CHECK(tool::parse_policy(with({"--policy=bucketed:7"})) == orchmllm::bucketed({7}));
   const auto c = tool::parse_constraints(with({"--cap-bytes", "100", "--min-items", "1"}));
   REQUIRE(c.cap.has_value());
   CHECK(c.cap->what == orchmllm::capacity::measure::bytes);
@@ -591,6 +597,9 @@ TEST_CASE("plan: infeasible constraints exit 2, name the value, leave no file; o
   // Padded policy: the footprint is the padded length.
   expect_fail({"--policy", "padded", "--pad-multiple", "64", "--cap", "63"},
               {items + ":4:", "64 tokens", "cap of 63"});
+  // Bucketed policy: an item longer than the largest bucket, named by line, rank and slot.
+  expect_fail({"--policy", "bucketed:8,40"},
+              {items + ":4:", "(rank 0, slot 0)", "length 50", "largest bucket 40"});
   // The total does not fit: the balancer's message names the total and the cap.
   expect_fail({"--cap", "55"}, {"120", "55"});
   // Item counts.
@@ -632,6 +641,17 @@ TEST_CASE("usage errors exit 2 with the message and a usage line") {
       {{"plan", "--items", items, "--ranks", "2", "--out", out, "--policy", "ragged"},
        "--policy is 'ragged'"},
       {{"plan", "--items", items, "--ranks", "2", "--out", out, "--pad-multiple", "8"},
+       "--pad-multiple needs --policy padded"},
+      {{"plan", "--items", items, "--ranks", "2", "--out", out, "--policy", "bucketed:8,x"},
+       "--policy expects an integer, got 'x'"},
+      {{"plan", "--items", items, "--ranks", "2", "--out", out, "--policy", "bucketed:"},
+       "--policy expects an integer, got ''"},
+      {{"plan", "--items", items, "--ranks", "2", "--out", out, "--policy", "bucketed:0"},
+       "--policy is 0"},
+      {{"plan", "--items", items, "--ranks", "2", "--out", out, "--policy", "bucketed:8,4"},
+       "strictly increasing"},
+      {{"plan", "--items", items, "--ranks", "2", "--out", out, "--policy", "bucketed:8",
+        "--pad-multiple", "2"},
        "--pad-multiple needs --policy padded"},
       {{"plan", "--items", items, "--ranks", "2", "--out", out, "--policy", "padded",
         "--pad-multiple", "0"},
@@ -798,7 +818,13 @@ void check_plan_run(const plan_config& cfg, const batch_layout& layout, const C&
   CHECK(j.at("min_items_per_rank").integer() == min_count);
   CHECK(j.at("plan_seconds").num() >= 0.0);
   CHECK(j.at("imbalance_after").num() <= j.at("imbalance_before").num() + 1e-12);
-  CHECK(j.at("policy").text == (cfg.policy.is_padded() ? "padded" : "packed"));
+  std::string policy_text = cfg.policy.is_padded() ? "padded" : "packed";
+  if (cfg.policy.policy_kind() == orchmllm::padding_policy::kind::bucketed) {
+    policy_text = "bucketed";
+    for (const auto b : cfg.policy.buckets())
+      policy_text += (policy_text.size() == 8 ? ":" : ",") + std::to_string(b);
+  }
+  CHECK(j.at("policy").text == policy_text);
   if (options.limits.cap) {
     CHECK((options.limits.cap->what == orchmllm::capacity::measure::tokens
                ? j.at("max_tokens").integer()
@@ -842,6 +868,15 @@ TEST_CASE("plan: PLAN.csv and JSON are correct for every policy, cost and constr
     cfg.policy = orchmllm::padded;
     cfg.options.method = orchmllm::algorithm::padded_exact;
     check_plan_run(cfg, layout, orchmllm::linear_cost{}, dir);
+  }
+  SUBCASE("bucketed, quadratic, auto and lpt") {
+    plan_config cfg;
+    cfg.flags = {"--policy", "bucketed:256,1024,2048,3000", "--cost", "quadratic:1,0.001"};
+    cfg.policy = orchmllm::bucketed({256, 1024, 2048, 3000});
+    check_plan_run(cfg, layout, quad, dir);
+    cfg.flags.insert(cfg.flags.end(), {"--algorithm", "lpt"});
+    cfg.options.method = orchmllm::balance_method::lpt;
+    check_plan_run(cfg, layout, quad, dir);
   }
   SUBCASE("token cap, byte cap, item counts") {
     const auto total = layout.total_length();
@@ -1017,6 +1052,42 @@ TEST_CASE("plan: --gpus-per-node and --mapping map the balanced bins onto nodes"
     const auto layout = random_layout(21, 6, 5, true);
     const auto j = check_mapped_plan(layout, 64, "", orchmllm::mapping_method::transport, dir);
     CHECK(j.at("inter_node_bytes").integer() == 0);
+  }
+}
+
+TEST_CASE("plan: auto is exact for bucketed policies (brute force on small inputs)") {
+  scratch_dir dir;
+  const std::string items = dir.file("items.csv");
+  const std::string out = dir.file("plan.csv");
+  std::mt19937_64 rng(0xb0c4e7);
+  for (int inst = 0; inst < 40; ++inst) {
+    CAPTURE(inst);
+    const auto d = static_cast<rank_t>(1 + rng() % 3);
+    std::vector<std::vector<std::int64_t>> lengths(static_cast<std::size_t>(d));
+    for (auto n = rng() % 9; n > 0; --n)
+      lengths[rng() % lengths.size()].push_back(static_cast<std::int64_t>(rng() % 60));
+    const auto layout = batch_layout::from_ranks(lengths);
+    // Buckets: 1..3 increasing lengths, the last one covering every item.
+    std::vector<std::int64_t> buckets{60 + static_cast<std::int64_t>(rng() % 4)};
+    for (auto m = rng() % 3; m > 0; --m)
+      buckets.insert(
+          buckets.begin(),
+          1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(buckets.front() - 1)));
+    std::string flag = "bucketed";
+    for (const auto b : buckets) flag += (flag.size() == 8 ? ":" : ",") + std::to_string(b);
+    CAPTURE(flag);
+    const auto policy = orchmllm::bucketed(buckets);
+    const orchmllm::quadratic_cost quad{0.0, 1.0, 0.01};
+    write_text(items, tool::format_items(layout));
+    const auto r = run_tool({"plan", "--items", items, "--ranks", std::to_string(d), "--policy",
+                             flag, "--cost", "quadratic:1,0.01", "--out", out});
+    REQUIRE_MESSAGE(r.rc == 0, r.err);
+    const auto j = parse_flat_json(r.out.substr(0, r.out.size() - 1));
+    const auto best = orchmllm::test::brute_force(layout, d, quad, policy);
+    REQUIRE(best.has_value());
+    CHECK(j.at("makespan").num() == *best);  // one product per rank: exact
+    CHECK(j.at("proven_optimal").b);
+    CHECK(j.at("policy").text == flag);
   }
 }
 

@@ -42,13 +42,15 @@ concept cost_model = std::is_object_v<C> && std::copy_constructible<C> &&
     std::is_arithmetic_v<std::remove_cvref_t<std::invoke_result_t<const C&, std::int64_t>>> &&
     !std::same_as<std::remove_cvref_t<std::invoke_result_t<const C&, std::int64_t>>, bool>;
 
-/// The value type a cost model returns, as it returns it.
-template <cost_model C>
+/// The value type a cost model returns, as it returns it. (Unconstrained, as is `cost_type_t`:
+/// GCC 12 re-checks an alias template's constraint while printing a diagnostic's template
+/// context and can fail the build on it; the functions that take models are constrained.)
+template <class C>
 using cost_result_t = std::remove_cvref_t<std::invoke_result_t<const C&, std::int64_t>>;
 
 /// The value type the library computes a cost model's loads, bounds and makespans in:
 /// `std::int64_t` for integral results, `double` for `float`, otherwise the result type.
-template <cost_model C>
+template <class C>
 using cost_type_t = std::conditional_t<
     std::is_integral_v<cost_result_t<C>>, std::int64_t,
     std::conditional_t<std::is_same_v<cost_result_t<C>, float>, double, cost_result_t<C>>>;

@@ -284,6 +284,11 @@ void mix_stage(fnv& f, const Stage& stage) {
   f.mix(static_cast<std::uint64_t>(cost.integral()));
   f.mix(static_cast<std::uint64_t>(policy.is_padded()));
   f.mix(static_cast<std::uint64_t>(policy.multiple()));
+  // Only a bucketed policy mixes more (existing fingerprints stay).
+  if (policy.policy_kind() == padding_policy::kind::bucketed) {
+    f.mix(static_cast<std::uint64_t>(policy.buckets().size()));
+    for (const auto b : policy.buckets()) f.mix(static_cast<std::uint64_t>(b));
+  }
   f.mix(static_cast<std::uint64_t>(o.method));
   f.mix(static_cast<std::uint64_t>(o.limits.cap.has_value()));
   if (o.limits.cap) {
