@@ -26,8 +26,8 @@
 /// all bijections of minimum inter-node bytes: when several node assignments tie on inter-node
 /// bytes, the one the flow returns need not be the best for intra-node moves.
 ///
-/// `mapping_result` (the figures every method reports) is declared in
-/// detail/topology/mapping_problem.hpp, which the GLPK backend shares.
+/// `mapping_result` (the figures every method reports) is declared in topology/mapping_result.hpp.
+/// A mapper of the application's own (or the GLPK one) plugs in through topology/mapper.hpp.
 ///
 /// Thread-safety: pure functions. Determinism: integer arithmetic and fixed tie-breaks; the
 /// same input gives the same result on every platform, so every rank can plan locally.
@@ -44,7 +44,7 @@
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
-#include "orchmllm/detail/topology/mapping_result.hpp"
+#include "orchmllm/topology/mapping_result.hpp"
 #include "orchmllm/topology/topology.hpp"
 #if !ORCHMLLM_USE_COMPILED
 #include "orchmllm/detail/topology/bottleneck.hpp"

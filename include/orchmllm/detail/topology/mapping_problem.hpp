@@ -25,7 +25,7 @@
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/detail/topology/hungarian.hpp"
-#include "orchmllm/detail/topology/mapping_result.hpp"
+#include "orchmllm/topology/mapping_result.hpp"
 #include "orchmllm/detail/topology/min_cost_flow.hpp"
 #include "orchmllm/topology/topology.hpp"
 
