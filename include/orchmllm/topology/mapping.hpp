@@ -80,6 +80,28 @@ inline mapping_method parse_mapping_method(std::string_view name) {
 /// `parse_mapping_method` under its former name.
 inline mapping_method parse_mapping(std::string_view name) { return parse_mapping_method(name); }
 
+#if !ORCHMLLM_USE_COMPILED
+namespace detail {
+
+// The rank of every bin under a built-in method: what `map_bins(..., method)` and the mapper
+// types of topology/mapper.hpp (mappers::identity, transport, bottleneck) compute, one code for
+// both. `step_budget`: the bottleneck local search's swap budget.
+inline std::vector<rank_t> builtin_rank_of_bin(const mapping_problem& problem,
+                                               mapping_method method, std::int64_t step_budget) {
+  if (method == mapping_method::identity) {
+    std::vector<rank_t> ranks(static_cast<std::size_t>(problem.num_bins()));
+    std::iota(ranks.begin(), ranks.end(), rank_t{0});
+    return ranks;
+  }
+  auto node_of_bin = solve_transport(problem.by_node, problem.capacity);
+  if (method == mapping_method::bottleneck)
+    bottleneck_local_search(problem, node_of_bin, step_budget);
+  return place_on_gpus(problem, node_of_bin);
+}
+
+}  // namespace detail
+#endif
+
 /// Maps the bins of a balancer plan to ranks.
 ///
 /// `binned` is a plan whose destination ranks are bins 0..d-1, with d = topo.num_ranks() =
@@ -106,16 +128,10 @@ ORCHMLLM_FUNC mapping_result map_bins(const rearrangement& binned,
 #else
 {
   const auto problem = detail::build_mapping_problem(binned, item_bytes, topo);
-  if (method == mapping_method::identity) {
-    std::vector<rank_t> ranks(static_cast<std::size_t>(topo.num_ranks()));
-    std::iota(ranks.begin(), ranks.end(), rank_t{0});
-    return detail::result_from_ranks(problem, std::move(ranks));
-  }
-  auto node_of_bin = detail::solve_transport(problem.by_node, problem.capacity);
-  if (method == mapping_method::bottleneck)
-    detail::bottleneck_local_search(problem, node_of_bin,
-                                    detail::bottleneck_step_budget(topo.num_ranks()));
-  return detail::finish_mapping(problem, node_of_bin);
+  return detail::result_from_ranks(
+      problem,
+      detail::builtin_rank_of_bin(problem, method,
+                                  detail::bottleneck_step_budget(topo.num_ranks())));
 }
 #endif
 
