@@ -30,6 +30,7 @@
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"
+#include "support/mapping_check.hpp"
 #include "support/mapping_reference.hpp"
 #include "support/test_support.hpp"
 
@@ -38,22 +39,10 @@ namespace {
 using namespace orchmllm;
 using orchmllm::test::uniform;
 
-struct instance {
-  topology topo;
-  rearrangement binned;
-  std::vector<std::int64_t> bytes;
-};
+using instance = test::mapping_instance;
 
-// Random plan with `stay_percent` locality (items kept on their source rank) and random sizes.
 instance random_instance(std::mt19937_64& rng, topology topo, std::int64_t max_bytes = 1000) {
-  const rank_t d = topo.num_ranks();
-  const auto n = uniform(rng, 0, 6 * d);
-  const auto off = test::random_offsets(rng, d, n);
-  auto binned = test::random_rearrangement(rng, off, d, uniform(rng, 0, 1) == 1,
-                                           static_cast<int>(uniform(rng, 0, 80)));
-  std::vector<std::int64_t> bytes(static_cast<std::size_t>(n));
-  for (auto& b : bytes) b = uniform(rng, 0, 4) == 0 ? 0 : uniform(rng, 1, max_bytes);
-  return {std::move(topo), std::move(binned), std::move(bytes)};
+  return test::random_mapping_instance(rng, std::move(topo), max_bytes);
 }
 
 // A balancer plan: lognormal lengths, bytes = 4096 · length, balanced by `automatic`.
@@ -69,36 +58,7 @@ instance balancer_instance(rank_t d, rank_t g, std::int64_t items_per_rank, std:
 
 // Checks a mapping result against the instance: bijection, plan, figures recomputed item by item.
 void check_mapping(const mapping_result& res, const instance& in) {
-  const auto d = static_cast<std::size_t>(in.topo.num_ranks());
-  REQUIRE(res.rank_of_bin.size() == d);
-  auto sorted = res.rank_of_bin;
-  std::sort(sorted.begin(), sorted.end());
-  for (std::size_t k = 0; k < d; ++k) REQUIRE(sorted[k] == static_cast<rank_t>(k));
-  res.plan.validate();
-  std::vector<rank_t> want(static_cast<std::size_t>(in.binned.num_items()));
-  for (std::size_t g = 0; g < want.size(); ++g)
-    want[g] = res.rank_of_bin[static_cast<std::size_t>(in.binned.dst_ranks()[g])];
-  CHECK(res.plan ==
-        rearrangement::from_destinations(in.binned.src_offsets(), want, in.topo.num_ranks()));
-  const auto nodes = static_cast<std::size_t>(in.topo.num_nodes());
-  std::vector<std::int64_t> egress(nodes, 0), ingress(nodes, 0);
-  std::int64_t moved = 0, inter = 0;
-  const auto off = res.plan.src_offsets();
-  for (std::size_t r = 0; r + 1 < off.size(); ++r)
-    for (auto g = off[r]; g < off[r + 1]; ++g) {
-      const rank_t t = res.plan.dst_ranks()[static_cast<std::size_t>(g)];
-      const auto x = in.bytes[static_cast<std::size_t>(g)];
-      if (t != static_cast<rank_t>(r)) moved += x;
-      if (in.topo.same_node(t, static_cast<rank_t>(r))) continue;
-      inter += x;
-      egress[static_cast<std::size_t>(in.topo.node_of(static_cast<rank_t>(r)))] += x;
-      ingress[static_cast<std::size_t>(in.topo.node_of(t))] += x;
-    }
-  CHECK(res.moved_bytes == moved);
-  CHECK(res.inter_node_bytes == inter);
-  CHECK(res.inter_node_bytes_lower_bound <= inter);
-  CHECK(res.max_node_egress_bytes == *std::max_element(egress.begin(), egress.end()));
-  CHECK(res.max_node_ingress_bytes == *std::max_element(ingress.begin(), ingress.end()));
+  test::check_mapping_result(res, in.binned, in.bytes, in.topo);
 }
 
 // Checks the invariants of a bottleneck result (given map_bins' results on the same instance).
