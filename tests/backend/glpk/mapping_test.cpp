@@ -8,7 +8,10 @@
 //    start, which is never worse than transport;
 //  - F(ILP) <= F(map_bins bottleneck) <= F(map_bins transport) on random instances, with the
 //    warm-start figures equal to map_bins' own; every result's figures recomputed item by item;
-//  - the size guard returns the warm start; bad options and bad inputs throw.
+//  - the size guard returns the warm start; bad options and bad inputs throw;
+//  - node_limit stops the search at the same point on every run; glpk::bottleneck_ilp as a
+//    mapper equals map_bins_bottleneck with its options, through map_bins and through a stage
+//    declaration in plan_step (deterministic, fingerprinted by its knobs).
 
 #include "orchmllm/backend/glpk/mapping.hpp"
 
@@ -28,6 +31,9 @@
 #include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/orchestrator/orchestrator.hpp"
+#include "orchmllm/orchestrator/stages.hpp"
+#include "orchmllm/topology/mapper.hpp"
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"
 #include "support/mapping_check.hpp"
@@ -252,3 +258,109 @@ TEST_CASE("bad options and bad inputs throw invalid_argument_error") {
 }
 
 }  // namespace
+
+// The integer program as a mapper (glpk::bottleneck_ilp) and its node limit.
+
+TEST_CASE("node_limit stops the branch-and-cut deterministically, never worse than the warm start") {
+  std::mt19937_64 rng(20261207);
+  int stopped = 0, runs = 0;
+  for (rank_t d : {12, 16, 24, 33, 48})
+    for (rank_t g : {2, 4}) {
+      INFO("d = ", d, ", G = ", g);
+      const auto in = random_instance(rng, topology::uniform(d, g));
+      for (std::int64_t limit : {0, 1, 5}) {
+        glpk::bottleneck_options opt;
+        opt.time_limit_seconds = 60;
+        opt.node_limit = limit;
+        const auto a = glpk::map_bins_bottleneck(in.binned, in.bytes, in.topo, opt);
+        check_bottleneck(a, in);
+        // Counting nodes, not seconds: the same stop, the same plan.
+        const auto b = glpk::map_bins_bottleneck(in.binned, in.bytes, in.topo, opt);
+        CHECK(a.mapping.rank_of_bin == b.mapping.rank_of_bin);
+        CHECK(a.node_limit_reached == b.node_limit_reached);
+        if (a.node_limit_reached) {
+          ++stopped;
+          CHECK_FALSE(a.proven_optimal);
+          CHECK(a.glpk_return_code == GLP_ESTOP);
+        }
+        ++runs;
+      }
+    }
+  MESSAGE("the node limit stopped GLPK in ", stopped, " of ", runs, " runs");
+  CHECK(stopped > 0);  // these instances do branch
+  glpk::bottleneck_options bad;
+  bad.node_limit = -2;
+  const auto in = balancer_instance(8, 4, 3, 1);
+  test::expect_invalid([&] { (void)glpk::map_bins_bottleneck(in.binned, in.bytes, in.topo, bad); },
+                       {"node_limit", "-2"});
+}
+
+TEST_CASE("glpk::bottleneck_ilp as a mapper: map_bins_bottleneck's plan, deterministic") {
+  static_assert(mapper<glpk::bottleneck_ilp>);
+  std::mt19937_64 rng(20261208);
+  for (rank_t d : {6, 12, 16, 24, 40})
+    for (rank_t g : {2, 4, 8}) {
+      INFO("d = ", d, ", G = ", g);
+      const auto in = random_instance(rng, topology::uniform(d, g));
+      const glpk::bottleneck_ilp ilp{.node_limit = 50};
+      const auto got = map_bins(in.binned, in.bytes, in.topo, ilp);
+      check_mapping(got, in);
+      CHECK(got.worst_node_bytes() <=
+            map_bins(in.binned, in.bytes, in.topo, mapping_method::bottleneck).worst_node_bytes());
+      // The same as the function with the mapper's options (a time limit it never reaches).
+      auto opt = ilp.options();
+      opt.time_limit_seconds = 600;
+      const auto want = glpk::map_bins_bottleneck(in.binned, in.bytes, in.topo, opt);
+      CHECK_FALSE(want.timed_out);
+      CHECK(got.rank_of_bin == want.mapping.rank_of_bin);
+      CHECK(got.plan == want.mapping.plan);
+      CHECK(map_bins(in.binned, in.bytes, in.topo, ilp).rank_of_bin == got.rank_of_bin);
+    }
+  test::expect_invalid(
+      [] {
+        const auto in = balancer_instance(8, 4, 3, 1);
+        (void)map_bins(in.binned, in.bytes, in.topo, glpk::bottleneck_ilp{.node_limit = -3});
+      },
+      {"node_limit", "-3"});
+  CHECK(glpk::bottleneck_ilp{}.name() ==
+        "glpk::bottleneck_ilp(node_limit=2000,warm_start=1,max_columns=131073)");
+}
+
+TEST_CASE("glpk::bottleneck_ilp in a stage declaration: plan_step maps the LLM stage with it") {
+  std::mt19937_64 rng(20261209);
+  for (int trial = 0; trial < 6; ++trial) {
+    const rank_t d = static_cast<rank_t>(uniform(rng, 4, 24));
+    const auto topo = topology::uniform(d, static_cast<rank_t>(uniform(rng, 1, 4)));
+    std::vector<local_batch> batches(static_cast<std::size_t>(d));
+    for (auto& b : batches)
+      for (std::int64_t s = 0, k = uniform(rng, 0, 6); s < k; ++s)
+        b.text_tokens.push_back(uniform(rng, 1, 2000));
+    const auto meta = make_step_metadata(batches, 0);
+    INFO("trial ", trial, ", d = ", d);
+    stage_declarations identity;
+    identity.llm.cost = linear_cost{};
+    identity.llm.text_row_bytes = 8;
+    identity.llm.mapping = mapping_method::identity;
+    auto decl = identity;
+    decl.llm.mapper = glpk::bottleneck_ilp{.node_limit = 20};
+    CHECK(decl.llm.mapper.custom());
+    CHECK(decl.llm.mapper.name() == glpk::bottleneck_ilp{.node_limit = 20}.name());
+    auto other_limit = identity;
+    other_limit.llm.mapper = glpk::bottleneck_ilp{.node_limit = 21};
+    CHECK(fingerprint(decl) != fingerprint(identity));
+    CHECK(fingerprint(decl) != fingerprint(other_limit));
+    CHECK_NOTHROW(decl.validate());
+    const auto base = plan_step(identity, meta, topo);  // the balanced bins
+    const auto got = plan_step(decl, meta, topo);
+    std::vector<std::int64_t> bytes(static_cast<std::size_t>(got.llm_layout.num_items()));
+    for (std::int64_t g = 0; g < got.llm_layout.num_items(); ++g)
+      bytes[static_cast<std::size_t>(g)] = got.llm_layout.bytes(g);
+    const auto want = map_bins(base.llm, bytes, topo, glpk::bottleneck_ilp{.node_limit = 20});
+    test::check_mapping_result(want, base.llm, bytes, topo);
+    CHECK(got.llm == want.plan);
+    CHECK(got.stages.back().inter_node_bytes == want.inter_node_bytes);
+    CHECK(want.worst_node_bytes() <=
+          map_bins(base.llm, bytes, topo, mapping_method::bottleneck).worst_node_bytes());
+    CHECK(plan_step(decl, meta, topo).llm == got.llm);  // every rank gets the same plan
+  }
+}
