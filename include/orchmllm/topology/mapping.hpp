@@ -116,6 +116,10 @@ inline std::vector<rank_t> builtin_rank_of_bin(const mapping_problem& problem,
 /// a topology with one huge node costs O(d³)). `bottleneck` adds at most `2·d + 64` swap steps
 /// of O(G·(d + N)) each. Memory O(n + d + nnz + max_m G_m²).
 ///
+/// The same mappers as objects: `map_bins(binned, item_bytes, topo, mappers::transport{})` and
+/// the others of topology/mapper.hpp give bit-identical results (the same code), and take the
+/// application's own mapper too.
+///
 /// Throws `invalid_argument_error` when the plan is not square, the topology's rank count
 /// differs, item_bytes has the wrong size, a byte count is negative, or the total bytes exceed
 /// 2^62 / (d + N + 4) (the exact solver's overflow guard).
