@@ -46,11 +46,6 @@
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/topology/mapping_result.hpp"
 #include "orchmllm/topology/topology.hpp"
-#if !ORCHMLLM_USE_COMPILED
-#include "orchmllm/detail/topology/bottleneck.hpp"
-#include "orchmllm/detail/topology/mapping_problem.hpp"
-#include "orchmllm/detail/topology/min_cost_flow.hpp"
-#endif
 
 namespace orchmllm {
 
@@ -80,27 +75,6 @@ inline mapping_method parse_mapping_method(std::string_view name) {
 /// `parse_mapping_method` under its former name.
 inline mapping_method parse_mapping(std::string_view name) { return parse_mapping_method(name); }
 
-#if !ORCHMLLM_USE_COMPILED
-namespace detail {
-
-// The rank of every bin under a built-in method: what `map_bins(..., method)` and the mapper
-// types of topology/mapper.hpp (mappers::identity, transport, bottleneck) compute, one code for
-// both. `step_budget`: the bottleneck local search's swap budget.
-inline std::vector<rank_t> builtin_rank_of_bin(const mapping_problem& problem,
-                                               mapping_method method, std::int64_t step_budget) {
-  if (method == mapping_method::identity) {
-    std::vector<rank_t> ranks(static_cast<std::size_t>(problem.num_bins()));
-    std::iota(ranks.begin(), ranks.end(), rank_t{0});
-    return ranks;
-  }
-  auto node_of_bin = solve_transport(problem.by_node, problem.capacity);
-  if (method == mapping_method::bottleneck)
-    bottleneck_local_search(problem, node_of_bin, step_budget);
-  return place_on_gpus(problem, node_of_bin);
-}
-
-}  // namespace detail
-#endif
 
 /// Maps the bins of a balancer plan to ranks.
 ///
@@ -126,17 +100,10 @@ inline std::vector<rank_t> builtin_rank_of_bin(const mapping_problem& problem,
 ORCHMLLM_FUNC mapping_result map_bins(const rearrangement& binned,
                                      std::span<const std::int64_t> item_bytes,
                                      const topology& topo,
-                                     mapping_method method = mapping_method::transport)
-#if ORCHMLLM_USE_COMPILED
-    ;  // defined in the compiled library (orchmllm/config.hpp)
-#else
-{
-  const auto problem = detail::build_mapping_problem(binned, item_bytes, topo);
-  return detail::result_from_ranks(
-      problem,
-      detail::builtin_rank_of_bin(problem, method,
-                                  detail::bottleneck_step_budget(topo.num_ranks())));
-}
-#endif
+                                     mapping_method method = mapping_method::transport);
 
 }  // namespace orchmllm
+
+// The mappers as objects; in header-only mode that header also brings the body of map_bins
+// (detail/topology/mapper_impl.hpp; compiled mode: in the library).
+#include "orchmllm/topology/mapper.hpp"

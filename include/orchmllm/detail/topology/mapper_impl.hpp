@@ -1,11 +1,12 @@
 #pragma once
-// The bodies behind topology/mapper.hpp (which includes this file in header-only mode; the
-// compiled library defines them once): the problem view, the built-in mapper types (through
-// detail::builtin_rank_of_bin, the code `map_bins(..., mapping_method)` runs) and `map_bins`
-// with a mapper. Internal.
+// The bodies behind topology/mapping.hpp and topology/mapper.hpp (which include this file in
+// header-only mode; the compiled library defines them once): `map_bins(..., mapping_method)`,
+// the problem view, the built-in mapper types (both through detail::builtin_rank_of_bin, one
+// code) and `map_bins` with a mapper. Internal.
 
 #include <cstddef>
 #include <cstdint>
+#include <numeric>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -14,10 +15,41 @@
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/detail/topology/bottleneck.hpp"
 #include "orchmllm/detail/topology/mapping_problem.hpp"
+#include "orchmllm/detail/topology/min_cost_flow.hpp"
 #include "orchmllm/topology/mapper.hpp"
 #include "orchmllm/topology/mapping.hpp"
 
 namespace orchmllm {
+
+namespace detail {
+
+// The rank of every bin under a built-in method: what `map_bins(..., method)` and the mapper
+// types of topology/mapper.hpp (mappers::identity, transport, bottleneck) compute, one code for
+// both. `step_budget`: the bottleneck local search's swap budget.
+inline std::vector<rank_t> builtin_rank_of_bin(const mapping_problem& problem,
+                                               mapping_method method, std::int64_t step_budget) {
+  if (method == mapping_method::identity) {
+    std::vector<rank_t> ranks(static_cast<std::size_t>(problem.num_bins()));
+    std::iota(ranks.begin(), ranks.end(), rank_t{0});
+    return ranks;
+  }
+  auto node_of_bin = solve_transport(problem.by_node, problem.capacity);
+  if (method == mapping_method::bottleneck)
+    bottleneck_local_search(problem, node_of_bin, step_budget);
+  return place_on_gpus(problem, node_of_bin);
+}
+
+}  // namespace detail
+
+ORCHMLLM_FUNC mapping_result map_bins(const rearrangement& binned,
+                                      std::span<const std::int64_t> item_bytes,
+                                      const topology& topo, mapping_method method) {
+  const auto problem = detail::build_mapping_problem(binned, item_bytes, topo);
+  return detail::result_from_ranks(
+      problem,
+      detail::builtin_rank_of_bin(problem, method,
+                                  detail::bottleneck_step_budget(topo.num_ranks())));
+}
 
 ORCHMLLM_FUNC bin_mapping_problem::bin_mapping_problem(const detail::mapping_problem& p) noexcept
     : impl_(&p),
