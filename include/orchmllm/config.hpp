@@ -10,8 +10,10 @@
 ///     (`detail::cost_ref`), to entry points in the library, one per computation type
 ///     (std::int64_t, double, long double): no algorithm is instantiated in the unit, for the
 ///     shipped cost models and the trainer's own alike;
-///   * `map_bins`, `plan_step`, `route::build`, `batch_layout::from_ranks` and the error
-///     message formatting are declarations only;
+///   * `map_bins`, `plan_step`, `route::build`, `batch_layout::from_ranks`, the built-in
+///     mappers' calls, `bin_mapping_problem::evaluate` and the error message formatting are
+///     declarations only; `map_bins` with the trainer's own mapper passes it to the library
+///     behind a std::function;
 ///   * the algorithm headers (detail/balance/, detail/topology/) are not included.
 /// Plans are the same in both modes: the library runs the same code on the same values in the
 /// same computation type. Every translation unit of one program must use the same mode (link

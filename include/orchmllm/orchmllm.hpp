@@ -27,6 +27,7 @@
 #include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/topology/topology.hpp"
 #include "orchmllm/topology/mapping.hpp"
+#include "orchmllm/topology/mapper.hpp"
 #include "orchmllm/comm/communicator.hpp"
 #include "orchmllm/comm/local.hpp"
 #include "orchmllm/comm/metadata.hpp"

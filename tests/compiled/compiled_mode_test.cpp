@@ -3,10 +3,13 @@
 // `plan_step` run in the library. Every result must equal the header-only algorithm on the same
 // input, which this unit instantiates itself from the detail headers (the same templates the
 // library instantiates, on the model directly instead of type-erased): the shipped models, a
-// trainer's own unsigned, float and long double models, every algorithm and policy.
+// trainer's own unsigned, float and long double models, every algorithm and policy; and the
+// mappers: built-in types equal to the enum, the trainer's own mapper called from the library
+// (map_bins and a stage declaration in plan_step).
 
 #include <orchmllm/balance/balancer.hpp>
 #include <orchmllm/orchestrator/orchestrator.hpp>
+#include <orchmllm/topology/mapper.hpp>
 #include <orchmllm/topology/mapping.hpp>
 
 // The header-only bodies, for the reference results.
@@ -15,6 +18,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -234,4 +238,70 @@ TEST_CASE("compiled mode: map_bins and plan_step run in the library") {
   CHECK(plan.stages[1].makespan_after == static_cast<double>(llm.makespan));
   CHECK(plan.stages[1].lower_bound == static_cast<double>(llm.lower_bound));
   CHECK(plan.alltoalls_per_step() == 4);
+}
+
+TEST_CASE("compiled mode: mappers, built-in and the application's, run through the library") {
+  std::mt19937_64 rng(2027);
+  for (int trial = 0; trial < 10; ++trial) {
+    const rank_t d = static_cast<rank_t>(uniform(rng, 1, 24));
+    const auto layout = random_layout(rng, d, uniform(rng, 0, 200));
+    const auto balanced = balance(layout, linear_cost{});
+    std::vector<std::int64_t> bytes(static_cast<std::size_t>(layout.num_items()));
+    for (std::int64_t g = 0; g < layout.num_items(); ++g)
+      bytes[static_cast<std::size_t>(g)] = layout.bytes(g);
+    const auto topo = topology::uniform(d, static_cast<rank_t>(uniform(rng, 1, d)));
+    CAPTURE(trial);
+    for (const auto method :
+         {mapping_method::identity, mapping_method::transport, mapping_method::bottleneck}) {
+      const auto by_enum = map_bins(balanced.plan, bytes, topo, method);
+      visit_mapper(method, [&](const auto& m) {
+        const auto by_type = map_bins(balanced.plan, bytes, topo, m);
+        CHECK(by_type.rank_of_bin == by_enum.rank_of_bin);
+        CHECK(by_type.plan == by_enum.plan);
+      });
+    }
+    // The application's mapper, compiled in this unit, called from the library: it reads the
+    // view, calls a built-in and evaluate (both in the library), and reverses the answer.
+    mapping_result evaluated;
+    const auto mine = [&](const bin_mapping_problem& p) {
+      auto ranks = mappers::transport{}(p);
+      std::reverse(ranks.begin(), ranks.end());
+      evaluated = p.evaluate(ranks);
+      CHECK(p.num_bins() == d);
+      return ranks;
+    };
+    const auto got = map_bins(balanced.plan, bytes, topo, mine);
+    CHECK(got.rank_of_bin == evaluated.rank_of_bin);
+    CHECK(got.plan == evaluated.plan);
+    CHECK(got.moved_bytes == evaluated.moved_bytes);
+    CHECK_THROWS_AS((void)map_bins(balanced.plan, bytes, topo,
+                                   [](const bin_mapping_problem&) { return std::vector<rank_t>{}; }),
+                    invalid_argument_error);
+  }
+
+  // In a stage declaration: plan_step (in the library) calls the trainer's mapper.
+  std::atomic<int> calls{0};
+  stage_declarations decl;
+  decl.llm.cost = linear_cost{};
+  decl.llm.text_row_bytes = 8;
+  decl.llm.mapper = stage_mapper(
+      [&calls](const bin_mapping_problem& p) {
+        ++calls;
+        return mappers::bottleneck{}(p);
+      },
+      "counting bottleneck");
+  auto by_enum = decl;
+  by_enum.llm.mapper = {};
+  by_enum.llm.mapping = mapping_method::bottleneck;
+  CHECK(fingerprint(decl) != fingerprint(by_enum));
+  std::vector<local_batch> batches(8);
+  for (auto& b : batches)
+    for (std::int64_t s = 0, k = uniform(rng, 1, 5); s < k; ++s)
+      b.text_tokens.push_back(uniform(rng, 10, 900));
+  const auto meta = make_step_metadata(batches, 0);
+  const auto topo = topology::uniform(8, 2);
+  const auto a = plan_step(decl, meta, topo);
+  const auto b = plan_step(by_enum, meta, topo);
+  CHECK(calls == 1);
+  CHECK(a.llm == b.llm);
 }

@@ -21,7 +21,7 @@
 /// Plans (see stages.hpp for the data model):
 ///  * Π_E_k (`encoders[k].input`): the sub-items of modality k, balanced with stage k's cost
 ///    model, policy, balancer and constraints, then mapped to ranks (`map_bins`, the stage's
-///    mapping) so pixels cross as few node boundaries as possible.
+///    mapper or mapping) so pixels cross as few node boundaries as possible.
 ///  * Π_M (`llm`): whole samples, length = text tokens + the LLM tokens of their sub-items.
 ///    Its mapping counts, per sample, its text bytes plus its sub-items' output bytes (all
 ///    attributed to the sample's origin rank: an approximation, since the outputs start from
@@ -49,7 +49,8 @@
 /// its own small agreement all-gather (comm/dispatch.hpp).
 ///
 /// Determinism: `plan_step` is a pure function of (declarations, metadata, topology) with
-/// deterministic balancers and mappings (GLPK is never used here), so every rank computes
+/// deterministic balancers and mappers (the built-ins are; a stage's own balancer or mapper,
+/// `glpk::bottleneck_ilp` included, must be too: it runs on every rank), so every rank computes
 /// the same plans without further communication. Thread-safety: pure functions.
 
 #include <algorithm>
@@ -203,7 +204,10 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
     const auto balanced = stage.balancer.custom()
                               ? balance(layout, cost, stage.policy, custom, opt.limits)
                               : balance(layout, cost, stage.policy, opt);
-    auto m = map_bins(balanced.plan, bytes, topo, stage.mapping);
+    // A custom mapper (the application's, GLPK's) runs behind the stage's std::function; every
+    // other stage maps by its method (a built-in mapper object's, or `mapping`).
+    auto m = stage.mapper.custom() ? map_bins(balanced.plan, bytes, topo, stage.mapper)
+                                   : map_bins(balanced.plan, bytes, topo, stage_mapping(stage));
     const auto after = compute_statistics(layout, m.plan, cost, stage.policy, opt.limits);
     rep.used = balanced.used;
     rep.makespan_before = static_cast<double>(after.makespan_before);

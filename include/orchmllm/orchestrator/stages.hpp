@@ -40,6 +40,7 @@
 #include "orchmllm/core/padding.hpp"
 #include "orchmllm/detail/core/checked.hpp"
 #include "orchmllm/detail/core/fnv.hpp"
+#include "orchmllm/topology/mapper.hpp"
 #include "orchmllm/topology/mapping.hpp"
 
 namespace orchmllm {
@@ -171,6 +172,75 @@ class stage_balancer {
   std::string name_;
 };
 
+/// The mapper of a stage when it is not one selected by the stage's `mapping` enum: a built-in
+/// mapper object (topology/mapper.hpp), the GLPK one (`glpk::bottleneck_ilp`,
+/// backend/glpk/mapping.hpp) or the application's own (any `mapper`). Empty by default: the
+/// stage's `mapping` selects.
+///
+/// A built-in object replaces the stage's `mapping` (it sets the equivalent method; a
+/// `mappers::bottleneck` with a non-default `step_budget` is kept as an object instead, named
+/// "bottleneck(step_budget=N)"). Any other mapper is held type-erased (one std::function call
+/// per mapping, from the compiled library too) and enters the declarations' fingerprint by its
+/// name: the `name` argument, else the mapper's own `name()` if it has one (the GLPK mapper
+/// does), else "custom". Give two different mappers different names.
+///
+/// Determinism: every rank runs the stage's mapper on the same problem and must get the same
+/// ranks (topology/mapper.hpp): use a deterministic mapper. Copying shares the mapper object;
+/// it must be safe to call from several threads (`plan_step` may plan stages concurrently).
+class stage_mapper {
+ public:
+  /// Empty: the stage's `mapping` selects a built-in.
+  stage_mapper() = default;
+
+  /// Wraps `m`. The self-type test comes first so that checking the mapper concept on
+  /// stage_mapper itself never recurses into this constructor.
+  template <class M>
+    requires(!std::is_same_v<std::remove_cvref_t<M>, stage_mapper> && mapper<M>)
+  stage_mapper(M m, std::string name = {})  // NOLINT(google-explicit-constructor): `.mapper = my_mapper{}`
+      : name_(std::move(name)) {
+    if constexpr (std::is_same_v<M, mappers::bottleneck>) {
+      if (m.step_budget != -1 && name_.empty())
+        name_ = detail::concat("bottleneck(step_budget=", m.step_budget, ")");
+    }
+    if constexpr (is_builtin_mapper_v<M>) {
+      bool selectable = true;  // a method selects the same mapper
+      if constexpr (std::is_same_v<M, mappers::bottleneck>) selectable = m.step_budget == -1;
+      if (selectable) {
+        builtin_ = m.method();
+        name_ = std::string(to_string(m.method()));
+        return;
+      }
+    }
+    if (name_.empty()) {
+      if constexpr (requires { std::string(m.name()); }) {
+        name_ = std::string(m.name());
+      } else {
+        name_ = "custom";
+      }
+    }
+    auto shared = std::make_shared<const M>(std::move(m));
+    custom_ = [shared](const bin_mapping_problem& p) { return std::vector<rank_t>((*shared)(p)); };
+  }
+
+  /// No mapper object: the stage's `mapping` selects.
+  [[nodiscard]] bool empty() const noexcept { return !builtin_ && !custom_; }
+  /// The equivalent method of a built-in object, else none.
+  [[nodiscard]] const std::optional<mapping_method>& builtin() const noexcept { return builtin_; }
+  /// Holds a mapper that no `mapping_method` selects (the application's, GLPK's, or a bottleneck
+  /// with its own budget).
+  [[nodiscard]] bool custom() const noexcept { return static_cast<bool>(custom_); }
+  /// The built-in's method name, or the custom mapper's name (see the class comment).
+  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+
+  /// Runs the held mapper. Precondition: `custom()`.
+  std::vector<rank_t> operator()(const bin_mapping_problem& p) const { return custom_(p); }
+
+ private:
+  std::optional<mapping_method> builtin_;
+  detail::erased_mapper custom_;
+  std::string name_;
+};
+
 /// One encoder stage (one modality).
 struct encoder_stage {
   std::string name;               ///< e.g. "vision", "audio"; unique, non-empty
@@ -183,6 +253,9 @@ struct encoder_stage {
   /// `options.limits` still apply. Empty by default.
   stage_balancer balancer{};
   mapping_method mapping = mapping_method::transport;  ///< bins → ranks
+  /// A mapper object instead of `mapping` (a built-in type, the GLPK one or the application's
+  /// own; deterministic, see `stage_mapper`). Empty by default.
+  stage_mapper mapper{};
   std::int64_t input_row_bytes = 0;   ///< bytes of one encoder input row (a patch, a mel frame)
   std::int64_t output_row_bytes = 0;  ///< bytes of one encoder output row (one LLM token)
 };
@@ -195,6 +268,7 @@ struct llm_stage {
   balance_options options{};
   stage_balancer balancer{};  ///< as `encoder_stage::balancer`
   mapping_method mapping = mapping_method::transport;
+  stage_mapper mapper{};  ///< as `encoder_stage::mapper`
   std::int64_t text_row_bytes = 0;  ///< bytes of one text token row (e.g. id + label = 8)
 };
 
@@ -210,6 +284,13 @@ balance_options stage_options(const Stage& stage) {
   balance_options o = *stage.balancer.builtin();
   o.limits = stage.options.limits;
   return o;
+}
+
+/// The mapping method a stage runs when its mapper is not custom: a built-in mapper object's,
+/// else the stage's `mapping`.
+template <class Stage>
+mapping_method stage_mapping(const Stage& stage) {
+  return stage.mapper.builtin() ? *stage.mapper.builtin() : stage.mapping;
 }
 
 }  // namespace detail
@@ -269,7 +350,7 @@ void mix_stage(fnv& f, const Stage& stage) {
   const stage_cost& cost = stage.cost;
   const padding_policy policy = stage.policy;
   const balance_options o = stage_options(stage);
-  const mapping_method mapping = stage.mapping;
+  const mapping_method mapping = stage_mapping(stage);
   f.mix(name);
   // A cost model is an arbitrary callable: compare it by its values at fixed probe lengths.
   for (std::int64_t l : {0LL, 1LL, 2LL, 3LL, 7LL, 64LL, 100LL, 1000LL, 4096LL, 12345LL, 65536LL,
@@ -307,12 +388,18 @@ void mix_stage(fnv& f, const Stage& stage) {
   f.mix(static_cast<std::uint64_t>(mapping));
   // Only a stage with the application's balancer mixes more (existing fingerprints stay).
   if (stage.balancer.custom()) f.mix(stage.balancer.name());
+  // Likewise a stage with a mapper no mapping_method selects.
+  if (stage.mapper.custom()) {
+    f.mix(std::string_view("mapper"));
+    f.mix(stage.mapper.name());
+  }
 }
 
 }  // namespace detail
 
 /// 64-bit fingerprint of the declarations: names, cost models (by their values at twelve fixed
-/// lengths), policies, balancer options, mappings and row widths. Equal declarations give equal
+/// lengths), policies, balancer options, mappings (a custom balancer or mapper by its name) and
+/// row widths. Equal declarations give equal
 /// fingerprints on every platform; two cost models that agree on all probe lengths are treated
 /// as equal. O(K), never throws (a throwing cost model aside).
 [[nodiscard]] inline std::uint64_t fingerprint(const stage_declarations& decl) {

@@ -26,8 +26,8 @@
 /// all bijections of minimum inter-node bytes: when several node assignments tie on inter-node
 /// bytes, the one the flow returns need not be the best for intra-node moves.
 ///
-/// `mapping_result` (the figures every method reports) is declared in
-/// detail/topology/mapping_problem.hpp, which the GLPK backend shares.
+/// `mapping_result` (the figures every method reports) is declared in topology/mapping_result.hpp.
+/// A mapper of the application's own (or the GLPK one) plugs in through topology/mapper.hpp.
 ///
 /// Thread-safety: pure functions. Determinism: integer arithmetic and fixed tie-breaks; the
 /// same input gives the same result on every platform, so every rank can plan locally.
@@ -44,13 +44,8 @@
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
-#include "orchmllm/detail/topology/mapping_result.hpp"
+#include "orchmllm/topology/mapping_result.hpp"
 #include "orchmllm/topology/topology.hpp"
-#if !ORCHMLLM_USE_COMPILED
-#include "orchmllm/detail/topology/bottleneck.hpp"
-#include "orchmllm/detail/topology/mapping_problem.hpp"
-#include "orchmllm/detail/topology/min_cost_flow.hpp"
-#endif
 
 namespace orchmllm {
 
@@ -80,6 +75,7 @@ inline mapping_method parse_mapping_method(std::string_view name) {
 /// `parse_mapping_method` under its former name.
 inline mapping_method parse_mapping(std::string_view name) { return parse_mapping_method(name); }
 
+
 /// Maps the bins of a balancer plan to ranks.
 ///
 /// `binned` is a plan whose destination ranks are bins 0..d-1, with d = topo.num_ranks() =
@@ -94,29 +90,20 @@ inline mapping_method parse_mapping(std::string_view name) { return parse_mappin
 /// a topology with one huge node costs O(d³)). `bottleneck` adds at most `2·d + 64` swap steps
 /// of O(G·(d + N)) each. Memory O(n + d + nnz + max_m G_m²).
 ///
+/// The same mappers as objects: `map_bins(binned, item_bytes, topo, mappers::transport{})` and
+/// the others of topology/mapper.hpp give bit-identical results (the same code), and take the
+/// application's own mapper too.
+///
 /// Throws `invalid_argument_error` when the plan is not square, the topology's rank count
 /// differs, item_bytes has the wrong size, a byte count is negative, or the total bytes exceed
 /// 2^62 / (d + N + 4) (the exact solver's overflow guard).
 ORCHMLLM_FUNC mapping_result map_bins(const rearrangement& binned,
                                      std::span<const std::int64_t> item_bytes,
                                      const topology& topo,
-                                     mapping_method method = mapping_method::transport)
-#if ORCHMLLM_USE_COMPILED
-    ;  // defined in the compiled library (orchmllm/config.hpp)
-#else
-{
-  const auto problem = detail::build_mapping_problem(binned, item_bytes, topo);
-  if (method == mapping_method::identity) {
-    std::vector<rank_t> ranks(static_cast<std::size_t>(topo.num_ranks()));
-    std::iota(ranks.begin(), ranks.end(), rank_t{0});
-    return detail::result_from_ranks(problem, std::move(ranks));
-  }
-  auto node_of_bin = detail::solve_transport(problem.by_node, problem.capacity);
-  if (method == mapping_method::bottleneck)
-    detail::bottleneck_local_search(problem, node_of_bin,
-                                    detail::bottleneck_step_budget(topo.num_ranks()));
-  return detail::finish_mapping(problem, node_of_bin);
-}
-#endif
+                                     mapping_method method = mapping_method::transport);
 
 }  // namespace orchmllm
+
+// The mappers as objects; in header-only mode that header also brings the body of map_bins
+// (detail/topology/mapper_impl.hpp; compiled mode: in the library).
+#include "orchmllm/topology/mapper.hpp"

@@ -8,7 +8,10 @@
 //    start, which is never worse than transport;
 //  - F(ILP) <= F(map_bins bottleneck) <= F(map_bins transport) on random instances, with the
 //    warm-start figures equal to map_bins' own; every result's figures recomputed item by item;
-//  - the size guard returns the warm start; bad options and bad inputs throw.
+//  - the size guard returns the warm start; bad options and bad inputs throw;
+//  - node_limit stops the search at the same point on every run; glpk::bottleneck_ilp as a
+//    mapper equals map_bins_bottleneck with its options, through map_bins and through a stage
+//    declaration in plan_step (deterministic, fingerprinted by its knobs).
 
 #include "orchmllm/backend/glpk/mapping.hpp"
 
@@ -28,8 +31,12 @@
 #include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/orchestrator/orchestrator.hpp"
+#include "orchmllm/orchestrator/stages.hpp"
+#include "orchmllm/topology/mapper.hpp"
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"
+#include "support/mapping_check.hpp"
 #include "support/mapping_reference.hpp"
 #include "support/test_support.hpp"
 
@@ -38,22 +45,10 @@ namespace {
 using namespace orchmllm;
 using orchmllm::test::uniform;
 
-struct instance {
-  topology topo;
-  rearrangement binned;
-  std::vector<std::int64_t> bytes;
-};
+using instance = test::mapping_instance;
 
-// Random plan with `stay_percent` locality (items kept on their source rank) and random sizes.
 instance random_instance(std::mt19937_64& rng, topology topo, std::int64_t max_bytes = 1000) {
-  const rank_t d = topo.num_ranks();
-  const auto n = uniform(rng, 0, 6 * d);
-  const auto off = test::random_offsets(rng, d, n);
-  auto binned = test::random_rearrangement(rng, off, d, uniform(rng, 0, 1) == 1,
-                                           static_cast<int>(uniform(rng, 0, 80)));
-  std::vector<std::int64_t> bytes(static_cast<std::size_t>(n));
-  for (auto& b : bytes) b = uniform(rng, 0, 4) == 0 ? 0 : uniform(rng, 1, max_bytes);
-  return {std::move(topo), std::move(binned), std::move(bytes)};
+  return test::random_mapping_instance(rng, std::move(topo), max_bytes);
 }
 
 // A balancer plan: lognormal lengths, bytes = 4096 · length, balanced by `automatic`.
@@ -69,36 +64,7 @@ instance balancer_instance(rank_t d, rank_t g, std::int64_t items_per_rank, std:
 
 // Checks a mapping result against the instance: bijection, plan, figures recomputed item by item.
 void check_mapping(const mapping_result& res, const instance& in) {
-  const auto d = static_cast<std::size_t>(in.topo.num_ranks());
-  REQUIRE(res.rank_of_bin.size() == d);
-  auto sorted = res.rank_of_bin;
-  std::sort(sorted.begin(), sorted.end());
-  for (std::size_t k = 0; k < d; ++k) REQUIRE(sorted[k] == static_cast<rank_t>(k));
-  res.plan.validate();
-  std::vector<rank_t> want(static_cast<std::size_t>(in.binned.num_items()));
-  for (std::size_t g = 0; g < want.size(); ++g)
-    want[g] = res.rank_of_bin[static_cast<std::size_t>(in.binned.dst_ranks()[g])];
-  CHECK(res.plan ==
-        rearrangement::from_destinations(in.binned.src_offsets(), want, in.topo.num_ranks()));
-  const auto nodes = static_cast<std::size_t>(in.topo.num_nodes());
-  std::vector<std::int64_t> egress(nodes, 0), ingress(nodes, 0);
-  std::int64_t moved = 0, inter = 0;
-  const auto off = res.plan.src_offsets();
-  for (std::size_t r = 0; r + 1 < off.size(); ++r)
-    for (auto g = off[r]; g < off[r + 1]; ++g) {
-      const rank_t t = res.plan.dst_ranks()[static_cast<std::size_t>(g)];
-      const auto x = in.bytes[static_cast<std::size_t>(g)];
-      if (t != static_cast<rank_t>(r)) moved += x;
-      if (in.topo.same_node(t, static_cast<rank_t>(r))) continue;
-      inter += x;
-      egress[static_cast<std::size_t>(in.topo.node_of(static_cast<rank_t>(r)))] += x;
-      ingress[static_cast<std::size_t>(in.topo.node_of(t))] += x;
-    }
-  CHECK(res.moved_bytes == moved);
-  CHECK(res.inter_node_bytes == inter);
-  CHECK(res.inter_node_bytes_lower_bound <= inter);
-  CHECK(res.max_node_egress_bytes == *std::max_element(egress.begin(), egress.end()));
-  CHECK(res.max_node_ingress_bytes == *std::max_element(ingress.begin(), ingress.end()));
+  test::check_mapping_result(res, in.binned, in.bytes, in.topo);
 }
 
 // Checks the invariants of a bottleneck result (given map_bins' results on the same instance).
@@ -292,3 +258,109 @@ TEST_CASE("bad options and bad inputs throw invalid_argument_error") {
 }
 
 }  // namespace
+
+// The integer program as a mapper (glpk::bottleneck_ilp) and its node limit.
+
+TEST_CASE("node_limit stops the branch-and-cut deterministically, never worse than the warm start") {
+  std::mt19937_64 rng(20261207);
+  int stopped = 0, runs = 0;
+  for (rank_t d : {12, 16, 24, 33, 48})
+    for (rank_t g : {2, 4}) {
+      INFO("d = ", d, ", G = ", g);
+      const auto in = random_instance(rng, topology::uniform(d, g));
+      for (std::int64_t limit : {0, 1, 5}) {
+        glpk::bottleneck_options opt;
+        opt.time_limit_seconds = 60;
+        opt.node_limit = limit;
+        const auto a = glpk::map_bins_bottleneck(in.binned, in.bytes, in.topo, opt);
+        check_bottleneck(a, in);
+        // Counting nodes, not seconds: the same stop, the same plan.
+        const auto b = glpk::map_bins_bottleneck(in.binned, in.bytes, in.topo, opt);
+        CHECK(a.mapping.rank_of_bin == b.mapping.rank_of_bin);
+        CHECK(a.node_limit_reached == b.node_limit_reached);
+        if (a.node_limit_reached) {
+          ++stopped;
+          CHECK_FALSE(a.proven_optimal);
+          CHECK(a.glpk_return_code == GLP_ESTOP);
+        }
+        ++runs;
+      }
+    }
+  MESSAGE("the node limit stopped GLPK in ", stopped, " of ", runs, " runs");
+  CHECK(stopped > 0);  // these instances do branch
+  glpk::bottleneck_options bad;
+  bad.node_limit = -2;
+  const auto in = balancer_instance(8, 4, 3, 1);
+  test::expect_invalid([&] { (void)glpk::map_bins_bottleneck(in.binned, in.bytes, in.topo, bad); },
+                       {"node_limit", "-2"});
+}
+
+TEST_CASE("glpk::bottleneck_ilp as a mapper: map_bins_bottleneck's plan, deterministic") {
+  static_assert(mapper<glpk::bottleneck_ilp>);
+  std::mt19937_64 rng(20261208);
+  for (rank_t d : {6, 12, 16, 24, 40})
+    for (rank_t g : {2, 4, 8}) {
+      INFO("d = ", d, ", G = ", g);
+      const auto in = random_instance(rng, topology::uniform(d, g));
+      const glpk::bottleneck_ilp ilp{.node_limit = 50};
+      const auto got = map_bins(in.binned, in.bytes, in.topo, ilp);
+      check_mapping(got, in);
+      CHECK(got.worst_node_bytes() <=
+            map_bins(in.binned, in.bytes, in.topo, mapping_method::bottleneck).worst_node_bytes());
+      // The same as the function with the mapper's options (a time limit it never reaches).
+      auto opt = ilp.options();
+      opt.time_limit_seconds = 600;
+      const auto want = glpk::map_bins_bottleneck(in.binned, in.bytes, in.topo, opt);
+      CHECK_FALSE(want.timed_out);
+      CHECK(got.rank_of_bin == want.mapping.rank_of_bin);
+      CHECK(got.plan == want.mapping.plan);
+      CHECK(map_bins(in.binned, in.bytes, in.topo, ilp).rank_of_bin == got.rank_of_bin);
+    }
+  test::expect_invalid(
+      [] {
+        const auto in = balancer_instance(8, 4, 3, 1);
+        (void)map_bins(in.binned, in.bytes, in.topo, glpk::bottleneck_ilp{.node_limit = -3});
+      },
+      {"node_limit", "-3"});
+  CHECK(glpk::bottleneck_ilp{}.name() ==
+        "glpk::bottleneck_ilp(node_limit=2000,warm_start=1,max_columns=131073)");
+}
+
+TEST_CASE("glpk::bottleneck_ilp in a stage declaration: plan_step maps the LLM stage with it") {
+  std::mt19937_64 rng(20261209);
+  for (int trial = 0; trial < 6; ++trial) {
+    const rank_t d = static_cast<rank_t>(uniform(rng, 4, 24));
+    const auto topo = topology::uniform(d, static_cast<rank_t>(uniform(rng, 1, 4)));
+    std::vector<local_batch> batches(static_cast<std::size_t>(d));
+    for (auto& b : batches)
+      for (std::int64_t s = 0, k = uniform(rng, 0, 6); s < k; ++s)
+        b.text_tokens.push_back(uniform(rng, 1, 2000));
+    const auto meta = make_step_metadata(batches, 0);
+    INFO("trial ", trial, ", d = ", d);
+    stage_declarations identity;
+    identity.llm.cost = linear_cost{};
+    identity.llm.text_row_bytes = 8;
+    identity.llm.mapping = mapping_method::identity;
+    auto decl = identity;
+    decl.llm.mapper = glpk::bottleneck_ilp{.node_limit = 20};
+    CHECK(decl.llm.mapper.custom());
+    CHECK(decl.llm.mapper.name() == glpk::bottleneck_ilp{.node_limit = 20}.name());
+    auto other_limit = identity;
+    other_limit.llm.mapper = glpk::bottleneck_ilp{.node_limit = 21};
+    CHECK(fingerprint(decl) != fingerprint(identity));
+    CHECK(fingerprint(decl) != fingerprint(other_limit));
+    CHECK_NOTHROW(decl.validate());
+    const auto base = plan_step(identity, meta, topo);  // the balanced bins
+    const auto got = plan_step(decl, meta, topo);
+    std::vector<std::int64_t> bytes(static_cast<std::size_t>(got.llm_layout.num_items()));
+    for (std::int64_t g = 0; g < got.llm_layout.num_items(); ++g)
+      bytes[static_cast<std::size_t>(g)] = got.llm_layout.bytes(g);
+    const auto want = map_bins(base.llm, bytes, topo, glpk::bottleneck_ilp{.node_limit = 20});
+    test::check_mapping_result(want, base.llm, bytes, topo);
+    CHECK(got.llm == want.plan);
+    CHECK(got.stages.back().inter_node_bytes == want.inter_node_bytes);
+    CHECK(want.worst_node_bytes() <=
+          map_bins(base.llm, bytes, topo, mapping_method::bottleneck).worst_node_bytes());
+    CHECK(plan_step(decl, meta, topo).llm == got.llm);  // every rank gets the same plan
+  }
+}

@@ -18,12 +18,17 @@
 ///   totally unimodular, so this equals the integral optimum that `map_bins(...,
 ///   mapping_method::transport)` finds with its own min-cost flow: a cross-check for tests.
 ///
+/// - `orchmllm::glpk::bottleneck_ilp`: the same integer program as a mapper
+///   (topology/mapper.hpp), for `map_bins(..., mapper)` and stage declarations; it runs without
+///   a clock, stopped by a branch-and-bound node budget, so every rank gets the same plan.
+///
 /// Determinism: GLPK's search is deterministic for a given GLPK build and input as long as it
-/// completes, but when the time limit is hit the returned plan depends on how far the search got,
-/// i.e. on the machine's speed and load. Ranks that must agree on a plan should therefore plan on
-/// one rank and broadcast the result, or use the header-only method (fully deterministic). With
-/// `time_limit_seconds` large enough for the search to finish (`proven_optimal`), every rank gets
-/// the same result.
+/// completes or is stopped by `bottleneck_options::node_limit` (a count of subproblems), but when
+/// the time limit is hit the returned plan depends on how far the search got, i.e. on the
+/// machine's speed and load. Ranks that must agree on a plan should therefore use
+/// `bottleneck_ilp` (no time limit, a node limit), plan on one rank and broadcast the result, or
+/// use the header-only method (fully deterministic). With `time_limit_seconds` large enough for
+/// the search to finish (`proven_optimal`), every rank gets the same result.
 ///
 /// Thread-safety: the functions keep no state of their own, but GLPK's environment (terminal
 /// output switch, memory accounting) is per thread only when GLPK was built with thread-local
@@ -53,6 +58,7 @@
 #include <memory>
 #include <numeric>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "orchmllm/core/batch_layout.hpp"
@@ -62,6 +68,8 @@
 #include "orchmllm/detail/topology/bottleneck.hpp"
 #include "orchmllm/detail/topology/mapping_problem.hpp"
 #include "orchmllm/detail/topology/min_cost_flow.hpp"
+#include "orchmllm/topology/mapper.hpp"
+#include "orchmllm/topology/mapping_result.hpp"
 #include "orchmllm/topology/topology.hpp"
 
 namespace orchmllm::glpk {
@@ -94,6 +102,12 @@ struct bottleneck_options {
   /// non-zeros); d = 2560 at 8 GPUs per node would need 819,201 columns, far beyond what GLPK's
   /// branch-and-cut can improve in seconds. Must be ≥ 0 and ≤ 2^28 (GLPK counts in `int`).
   std::int64_t max_columns = 131'073;
+  /// Branch-and-bound budget: once GLPK's search tree has created more than this many
+  /// subproblems (`glp_ios_tree_size`'s total count), the search is stopped from the callback
+  /// (`glp_ios_terminate`) and the best plan so far is returned (`node_limit_reached`). Unlike
+  /// the time limit it counts work, so where it stops does not depend on the machine. -1: no
+  /// limit. Must be ≥ -1.
+  std::int64_t node_limit = -1;
 
   /// Throws `invalid_argument_error` naming the bad field and its value.
   void validate() const {
@@ -103,6 +117,8 @@ struct bottleneck_options {
     ORCHMLLM_REQUIRE(max_columns >= 0 && max_columns <= (std::int64_t{1} << 28),
                      invalid_argument_error, "GLPK max_columns ", max_columns,
                      " must be in [0, 2^28]");
+    ORCHMLLM_REQUIRE(node_limit >= -1, invalid_argument_error, "GLPK node_limit ", node_limit,
+                     " must be >= -1 (-1: no limit)");
   }
 };
 
@@ -130,6 +146,8 @@ struct bottleneck_result {
   bool proven_optimal = false;
   /// GLPK stopped at the time limit (root LP or branch-and-cut).
   bool timed_out = false;
+  /// The branch-and-cut was stopped by `bottleneck_options::node_limit`.
+  bool node_limit_reached = false;
   /// GLPK ran (false when the size guard `max_columns` skipped it, or the instance is trivial:
   /// one node or F_warm = 0).
   bool solver_ran = false;
@@ -193,6 +211,8 @@ inline int to_milliseconds(double seconds) {
 // State shared with the branch-and-cut callback.
 struct callback_state {
   const std::vector<double>* warm_x = nullptr;  // 1-based column values, or null
+  std::int64_t node_limit = -1;                 // bottleneck_options::node_limit
+  bool stopped = false;                         // the callback hit node_limit
   bool offered = false;
   double tree_bound = -std::numeric_limits<double>::infinity();
 };
@@ -207,6 +227,14 @@ inline void branch_cut_callback(glp_tree* tree, void* info) noexcept {
   if (glp_ios_reason(tree) == GLP_IHEUR && st->warm_x != nullptr && !st->offered) {
     st->offered = true;  // once: GLPK keeps it as the incumbent unless something beats it
     (void)glp_ios_heur_sol(tree, st->warm_x->data());
+  }
+  if (st->node_limit >= 0 && !st->stopped) {
+    int created = 0;  // subproblems created so far, removed ones included
+    glp_ios_tree_size(tree, nullptr, nullptr, &created);
+    if (created > st->node_limit) {
+      st->stopped = true;
+      glp_ios_terminate(tree);  // glp_intopt returns GLP_ESTOP with the incumbent kept
+    }
   }
 }
 
@@ -232,6 +260,11 @@ inline std::int64_t total_inter_node(const mapping_problem& p, std::span<const s
   const auto t = orchmllm::detail::node_traffic_of(p, node);
   return std::accumulate(t.ingress.begin(), t.ingress.end(), std::int64_t{0});
 }
+
+// The body of map_bins_bottleneck and of glpk::bottleneck_ilp (defined below).
+inline glpk::bottleneck_result solve_bottleneck(const mapping_problem& p,
+                                                const glpk::bottleneck_options& options,
+                                                bool timed);
 
 }  // namespace orchmllm::detail::glpk_backend
 
@@ -265,10 +298,25 @@ inline bottleneck_result map_bins_bottleneck(const rearrangement& binned,
                                              std::span<const std::int64_t> item_bytes,
                                              const topology& topo,
                                              const bottleneck_options& options = {}) {
-  namespace gb = orchmllm::detail::glpk_backend;
-  using clock = std::chrono::steady_clock;
   options.validate();
   const auto p = orchmllm::detail::build_mapping_problem(binned, item_bytes, topo);
+  return orchmllm::detail::glpk_backend::solve_bottleneck(p, options, true);
+}
+
+}  // namespace orchmllm::glpk
+
+namespace orchmllm::detail::glpk_backend {
+
+// map_bins_bottleneck on a gathered problem. `timed`: apply options.time_limit_seconds; false
+// runs GLPK without a clock (tm_lim = INT_MAX, GLPK's own "no limit"), so only the node limit
+// can stop it: the deterministic variant that glpk::bottleneck_ilp uses. options are valid.
+inline glpk::bottleneck_result solve_bottleneck(const mapping_problem& p,
+                                                const glpk::bottleneck_options& options,
+                                                bool timed) {
+  namespace gb = orchmllm::detail::glpk_backend;
+  using clock = std::chrono::steady_clock;
+  using glpk::bottleneck_result;
+  const std::span<const std::int64_t> item_bytes = p.item_bytes;
   const rank_t d = p.num_bins();
   const std::int32_t nn = p.num_nodes();
 
@@ -379,7 +427,7 @@ inline bottleneck_result map_bins_bottleneck(const rearrangement& binned,
     glp_init_smcp(&smcp);
     smcp.msg_lev = GLP_MSG_OFF;
     smcp.presolve = GLP_OFF;
-    smcp.tm_lim = gb::to_milliseconds(options.time_limit_seconds - elapsed());
+    smcp.tm_lim = timed ? gb::to_milliseconds(options.time_limit_seconds - elapsed()) : INT_MAX;
     // Scaling matters: byte coefficients next to the ±1 of the assignment rows make the
     // unscaled root LP 8-10x slower (d = 512, G = 8: ~1 s scaled, 8-10 s unscaled). The dual
     // simplex and glp_adv_basis were slower still on the same instances.
@@ -405,12 +453,16 @@ inline bottleneck_result map_bins_bottleneck(const rearrangement& binned,
     glp_init_iocp(&iocp);
     iocp.msg_lev = GLP_MSG_OFF;
     iocp.presolve = options.presolve ? GLP_ON : GLP_OFF;
-    iocp.tm_lim = gb::to_milliseconds(std::max(1e-3, options.time_limit_seconds - elapsed()));
+    iocp.tm_lim = timed ? gb::to_milliseconds(
+                              std::max(1e-3, options.time_limit_seconds - elapsed()))
+                        : INT_MAX;
     iocp.cb_func = &gb::branch_cut_callback;
     iocp.cb_info = &state;
+    state.node_limit = options.node_limit;
     if (options.warm_start && !options.presolve) state.warm_x = &warm_x;
     out.glpk_return_code = glp_intopt(lp.get(), &iocp);
     if (out.glpk_return_code == GLP_ETMLIM) out.timed_out = true;
+    out.node_limit_reached = state.stopped;
     const int status = glp_mip_status(lp.get());
     if (status == GLP_OPT || status == GLP_FEAS) {
       auto node = gb::read_assignment(lp.get(), d, nn);
@@ -441,6 +493,59 @@ inline bottleneck_result map_bins_bottleneck(const rearrangement& binned,
   out.solve_seconds = elapsed();
   return finish(warm);
 }
+
+}  // namespace orchmllm::detail::glpk_backend
+
+namespace orchmllm::glpk {
+
+/// The bottleneck integer program as a mapper (topology/mapper.hpp): usable in
+/// `map_bins(binned, item_bytes, topo, glpk::bottleneck_ilp{...})` and in a stage declaration
+/// (`.mapper = glpk::bottleneck_ilp{}`), where every rank runs it on the same problem.
+///
+/// Deterministic for one GLPK build: GLPK runs without a time limit (the root LP and the
+/// branch-and-cut are stopped by `node_limit` only, which counts subproblems, not seconds), and
+/// the model, the warm start and GLPK's search are the same on every rank. Ranks must therefore
+/// link the same GLPK build (GLPK's floating-point pivots could differ between builds). The
+/// price: with no clock the root LP of a large model runs to the end (d = 512 at 8 GPUs per
+/// node: 1-3 s; see the file comment), so keep `max_columns` at a size the step can afford.
+///
+/// Returns the rank of every bin as `map_bins_bottleneck` would with these options: F ≤ that
+/// of `mappers::bottleneck` (the warm start) always. Complexity: as `map_bins_bottleneck`, with
+/// at most `node_limit` + 1 subproblems. Throws `invalid_argument_error` for node_limit < -1 or
+/// max_columns outside [0, 2^28].
+struct bottleneck_ilp {
+  /// Subproblems of the branch-and-cut before it stops (`bottleneck_options::node_limit`);
+  /// -1: none (the search runs to optimality, however long that takes).
+  std::int64_t node_limit = 2000;
+  /// Hand the header-only bottleneck mapping to GLPK as its first incumbent.
+  bool warm_start = true;
+  /// Above this many model columns (d · N + 1) GLPK is skipped: the warm start is returned.
+  std::int64_t max_columns = 131'073;
+
+  /// Name under which a stage declaration's fingerprint records this mapper (all its knobs).
+  [[nodiscard]] std::string name() const {
+    return orchmllm::detail::concat("glpk::bottleneck_ilp(node_limit=", node_limit,
+                                    ",warm_start=", warm_start ? 1 : 0,
+                                    ",max_columns=", max_columns, ")");
+  }
+
+  /// The options it runs with (the time limit is not used).
+  [[nodiscard]] bottleneck_options options() const {
+    bottleneck_options o;
+    o.warm_start = warm_start;
+    o.presolve = false;
+    o.max_columns = max_columns;
+    o.node_limit = node_limit;
+    return o;
+  }
+
+  std::vector<rank_t> operator()(const bin_mapping_problem& p) const {
+    const auto o = options();
+    o.validate();
+    return orchmllm::detail::glpk_backend::solve_bottleneck(p.internal(), o, false)
+        .mapping.rank_of_bin;
+  }
+};
 
 /// Optimum of the LP relaxation of the transport problem: minimise Σ_b Σ_m (W_b − w[b][m])
 /// x[b][m] subject to Σ_m x[b][m] = 1 per bin, Σ_b x[b][m] = node_size(m) per node, x ≥ 0

@@ -25,7 +25,7 @@
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/detail/topology/hungarian.hpp"
-#include "orchmllm/detail/topology/mapping_result.hpp"
+#include "orchmllm/topology/mapping_result.hpp"
 #include "orchmllm/detail/topology/min_cost_flow.hpp"
 #include "orchmllm/topology/topology.hpp"
 
@@ -292,10 +292,10 @@ inline mapping_result result_from_ranks(const mapping_problem& p, std::vector<ra
 
 // Places each node's bins on its GPUs (G × G Hungarian maximising the bytes already on their
 // final GPU; bins of a node in increasing bin order, so ties are deterministic; above
-// dense_assignment_limit GPUs the sparse greedy, at least half the optimum) and builds the
-// result. Requires respects_capacity(p, node_of_bin). O(n log n + d + Σ_{small m} G_m³).
-inline mapping_result finish_mapping(const mapping_problem& p,
-                                     std::span<const std::int32_t> node_of_bin) {
+// dense_assignment_limit GPUs the sparse greedy, at least half the optimum): the rank of every
+// bin. Requires respects_capacity(p, node_of_bin). O(n log n + d + Σ_{small m} G_m³).
+inline std::vector<rank_t> place_on_gpus(const mapping_problem& p,
+                                         std::span<const std::int32_t> node_of_bin) {
   const topology& topo = *p.topo;
   const rank_t d = p.num_bins();
   const rank_t nn = p.num_nodes();
@@ -351,7 +351,13 @@ inline mapping_result finish_mapping(const mapping_problem& p,
     for (std::size_t i = 0; i < bins.size(); ++i)
       rank_of_bin[static_cast<std::size_t>(bins[i])] = topo.rank_at(m, col[i]);
   }
-  return result_from_ranks(p, std::move(rank_of_bin));
+  return rank_of_bin;
+}
+
+// place_on_gpus, then the result (result_from_ranks).
+inline mapping_result finish_mapping(const mapping_problem& p,
+                                     std::span<const std::int32_t> node_of_bin) {
+  return result_from_ranks(p, place_on_gpus(p, node_of_bin));
 }
 
 }  // namespace detail

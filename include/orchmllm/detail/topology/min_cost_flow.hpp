@@ -64,20 +64,9 @@
 #include <utility>
 #include <vector>
 
+#include "orchmllm/detail/topology/sparse_profits.hpp"
+
 namespace orchmllm::detail {
-
-// One stored positive profit of a bin.
-struct profit_arc {
-  std::int32_t node;
-  std::int64_t profit;
-};
-
-// Sparse profit rows: the arcs of bin b are arcs[offsets[b] .. offsets[b+1]), profits > 0,
-// nodes distinct (any order; the solver scans them in stored order).
-struct sparse_profits {
-  std::vector<std::int64_t> offsets{0};
-  std::vector<profit_arc> arcs;
-};
 
 // Returns node_of_bin (d entries): each node m receives exactly capacity[m] bins and the total
 // profit is maximal. Requires Σ capacity = d = offsets.size() - 1, capacities ≥ 0, profits > 0.

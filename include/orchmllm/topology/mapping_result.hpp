@@ -1,8 +1,12 @@
 #pragma once
 /// @file mapping_result.hpp
-/// `orchmllm::mapping_result`, what `map_bins` (topology/mapping.hpp) and the GLPK bottleneck
-/// mapping return. Its own header so that topology/mapping.hpp can name it without the mapping
-/// algorithms (compiled mode, orchmllm/config.hpp).
+/// `orchmllm::mapping_result`: a bin → rank mapping with its remapped plan and byte figures,
+/// what `map_bins` (topology/mapping.hpp, topology/mapper.hpp), `bin_mapping_problem::evaluate`
+/// and the GLPK bottleneck mapping (backend/glpk/mapping.hpp) return. Its own header so that
+/// it can be named without the mapping algorithms (compiled mode, orchmllm/config.hpp).
+///
+/// Thread-safety: a plain value. Determinism: every figure is an exact integer computed from
+/// the mapping, so equal mappings give equal results on every platform.
 
 #include <algorithm>
 #include <cstdint>
@@ -13,7 +17,9 @@
 
 namespace orchmllm {
 
-/// Result of `map_bins` (topology/mapping.hpp) and of the GLPK bottleneck mapping.
+/// Result of `map_bins` (topology/mapping.hpp) and of the GLPK bottleneck mapping. All figures
+/// are byte counts (std::int64_t, never negative); the lower bounds depend only on the problem,
+/// not on the mapping. `worst_node_bytes` is O(1) and never throws.
 struct mapping_result {
   /// Rank of every bin (d entries, a permutation of 0..d-1).
   std::vector<rank_t> rank_of_bin;

@@ -1,0 +1,256 @@
+#pragma once
+/// @file mapper.hpp
+/// The bin → rank mapping as a customisation point: the problem as a public read-only view
+/// (`bin_mapping_problem`), the `mapper` concept, the built-in mappers as types
+/// (`mappers::identity`, `mappers::transport`, `mappers::bottleneck`) and
+/// `map_bins(binned, item_bytes, topo, mapper)`. The GLPK integer program is a mapper too
+/// (`glpk::bottleneck_ilp`, backend/glpk/mapping.hpp, opt-in).
+///
+/// A mapper is any callable that takes a `const bin_mapping_problem&` and returns the rank of
+/// every bin (a `std::vector<rank_t>` of d entries, a permutation of 0..d-1). `map_bins` checks
+/// it and builds the remapped plan and its figures (`mapping_result`) exactly as for the
+/// built-ins, which are mappers of this kind. Writing one, in a few lines:
+///
+///     // Bins in decreasing size to ranks in decreasing bytes already held on them.
+///     struct keep_big_bins {
+///       std::vector<orchmllm::rank_t> operator()(const orchmllm::bin_mapping_problem& p) const {
+///         // ... any deterministic rule; p.evaluate(ranks) gives the figures of a candidate.
+///         return orchmllm::mappers::transport{}(p);
+///       }
+///     };
+///
+/// Determinism: `plan_step` runs the stage's mapper on every rank and relies on every rank
+/// getting the same answer from the same problem. A mapper used in a stage declaration must
+/// therefore be a pure function of the problem: no randomness without a fixed seed, no wall-clock
+/// limits, no iteration over unordered containers, no dependence on the rank it runs on. The
+/// built-ins are (integer arithmetic, fixed tie-breaks); so is `glpk::bottleneck_ilp` for one
+/// GLPK build (it counts branch-and-bound nodes, not seconds).
+///
+/// Thread-safety: the view is read-only; `plan_step` may call the mappers of several stages
+/// concurrently, so a mapper object must be safe to call from several threads.
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "orchmllm/config.hpp"
+#include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/detail/topology/sparse_profits.hpp"
+#include "orchmllm/topology/mapping.hpp"
+#include "orchmllm/topology/mapping_result.hpp"
+#include "orchmllm/topology/topology.hpp"
+
+namespace orchmllm {
+
+namespace detail {
+struct mapping_problem;
+}  // namespace detail
+
+/// One entry of a bin's sparse row: `node`, and `profit` = the bytes of the bin whose items
+/// were sampled on that node (w[b][m] > 0; bytes that stay on their node if the bin goes there).
+using node_bytes_entry = detail::profit_arc;
+
+/// One mapping problem, as `map_bins` hands it to a mapper after its checks (square plan, rank
+/// counts agree, item bytes non-negative and their total below 2^62 / (d + N + 4)): the binned
+/// plan (destination "ranks" are bins 0..d-1), the item bytes, the topology, and what every
+/// mapping figure follows from: per bin b its bytes W_b and its sparse row w[b][m] > 0 (bytes
+/// already on node m, nodes ascending), per node m the bytes held_m = Σ_b w[b][m]. With bin b
+/// on node m, w[b][m] bytes stay on their node and W_b − w[b][m] cross nodes.
+///
+/// A read-only view of data owned by the `map_bins` call; it must not outlive it. All accessors
+/// are O(1) unless stated and never throw. Deterministic: the same inputs give the same problem
+/// on every rank.
+class bin_mapping_problem {
+ public:
+  /// Internal: `map_bins` builds the view over its gathered problem.
+  explicit bin_mapping_problem(const detail::mapping_problem& p) noexcept;
+
+  /// The balancer plan whose destinations are bins (d bins = d source ranks).
+  [[nodiscard]] const rearrangement& binned() const noexcept { return *binned_; }
+  /// Bytes of every item, in source global-id order.
+  [[nodiscard]] std::span<const std::int64_t> item_bytes() const noexcept { return item_bytes_; }
+  /// The cluster: rank → node, node sizes.
+  [[nodiscard]] const orchmllm::topology& topology() const noexcept { return *topo_; }
+  /// d, the number of bins (= ranks).
+  [[nodiscard]] rank_t num_bins() const noexcept {
+    return static_cast<rank_t>(bin_bytes_.size());
+  }
+  /// N, the number of nodes.
+  [[nodiscard]] rank_t num_nodes() const noexcept {
+    return static_cast<rank_t>(node_held_.size());
+  }
+  /// W_b for every bin.
+  [[nodiscard]] std::span<const std::int64_t> bin_bytes() const noexcept { return bin_bytes_; }
+  /// W_b. Precondition: 0 ≤ b < d.
+  [[nodiscard]] std::int64_t bin_bytes(rank_t b) const noexcept {
+    return bin_bytes_[static_cast<std::size_t>(b)];
+  }
+  /// Bin b's sparse row: the nodes m with w[b][m] > 0, ascending, with those bytes. Precondition:
+  /// 0 ≤ b < d.
+  [[nodiscard]] std::span<const node_bytes_entry> bytes_by_node(rank_t b) const noexcept {
+    const auto first = static_cast<std::size_t>(row_offsets_[static_cast<std::size_t>(b)]);
+    const auto last = static_cast<std::size_t>(row_offsets_[static_cast<std::size_t>(b) + 1]);
+    return rows_.subspan(first, last - first);
+  }
+  /// w[b][m] (0 when none of b's items were sampled on m). O(log of b's row).
+  [[nodiscard]] std::int64_t bytes_on_node(rank_t b, rank_t m) const noexcept {
+    const auto row = bytes_by_node(b);
+    const auto it = std::lower_bound(
+        row.begin(), row.end(), m,
+        [](const node_bytes_entry& e, rank_t node) { return e.node < node; });
+    return it != row.end() && it->node == m ? it->profit : 0;
+  }
+  /// held_m, the bytes sampled on node m, for every node.
+  [[nodiscard]] std::span<const std::int64_t> node_bytes() const noexcept { return node_held_; }
+  /// Σ_b (W_b − max_m w[b][m]): no mapping moves fewer bytes across nodes
+  /// (`mapping_result::inter_node_bytes_lower_bound`).
+  [[nodiscard]] std::int64_t inter_node_bytes_lower_bound() const noexcept { return lower_; }
+  /// No mapping has a smaller worst node (`mapping_result::worst_node_bytes_lower_bound`).
+  [[nodiscard]] std::int64_t worst_node_bytes_lower_bound() const noexcept { return worst_lower_; }
+
+  /// The result of mapping bin b to rank_of_bin[b]: the remapped plan and every figure, as
+  /// `map_bins` would return it. O(n + d + N). Throws `invalid_argument_error` when
+  /// `rank_of_bin` does not have d entries or is not a permutation of 0..d-1 (the message names
+  /// the first bad entry).
+  [[nodiscard]] mapping_result evaluate(std::span<const rank_t> rank_of_bin) const;
+
+  /// Internal: the gathered problem the built-in mappers work on.
+  [[nodiscard]] const detail::mapping_problem& internal() const noexcept { return *impl_; }
+
+ private:
+  const detail::mapping_problem* impl_;
+  const rearrangement* binned_;
+  std::span<const std::int64_t> item_bytes_;
+  const orchmllm::topology* topo_;
+  std::span<const std::int64_t> bin_bytes_;
+  std::span<const std::int64_t> row_offsets_;
+  std::span<const node_bytes_entry> rows_;
+  std::span<const std::int64_t> node_held_;
+  std::int64_t lower_ = 0;
+  std::int64_t worst_lower_ = 0;
+};
+
+/// A mapper: callable as `m(problem)` on a `const bin_mapping_problem&`, returning the rank of
+/// every bin (anything convertible to `std::vector<rank_t>`).
+template <class M>
+concept mapper = requires(const M& m, const bin_mapping_problem& p) {
+  { m(p) } -> std::convertible_to<std::vector<rank_t>>;
+};
+
+/// The built-in mappers as types (see topology/mapping.hpp for the algorithms and guarantees).
+/// Each returns the rank of every bin; `method()` is the `mapping_method` that selects the same
+/// mapper, and `map_bins(..., m)` with one of them is bit-identical to `map_bins(...,
+/// m.method())` (same code). Deterministic; never throw on a problem `map_bins` built.
+namespace mappers {
+
+/// Bin k → rank k (`mapping_method::identity`). O(d).
+struct identity {
+  [[nodiscard]] constexpr mapping_method method() const noexcept {
+    return mapping_method::identity;
+  }
+  std::vector<rank_t> operator()(const bin_mapping_problem& p) const;
+};
+
+/// Minimum total inter-node bytes, then per-node GPU placement (`mapping_method::transport`).
+/// Complexity: see `map_bins`.
+struct transport {
+  [[nodiscard]] constexpr mapping_method method() const noexcept {
+    return mapping_method::transport;
+  }
+  std::vector<rank_t> operator()(const bin_mapping_problem& p) const;
+};
+
+/// `transport` improved by swaps on the worst node (`mapping_method::bottleneck`), at most
+/// `step_budget` swaps of O(G·(d + N)) each.
+struct bottleneck {
+  /// Swap steps of the local search; -1 = 2·d + 64 (what `mapping_method::bottleneck` uses).
+  /// Values below -1 are read as 0.
+  std::int64_t step_budget = -1;
+  [[nodiscard]] constexpr mapping_method method() const noexcept {
+    return mapping_method::bottleneck;
+  }
+  std::vector<rank_t> operator()(const bin_mapping_problem& p) const;
+};
+
+}  // namespace mappers
+
+/// Whether M is one of the built-in mapper types above.
+template <class M>
+inline constexpr bool is_builtin_mapper_v =
+    std::is_same_v<M, mappers::identity> || std::is_same_v<M, mappers::transport> ||
+    std::is_same_v<M, mappers::bottleneck>;
+
+/// Calls `f` with the built-in mapper that `method` selects (bottleneck with its default budget)
+/// and returns what `f` returns, which must be the same type for the three. Throws
+/// `invalid_argument_error` for a value outside the enum.
+template <class F>
+decltype(auto) visit_mapper(mapping_method method, F&& f) {
+  switch (method) {
+    case mapping_method::identity: return std::forward<F>(f)(mappers::identity{});
+    case mapping_method::transport: return std::forward<F>(f)(mappers::transport{});
+    case mapping_method::bottleneck: return std::forward<F>(f)(mappers::bottleneck{});
+  }
+  detail::raise<invalid_argument_error>(detail::concat(
+      "mapping_method value ", static_cast<int>(method), " is not a mapping method"));
+}
+
+namespace detail {
+
+/// A mapper behind one indirect call: how the application's mapper reaches the compiled
+/// library, and how a stage declaration holds it.
+using erased_mapper = std::function<std::vector<rank_t>(const bin_mapping_problem&)>;
+
+/// `map_bins` with a mapper (the body, header-only: detail/topology/mapper_impl.hpp).
+template <class M>
+mapping_result map_bins_with(const rearrangement& binned, std::span<const std::int64_t> item_bytes,
+                             const topology& topo, const M& m);
+
+/// `map_bins` with a mapper behind a std::function (the compiled library's entry point; the
+/// header-only build defines it too).
+ORCHMLLM_FUNC mapping_result map_bins_erased(const rearrangement& binned,
+                                             std::span<const std::int64_t> item_bytes,
+                                             const topology& topo, const erased_mapper& m);
+
+}  // namespace detail
+
+/// Maps the bins of `binned` to ranks with the mapper `m`: a built-in one (above), the GLPK one
+/// (backend/glpk/mapping.hpp) or the application's own. `map_bins` checks the inputs as the
+/// `mapping_method` overload does, builds the problem, calls `m` once, checks its answer and
+/// returns the remapped plan (canonical slots) with its figures (`mapping_result`). With a
+/// built-in mapper the result is bit-identical to `map_bins(binned, item_bytes, topo,
+/// m.method())` (with the default budget).
+///
+/// Complexity: O(n + d + N) around the mapper's own cost. In compiled mode the mapper runs from
+/// the library through one std::function call; the result is the same.
+///
+/// Throws what the `mapping_method` overload throws for bad inputs, what `m` throws, and
+/// `invalid_argument_error` when `m` returns a vector whose size is not d or that is not a
+/// permutation of 0..d-1 (the message names the size or the first bad entry).
+template <class M>
+  requires(mapper<M> && !std::is_convertible_v<M, mapping_method>)
+mapping_result map_bins(const rearrangement& binned, std::span<const std::int64_t> item_bytes,
+                        const topology& topo, const M& m) {
+#if ORCHMLLM_USE_COMPILED
+  return detail::map_bins_erased(binned, item_bytes, topo,
+                                 detail::erased_mapper([&m](const bin_mapping_problem& p) {
+                                   return std::vector<rank_t>(m(p));
+                                 }));
+#else
+  return detail::map_bins_with(binned, item_bytes, topo, m);
+#endif
+}
+
+}  // namespace orchmllm
+
+#if !ORCHMLLM_USE_COMPILED
+#include "orchmllm/detail/topology/mapper_impl.hpp"
+#endif

@@ -1,0 +1,257 @@
+// Tests for `stage_mapper` (include/orchmllm/orchestrator/stages.hpp) and its use by `plan_step`
+// (orchestrator.hpp):
+//  - empty / built-in / custom holders, their names and the bottleneck budget rule;
+//  - a built-in mapper object plans exactly like the stage's `mapping` enum and fingerprints the
+//    same; declarations without a mapper keep the fingerprints of before the field existed
+//    (values pinned from the library as of 600a844);
+//  - an application's mapper in a stage: the stage's plan is that mapper applied to the stage's
+//    balanced bins (checked against map_bins with the same mapper), a permutation of the bins,
+//    the same loads as the identity mapping; its fingerprint differs, and by name;
+//  - a stage mapper that returns a non-permutation makes plan_step throw invalid_argument_error.
+
+#include "orchmllm/orchestrator/stages.hpp"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "orchmllm/core/cost_model.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/orchestrator/orchestrator.hpp"
+#include "orchmllm/topology/mapper.hpp"
+#include "orchmllm/topology/mapping.hpp"
+#include "orchmllm/topology/topology.hpp"
+#include "support/mapping_check.hpp"
+#include "support/test_support.hpp"
+
+namespace {
+
+using namespace orchmllm;
+using orchmllm::test::uniform;
+
+// The declaration whose fingerprint was recorded before stage_mapper existed.
+stage_declarations pinned_declarations() {
+  stage_declarations decl;
+  decl.encoders.push_back({.name = "vision",
+                           .cost = quadratic_cost{0.0, 1.0, 1e-3},
+                           .mapping = mapping_method::bottleneck,
+                           .input_row_bytes = 3 * 14 * 14,
+                           .output_row_bytes = 2048});
+  decl.encoders.push_back({.name = "audio",
+                           .cost = linear_cost{2},
+                           .policy = padded,
+                           .input_row_bytes = 128,
+                           .output_row_bytes = 2048});
+  decl.llm.cost = linear_cost{};
+  decl.llm.mapping = mapping_method::identity;
+  decl.llm.text_row_bytes = 8;
+  return decl;
+}
+
+// One vision stage and the LLM; every sample has text, about half an image.
+struct step_input {
+  topology topo;
+  step_metadata meta;
+};
+
+step_input random_step(std::mt19937_64& rng, rank_t d) {
+  std::vector<local_batch> batches(static_cast<std::size_t>(d));
+  for (auto& b : batches) {
+    const auto samples = uniform(rng, 0, 6);
+    for (std::int64_t s = 0; s < samples; ++s) {
+      b.text_tokens.push_back(uniform(rng, 1, 700));
+      if (uniform(rng, 0, 1) == 1)
+        b.sub_items.push_back({.modality = 0,
+                               .parent = s,
+                               .encoder_length = uniform(rng, 1, 1024),
+                               .input_rows = uniform(rng, 0, 16),
+                               .llm_tokens = uniform(rng, 1, 64)});
+    }
+  }
+  const auto g = static_cast<rank_t>(uniform(rng, 1, d));
+  return {topology::uniform(d, g), make_step_metadata(batches, 1)};
+}
+
+stage_declarations vision_and_llm() {
+  stage_declarations decl;
+  decl.encoders.push_back({.name = "vision",
+                           .cost = quadratic_cost{0.0, 1.0, 1e-3},
+                           .input_row_bytes = 588,
+                           .output_row_bytes = 2048});
+  decl.llm.cost = linear_cost{};
+  decl.llm.text_row_bytes = 8;
+  return decl;
+}
+
+// Reversed bins on the LLM stage; counts its calls (plan_step may call from several threads).
+struct reverse_bins {
+  std::atomic<int>* calls;
+  std::vector<rank_t> operator()(const bin_mapping_problem& p) const {
+    ++*calls;
+    std::vector<rank_t> r(static_cast<std::size_t>(p.num_bins()));
+    for (rank_t b = 0; b < p.num_bins(); ++b) r[static_cast<std::size_t>(b)] = p.num_bins() - 1 - b;
+    return r;
+  }
+};
+
+struct named_mapper {
+  [[nodiscard]] std::string name() const { return "named-by-itself"; }
+  std::vector<rank_t> operator()(const bin_mapping_problem& p) const {
+    return mappers::identity{}(p);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("stage_mapper: empty, built-in and custom holders and their names") {
+  const stage_mapper none;
+  CHECK(none.empty());
+  CHECK(!none.custom());
+  CHECK(!none.builtin());
+
+  const stage_mapper tr = mappers::transport{};
+  CHECK(!tr.empty());
+  CHECK(!tr.custom());
+  CHECK(tr.builtin() == mapping_method::transport);
+  CHECK(tr.name() == "transport");
+  const stage_mapper bn(mappers::bottleneck{}, "ignored for a built-in");
+  CHECK(bn.builtin() == mapping_method::bottleneck);
+  CHECK(bn.name() == "bottleneck");
+
+  // A bottleneck with its own budget is no method: held as an object, named by its budget.
+  const stage_mapper budget = mappers::bottleneck{.step_budget = 5};
+  CHECK(budget.custom());
+  CHECK(!budget.builtin());
+  CHECK(budget.name() == "bottleneck(step_budget=5)");
+
+  std::atomic<int> calls{0};
+  const stage_mapper mine = reverse_bins{&calls};
+  CHECK(mine.custom());
+  CHECK(mine.name() == "custom");
+  CHECK(stage_mapper(reverse_bins{&calls}, "reverse").name() == "reverse");
+  CHECK(stage_mapper(named_mapper{}).name() == "named-by-itself");
+  CHECK(stage_mapper(named_mapper{}, "given").name() == "given");
+  static_assert(mapper<stage_mapper>);
+}
+
+TEST_CASE("fingerprint: unchanged without a custom mapper, different with one") {
+  // Pinned: these declarations fingerprinted so before stage_mapper existed.
+  CHECK(fingerprint(pinned_declarations()) == 11101676064598004718ULL);
+  CHECK(fingerprint(stage_declarations{}) == 8970998913911856606ULL);
+
+  const auto base = pinned_declarations();
+  const auto h = fingerprint(base);
+  // A built-in object is its method.
+  auto same = base;
+  same.encoders[0].mapper = mappers::bottleneck{};
+  CHECK(fingerprint(same) == h);
+  same.llm.mapper = mappers::identity{};
+  CHECK(fingerprint(same) == h);
+  auto other = base;
+  other.llm.mapper = mappers::transport{};  // replaces the stage's identity
+  const auto h_other = fingerprint(other);
+  CHECK(h_other != h);
+  auto by_enum = base;
+  by_enum.llm.mapping = mapping_method::transport;
+  CHECK(fingerprint(by_enum) == h_other);
+
+  std::atomic<int> calls{0};
+  auto custom = base;
+  custom.encoders[1].mapper = stage_mapper(reverse_bins{&calls}, "reverse");
+  const auto h_custom = fingerprint(custom);
+  CHECK(h_custom != h);
+  CHECK(fingerprint(custom) == h_custom);
+  auto renamed = base;
+  renamed.encoders[1].mapper = stage_mapper(reverse_bins{&calls}, "reverse2");
+  CHECK(fingerprint(renamed) != h_custom);
+  auto elsewhere = base;
+  elsewhere.llm.mapper = stage_mapper(reverse_bins{&calls}, "reverse");
+  CHECK(fingerprint(elsewhere) != h_custom);
+  auto budget = base;
+  budget.encoders[0].mapper = mappers::bottleneck{.step_budget = 3};
+  CHECK(fingerprint(budget) != h);
+  CHECK_NOTHROW(custom.validate());
+  CHECK(calls == 0);  // fingerprints and validation never run the mapper
+}
+
+TEST_CASE("plan_step: a built-in mapper object plans like the stage's mapping enum") {
+  std::mt19937_64 rng(808);
+  for (int trial = 0; trial < 30; ++trial) {
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 16));
+    const auto in = random_step(rng, d);
+    INFO("trial ", trial, ", d = ", d);
+    for (const auto method :
+         {mapping_method::identity, mapping_method::transport, mapping_method::bottleneck}) {
+      auto by_enum = vision_and_llm();
+      by_enum.encoders[0].mapping = method;
+      by_enum.llm.mapping = method;
+      auto by_type = vision_and_llm();
+      visit_mapper(method, [&](const auto& m) {
+        by_type.encoders[0].mapper = m;
+        by_type.llm.mapper = m;
+      });
+      CHECK(fingerprint(by_type) == fingerprint(by_enum));
+      const auto a = plan_step(by_enum, in.meta, in.topo);
+      const auto b = plan_step(by_type, in.meta, in.topo);
+      CHECK(a.llm == b.llm);
+      CHECK(a.encoders[0].input == b.encoders[0].input);
+      CHECK(a.encoders[0].output == b.encoders[0].output);
+    }
+  }
+}
+
+TEST_CASE("plan_step: an application's mapper in a stage declaration") {
+  std::mt19937_64 rng(909);
+  for (int trial = 0; trial < 30; ++trial) {
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 16));
+    const auto in = random_step(rng, d);
+    INFO("trial ", trial, ", d = ", d);
+    std::atomic<int> calls{0};
+    auto identity = vision_and_llm();
+    identity.llm.mapping = mapping_method::identity;
+    auto custom = vision_and_llm();
+    custom.llm.mapper = stage_mapper(reverse_bins{&calls}, "reverse");
+    CHECK(fingerprint(custom) != fingerprint(identity));
+    const auto base = plan_step(identity, in.meta, in.topo);
+    const auto got = plan_step(custom, in.meta, in.topo);
+    CHECK(calls == 1);
+    // The identity mapping's plan is the balanced bins; the custom stage maps exactly those.
+    std::vector<std::int64_t> bytes(static_cast<std::size_t>(got.llm_layout.num_items()));
+    for (std::int64_t g = 0; g < got.llm_layout.num_items(); ++g)
+      bytes[static_cast<std::size_t>(g)] = got.llm_layout.bytes(g);
+    const auto want = map_bins(base.llm, bytes, in.topo, reverse_bins{&calls});
+    test::check_mapping_result(want, base.llm, bytes, in.topo);
+    CHECK(got.llm == want.plan);
+    CHECK(got.stages[1].moved_bytes == want.moved_bytes);
+    CHECK(got.stages[1].inter_node_bytes == want.inter_node_bytes);
+    // A permutation of the bins: the loads, hence the makespan, are those of the balanced plan.
+    CHECK(got.stages[1].makespan_after == base.stages[1].makespan_after);
+    CHECK(got.stages[1].used == base.stages[1].used);
+    // The other stage is untouched.
+    CHECK(got.encoders[0].input == base.encoders[0].input);
+    // Deterministic, on parallel and serial planning alike.
+    const auto serial = plan_step(custom, in.meta, in.topo, plan_options{.parallel_stages = false});
+    CHECK(serial.llm == got.llm);
+  }
+}
+
+TEST_CASE("plan_step: a stage mapper that returns no permutation is an error") {
+  std::mt19937_64 rng(1);
+  const auto in = random_step(rng, 4);
+  auto decl = vision_and_llm();
+  decl.encoders[0].mapper = stage_mapper(
+      [](const bin_mapping_problem& p) {
+        return std::vector<rank_t>(static_cast<std::size_t>(p.num_bins()), 0);
+      },
+      "all-to-zero");
+  test::expect_invalid([&] { (void)plan_step(decl, in.meta, in.topo); },
+                       {"mapper", "not a permutation"});
+  decl.encoders[0].mapper = stage_mapper(
+      [](const bin_mapping_problem&) { return std::vector<rank_t>{0}; }, "too-short");
+  test::expect_invalid([&] { (void)plan_step(decl, in.meta, in.topo); },
+                       {"mapper", "1 ranks", "4 bins"});
+}
