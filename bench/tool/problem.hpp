@@ -69,9 +69,11 @@ inline std::vector<flag_spec> problem_flags() {
 /// Name of a policy for output: "packed", "padded" or "bucketed:B1,B2,..." (as --policy reads).
 inline std::string policy_name(padding_policy p) {
   if (p.policy_kind() != padding_policy::kind::bucketed) return p.is_padded() ? "padded" : "packed";
-  std::string name = "bucketed:";
-  for (std::size_t j = 0; j < p.buckets().size(); ++j)
-    name += (j == 0 ? "" : ",") + std::to_string(p.buckets()[j]);
+  std::string name = "bucketed";
+  for (const auto b : p.buckets()) {
+    name += name.size() == 8 ? ':' : ',';
+    name += std::to_string(b);
+  }
   return name;
 }
 

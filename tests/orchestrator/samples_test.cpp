@@ -50,17 +50,6 @@ const auto audio_size = [](const audio& a) {
   return sub_item_size{(a.frames + 1) / 2, a.frames, (a.frames + 1) / 4};
 };
 
-bool same(const local_batch& a, const local_batch& b) {
-  if (a.text_tokens != b.text_tokens || a.sub_items.size() != b.sub_items.size()) return false;
-  for (std::size_t i = 0; i < a.sub_items.size(); ++i) {
-    const auto &x = a.sub_items[i], &y = b.sub_items[i];
-    if (x.modality != y.modality || x.parent != y.parent || x.encoder_length != y.encoder_length ||
-        x.input_rows != y.input_rows || x.llm_tokens != y.llm_tokens)
-      return false;
-  }
-  return true;
-}
-
 std::vector<sample> random_samples(std::mt19937_64& rng) {
   std::vector<sample> out(static_cast<std::size_t>(uniform(rng, 0, 6)));
   for (auto& s : out) {
@@ -136,7 +125,7 @@ TEST_CASE("make_local_batch through projections equals the hand-written batch") 
   for (int trial = 0; trial < 200; ++trial) {
     const auto samples = random_samples(rng);
     INFO("trial ", trial);
-    CHECK(same(from_projections(samples), by_hand(samples)));
+    CHECK(from_projections(samples) == by_hand(samples));
   }
   // Other shapes of a modality: a pointer (null: none), one object, a lambda returning a range.
   struct framed {
@@ -156,7 +145,7 @@ TEST_CASE("make_local_batch through projections equals the hand-written batch") 
   want.text_tokens = {7, 5};
   want.sub_items = {{0, 0, 5, 10, 2}, {1, 0, 6, 6, 1}, {2, 0, 3, 0, 0}, {2, 0, 3, 0, 0},
                     {1, 1, 1, 1, 0},  {2, 1, 1, 0, 0}, {2, 1, 1, 0, 0}};
-  CHECK(same(b, want));
+  CHECK(b == want);
 }
 
 TEST_CASE("make_local_batch through sample_traits keeps the emitted order") {
@@ -164,7 +153,7 @@ TEST_CASE("make_local_batch through sample_traits keeps the emitted order") {
   local_batch want;
   want.text_tokens = {4, 6, 2};
   want.sub_items = {{1, 0, 9, 18, 9}, {0, 0, 3, 6, 3}, {1, 0, 2, 4, 2}, {0, 2, 5, 10, 5}};
-  CHECK(same(orchmllm::make_local_batch(samples), want));
+  CHECK(orchmllm::make_local_batch(samples) == want);
 }
 
 TEST_CASE("batches from projections plan like hand-written ones") {

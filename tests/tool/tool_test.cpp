@@ -821,8 +821,10 @@ void check_plan_run(const plan_config& cfg, const batch_layout& layout, const C&
   std::string policy_text = cfg.policy.is_padded() ? "padded" : "packed";
   if (cfg.policy.policy_kind() == orchmllm::padding_policy::kind::bucketed) {
     policy_text = "bucketed";
-    for (const auto b : cfg.policy.buckets())
-      policy_text += (policy_text.size() == 8 ? ":" : ",") + std::to_string(b);
+    for (const auto b : cfg.policy.buckets()) {
+      policy_text += policy_text.size() == 8 ? ':' : ',';
+      policy_text += std::to_string(b);
+    }
   }
   CHECK(j.at("policy").text == policy_text);
   if (options.limits.cap) {
@@ -1074,7 +1076,10 @@ TEST_CASE("plan: auto is exact for bucketed policies (brute force on small input
           buckets.begin(),
           1 + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(buckets.front() - 1)));
     std::string flag = "bucketed";
-    for (const auto b : buckets) flag += (flag.size() == 8 ? ":" : ",") + std::to_string(b);
+    for (const auto b : buckets) {
+      flag += flag.size() == 8 ? ':' : ',';
+      flag += std::to_string(b);
+    }
     CAPTURE(flag);
     const auto policy = orchmllm::bucketed(buckets);
     const orchmllm::quadratic_cost quad{0.0, 1.0, 0.01};

@@ -422,6 +422,7 @@ struct sub_item {
   std::int64_t encoder_length = 0;  ///< what the encoder's cost model reads
   std::int64_t input_rows = 0;      ///< encoder input rows that travel to the encoder
   std::int64_t llm_tokens = 0;      ///< encoder output rows (LLM tokens) it becomes
+  friend bool operator==(const sub_item&, const sub_item&) = default;
 };
 
 /// What one rank sampled for this step: its samples' text token counts, and its sub-items in
@@ -430,6 +431,7 @@ struct sub_item {
 struct local_batch {
   std::vector<std::int64_t> text_tokens;  ///< one entry per local sample
   std::vector<sub_item> sub_items;
+  friend bool operator==(const local_batch&, const local_batch&) = default;
 };
 
 /// The global view of one step, identical on every rank after `gather_step_metadata` (or built

@@ -1,11 +1,74 @@
 // Consumer of an installed orchmllm (package.find_package test), built twice: header-only and
-// linked to orchmllm::compiled (where balance<quadratic_cost>, compute_statistics and map_bins
-// come from the library).
+// linked to orchmllm::compiled (where balance, compute_statistics, map_bins and plan_step come
+// from the library). It uses the library as a trainer would, through the installed headers
+// only: its own sample struct balanced through a projection with a lambda cost and its own
+// balancer, the items applied back, and plan_step with its own mapper in a stage declaration;
+// every result is checked against the invariants the built-ins meet.
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <orchmllm/orchmllm.hpp>
+#include <string>
+#include <vector>
 
 static_assert(ORCHMLLM_VERSION_MAJOR == 0, "unexpected major version");
+
+namespace {
+
+struct sample {
+  std::string name;
+  std::int64_t tokens = 0;
+  std::vector<std::int64_t> images;  // patches per image
+};
+
+// The trainer's balancer: lpt's plan, then the longest item back home when that is no worse.
+struct keep_longest_home {
+  template <class C>
+  orchmllm::balancer_plan operator()(const orchmllm::balance_problem<C>& p) const {
+    orchmllm::balancer_plan plan = orchmllm::balancers::lpt{}(p);
+    plan.used = orchmllm::balance_method::custom;
+    if (!plan.destination || p.num_items() == 0) return plan;
+    auto home = *plan.destination;
+    const auto longest = p.order().front();
+    home[static_cast<std::size_t>(longest)] = p.layout().rank_of(longest);
+    if (p.satisfies(home) && p.makespan(home) <= p.makespan(*plan.destination))
+      plan.destination = home;
+    return plan;
+  }
+};
+
+// The trainer's mapper: each bin, in order, to the free rank that sampled most of its bytes
+// (ties: the lowest such rank). Deterministic, as a mapper in a stage must be.
+struct most_bytes_home {
+  std::vector<orchmllm::rank_t> operator()(const orchmllm::bin_mapping_problem& p) const {
+    const auto d = static_cast<std::size_t>(p.num_bins());
+    std::vector<std::int64_t> held(d * d, 0);  // held[b * d + r]: bytes of bin b sampled on r
+    const auto& plan = p.binned();
+    for (orchmllm::rank_t r = 0; r < plan.num_src_ranks(); ++r)
+      for (auto g = plan.src_offsets()[r]; g < plan.src_offsets()[r + 1]; ++g)
+        held[static_cast<std::size_t>(plan.dst_ranks()[g]) * d + static_cast<std::size_t>(r)] +=
+            p.item_bytes()[static_cast<std::size_t>(g)];
+    std::vector<orchmllm::rank_t> rank_of_bin(d, -1);
+    std::vector<bool> taken(d, false);
+    for (std::size_t b = 0; b < d; ++b) {
+      std::size_t best = d;
+      for (std::size_t r = 0; r < d; ++r)
+        if (!taken[r] && (best == d || held[b * d + r] > held[b * d + best])) best = r;
+      taken[best] = true;
+      rank_of_bin[b] = static_cast<orchmllm::rank_t>(best);
+    }
+    return rank_of_bin;
+  }
+};
+
+bool check(bool ok, const char* what) {
+  if (!ok) std::printf("FAILED: %s\n", what);
+  return ok;
+}
+
+}  // namespace
 
 int main() {
   const char* v = orchmllm::version_string();
@@ -14,11 +77,61 @@ int main() {
 #else
   const char* mode = "header-only";
 #endif
-  const auto layout = orchmllm::batch_layout::from_ranks({{900, 20, 30}, {10}, {}, {700}});
-  const orchmllm::quadratic_cost cost{0.0, 1.0, 1.0 / 512};
-  const auto r = orchmllm::balance(layout, cost);
-  const auto s = orchmllm::compute_statistics(layout, r.plan, cost, orchmllm::packed);
-  std::printf("orchmllm %s (find_package, %s): makespan %.1f -> %.1f\n", v, mode,
-              s.makespan_before, s.makespan);
-  return (v != nullptr && std::strlen(v) > 0 && s.makespan < s.makespan_before) ? 0 : 1;
+  bool ok = v != nullptr && std::strlen(v) > 0;
+
+  // 1. The trainer's samples, per rank, balanced through a projection and a lambda cost.
+  std::vector<std::vector<sample>> ranks{
+      {{"a", 900, {64}}, {"b", 20, {}}, {"c", 30, {16, 16}}}, {{"d", 10, {}}}, {}, {{"e", 700, {}}}};
+  const auto cost = [](std::int64_t l) { return l + l * l / 512; };
+  const auto layout = orchmllm::make_layout(ranks, &sample::tokens);
+  const auto mine = orchmllm::balance(ranks, cost, &sample::tokens, orchmllm::packed,
+                                      keep_longest_home{});
+  const auto lpt = orchmllm::balance(layout, cost, orchmllm::packed, orchmllm::balancers::lpt{});
+  const auto s = orchmllm::compute_statistics(layout, mine.plan, cost, orchmllm::packed);
+  ok &= check(mine.used == orchmllm::balance_method::custom, "custom balancer reported");
+  ok &= check(mine.makespan <= lpt.makespan, "custom balancer no worse than lpt");
+  ok &= check(mine.makespan >= mine.lower_bound, "makespan at least the lower bound");
+  ok &= check(s.makespan == mine.makespan, "statistics agree with the balancer");
+  ok &= check(mine.plan.destination_of(0).rank == 0, "longest item kept home");
+  const auto moved = orchmllm::apply_by_rank(mine.plan, std::move(ranks));
+  std::size_t count = 0;
+  for (std::size_t r = 0; r < moved.size(); ++r) {
+    std::int64_t load = 0;
+    for (const auto& x : moved[r]) load += cost(x.tokens);
+    ok &= check(load <= mine.makespan, "applied items within the makespan");
+    count += moved[r].size();
+  }
+  ok &= check(count == 5, "every sample arrives once");
+
+  // 2. A step with the trainer's mapper in a stage declaration (single process: the metadata
+  //    of all four ranks built in one place).
+  orchmllm::stage_declarations decl;
+  decl.encoders.resize(1);
+  decl.encoders[0].name = "vision";
+  decl.encoders[0].cost = orchmllm::quadratic_cost{0.0, 1.0, 1.0 / 1024};
+  decl.encoders[0].mapper = orchmllm::stage_mapper(most_bytes_home{}, "most-bytes-home");
+  decl.llm.cost = cost;
+  std::vector<orchmllm::local_batch> batches;
+  for (const auto& r : moved)
+    batches.push_back(orchmllm::make_local_batch(
+        r, &sample::tokens,
+        orchmllm::modality(&sample::images, [](std::int64_t patches) {
+          return orchmllm::sub_item_size{patches, patches, patches / 4};
+        })));
+  const auto meta = orchmllm::make_step_metadata(batches, 1);
+  const auto topo = orchmllm::topology::uniform(4, 2);
+  const auto step = orchmllm::plan_step(decl, meta, topo);
+  const auto& vision = step.encoders[0];
+  vision.input.validate();
+  ok &= check(vision.input.num_items() == 3, "every image planned");
+  ok &= check(orchmllm::compose(vision.output, vision.input) == vision.lifted,
+              "encoder outputs reach their sample's LLM rank");
+  ok &= check(step.stages[0].makespan_after >= step.stages[0].lower_bound,
+              "vision makespan at least its lower bound");
+
+  std::printf("orchmllm %s (find_package, %s): makespan %lld -> %lld, vision %.1f -> %.1f\n", v,
+              mode, static_cast<long long>(s.makespan_before),
+              static_cast<long long>(s.makespan), step.stages[0].makespan_before,
+              step.stages[0].makespan_after);
+  return ok ? 0 : 1;
 }
