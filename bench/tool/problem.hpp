@@ -137,6 +137,14 @@ inline padding_policy parse_policy(const parsed_args& args) {
                     "', expected 'packed', 'padded' or 'bucketed:B1,B2,...'");
 }
 
+/// "FILE:LINE: item (rank r, slot s)": where item g of the problem came from, for messages.
+inline std::string item_where(const problem& p, std::int64_t g) {
+  const rank_t r = p.layout.rank_of(g);
+  return p.items_path + ":" + std::to_string(p.item_lines[static_cast<std::size_t>(g)]) +
+         ": item (rank " + std::to_string(r) + ", slot " + std::to_string(g - p.layout.offset(r)) +
+         ")";
+}
+
 /// Names the first item longer than the largest bucket of a bucketed policy, with its ITEMS.csv
 /// line. Throws invalid_argument_error "FILE:LINE: ...".
 inline void check_bucket_lengths(const problem& p) {
@@ -144,12 +152,10 @@ inline void check_bucket_lengths(const problem& p) {
   const std::int64_t largest = p.policy.buckets().back();
   for (std::int64_t g = 0; g < p.layout.num_items(); ++g) {
     if (p.layout.length(g) <= largest) continue;
-    const rank_t r = p.layout.rank_of(g);
     ::orchmllm::detail::raise<invalid_argument_error>(
-        p.items_path + ":" + std::to_string(p.item_lines[static_cast<std::size_t>(g)]) +
-        ": item (rank " + std::to_string(r) + ", slot " + std::to_string(g - p.layout.offset(r)) +
-        ") has length " + std::to_string(p.layout.length(g)) + ", above the largest bucket " +
-        std::to_string(largest) + " (--policy " + policy_name(p.policy) + ")");
+        item_where(p, g) + " has length " + std::to_string(p.layout.length(g)) +
+        ", above the largest bucket " + std::to_string(largest) + " (--policy " +
+        policy_name(p.policy) + ")");
   }
 }
 
@@ -188,13 +194,10 @@ inline void check_single_item_caps(const problem& p) {
   for (std::int64_t g = 0; g < p.layout.num_items(); ++g) {
     const auto need = tokens ? p.policy.padded_length(p.layout.length(g)) : p.layout.bytes(g);
     if (need > cap.limit) {
-      const rank_t r = p.layout.rank_of(g);
       ::orchmllm::detail::raise<infeasible_error>(
-          p.items_path + ":" + std::to_string(p.item_lines[static_cast<std::size_t>(g)]) +
-          ": item (rank " + std::to_string(r) + ", slot " + std::to_string(g - p.layout.offset(r)) +
-          ") alone needs " + std::to_string(need) + (tokens ? " tokens" : " bytes") +
-          ", above the per-rank cap of " + std::to_string(cap.limit) +
-          (tokens ? " (--cap)" : " (--cap-bytes)"));
+          item_where(p, g) + " alone needs " + std::to_string(need) +
+          (tokens ? " tokens" : " bytes") + ", above the per-rank cap of " +
+          std::to_string(cap.limit) + (tokens ? " (--cap)" : " (--cap-bytes)"));
     }
   }
 }
