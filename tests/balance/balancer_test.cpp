@@ -129,13 +129,16 @@ struct tallies {
   int constrained_infeasible = 0;
 };
 
+// Every shipped policy, with a random multiple and random buckets.
+std::vector<padding_policy> shipped_policies(std::mt19937_64& rng, const batch_layout& layout) {
+  return {packed, padded, padded_to_multiple(uniform(rng, 2, 8)), random_buckets(rng, layout)};
+}
+
 template <class C>
 void check_small_instance(std::mt19937_64& rng, const batch_layout& layout, const C& cost,
-                          tallies& t) {
+                          tallies& t, const std::vector<padding_policy>& policies) {
   const rank_t d = layout.num_ranks();
   const double lpt_ratio = 4.0 / 3.0 - 1.0 / (3.0 * d);
-  const padding_policy policies[] = {packed, padded, padded_to_multiple(uniform(rng, 2, 8)),
-                                     random_buckets(rng, layout)};
   for (const auto policy : policies) {
     CAPTURE(policy.is_padded());
     CAPTURE(policy.multiple());
@@ -207,11 +210,12 @@ TEST_CASE("balance: exact methods are optimal on small random instances (brute f
     const std::int64_t n = uniform(rng, 0, 10);
     const std::int64_t max_len = std::array<std::int64_t, 3>{6, 20, 100}[inst % 3];
     const batch_layout layout = random_layout(rng, d, n, inst % 4 == 0 ? 0 : 1, max_len);
-    check_small_instance(rng, layout, linear_cost{uniform(rng, 1, 3)}, t);
+    const linear_cost lin{uniform(rng, 1, 3)};
+    check_small_instance(rng, layout, lin, t, shipped_policies(rng, layout));
     const quadratic_cost q{static_cast<double>(uniform(rng, 0, 2)),
                            static_cast<double>(uniform(rng, 1, 4)) * 0.5,
                            static_cast<double>(uniform(rng, 0, 3)) * 0.01};
-    check_small_instance(rng, layout, q, t);
+    check_small_instance(rng, layout, q, t, shipped_policies(rng, layout));
   }
   MESSAGE("auto optimal on ", t.auto_optimal, " of ", t.packed_instances,
           " packed instances; constrained: ", t.constrained_feasible, " feasible, ",
@@ -241,6 +245,54 @@ TEST_CASE("balance: padded is optimal with ties, zero lengths, multiples and buc
             brute_force(layout, d, q, policy));
     }
   }
+}
+
+namespace {
+
+// The trainer's own padding rules (core/padding.hpp, `padding_rule`): the next power of two
+// (CUDA-graph shapes), a minimum tile, and a table of non-uniform steps.
+struct next_pow2 {
+  [[nodiscard]] std::int64_t padded_length(std::int64_t l) const {
+    std::int64_t p = 1;
+    while (p < l) p *= 2;
+    return l == 0 ? 0 : p;
+  }
+  bool operator==(const next_pow2&) const = default;
+  [[nodiscard]] const char* name() const { return "next_pow2"; }
+};
+struct at_least {
+  std::int64_t floor = 0;
+  [[nodiscard]] std::int64_t padded_length(std::int64_t l) const { return std::max(l, floor); }
+  bool operator==(const at_least&) const = default;
+};
+struct steps {
+  [[nodiscard]] std::int64_t padded_length(std::int64_t l) const {
+    return l <= 3 ? 3 : l <= 10 ? 12 : l <= 40 ? l + (l % 2) : 5 * ((l + 4) / 5);
+  }
+  bool operator==(const steps&) const = default;
+};
+
+std::vector<padding_policy> user_policies(std::mt19937_64& rng) {
+  return {next_pow2{}, at_least{uniform(rng, 0, 12)}, steps{}};
+}
+
+}  // namespace
+
+TEST_CASE("balance: a trainer's padding rule is exact under padded_exact, exact and auto") {
+  std::mt19937_64 rng(0x5eed0005);
+  tallies t;
+  for (int inst = 0; inst < 120; ++inst) {
+    CAPTURE(inst);
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 4));
+    const std::int64_t n = uniform(rng, 0, 9);
+    const batch_layout layout =
+        random_layout(rng, d, n, inst % 3 == 0 ? 0 : 1, std::array<std::int64_t, 3>{6, 20, 70}[inst % 3]);
+    check_small_instance(rng, layout, linear_cost{uniform(rng, 1, 3)}, t, user_policies(rng));
+    check_small_instance(rng, layout, quadratic_cost{1.0, 0.5, 0.02}, t, user_policies(rng));
+  }
+  CHECK(t.packed_instances == 0);
+  CHECK(t.constrained_feasible > 100);
+  CHECK(t.constrained_infeasible > 10);
 }
 
 // -------------------------------------------------------------------------------------------------
@@ -376,6 +428,44 @@ TEST_CASE("balance: invariants on thousands of random layouts") {
   }
   MESSAGE(infeasible, " of ", rounds, " constrained layouts were reported infeasible");
   CHECK(infeasible < rounds / 20);
+}
+
+TEST_CASE("balance: a trainer's padding rule through every balancer, and its contract") {
+  std::mt19937_64 rng(0x5eed0006);
+  int infeasible = 0;
+  for (int inst = 0; inst < 300; ++inst) {
+    CAPTURE(inst);
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 24));
+    const batch_layout layout = skewed_layout(rng, d, 8, inst % 3 == 0);
+    const auto rules = user_policies(rng);
+    const padding_policy policy = rules[static_cast<std::size_t>(inst % 3)];
+    check_invariants(rng, layout, linear_cost{1}, policy, infeasible);
+    // locality keeps within its slack of automatic under the rule as well.
+    const auto au = balance(layout, linear_cost{1}, policy);
+    const auto lo = balance(layout, linear_cost{1}, policy, balancers::locality{});
+    CHECK(static_cast<double>(lo.makespan) <= 1.001 * static_cast<double>(au.makespan) + 1e-9);
+  }
+  CHECK(infeasible < 15);
+
+  // A rule that breaks the contract is named in a clear error, before any algorithm runs.
+  struct shrinks {
+    std::int64_t padded_length(std::int64_t l) const { return l - 1; }
+    bool operator==(const shrinks&) const = default;
+  };
+  struct bumpy {
+    std::int64_t padded_length(std::int64_t l) const { return l == 5 ? 50 : l; }
+    bool operator==(const bumpy&) const = default;
+    const char* name() const { return "bumpy"; }
+  };
+  const auto layout = batch_layout::from_ranks({{5, 7}, {2}});
+  expect_invalid([&] { (void)balance(layout, linear_cost{1}, padding_policy(shrinks{})); },
+                 {"padding rule 'custom' pads length 2 to 1"});
+  expect_invalid([&] { (void)balance(layout, linear_cost{1}, padding_policy(bumpy{})); },
+                 {"padding rule 'bumpy' is not non-decreasing", "length 5 to 50",
+                  "the longer 7 to 7"});
+  expect_invalid(
+      [&] { (void)makespan_lower_bound(layout, 2, linear_cost{1}, padding_policy(bumpy{})); },
+      {"'bumpy' is not non-decreasing"});
 }
 
 TEST_CASE("balance: padded on a large batch meets its bound checks and beats lpt") {

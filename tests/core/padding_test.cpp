@@ -1,15 +1,17 @@
-// Tests for include/orchmllm/core/padding.hpp: the padding policies (bucketed included) and the
-// rank_load accumulator (load, token and byte footprints) against hand values and an independent
-// model.
+// Tests for include/orchmllm/core/padding.hpp: the padding policies (bucketed and the trainer's
+// own rules included) and the rank_load state (add, remove, load_if_added, token and byte
+// footprints) against hand values and an independent model.
 
 #include "orchmllm/core/padding.hpp"
 
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "orchmllm/core/cost_model.hpp"
@@ -45,6 +47,34 @@ struct item {
   std::int64_t length;
   std::int64_t bytes;
 };
+
+// A trainer's rule: pad to the next power of two (CUDA-graph shapes), named.
+struct next_pow2 {
+  [[nodiscard]] std::int64_t padded_length(std::int64_t l) const {
+    return l <= 1 ? l : static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(l)));
+  }
+  bool operator==(const next_pow2&) const = default;
+  [[nodiscard]] const char* name() const { return "next_pow2"; }
+};
+// A parametrised, unnamed one: at least `floor` tokens (a kernel's minimum tile).
+struct at_least {
+  std::int64_t floor = 0;
+  [[nodiscard]] std::int64_t padded_length(std::int64_t l) const { return std::max(l, floor); }
+  bool operator==(const at_least&) const = default;
+};
+// Rules that break the contract.
+struct shrinks {
+  [[nodiscard]] std::int64_t padded_length(std::int64_t l) const { return l / 2; }
+  bool operator==(const shrinks&) const = default;
+};
+
+static_assert(orchmllm::padding_rule<next_pow2>);
+static_assert(orchmllm::padding_rule<at_least>);
+static_assert(!orchmllm::padding_rule<int>);
+static_assert(!orchmllm::padding_rule<padding_policy::kind>);
+static_assert(std::is_convertible_v<next_pow2, padding_policy>);
+static_assert(!std::is_convertible_v<std::int64_t, padding_policy>);
+static_assert(std::is_trivially_copyable_v<padding_policy>);
 
 }  // namespace
 
@@ -280,4 +310,111 @@ TEST_CASE("padded_length and the padded footprints never overflow") {
   expect_invalid([&] { (void)acc.tokens(); },
                  {"2 items padded to 4611686018427387904 tokens each exceed 2^63 - 1 tokens"});
   expect_invalid([&] { (void)acc.bytes(); }, {"exceed 2^63 - 1 bytes"});
+}
+
+TEST_CASE("padding: a trainer's padding rule") {
+  const padding_policy p = next_pow2{};
+  CHECK(p.policy_kind() == padding_policy::kind::custom);
+  CHECK(p.is_padded());
+  CHECK(p.multiple() == 1);
+  CHECK(p.buckets().empty());
+  CHECK(p.rule_name() == "next_pow2");
+  CHECK(orchmllm::padded.rule_name().empty());
+  CHECK(p.padded_length(0) == 0);
+  CHECK(p.padded_length(1) == 1);
+  CHECK(p.padded_length(3) == 4);
+  CHECK(p.padded_length(1024) == 1024);
+  CHECK(p.padded_length(1025) == 2048);
+
+  // Equal rules are one policy; different values, types or kinds are not.
+  CHECK(p == padding_policy(next_pow2{}));
+  const padding_policy a8 = at_least{8};
+  CHECK(a8.rule_name() == "custom");
+  CHECK(a8 == padding_policy(at_least{8}));
+  CHECK(a8 != padding_policy(at_least{9}));
+  CHECK(a8 != p);
+  CHECK(a8 != orchmllm::padded);
+  CHECK(a8.padded_length(3) == 8);
+  CHECK(a8.padded_length(30) == 30);
+
+  // A rule that pads below the length is refused where it is used.
+  const padding_policy bad = shrinks{};
+  CHECK(bad.padded_length(0) == 0);
+  expect_invalid([&] { (void)bad.padded_length(10); },
+                 {"padding rule 'custom'", "pads length 10 to 5", "below the length"});
+
+  // The state combines by the rule: count × cost(pad(longest)).
+  rank_load<std::int64_t> acc(p);
+  acc.add(5, 5, 40);
+  acc.add(3, 3, 70);
+  CHECK(acc.load(linear_cost{}) == 2 * 8);
+  CHECK(acc.tokens() == 2 * 8);
+  CHECK(acc.bytes() == 2 * 70);
+  CHECK(acc.load_if_added(9, 9, linear_cost{}) == 3 * 16);
+}
+
+TEST_CASE("padding: rank_load add, remove and load_if_added agree with a rebuilt state") {
+  std::mt19937_64 rng(0x10ad);
+  const quadratic_cost quad{0.5, 1.0, 0.01};
+  const linear_cost lin{3};
+  for (int iter = 0; iter < 300; ++iter) {
+    CAPTURE(iter);
+    const padding_policy policies[] = {orchmllm::packed, orchmllm::padded,
+                                       orchmllm::padded_to_multiple(1 + iter % 7),
+                                       orchmllm::bucketed({16, 64, 256}), next_pow2{},
+                                       at_least{iter % 50}};
+    for (const padding_policy policy : policies) {
+      CAPTURE(static_cast<int>(policy.policy_kind()));
+      std::vector<item> held;
+      rank_load<std::int64_t> il(policy);
+      rank_load<double> dq(policy);
+      for (int step = 0; step < 24; ++step) {
+        if (!held.empty() && rng() % 3 == 0) {
+          // remove a random held item
+          const auto i = static_cast<std::size_t>(rng() % held.size());
+          const item it = held[i];
+          held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+          il.remove(it.length, lin(it.length), it.bytes);
+          dq.remove(it.length, quad(it.length), it.bytes);
+        } else {
+          const item it{static_cast<std::int64_t>(rng() % 200),
+                        static_cast<std::int64_t>(rng() % 5000)};
+          // load_if_added is the load after add
+          const auto expect_l = il.load_if_added(it.length, lin(it.length), lin);
+          held.push_back(it);
+          il.add(it.length, lin(it.length), it.bytes);
+          dq.add(it.length, quad(it.length), it.bytes);
+          CHECK(il.load(lin) == expect_l);
+        }
+        rank_load<std::int64_t> fresh_l(policy);
+        rank_load<double> fresh_q(policy);
+        for (const auto& it : held) {
+          fresh_l.add(it.length, lin(it.length), it.bytes);
+          fresh_q.add(it.length, quad(it.length), it.bytes);
+        }
+        CHECK(il.count() == fresh_l.count());
+        CHECK(il.max_length() == fresh_l.max_length());
+        CHECK(il.load(lin) == fresh_l.load(lin));
+        CHECK(il.tokens() == fresh_l.tokens());
+        CHECK(il.bytes() == fresh_l.bytes());
+        if (policy.is_padded()) {
+          CHECK(dq.load(quad) == fresh_q.load(quad));  // a product: exact
+        } else {
+          CHECK(dq.load(quad) == doctest::Approx(fresh_q.load(quad)).epsilon(1e-12));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("padding: rank_load remove refuses what the rank does not hold") {
+  rank_load<std::int64_t> empty(orchmllm::packed);
+  expect_invalid([&] { empty.remove(3, 3, 1); }, {"from an empty rank"});
+  rank_load<std::int64_t> acc(orchmllm::padded);
+  acc.add(5, 5, 10);
+  expect_invalid([&] { acc.remove(4, 4, 10); }, {"holds no item of length 4", "10 bytes"});
+  acc.remove(5, 5, 10);
+  CHECK(acc.count() == 0);
+  CHECK(acc.load(linear_cost{}) == 0);
+  CHECK(acc.tokens() == 0);
 }

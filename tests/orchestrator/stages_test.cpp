@@ -12,6 +12,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -162,6 +163,20 @@ TEST_CASE("stage_declarations::validate") {
   }
 }
 
+namespace {
+// A trainer's padding rule, named (core/padding.hpp): fingerprinted by its name.
+struct pow2_rule {
+  const char* rule_name = "pow2";
+  [[nodiscard]] std::int64_t padded_length(std::int64_t l) const {
+    std::int64_t p = 1;
+    while (p < l) p *= 2;
+    return p;
+  }
+  [[nodiscard]] std::string_view name() const { return rule_name; }
+  bool operator==(const pow2_rule& o) const { return std::string_view(rule_name) == o.rule_name; }
+};
+}  // namespace
+
 TEST_CASE("fingerprint: equal declarations agree, every field change differs") {
   const auto base = two_encoders();
   const auto h = orchmllm::fingerprint(base);
@@ -187,6 +202,8 @@ TEST_CASE("fingerprint: equal declarations agree, every field change differs") {
       {"encoder buckets", [](auto& d) { d.encoders[1].policy = orchmllm::bucketed({4096}); }},
       {"encoder bucket lengths",
        [](auto& d) { d.encoders[1].policy = orchmllm::bucketed({1024, 4096}); }},
+      {"encoder padding rule", [](auto& d) { d.encoders[1].policy = pow2_rule{}; }},
+      {"encoder padding rule name", [](auto& d) { d.encoders[1].policy = pow2_rule{"other"}; }},
       {"encoder method", [](auto& d) { d.encoders[0].options.method = balance_method::lpt; }},
       {"encoder cap set",
        [](auto& d) { d.encoders[0].options.limits.cap = capacity{capacity::measure::tokens}; }},
@@ -223,6 +240,14 @@ TEST_CASE("fingerprint: equal declarations agree, every field change differs") {
       {"llm mapping", [](auto& d) { d.llm.mapping = mapping_method::identity; }},
       {"llm text row bytes", [](auto& d) { d.llm.text_row_bytes = 16; }},
   };
+  {
+    // The same rule declared twice is the same declaration.
+    auto a = two_encoders();
+    auto b = two_encoders();
+    a.encoders[1].policy = pow2_rule{};
+    b.encoders[1].policy = pow2_rule{};
+    CHECK(orchmllm::fingerprint(a) == orchmllm::fingerprint(b));
+  }
   std::vector<std::uint64_t> seen{h};
   for (auto& [what, change] : changes) {
     auto d = two_encoders();

@@ -84,6 +84,10 @@ struct exact {
 };
 
 /// The exact algorithm for padded policies (`balance_method::padded_exact`). O(n log n + d log T).
+/// Exact (the optimum under the constraints, or a proof that none exists, bytes caps aside:
+/// docs/algorithms.md) for every padded policy: `padded`, `padded_to_multiple(k)`, `bucketed`
+/// and any trainer's `padding_rule`, since its proof needs only that the padded length and the
+/// cost model are non-decreasing (which `balance` checks of a rule). Not for `packed` (throws).
 struct padded_exact {
   std::int64_t refine_budget = -1;  ///< refinement of the fallback plan; -1 = 2·n + 64
   [[nodiscard]] balance_options options(const constraints& limits = {}) const {

@@ -8,20 +8,42 @@
 ///   bucketed({B₁ < … < B_m})  load = count · cost(the smallest B_j ≥ max lᵢ)
 ///                          fixed shapes: CUDA graphs, compiled kernels per bucket length
 ///
+///   a padding_rule P       load = count · cost(P.padded_length(max lᵢ))
+///                          the trainer's own rule, e.g. the next power of two
+///
 /// Every policy but `packed` is a *padded* one: a rank's load is count × cost(pad(longest)),
-/// with pad(l) ≥ l non-decreasing in l (`padded_length`). Every balancer handles all of them,
-/// and `padded_exact` (and `automatic`) is exact for all of them (docs/algorithms.md).
+/// with pad(l) ≥ l non-decreasing in l (`padded_length`). That one rule is written once, in
+/// `rank_load` below, the per-rank state every balancer and every check reads. Every balancer
+/// handles every padded policy, the trainer's included, and `padded_exact` (and `automatic`) is
+/// exact for all of them: its proof uses only that pad and the cost model are non-decreasing
+/// (docs/algorithms.md, "Padded policies").
+///
+/// A trainer's own rule is any value type with `padded_length(l)` (and `==`; `name()` optional):
+///
+///     struct next_pow2 {
+///       std::int64_t padded_length(std::int64_t l) const { return std::bit_ceil<std::uint64_t>(l); }
+///       bool operator==(const next_pow2&) const = default;
+///     };
+///     auto plan = orchmllm::balance(layout, cost, orchmllm::padding_policy(next_pow2{}));
+///
+/// `balance` checks the contract on the lengths it is given (pad(l) ≥ l, non-decreasing) and
+/// raises `invalid_argument_error` naming the rule and the two lengths when it is broken.
 ///
 /// The same policy decides the memory footprint a per-rank cap is checked against: tokens are
 /// Σ lᵢ (packed) or count · padded max length (padded); bytes are Σ bytesᵢ (packed) or
 /// count · max bytesᵢ (padded).
 
 #include <algorithm>
+#include <concepts>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "orchmllm/core/error.hpp"
@@ -45,12 +67,85 @@ inline std::span<const std::int64_t> intern_buckets(std::vector<std::int64_t> bu
 
 }  // namespace detail
 
+/// A padding rule the trainer defines: a value type whose `padded_length(l)` gives the length
+/// an item of length l ≥ 0 is padded to on a rank whose longest item it is. The contract:
+/// pad(l) ≥ l and pad non-decreasing in l (checked by `balance` on the lengths it sees);
+/// deterministic (the same on every rank); thread-safe to call concurrently. Equality compares
+/// rules (equal rules are one policy); an optional `name()` names the rule in errors, the
+/// CLI and the stage fingerprint (else "custom"). Wrap it in `padding_policy(rule)`.
+// The member check comes first: it fails for padding_policy's own enum before
+// equality_comparable could look at padding_policy's operator== and, through the converting
+// constructor below, recurse into this concept.
+template <class P>
+concept padding_rule =
+    requires(const P& p, std::int64_t l) {
+      { p.padded_length(l) } -> std::convertible_to<std::int64_t>;
+    } && std::copy_constructible<P> && std::equality_comparable<P>;
+
+namespace detail {
+
+// The type-erased form of a padding rule, stored once per distinct (type, value, name).
+struct padding_rule_base {
+  padding_rule_base() = default;
+  padding_rule_base(const padding_rule_base&) = delete;
+  padding_rule_base& operator=(const padding_rule_base&) = delete;
+  virtual ~padding_rule_base() = default;
+  [[nodiscard]] virtual std::int64_t padded_length(std::int64_t length) const = 0;
+  [[nodiscard]] virtual const std::string& name() const noexcept = 0;
+};
+
+template <class P>
+std::string padding_rule_name(const P& rule) {
+  if constexpr (requires { { rule.name() } -> std::convertible_to<std::string_view>; }) {
+    return std::string(std::string_view(rule.name()));
+  } else {
+    return "custom";
+  }
+}
+
+template <class P>
+struct padding_rule_model final : padding_rule_base {
+  padding_rule_model(P r, std::string n) : rule(std::move(r)), rule_name(std::move(n)) {}
+  [[nodiscard]] std::int64_t padded_length(std::int64_t length) const override {
+    return static_cast<std::int64_t>(rule.padded_length(length));
+  }
+  [[nodiscard]] const std::string& name() const noexcept override { return rule_name; }
+  P rule;
+  std::string rule_name;
+};
+
+// The one stored copy of a rule, as `intern_buckets` stores bucket lists: never destroyed,
+// one per distinct (type, value, name), so a policy holding a pointer to it stays trivially
+// copyable and two policies are equal exactly when their pointers are. Thread-safe.
+template <class P>
+const padding_rule_base* intern_rule(P rule) {
+  static std::mutex mutex;
+  static auto* rules = new std::vector<std::unique_ptr<padding_rule_model<P>>>();
+  std::string name = padding_rule_name(rule);
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& r : *rules)
+    if (r->rule == rule && r->rule_name == name) return r.get();
+  rules->push_back(std::make_unique<padding_rule_model<P>>(std::move(rule), std::move(name)));
+  return rules->back().get();
+}
+
+}  // namespace detail
+
 /// A padding policy value. Cheap to copy (trivially copyable); all members O(1) except
 /// `padded_length` of a bucketed policy (O(log m) for m buckets); deterministic.
 class padding_policy {
  public:
   /// How items on a rank are combined.
-  enum class kind : std::uint8_t { packed, padded, bucketed };
+  enum class kind : std::uint8_t { packed, padded, bucketed, custom };
+
+  /// The trainer's own padded policy: `rule.padded_length` pads a rank's longest item (see
+  /// `padding_rule`). O(1) plus one lookup among the rules of type P stored so far; the rule is
+  /// stored once for the life of the process, so copies of the policy stay trivial. Implicit, so
+  /// a rule can be passed wherever a policy is expected.
+  template <class P>
+    requires(!std::same_as<std::remove_cvref_t<P>, padding_policy> && padding_rule<P>)
+  padding_policy(P rule)  // NOLINT(google-explicit-constructor)
+      : kind_(kind::custom), multiple_(1), rule_(detail::intern_rule(std::move(rule))) {}
 
   /// Sum of item costs (no padding).
   static constexpr padding_policy packed() noexcept { return padding_policy(kind::packed, 1); }
@@ -94,11 +189,23 @@ class padding_policy {
   [[nodiscard]] constexpr std::span<const std::int64_t> buckets() const noexcept {
     return buckets_;
   }
+  /// The trainer's rule's name (its `name()`, else "custom"); empty unless the kind is custom.
+  [[nodiscard]] std::string_view rule_name() const noexcept {
+    return rule_ != nullptr ? std::string_view(rule_->name()) : std::string_view();
+  }
 
-  /// Length after padding: l (≥ 0) rounded up to a multiple, or to the smallest bucket ≥ l (l
-  /// itself for packed). O(1), O(log m) for m buckets. Throws `invalid_argument_error` when the
-  /// padded length would exceed 2^63 − 1, or l exceeds the largest bucket.
+  /// Length after padding: l (≥ 0) rounded up to a multiple, or to the smallest bucket ≥ l, or
+  /// the trainer's rule's length (l itself for packed). O(1), O(log m) for m buckets, one call
+  /// of a rule. Throws `invalid_argument_error` when the padded length would exceed 2^63 − 1, l
+  /// exceeds the largest bucket, or a rule pads l below l; whatever a rule throws.
   [[nodiscard]] constexpr std::int64_t padded_length(std::int64_t length) const {
+    if (kind_ == kind::custom) {
+      const std::int64_t padded = rule_->padded_length(length);
+      ORCHMLLM_REQUIRE(padded >= length, invalid_argument_error, "padding rule '",
+                       rule_->name(), "' pads length ", length, " to ", padded,
+                       ", below the length itself");
+      return padded;
+    }
     if (kind_ == kind::bucketed) {
       const auto it = std::lower_bound(buckets_.begin(), buckets_.end(), length);
       ORCHMLLM_REQUIRE(it != buckets_.end(), invalid_argument_error, "length ", length,
@@ -113,9 +220,10 @@ class padding_policy {
     return length - rest + multiple_;
   }
 
-  /// Same kind, multiple and bucket lengths.
+  /// Same kind, multiple and bucket lengths; custom: equal rules (of one type, by its `==`)
+  /// with the same name.
   friend constexpr bool operator==(const padding_policy& a, const padding_policy& b) noexcept {
-    return a.kind_ == b.kind_ && a.multiple_ == b.multiple_ &&
+    return a.kind_ == b.kind_ && a.multiple_ == b.multiple_ && a.rule_ == b.rule_ &&
            std::equal(a.buckets_.begin(), a.buckets_.end(), b.buckets_.begin(),
                       b.buckets_.end());
   }
@@ -126,6 +234,7 @@ class padding_policy {
   kind kind_;
   std::int64_t multiple_;
   std::span<const std::int64_t> buckets_{};
+  const detail::padding_rule_base* rule_ = nullptr;
 };
 
 /// `padding_policy::packed()`.
@@ -143,21 +252,58 @@ inline padding_policy bucketed(std::span<const std::int64_t> buckets) {
   return padding_policy::bucketed(buckets);
 }
 
-/// Accumulates one rank's load under a policy, item by item, in the order items are added.
-/// O(1) per item. `Cost` is the cost model's value type.
+/// One rank's state under a policy: the items on it, summarised so that its load, its
+/// footprints and the load it would have with one more item are O(1). The padded-load rule
+/// (count × cost(pad(longest))) is written here and nowhere else in the library's checks and
+/// figures; a trainer's balancer uses it to evaluate moves under any policy, its own included.
+/// `Cost` is the cost model's computation type.
+///
+/// add (amortised), load, load_if_added, tokens, bytes: O(1) (plus one cost-model call for a
+/// padded load). remove: O(k) for k items on the rank (it finds the item, and looks the longest
+/// and widest up again when it removed one). The state keeps the (length, bytes) pair of every
+/// item it holds: O(k) memory. Deterministic; a floating packed load after `remove` may differ
+/// in the last bits from that of a state built without the removed item.
 template <class Cost>
 class rank_load {
  public:
   explicit constexpr rank_load(padding_policy policy) noexcept : policy_(policy) {}
 
   /// Adds an item of the given length, cost, byte size.
-  constexpr void add(std::int64_t length, Cost cost, std::int64_t bytes) noexcept {
+  constexpr void add(std::int64_t length, Cost cost, std::int64_t bytes) {
     ++count_;
     sum_cost_ += cost;
     sum_tokens_ += length;
     sum_bytes_ += bytes;
     if (count_ == 1 || length > max_length_) max_length_ = length;
     if (count_ == 1 || bytes > max_bytes_) max_bytes_ = bytes;
+    items_.emplace_back(length, bytes);
+  }
+
+  /// Removes an item added before with the same length, cost and byte size. Throws
+  /// `invalid_argument_error` when the rank holds no item of that length and byte size.
+  constexpr void remove(std::int64_t length, Cost cost, std::int64_t bytes) {
+    ORCHMLLM_REQUIRE(count_ > 0, invalid_argument_error, "removing an item of length ", length,
+                     " from an empty rank");
+    const auto it = std::find(items_.rbegin(), items_.rend(), std::pair{length, bytes});
+    ORCHMLLM_REQUIRE(it != items_.rend(), invalid_argument_error,
+                     "the rank holds no item of length ", length, " and ", bytes,
+                     " bytes to remove");
+    *it = items_.back();
+    items_.pop_back();
+    --count_;
+    sum_cost_ -= cost;
+    sum_tokens_ -= length;
+    sum_bytes_ -= bytes;
+    if (count_ == 0) {
+      sum_cost_ = Cost{};
+      max_length_ = max_bytes_ = 0;
+    } else if (length == max_length_ || bytes == max_bytes_) {
+      max_length_ = max_bytes_ = 0;
+      for (const auto& [l, b] : items_) {
+        max_length_ = std::max(max_length_, l);
+        max_bytes_ = std::max(max_bytes_, b);
+      }
+    }
   }
 
   [[nodiscard]] constexpr std::int64_t count() const noexcept { return count_; }
@@ -166,9 +312,14 @@ class rank_load {
   /// The load under the policy; `cost` is the cost model (used for cost of the padded length).
   template <class C>
   [[nodiscard]] constexpr Cost load(const C& cost) const {
-    if (!policy_.is_padded()) return sum_cost_;
-    if (count_ == 0) return Cost{};
-    return static_cast<Cost>(count_) * static_cast<Cost>(cost(policy_.padded_length(max_length_)));
+    return load_of(count_, sum_cost_, max_length_, cost);
+  }
+  /// The load this rank would have with one more item of the given length and cost; the state
+  /// is unchanged.
+  template <class C>
+  [[nodiscard]] constexpr Cost load_if_added(std::int64_t length, Cost item_cost, const C& cost) const {
+    return load_of(count_ + 1, sum_cost_ + item_cost,
+                   count_ == 0 ? length : std::max(max_length_, length), cost);
   }
   /// Token footprint under the policy. Throws `invalid_argument_error` when it exceeds 2^63 − 1.
   [[nodiscard]] constexpr std::int64_t tokens() const {
@@ -181,6 +332,13 @@ class rank_load {
   }
 
  private:
+  // The padding rule itself: Σ costs (packed), count × cost(pad(longest)) (padded).
+  template <class C>
+  constexpr Cost load_of(std::int64_t count, Cost sum_cost, std::int64_t longest, const C& cost) const {
+    if (!policy_.is_padded()) return sum_cost;
+    if (count == 0) return Cost{};
+    return static_cast<Cost>(count) * static_cast<Cost>(cost(policy_.padded_length(longest)));
+  }
   // count · per_item, checked (the padded footprints).
   constexpr std::int64_t footprint(std::int64_t per_item, const char* what) const {
     ORCHMLLM_REQUIRE(per_item == 0 || count_ <= INT64_MAX / per_item, invalid_argument_error,
@@ -196,6 +354,7 @@ class rank_load {
   std::int64_t sum_bytes_ = 0;
   std::int64_t max_length_ = 0;
   std::int64_t max_bytes_ = 0;
+  std::vector<std::pair<std::int64_t, std::int64_t>> items_;  // (length, bytes) of each item held
 };
 
 }  // namespace orchmllm

@@ -370,6 +370,11 @@ void mix_stage(fnv& f, const Stage& stage) {
     f.mix(static_cast<std::uint64_t>(policy.buckets().size()));
     for (const auto b : policy.buckets()) f.mix(static_cast<std::uint64_t>(b));
   }
+  // And a trainer's padding rule, by its name.
+  if (policy.policy_kind() == padding_policy::kind::custom) {
+    f.mix(std::string_view("padding rule"));
+    f.mix(policy.rule_name());
+  }
   f.mix(static_cast<std::uint64_t>(o.method));
   f.mix(static_cast<std::uint64_t>(o.limits.cap.has_value()));
   if (o.limits.cap) {
@@ -398,10 +403,10 @@ void mix_stage(fnv& f, const Stage& stage) {
 }  // namespace detail
 
 /// 64-bit fingerprint of the declarations: names, cost models (by their values at twelve fixed
-/// lengths), policies, balancer options, mappings (a custom balancer or mapper by its name) and
-/// row widths. Equal declarations give equal
+/// lengths), policies (a trainer's padding rule by its name), balancer options, mappings (a
+/// custom balancer or mapper by its name) and row widths. Equal declarations give equal
 /// fingerprints on every platform; two cost models that agree on all probe lengths are treated
-/// as equal. O(K), never throws (a throwing cost model aside).
+/// as equal, and so are two padding rules, balancers or mappers of the same name. O(K), never throws (a throwing cost model aside).
 [[nodiscard]] inline std::uint64_t fingerprint(const stage_declarations& decl) {
   detail::fnv f;
   f.mix(static_cast<std::uint64_t>(decl.encoders.size()));

@@ -1,9 +1,10 @@
 // Consumer of an installed orchmllm (package.find_package test), built twice: header-only and
 // linked to orchmllm::compiled (where balance, compute_statistics, map_bins and plan_step come
 // from the library). It uses the library as a trainer would, through the installed headers
-// only: its own sample struct balanced through a projection with a lambda cost and its own
-// balancer, the items applied back, and plan_step with its own mapper in a stage declaration;
-// every result is checked against the invariants the built-ins meet.
+// only: its own sample struct balanced through a projection with a lambda cost, its own
+// balancer and its own padding rule, the items applied back, and plan_step with its own mapper
+// and padding rule in a stage declaration; every result is checked against the invariants the
+// built-ins meet.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -37,6 +38,17 @@ struct keep_longest_home {
       plan.destination = home;
     return plan;
   }
+};
+
+// The trainer's padding rule: rectangular batches padded to the next power of two.
+struct next_pow2 {
+  std::int64_t padded_length(std::int64_t l) const {
+    std::int64_t p = 1;
+    while (p < l) p *= 2;
+    return l == 0 ? 0 : p;
+  }
+  bool operator==(const next_pow2&) const = default;
+  const char* name() const { return "next-pow2"; }
 };
 
 // The trainer's mapper: each bin, in order, to the free rank that sampled most of its bytes
@@ -93,6 +105,26 @@ int main() {
   ok &= check(mine.makespan >= mine.lower_bound, "makespan at least the lower bound");
   ok &= check(s.makespan == mine.makespan, "statistics agree with the balancer");
   ok &= check(mine.plan.destination_of(0).rank == 0, "longest item kept home");
+  // 1b. The same samples as rectangular batches under the trainer's padding rule: the exact
+  //     padded algorithm is optimal for it, and a rank's load is count × cost(pad(longest)).
+  const orchmllm::padding_policy pow2 = next_pow2{};
+  const auto exact = orchmllm::balance(ranks, cost, &sample::tokens, pow2,
+                                       orchmllm::balancers::padded_exact{});
+  const auto own = orchmllm::balance(ranks, cost, &sample::tokens, pow2, keep_longest_home{});
+  ok &= check(exact.proven_optimal, "padded_exact proven optimal under the trainer's rule");
+  ok &= check(own.makespan >= exact.makespan, "no balancer beats the exact one");
+  ok &= check(orchmllm::compute_statistics(layout, exact.plan, cost, pow2).makespan ==
+                  exact.makespan,
+              "statistics agree under the trainer's rule");
+  std::int64_t worst = 0;
+  for (const auto& r : orchmllm::apply_by_rank(exact.plan, ranks)) {
+    std::int64_t longest = 0;
+    for (const auto& x : r) longest = std::max(longest, x.tokens);
+    const auto n = static_cast<std::int64_t>(r.size());
+    worst = std::max(worst, n == 0 ? 0 : n * cost(next_pow2{}.padded_length(longest)));
+  }
+  ok &= check(worst == exact.makespan, "padded loads recomputed by hand");
+
   const auto moved = orchmllm::apply_by_rank(mine.plan, std::move(ranks));
   std::size_t count = 0;
   for (std::size_t r = 0; r < moved.size(); ++r) {
@@ -110,6 +142,7 @@ int main() {
   decl.encoders[0].name = "vision";
   decl.encoders[0].cost = orchmllm::quadratic_cost{0.0, 1.0, 1.0 / 1024};
   decl.encoders[0].mapper = orchmllm::stage_mapper(most_bytes_home{}, "most-bytes-home");
+  decl.encoders[0].policy = next_pow2{};
   decl.llm.cost = cost;
   std::vector<orchmllm::local_batch> batches;
   for (const auto& r : moved)

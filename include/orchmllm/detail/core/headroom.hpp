@@ -8,12 +8,33 @@
 #include <limits>
 #include <span>
 #include <type_traits>
+#include <vector>
 
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/padding.hpp"
 
 namespace orchmllm::detail {
+
+/// Checks the contract of a trainer's padding rule on the lengths of `layout`: pad(l) ≥ l and
+/// pad non-decreasing (the exact padded algorithm and every padded bound rely on it). O(n log n)
+/// and one rule call per distinct length; nothing for the shipped policies, which keep it by
+/// construction. Throws `invalid_argument_error` naming the rule and the two lengths.
+inline void check_padding_rule(const batch_layout& layout, padding_policy policy) {
+  if (policy.policy_kind() != padding_policy::kind::custom) return;
+  std::vector<std::int64_t> lengths(layout.lengths().begin(), layout.lengths().end());
+  std::sort(lengths.begin(), lengths.end());
+  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+  std::int64_t previous = -1;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    const std::int64_t padded = policy.padded_length(lengths[i]);  // checks padded >= length
+    ORCHMLLM_REQUIRE(i == 0 || padded >= previous, invalid_argument_error, "padding rule '",
+                     policy.rule_name(), "' is not non-decreasing: it pads length ",
+                     lengths[i - 1], " to ", previous, " but the longer ", lengths[i], " to ",
+                     padded);
+    previous = padded;
+  }
+}
 
 /// Checks that no load, bound, token count or byte count formed on this input can overflow, so
 /// the algorithms may add and multiply them unchecked:
@@ -22,7 +43,8 @@ namespace orchmllm::detail {
 ///     checked by `batch_layout`);
 ///   - padded: the longest padded length, n × that many tokens, n × the widest item's bytes and
 ///     (n + 1) × the largest padded cost fit (a rank's load is count × its padded cost; the
-///     list scheduler's keys look one item ahead).
+///     list scheduler's keys look one item ahead); a trainer's rule keeps its contract
+///     (`check_padding_rule`).
 /// `costs[g]` is `cost(layout.length(g))` and `cost` returns `Cost`. O(n) plus one evaluation.
 /// Throws `invalid_argument_error` naming the item or the value that does not fit.
 template <class Cost, class C>
@@ -54,6 +76,7 @@ void check_headroom(const batch_layout& layout, std::span<const Cost> costs, con
     }
     return;
   }
+  check_padding_rule(layout, policy);
   std::int64_t longest = 0;
   std::int64_t widest = 0;
   Cost largest{};
