@@ -1194,3 +1194,48 @@ TEST_CASE("gather_step_metadata: a topology that does not match the communicator
   }
 }
 
+
+TEST_CASE("a trainer's topology model passes wherever a topology does, with the same results") {
+  // Two hosts of two ranks each, named by sparse ids the way a launcher might number them.
+  struct pairs_model {
+    [[nodiscard]] rank_t num_ranks() const { return 4; }
+    [[nodiscard]] std::int64_t node_of(rank_t r) const { return 1000 - 7 * (r / 2); }
+  };
+  const auto shipped = orchmllm::topology::uniform(4, 2);
+  const rank_t d = 4;
+  std::mt19937_64 rng(0x70b1);
+  const auto decl = random_decl(rng, 2);
+  const auto batches = random_batches(rng, d, 2);
+  const auto meta = orchmllm::make_step_metadata(batches, 2);
+  // The planner and the mappers.
+  const auto a = orchmllm::plan_step(decl, meta, pairs_model{});
+  const auto b = orchmllm::plan_step(decl, meta, shipped);
+  CHECK(a.llm == b.llm);
+  for (std::size_t k = 0; k < a.encoders.size(); ++k) {
+    CHECK(a.encoders[k].input == b.encoders[k].input);
+    CHECK(a.encoders[k].output == b.encoders[k].output);
+    CHECK(a.stages[k].inter_node_bytes == b.stages[k].inter_node_bytes);
+  }
+  std::vector<std::int64_t> bytes;
+  for (std::int64_t g = 0; g < a.llm_layout.num_items(); ++g) bytes.push_back(a.llm_layout.bytes(g));
+  const auto mapped = orchmllm::map_bins(a.llm, bytes, pairs_model{});
+  CHECK(mapped.rank_of_bin == orchmllm::map_bins(a.llm, bytes, shipped).rank_of_bin);
+  // The routes.
+  for (rank_t r = 0; r < d; ++r) {
+    const auto ra = orchmllm::route::build(a.llm, bytes, pairs_model{}, r);
+    const auto rb = orchmllm::route::build(a.llm, bytes, shipped, r);
+    CHECK(ra.used() == rb.used());
+    CHECK(ra.input_bytes() == rb.input_bytes());
+  }
+  // The metadata gather checks the model against the communicator like a topology.
+  std::vector<int> ok(static_cast<std::size_t>(d), 0);
+  orchmllm::local::run(
+      d,
+      [&](orchmllm::local::communicator& comm) {
+        const auto r = static_cast<std::size_t>(comm.rank());
+        const auto m = orchmllm::gather_step_metadata(comm, decl, batches[r], pairs_model{});
+        ok[r] = orchmllm::plan_step(decl, m, pairs_model{}).llm == b.llm ? 1 : 0;
+      },
+      {.ranks_per_node = 2, .timeout = 30s});
+  for (const int o : ok) CHECK(o == 1);
+}

@@ -1,7 +1,7 @@
 // Tests for include/orchmllm/topology/topology.hpp: uniform shapes (divisible, smaller last node,
 // G = 0, G > d), topologies from a node map (non-consecutive nodes, numbering errors), the
-// consistency of node_of / local_rank / rank_at / ranks_of on random maps, and link_params
-// validation.
+// consistency of node_of / local_rank / rank_at / ranks_of on random maps, link_params
+// validation, and the trainer's own topology models (the topology_model concept).
 
 #include "orchmllm/topology/topology.hpp"
 
@@ -11,7 +11,11 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <algorithm>
+#include <map>
 #include <span>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "orchmllm/core/error.hpp"
@@ -186,4 +190,107 @@ TEST_CASE("topology: link_params validation") {
   expect_invalid([&] { (void)topology::uniform(4, 2, bad); }, {"inter-node bandwidth"});
   expect_invalid([&] { (void)topology(ranks{0, 0}, bad); }, {"inter-node bandwidth"});
   CHECK(with([](link_params& p) { p.intra_latency = 1; }) != link_params{});
+}
+
+namespace {
+
+// A trainer's model: the host name of every rank, as its launcher reports them. Node ids are
+// the host's index in a sorted host list: not in rank order, not dense in rank order.
+struct hosts_model {
+  std::vector<std::string> host_of_rank;
+  [[nodiscard]] std::size_t num_ranks() const { return host_of_rank.size(); }
+  [[nodiscard]] std::int64_t node_of(rank_t r) const {
+    std::map<std::string, std::int64_t> id;
+    for (const auto& h : host_of_rank) id.emplace(h, 0);
+    std::int64_t k = 0;
+    for (auto& [h, v] : id) v = 10 * k++;  // sparse ids: 0, 10, 20, ...
+    return id.at(host_of_rank[static_cast<std::size_t>(r)]);
+  }
+  [[nodiscard]] link_params links() const {
+    link_params p;
+    p.inter_bandwidth = 12.5e9;
+    return p;
+  }
+};
+// Without link figures: the defaults.
+struct blocks_model {
+  rank_t d = 6;
+  rank_t g = 4;
+  [[nodiscard]] rank_t num_ranks() const { return d; }
+  [[nodiscard]] rank_t node_of(rank_t r) const { return r / g; }
+};
+// Link figures as a data member, like topology's.
+struct member_links_model {
+  link_params links;
+  [[nodiscard]] rank_t num_ranks() const { return 2; }
+  [[nodiscard]] rank_t node_of(rank_t r) const { return 7 - r; }
+};
+
+static_assert(orchmllm::topology_model<topology>);
+static_assert(orchmllm::topology_model<hosts_model>);
+static_assert(!orchmllm::topology_model<int>);
+static_assert(!orchmllm::topology_model<ranks>);
+static_assert(std::is_convertible_v<hosts_model, topology>);
+static_assert(!std::is_convertible_v<ranks, topology>);  // the node map constructor is explicit
+
+}  // namespace
+
+TEST_CASE("topology: a trainer's model converts, nodes renumbered by their lowest rank") {
+  const hosts_model hosts{{"gpu-b", "gpu-b", "gpu-a", "gpu-c", "gpu-a", "gpu-b"}};
+  const topology t = hosts;
+  // gpu-b holds rank 0 -> node 0; gpu-a (rank 2) -> 1; gpu-c (rank 3) -> 2.
+  check_shape(t, ranks{0, 0, 1, 2, 1, 0});
+  CHECK(t.links.inter_bandwidth == 12.5e9);
+  CHECK(t.links.intra_bandwidth == link_params{}.intra_bandwidth);
+  CHECK(orchmllm::fingerprint(t) == orchmllm::fingerprint(topology(ranks{0, 0, 1, 2, 1, 0}, hosts.links())));
+
+  const topology b = blocks_model{};
+  CHECK(b == topology::uniform(6, 4));
+  const topology m = member_links_model{link_params{.intra_latency = 1e-5}};
+  check_shape(m, ranks{0, 1});
+  CHECK(m.links.intra_latency == 1e-5);
+  CHECK(orchmllm::link_figures(topology::uniform(2, 1)) == link_params{});
+
+  // The converted model equals the node map read through the concept, on random models.
+  std::mt19937_64 rng(0x70b0);
+  for (int iter = 0; iter < 200; ++iter) {
+    const auto d = static_cast<std::size_t>(1 + rng() % 40);
+    hosts_model h;
+    for (std::size_t r = 0; r < d; ++r) {
+      std::string host = "h";  // built with += (GCC 12's -Wrestrict false positive on "h" + s)
+      host += std::to_string(rng() % 7);
+      h.host_of_rank.push_back(host);
+    }
+    const topology c = h;
+    REQUIRE(c.num_ranks() == static_cast<rank_t>(d));
+    for (std::size_t r = 0; r < d; ++r)
+      for (std::size_t q = 0; q < d; ++q)
+        CHECK(c.same_node(static_cast<rank_t>(r), static_cast<rank_t>(q)) ==
+              (h.host_of_rank[r] == h.host_of_rank[q]));
+    // Node numbers in order of lowest rank: node_of(r) never exceeds the nodes seen before r.
+    rank_t seen = 0;
+    for (std::size_t r = 0; r < d; ++r) {
+      CHECK(c.node_of(static_cast<rank_t>(r)) <= seen);
+      seen = std::max<rank_t>(seen, c.node_of(static_cast<rank_t>(r)) + 1);
+    }
+  }
+}
+
+TEST_CASE("topology: a model that breaks the concept's contract is a clear error") {
+  struct negative {
+    rank_t num_ranks() const { return 3; }
+    rank_t node_of(rank_t r) const { return r == 2 ? -4 : 0; }
+  };
+  struct empty {
+    rank_t num_ranks() const { return 0; }
+    rank_t node_of(rank_t) const { return 0; }
+  };
+  struct bad_links {
+    rank_t num_ranks() const { return 1; }
+    rank_t node_of(rank_t) const { return 0; }
+    link_params links() const { return link_params{.inter_bandwidth = -1}; }
+  };
+  expect_invalid([] { (void)topology(negative{}); }, {"rank 2 is on node -4", "non-negative"});
+  expect_invalid([] { (void)topology(empty{}); }, {"1 to 2^31 - 1 ranks", "has 0"});
+  expect_invalid([] { (void)topology(bad_links{}); }, {"inter-node bandwidth"});
 }

@@ -7,10 +7,28 @@
 /// Nodes need not be consecutive blocks of ranks (MPI may place ranks round-robin), but
 /// `uniform` builds the common case: consecutive blocks of G ranks.
 ///
+/// What the library reads of a cluster is the `topology_model` concept: the rank count, every
+/// rank's node, and the link figures. `topology` is the shipped model, and every entry point
+/// (plan_step, map_bins, the mappers, route building, gather_step_metadata) takes it; a
+/// trainer's own model (its launcher's host list, a SLURM node list, a rail-optimised layout
+/// with its own link figures) converts to it implicitly, once, in O(d):
+///
+///     struct hosts_topology {                       // the trainer's own model
+///       std::vector<std::string> host_of_rank;      // identical on every rank
+///       orchmllm::rank_t num_ranks() const { return host_of_rank.size(); }
+///       std::int64_t node_of(orchmllm::rank_t r) const;  // any non-negative id per host
+///       orchmllm::link_params links() const { return {.inter_bandwidth = 24e9}; }  // optional
+///     };
+///     auto step = orchmllm::plan_step(decl, meta, hosts_topology{...});
+///
 /// Thread-safety: immutable after construction except `links`, a plain settable field.
 
+#include <algorithm>
+#include <concepts>
 #include <cstdint>
 #include <span>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "orchmllm/core/batch_layout.hpp"
@@ -42,6 +60,29 @@ struct link_params {
   }
   friend bool operator==(const link_params&, const link_params&) = default;
 };
+
+/// A cluster as the library reads it: `t.num_ranks()` ranks (≥ 1), each on node `t.node_of(r)`
+/// (any non-negative integer id; equal ids are one node), and optionally its link figures as a
+/// `links` data member or `links()` function returning `link_params` (else the defaults). The
+/// model must be identical on every rank. `topology` models it; any other model converts to
+/// `topology` implicitly (nodes renumbered in order of their lowest rank).
+template <class T>
+concept topology_model = requires(const T& t, rank_t r) {
+  { t.num_ranks() } -> std::convertible_to<std::int64_t>;
+  { t.node_of(r) } -> std::convertible_to<std::int64_t>;
+};
+
+/// The link figures of a topology model: its `links` member or `links()`, else `link_params{}`.
+template <topology_model T>
+[[nodiscard]] link_params link_figures(const T& t) {
+  if constexpr (requires { { t.links() } -> std::convertible_to<link_params>; }) {
+    return t.links();
+  } else if constexpr (requires { { t.links } -> std::convertible_to<link_params>; }) {
+    return t.links;
+  } else {
+    return link_params{};
+  }
+}
 
 class topology {
  public:
@@ -95,6 +136,15 @@ class topology {
                                         local_[r])] = static_cast<rank_t>(r);
   }
 
+  /// From any other `topology_model`: its rank count, its nodes renumbered in order of their
+  /// lowest rank, its link figures (`link_figures`). Implicit, so a trainer's model passes
+  /// wherever a `topology` is taken. O(d log N). Throws `invalid_argument_error` when the model
+  /// has no rank, more than 2^31 − 1 ranks, a negative node id, or invalid link figures.
+  template <class T>
+    requires(!std::same_as<std::remove_cvref_t<T>, topology> && topology_model<T>)
+  topology(const T& model)  // NOLINT(google-explicit-constructor)
+      : topology(dense_nodes(model), link_figures(model)) {}
+
   /// Number of ranks d.
   [[nodiscard]] rank_t num_ranks() const noexcept { return static_cast<rank_t>(node_of_.size()); }
   /// Number of nodes N.
@@ -138,6 +188,41 @@ class topology {
   friend bool operator==(const topology&, const topology&) = default;
 
  private:
+  // A model's node ids, renumbered 0, 1, ... in order of their lowest rank.
+  template <class T>
+  static std::vector<rank_t> dense_nodes(const T& model) {
+    const std::int64_t d = static_cast<std::int64_t>(model.num_ranks());
+    ORCHMLLM_REQUIRE(d >= 1 && d <= INT32_MAX, invalid_argument_error,
+                     "a topology needs 1 to 2^31 - 1 ranks, the model has ", d);
+    std::vector<std::pair<std::int64_t, rank_t>> first;  // (node id, lowest rank), by id
+    std::vector<std::int64_t> id(static_cast<std::size_t>(d));
+    for (rank_t r = 0; r < static_cast<rank_t>(d); ++r) {
+      id[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(model.node_of(r));
+      ORCHMLLM_REQUIRE(id[static_cast<std::size_t>(r)] >= 0, invalid_argument_error, "rank ", r,
+                       " is on node ", id[static_cast<std::size_t>(r)],
+                       ", node ids must be non-negative");
+      first.emplace_back(id[static_cast<std::size_t>(r)], r);
+    }
+    std::sort(first.begin(), first.end());
+    first.erase(std::unique(first.begin(), first.end(),
+                            [](const auto& a, const auto& b) { return a.first == b.first; }),
+                first.end());
+    // first[k] = (id, its lowest rank); dense number = rank of that lowest rank among them.
+    std::vector<std::pair<rank_t, std::int64_t>> by_rank;
+    by_rank.reserve(first.size());
+    for (const auto& [node, lowest] : first) by_rank.emplace_back(lowest, node);
+    std::sort(by_rank.begin(), by_rank.end());
+    std::vector<std::pair<std::int64_t, rank_t>> dense;  // (id, dense number), by id
+    dense.reserve(by_rank.size());
+    for (std::size_t k = 0; k < by_rank.size(); ++k)
+      dense.emplace_back(by_rank[k].second, static_cast<rank_t>(k));
+    std::sort(dense.begin(), dense.end());
+    std::vector<rank_t> node(static_cast<std::size_t>(d));
+    for (std::size_t r = 0; r < node.size(); ++r)
+      node[r] = std::lower_bound(dense.begin(), dense.end(), std::pair{id[r], rank_t{0}})->second;
+    return node;
+  }
+
   std::vector<rank_t> node_of_;
   std::vector<rank_t> local_;
   std::vector<rank_t> node_offsets_;
