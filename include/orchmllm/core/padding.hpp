@@ -252,19 +252,27 @@ inline padding_policy bucketed(std::span<const std::int64_t> buckets) {
   return padding_policy::bucketed(buckets);
 }
 
+/// Whether a `rank_load` supports `remove`: `removable` keeps the (length, bytes) pair of every
+/// item it holds (O(k) memory for k items); `add_only` keeps sums and maxima only (O(1) memory,
+/// trivially copyable), which is what the library's own checks and figures use.
+enum class rank_load_mode : std::uint8_t { removable, add_only };
+
 /// One rank's state under a policy: the items on it, summarised so that its load, its
 /// footprints and the load it would have with one more item are O(1). The padded-load rule
 /// (count × cost(pad(longest))) is written here and nowhere else in the library's checks and
 /// figures; a trainer's balancer uses it to evaluate moves under any policy, its own included.
 /// `Cost` is the cost model's computation type.
 ///
-/// add (amortised), load, load_if_added, tokens, bytes: O(1) (plus one cost-model call for a
-/// padded load). remove: O(k) for k items on the rank (it finds the item, and looks the longest
-/// and widest up again when it removed one). The state keeps the (length, bytes) pair of every
-/// item it holds: O(k) memory. Deterministic; a floating packed load after `remove` may differ
-/// in the last bits from that of a state built without the removed item.
-template <class Cost>
+/// add, load, load_if_added, tokens, bytes: O(1) (plus one cost-model call for a padded load;
+/// add amortised when removable). remove (removable mode only): O(k) for k items on the rank
+/// (it finds the item, and looks the longest and widest up again when it removed one).
+/// Deterministic; a floating packed load after `remove` may differ in the last bits from that
+/// of a state built without the removed item.
+template <class Cost, rank_load_mode Mode = rank_load_mode::removable>
 class rank_load {
+  static constexpr bool removable = Mode == rank_load_mode::removable;
+  struct no_items {};
+
  public:
   explicit constexpr rank_load(padding_policy policy) noexcept : policy_(policy) {}
 
@@ -276,12 +284,14 @@ class rank_load {
     sum_bytes_ += bytes;
     if (count_ == 1 || length > max_length_) max_length_ = length;
     if (count_ == 1 || bytes > max_bytes_) max_bytes_ = bytes;
-    items_.emplace_back(length, bytes);
+    if constexpr (removable) items_.emplace_back(length, bytes);
   }
 
   /// Removes an item added before with the same length, cost and byte size. Throws
   /// `invalid_argument_error` when the rank holds no item of that length and byte size.
-  constexpr void remove(std::int64_t length, Cost cost, std::int64_t bytes) {
+  constexpr void remove(std::int64_t length, Cost cost, std::int64_t bytes)
+    requires removable
+  {
     ORCHMLLM_REQUIRE(count_ > 0, invalid_argument_error, "removing an item of length ", length,
                      " from an empty rank");
     const auto it = std::find(items_.rbegin(), items_.rend(), std::pair{length, bytes});
@@ -354,7 +364,9 @@ class rank_load {
   std::int64_t sum_bytes_ = 0;
   std::int64_t max_length_ = 0;
   std::int64_t max_bytes_ = 0;
-  std::vector<std::pair<std::int64_t, std::int64_t>> items_;  // (length, bytes) of each item held
+  // (length, bytes) of each item held (removable mode).
+  [[no_unique_address]] std::conditional_t<
+      removable, std::vector<std::pair<std::int64_t, std::int64_t>>, no_items> items_{};
 };
 
 }  // namespace orchmllm

@@ -41,7 +41,8 @@ inline std::int64_t item_footprint(const batch_layout& layout, std::int64_t g,
 template <class Cost>
 bool satisfies(const balance_input<Cost>& in, std::span<const rank_t> assignment) {
   const auto d = static_cast<std::size_t>(in.d);
-  std::vector<rank_load<Cost>> acc(d, rank_load<Cost>(in.policy));
+  using tally = rank_load<Cost, rank_load_mode::add_only>;
+  std::vector<tally> acc(d, tally(in.policy));
   for (std::size_t g = 0; g < assignment.size(); ++g) {
     const auto r = assignment[g];
     if (r < 0 || static_cast<std::size_t>(r) >= d) return false;
@@ -62,7 +63,8 @@ bool satisfies(const balance_input<Cost>& in, std::span<const rank_t> assignment
 template <class Cost, class C>
 Cost assignment_makespan(const balance_input<Cost>& in, const C& cost,
                          std::span<const rank_t> assignment) {
-  std::vector<rank_load<Cost>> acc(static_cast<std::size_t>(in.d), rank_load<Cost>(in.policy));
+  using tally = rank_load<Cost, rank_load_mode::add_only>;
+  std::vector<tally> acc(static_cast<std::size_t>(in.d), tally(in.policy));
   for (std::size_t g = 0; g < assignment.size(); ++g)
     acc[static_cast<std::size_t>(assignment[g])].add(in.layout.length(static_cast<std::int64_t>(g)),
                                                       in.costs[g], 0);

@@ -143,7 +143,7 @@ std::vector<cost_type_t<C>> loads_of(const batch_layout& layout,
   using Cost = cost_type_t<C>;
   std::vector<Cost> loads(off.size() - 1);
   for (std::size_t r = 0; r + 1 < off.size(); ++r) {
-    rank_load<Cost> acc(policy);
+    rank_load<Cost, rank_load_mode::add_only> acc(policy);
     for (auto k = off[r]; k < off[r + 1]; ++k) {
       const std::int64_t g = item_of(k);
       acc.add(layout.length(g), costs[static_cast<std::size_t>(g)], layout.bytes(g));
@@ -250,7 +250,7 @@ plan_statistics<cost_type_t<C>> compute_statistics_impl(const batch_layout& layo
   const auto off = plan.dst_offsets();
   s.min_items_per_rank = s.ranks > 0 ? INT64_MAX : 0;
   for (rank_t r = 0; r < s.ranks; ++r) {
-    rank_load<Cost> acc(policy);
+    rank_load<Cost, rank_load_mode::add_only> acc(policy);
     for (auto h = off[static_cast<std::size_t>(r)]; h < off[static_cast<std::size_t>(r) + 1]; ++h) {
       const auto g = plan.source_of(h);
       acc.add(layout.length(g), Cost{}, layout.bytes(g));
@@ -261,7 +261,7 @@ plan_statistics<cost_type_t<C>> compute_statistics_impl(const batch_layout& layo
     s.max_items_per_rank = std::max(s.max_items_per_rank, acc.count());
   }
   for (rank_t r = 0; r < layout.num_ranks(); ++r) {
-    rank_load<Cost> acc(policy);
+    rank_load<Cost, rank_load_mode::add_only> acc(policy);
     for (auto g = layout.offset(r); g < layout.offset(r + 1); ++g) {
       acc.add(layout.length(g), Cost{}, layout.bytes(g));
       if (plan.dst_ranks()[static_cast<std::size_t>(g)] != r) {
