@@ -489,10 +489,7 @@ struct step_result {  // the same on every rank (computed from all-gathered data
 template <orchmllm::communicator Comm>
 std::vector<double> all_reduce_sum(Comm& comm, const std::vector<double>& mine) {
   const auto n = mine.size();
-  std::vector<double> all(n * static_cast<std::size_t>(comm.size()));
-  comm.all_gather(reinterpret_cast<const std::byte*>(mine.data()),
-                  static_cast<std::int64_t>(n * sizeof(double)),
-                  reinterpret_cast<std::byte*>(all.data()));
+  const auto all = orchmllm::all_gather(comm, std::span<const double>(mine));
   std::vector<double> sum(n, 0.0);
   for (rank_t r = 0; r < comm.size(); ++r)
     for (std::size_t j = 0; j < n; ++j) sum[j] += all[static_cast<std::size_t>(r) * n + j];

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "orchmllm/comm/collectives.hpp"
 #include "orchmllm/comm/dispatch.hpp"
 #include "orchmllm/comm/local.hpp"
 #include "tool/dispatch.hpp"
@@ -110,9 +111,7 @@ measurement measure(const orchmllm::tool::dispatch_inputs& c, rank_t d, rank_t r
         const auto all_e = tool::max_over_ranks(comm, te);
         const auto all_m = tool::max_over_ranks(comm, tm);
         const std::int64_t sent[2] = {report.sent.intra_node_bytes, report.sent.inter_node_bytes};
-        std::vector<std::int64_t> sent_all(2 * static_cast<std::size_t>(d));
-        comm.all_gather(reinterpret_cast<const std::byte*>(sent), sizeof sent,
-                        reinterpret_cast<std::byte*>(sent_all.data()));
+        const auto sent_all = orchmllm::all_gather(comm, std::span<const std::int64_t>(sent));
         if (me != 0) return;
         if (!problems.empty())
           m.error = "rank " + std::to_string(problems.front().first) + ": " +

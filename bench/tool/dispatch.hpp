@@ -39,7 +39,9 @@
 #include <limits>
 #include <new>
 #include <optional>
+#include <orchmllm/comm/collectives.hpp>
 #include <orchmllm/comm/communicator.hpp>
+#include <orchmllm/comm/metadata.hpp>
 #include <orchmllm/comm/dispatch.hpp>
 #include <orchmllm/comm/local.hpp>
 #include <orchmllm/comm/mover.hpp>
@@ -448,30 +450,23 @@ template <communicator Comm>
 std::vector<std::pair<rank_t, std::string>> gather_problems(
     Comm& comm, const std::optional<std::string>& mine) {
   const auto d = static_cast<std::size_t>(comm.size());
-  const std::int64_t len = mine ? static_cast<std::int64_t>(mine->size()) : -1;
-  std::vector<std::int64_t> lens(d);
-  comm.all_gather(reinterpret_cast<const std::byte*>(&len), sizeof len,
-                  reinterpret_cast<std::byte*>(lens.data()));
+  const auto lens =
+      orchmllm::all_gather(comm, mine ? static_cast<std::int64_t>(mine->size()) : std::int64_t{-1});
   std::vector<std::pair<rank_t, std::string>> out;
-  std::vector<std::int64_t> counts(d), displs(d);
-  std::int64_t total = 0;
+  std::vector<std::int64_t> counts(d);
   bool any = false;
   for (std::size_t r = 0; r < d; ++r) {
     counts[r] = std::max<std::int64_t>(lens[r], 0);
-    displs[r] = total;
-    total += counts[r];
     any = any || lens[r] >= 0;
   }
   if (!any) return out;
-  std::string all(static_cast<std::size_t>(total), '\0');
-  const auto me = static_cast<std::size_t>(comm.rank());
-  comm.all_gatherv(reinterpret_cast<const std::byte*>(mine ? mine->data() : nullptr), counts[me],
-                   reinterpret_cast<std::byte*>(all.data()), counts, displs);
+  const auto all = orchmllm::all_gatherv(
+      comm, mine ? std::span<const char>(*mine) : std::span<const char>(), counts);
   for (std::size_t r = 0; r < d; ++r)
-    if (lens[r] >= 0)
-      out.emplace_back(static_cast<rank_t>(r),
-                       all.substr(static_cast<std::size_t>(displs[r]),
-                                  static_cast<std::size_t>(counts[r])));
+    if (lens[r] >= 0) {
+      const auto text = all.of(static_cast<rank_t>(r));
+      out.emplace_back(static_cast<rank_t>(r), std::string(text.begin(), text.end()));
+    }
   return out;
 }
 
@@ -491,18 +486,13 @@ std::string share_file(Comm& comm, const std::string& path) {
   // The failure travels as rank 0's problem; everybody throws it.
   const auto problems = gather_problems(comm, failure);
   if (!problems.empty()) throw io_error(problems.front().second);
-  const auto d = static_cast<std::size_t>(comm.size());
-  const std::int64_t size = static_cast<std::int64_t>(text.size());
-  std::vector<std::int64_t> sizes(d);
-  comm.all_gather(reinterpret_cast<const std::byte*>(&size), sizeof size,
-                  reinterpret_cast<std::byte*>(sizes.data()));
-  std::vector<std::int64_t> counts(d, 0), displs(d, 0);
+  // Only rank 0 contributes: every rank learns its size, then receives its text.
+  const auto sizes = orchmllm::all_gather(comm, static_cast<std::int64_t>(text.size()));
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(comm.size()), 0);
   counts[0] = sizes[0];
-  std::string all(static_cast<std::size_t>(sizes[0]), '\0');
-  comm.all_gatherv(reinterpret_cast<const std::byte*>(text.data()),
-                   comm.rank() == 0 ? sizes[0] : 0, reinterpret_cast<std::byte*>(all.data()),
-                   counts, displs);
-  return all;
+  const auto all = orchmllm::all_gatherv(
+      comm, comm.rank() == 0 ? std::span<const char>(text) : std::span<const char>(), counts);
+  return std::string(all.values.begin(), all.values.end());
 }
 
 /// Collective: every rank's `k` doubles; returns, for each index, the largest value over the
@@ -511,10 +501,7 @@ template <communicator Comm>
 std::vector<double> max_over_ranks(Comm& comm, const std::vector<double>& mine) {
   const auto d = static_cast<std::size_t>(comm.size());
   const auto k = mine.size();
-  std::vector<double> all(d * k);
-  comm.all_gather(reinterpret_cast<const std::byte*>(mine.data()),
-                  static_cast<std::int64_t>(k * sizeof(double)),
-                  reinterpret_cast<std::byte*>(all.data()));
+  const auto all = orchmllm::all_gather(comm, std::span<const double>(mine));
   std::vector<double> out(mine);
   for (std::size_t r = 0; r < d; ++r)
     for (std::size_t i = 0; i < k; ++i) out[i] = std::max(out[i], all[r * k + i]);
@@ -607,11 +594,7 @@ dispatch_summary run_dispatch_rank(Comm& comm, const batch_layout& layout,
   }
 
   // The node map the routes use (the communicator's), for the byte accounting and the model.
-  std::vector<rank_t> nodes(static_cast<std::size_t>(d));
-  const rank_t my_node = comm.node();
-  comm.all_gather(reinterpret_cast<const std::byte*>(&my_node), sizeof my_node,
-                  reinterpret_cast<std::byte*>(nodes.data()));
-  const topology topo(std::move(nodes), s.links);
+  const topology topo = orchmllm::gather_topology(comm, s.links);
   sum.nodes = topo.num_nodes();
   sum.gpus_per_node = s.gpus_per_node > 0 ? s.gpus_per_node : topo.node_size(0);
   std::vector<std::int64_t> item_bytes(static_cast<std::size_t>(layout.num_items()));
@@ -696,9 +679,7 @@ dispatch_summary run_dispatch_rank(Comm& comm, const batch_layout& layout,
   const std::int64_t sent[5] = {report.sent.local_bytes, report.sent.intra_node_bytes,
                                 report.sent.inter_node_bytes, report.sent.intra_node_messages,
                                 report.sent.inter_node_messages};
-  std::vector<std::int64_t> all(static_cast<std::size_t>(d) * 5);
-  comm.all_gather(reinterpret_cast<const std::byte*>(sent), sizeof sent,
-                  reinterpret_cast<std::byte*>(all.data()));
+  const auto all = orchmllm::all_gather(comm, std::span<const std::int64_t>(sent));
   for (std::size_t q = 0; q < static_cast<std::size_t>(d); ++q)
     sum.sent += traffic_stats{all[q * 5], all[q * 5 + 1], all[q * 5 + 2], all[q * 5 + 3],
                               all[q * 5 + 4]};

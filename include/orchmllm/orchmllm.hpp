@@ -29,6 +29,7 @@
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/mapper.hpp"
 #include "orchmllm/comm/communicator.hpp"
+#include "orchmllm/comm/collectives.hpp"
 #include "orchmllm/comm/local.hpp"
 #include "orchmllm/comm/metadata.hpp"
 #include "orchmllm/comm/payload.hpp"

@@ -22,7 +22,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <new>
 #include <span>
 #include <string>
@@ -30,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "orchmllm/comm/collectives.hpp"
 #include "orchmllm/comm/communicator.hpp"
 #include "orchmllm/comm/mover.hpp"
 #include "orchmllm/comm/payload.hpp"
@@ -111,7 +111,6 @@ std::vector<std::int64_t> exchange_item_counts(Comm& comm, const rearrangement& 
                                                schedule sched, topology& topo_out,
                                                const link_params& links) {
   const rank_t d = comm.size();
-  const rank_t me = comm.rank();
   if (fault == local_fault::none && plan.num_src_ranks() != d) fault = local_fault::ranks_mismatch;
   if (fault == local_fault::none && plan.num_dst_ranks() != plan.num_src_ranks())
     fault = local_fault::not_square;
@@ -129,11 +128,7 @@ std::vector<std::int64_t> exchange_item_counts(Comm& comm, const rearrangement& 
                    static_cast<std::int32_t>(sched), plan.num_src_ranks(),
                    {links.intra_bandwidth, links.intra_latency, links.inter_bandwidth,
                     links.inter_latency}};
-  std::vector<rank_record> all(static_cast<std::size_t>(d));
-  std::byte raw[sizeof(rank_record)];
-  std::memcpy(raw, &mine, sizeof mine);
-  comm.all_gather(raw, static_cast<std::int64_t>(sizeof mine),
-                  reinterpret_cast<std::byte*>(all.data()));
+  const std::vector<rank_record> all = orchmllm::all_gather(comm, mine);
   for (rank_t r = 0; r < d; ++r) {
     const auto& rec = all[static_cast<std::size_t>(r)];
     if (rec.fault != 0)
@@ -175,17 +170,12 @@ std::vector<std::int64_t> exchange_item_counts(Comm& comm, const rearrangement& 
   for (rank_t r = 0; r < d; ++r) nodes[static_cast<std::size_t>(r)] = all[static_cast<std::size_t>(r)].node;
   topo_out = topology(std::move(nodes), links);
 
-  std::vector<std::int64_t> counts(static_cast<std::size_t>(d)), displs(static_cast<std::size_t>(d));
-  for (rank_t r = 0; r < d; ++r) {
-    counts[static_cast<std::size_t>(r)] =
-        all[static_cast<std::size_t>(r)].items * static_cast<std::int64_t>(sizeof(std::int64_t));
-    displs[static_cast<std::size_t>(r)] =
-        off[static_cast<std::size_t>(r)] * static_cast<std::int64_t>(sizeof(std::int64_t));
-  }
-  std::vector<std::int64_t> global(static_cast<std::size_t>(plan.num_items()));
-  comm.all_gatherv(reinterpret_cast<const std::byte*>(local_counts.data()),
-                   counts[static_cast<std::size_t>(me)],
-                   reinterpret_cast<std::byte*>(global.data()), counts, displs);
+  // Every rank's item count is the plan's (checked above), so rank r's sizes land at off[r].
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(d));
+  for (rank_t r = 0; r < d; ++r)
+    counts[static_cast<std::size_t>(r)] = all[static_cast<std::size_t>(r)].items;
+  const std::vector<std::int64_t> global =
+      orchmllm::all_gatherv(comm, std::span<const std::int64_t>(local_counts), counts).values;
   for (std::size_t g = 0; g < global.size(); ++g)
     ORCHMLLM_REQUIRE(global[g] >= 0, communication_error, "item ", g, " has size ", global[g]);
   return global;

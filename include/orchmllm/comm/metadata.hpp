@@ -9,11 +9,11 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <ranges>
 #include <span>
 #include <vector>
 
+#include "orchmllm/comm/collectives.hpp"
 #include "orchmllm/comm/communicator.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
@@ -48,11 +48,7 @@ batch_layout gather_layout(Comm& comm, std::span<const std::int64_t> lengths,
     if (v < 0) mine.bad = 2;
   for (const auto v : bytes)
     if (v < 0) mine.bad = 2;
-  std::vector<record> all(d);
-  std::byte raw[sizeof(record)];
-  std::memcpy(raw, &mine, sizeof mine);
-  comm.all_gather(raw, static_cast<std::int64_t>(sizeof mine),
-                  reinterpret_cast<std::byte*>(all.data()));
+  const std::vector<record> all = orchmllm::all_gather(comm, mine);
   std::size_t decides = 0;  // the first rank with items (its choice is the group's)
   while (decides + 1 < d && all[decides].has_bytes == 2) ++decides;
   const bool has_bytes = all[decides].has_bytes == 1;
@@ -67,23 +63,13 @@ batch_layout gather_layout(Comm& comm, std::span<const std::int64_t> lengths,
                      has_bytes ? " gives" : " does not give", " them, rank ", r,
                      all[r].has_bytes == 1 ? " does" : " does not");
   }
-  std::vector<std::int64_t> offsets(d + 1, 0), counts(d), displs(d);
-  for (std::size_t r = 0; r < d; ++r) {
-    offsets[r + 1] = offsets[r] + all[r].items;
-    counts[r] = all[r].items * static_cast<std::int64_t>(sizeof(std::int64_t));
-    displs[r] = offsets[r] * static_cast<std::int64_t>(sizeof(std::int64_t));
-  }
-  const auto me = static_cast<std::size_t>(comm.rank());
-  auto gather = [&](std::span<const std::int64_t> local) {
-    std::vector<std::int64_t> global(static_cast<std::size_t>(offsets[d]));
-    comm.all_gatherv(reinterpret_cast<const std::byte*>(local.data()), counts[me],
-                     reinterpret_cast<std::byte*>(global.data()), counts, displs);
-    return global;
-  };
-  auto global_lengths = gather(lengths);
+  std::vector<std::int64_t> counts(d);
+  for (std::size_t r = 0; r < d; ++r) counts[r] = all[r].items;
+  auto global_lengths = orchmllm::all_gatherv(comm, lengths, counts);
   std::vector<std::int64_t> global_bytes;
-  if (has_bytes) global_bytes = gather(bytes);
-  return batch_layout(std::move(offsets), std::move(global_lengths), std::move(global_bytes));
+  if (has_bytes) global_bytes = orchmllm::all_gatherv(comm, bytes, counts).values;
+  return batch_layout(std::move(global_lengths.offsets), std::move(global_lengths.values),
+                      std::move(global_bytes));
 }
 
 /// Collective: `gather_layout` of this rank's own items through a projection
@@ -106,11 +92,7 @@ batch_layout gather_layout(Comm& comm, R&& items, P proj) {
 /// the communicator throws.
 template <communicator Comm>
 topology gather_topology(Comm& comm, const link_params& links = {}) {
-  const std::int32_t mine = comm.node();
-  std::vector<std::int32_t> all(static_cast<std::size_t>(comm.size()));
-  comm.all_gather(reinterpret_cast<const std::byte*>(&mine),
-                  static_cast<std::int64_t>(sizeof mine), reinterpret_cast<std::byte*>(all.data()));
-  return topology(std::vector<rank_t>(all.begin(), all.end()), links);
+  return topology(orchmllm::all_gather(comm, comm.node()), links);
 }
 
 }  // namespace orchmllm

@@ -49,6 +49,7 @@
 #include <string_view>
 #include <vector>
 
+#include "orchmllm/comm/collectives.hpp"
 #include "orchmllm/comm/communicator.hpp"
 #include "orchmllm/comm/mover.hpp"
 #include "orchmllm/config.hpp"
@@ -633,9 +634,7 @@ void agree_on_route(Comm& comm, std::uint64_t fingerprint, route_fault fault, st
   all_max(comm, std::span<std::int64_t>(v));
   if (v[0] == 0 && v[1] == ~v[2]) return;
   std::array<std::int64_t, 4> mine{static_cast<std::int64_t>(fault), a, b, key};
-  std::vector<std::array<std::int64_t, 4>> all(static_cast<std::size_t>(comm.size()));
-  comm.all_gather(reinterpret_cast<const std::byte*>(mine.data()),
-                  static_cast<std::int64_t>(sizeof mine), reinterpret_cast<std::byte*>(all.data()));
+  const auto all = orchmllm::all_gather(comm, mine);
   for (std::size_t r = 0; r < all.size(); ++r)
     if (all[r][0] != 0)
       raise<communication_error>(concat("rank ", r, " cannot take part in the exchange: ",

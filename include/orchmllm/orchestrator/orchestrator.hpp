@@ -55,7 +55,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <exception>
 #include <span>
 #include <string>
@@ -63,6 +62,7 @@
 #include <vector>
 
 #include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/comm/collectives.hpp"
 #include "orchmllm/comm/communicator.hpp"
 #include "orchmllm/comm/metadata.hpp"
 #include "orchmllm/config.hpp"
@@ -419,9 +419,7 @@ step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
                     topo ? topo->num_ranks() : -1,
                     topo && me >= 0 && me < topo->num_ranks() ? topo->node_of(me) : -1,
                     comm.node()};
-  std::vector<record> all(d);
-  comm.all_gather(reinterpret_cast<const std::byte*>(&mine), static_cast<std::int64_t>(sizeof mine),
-                  reinterpret_cast<std::byte*>(all.data()));
+  const std::vector<record> all = orchmllm::all_gather(comm, mine);
   for (std::size_t r = 0; r < d; ++r) {
     ORCHMLLM_REQUIRE(all[r].fingerprint == all[0].fingerprint, invalid_argument_error, "rank ", r,
                      " declared other stages than rank 0 (declaration fingerprints ",
@@ -450,18 +448,10 @@ step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
     words.insert(words.end(),
                   {static_cast<std::int64_t>(s.modality), s.parent, s.encoder_length,
                    s.input_rows, s.llm_tokens});
-  std::vector<std::int64_t> counts(d), displs(d);
-  std::int64_t total = 0;
-  for (std::size_t r = 0; r < d; ++r) {
-    const std::int64_t n_words = all[r].samples + 5 * all[r].sub_items;
-    counts[r] = n_words * static_cast<std::int64_t>(sizeof(std::int64_t));
-    displs[r] = total * static_cast<std::int64_t>(sizeof(std::int64_t));
-    total += n_words;
-  }
-  std::vector<std::int64_t> global(static_cast<std::size_t>(total));
-  comm.all_gatherv(reinterpret_cast<const std::byte*>(words.data()),
-                   counts[static_cast<std::size_t>(comm.rank())],
-                   reinterpret_cast<std::byte*>(global.data()), counts, displs);
+  std::vector<std::int64_t> counts(d);
+  for (std::size_t r = 0; r < d; ++r) counts[r] = all[r].samples + 5 * all[r].sub_items;
+  const std::vector<std::int64_t> global =
+      orchmllm::all_gatherv(comm, std::span<const std::int64_t>(words), counts).values;
 
   step_metadata m;
   m.modalities.resize(static_cast<std::size_t>(kc));

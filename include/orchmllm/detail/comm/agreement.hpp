@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "orchmllm/comm/collectives.hpp"
 #include "orchmllm/comm/communicator.hpp"
 
 namespace orchmllm::detail {
@@ -21,10 +22,7 @@ void all_max(Comm& comm, std::span<std::int64_t> values) {
     comm.all_max(values);
   } else {
     const auto k = values.size();
-    std::vector<std::int64_t> all(k * static_cast<std::size_t>(comm.size()));
-    comm.all_gather(reinterpret_cast<const std::byte*>(values.data()),
-                    static_cast<std::int64_t>(k * sizeof(std::int64_t)),
-                    reinterpret_cast<std::byte*>(all.data()));
+    auto all = orchmllm::all_gather(comm, std::span<const std::int64_t>(values));
     for (std::size_t r = 1; r < static_cast<std::size_t>(comm.size()); ++r)
       for (std::size_t i = 0; i < k; ++i) all[i] = std::max(all[i], all[r * k + i]);
     std::copy(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(k), values.begin());
