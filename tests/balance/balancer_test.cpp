@@ -22,6 +22,7 @@
 #include "orchmllm/detail/balance/exact.hpp"
 #include "orchmllm/detail/balance/first_fit.hpp"
 #include "orchmllm/detail/balance/padded.hpp"
+#include "support/padding_rules.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -249,29 +250,7 @@ TEST_CASE("balance: padded is optimal with ties, zero lengths, multiples and buc
 
 namespace {
 
-// The trainer's own padding rules (core/padding.hpp, `padding_rule`): the next power of two
-// (CUDA-graph shapes), a minimum tile, and a table of non-uniform steps.
-struct next_pow2 {
-  [[nodiscard]] std::int64_t padded_length(std::int64_t l) const {
-    std::int64_t p = 1;
-    while (p < l) p *= 2;
-    return l == 0 ? 0 : p;
-  }
-  bool operator==(const next_pow2&) const = default;
-  [[nodiscard]] const char* name() const { return "next_pow2"; }
-};
-struct at_least {
-  std::int64_t floor = 0;
-  [[nodiscard]] std::int64_t padded_length(std::int64_t l) const { return std::max(l, floor); }
-  bool operator==(const at_least&) const = default;
-};
-struct steps {
-  [[nodiscard]] std::int64_t padded_length(std::int64_t l) const {
-    return l <= 3 ? 3 : l <= 10 ? 12 : l <= 40 ? l + (l % 2) : 5 * ((l + 4) / 5);
-  }
-  bool operator==(const steps&) const = default;
-};
-
+// The trainer's own padding rules (support/padding_rules.hpp).
 std::vector<padding_policy> user_policies(std::mt19937_64& rng) {
   return {next_pow2{}, at_least{uniform(rng, 0, 12)}, steps{}};
 }

@@ -7,7 +7,6 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -16,6 +15,7 @@
 
 #include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/error.hpp"
+#include "support/padding_rules.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -48,20 +48,9 @@ struct item {
   std::int64_t bytes;
 };
 
-// A trainer's rule: pad to the next power of two (CUDA-graph shapes), named.
-struct next_pow2 {
-  [[nodiscard]] std::int64_t padded_length(std::int64_t l) const {
-    return l <= 1 ? l : static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(l)));
-  }
-  bool operator==(const next_pow2&) const = default;
-  [[nodiscard]] const char* name() const { return "next_pow2"; }
-};
-// A parametrised, unnamed one: at least `floor` tokens (a kernel's minimum tile).
-struct at_least {
-  std::int64_t floor = 0;
-  [[nodiscard]] std::int64_t padded_length(std::int64_t l) const { return std::max(l, floor); }
-  bool operator==(const at_least&) const = default;
-};
+using orchmllm::test::at_least;   // support/padding_rules.hpp
+using orchmllm::test::next_pow2;
+
 // Rules that break the contract.
 struct shrinks {
   [[nodiscard]] std::int64_t padded_length(std::int64_t l) const { return l / 2; }
