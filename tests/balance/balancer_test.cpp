@@ -264,8 +264,8 @@ TEST_CASE("balance: a trainer's padding rule is exact under padded_exact, exact 
     CAPTURE(inst);
     const auto d = static_cast<rank_t>(uniform(rng, 1, 4));
     const std::int64_t n = uniform(rng, 0, 9);
-    const batch_layout layout =
-        random_layout(rng, d, n, inst % 3 == 0 ? 0 : 1, std::array<std::int64_t, 3>{6, 20, 70}[inst % 3]);
+    const batch_layout layout = random_layout(rng, d, n, inst % 3 == 0 ? 0 : 1,
+                                              std::array<std::int64_t, 3>{6, 20, 70}[inst % 3]);
     check_small_instance(rng, layout, linear_cost{uniform(rng, 1, 3)}, t, user_policies(rng));
     check_small_instance(rng, layout, quadratic_cost{1.0, 0.5, 0.02}, t, user_policies(rng));
   }

@@ -49,7 +49,7 @@ std::vector<std::int64_t> values_of(rank_t r) {
 
 }  // namespace
 
-TEST_CASE("collectives: typed all_gather and all_gatherv deliver every rank's values in rank order") {
+TEST_CASE("collectives: all_gather and all_gatherv deliver every rank's values in rank order") {
   for (rank_t d = 1; d <= 7; ++d) {
     CAPTURE(d);
     struct result {

@@ -1217,7 +1217,8 @@ TEST_CASE("a trainer's topology model passes wherever a topology does, with the 
     CHECK(a.stages[k].inter_node_bytes == b.stages[k].inter_node_bytes);
   }
   std::vector<std::int64_t> bytes;
-  for (std::int64_t g = 0; g < a.llm_layout.num_items(); ++g) bytes.push_back(a.llm_layout.bytes(g));
+  for (std::int64_t g = 0; g < a.llm_layout.num_items(); ++g)
+    bytes.push_back(a.llm_layout.bytes(g));
   const auto mapped = orchmllm::map_bins(a.llm, bytes, pairs_model{});
   CHECK(mapped.rank_of_bin == orchmllm::map_bins(a.llm, bytes, shipped).rank_of_bin);
   // The routes.

@@ -242,7 +242,8 @@ TEST_CASE("topology: a trainer's model converts, nodes renumbered by their lowes
   check_shape(t, ranks{0, 0, 1, 2, 1, 0});
   CHECK(t.links.inter_bandwidth == 12.5e9);
   CHECK(t.links.intra_bandwidth == link_params{}.intra_bandwidth);
-  CHECK(orchmllm::fingerprint(t) == orchmllm::fingerprint(topology(ranks{0, 0, 1, 2, 1, 0}, hosts.links())));
+  CHECK(orchmllm::fingerprint(t) ==
+        orchmllm::fingerprint(topology(ranks{0, 0, 1, 2, 1, 0}, hosts.links())));
 
   const topology b = blocks_model{};
   CHECK(b == topology::uniform(6, 4));

@@ -12,16 +12,20 @@
 ///                          the trainer's own rule, e.g. the next power of two
 ///
 /// Every policy but `packed` is a *padded* one: a rank's load is count × cost(pad(longest)),
-/// with pad(l) ≥ l non-decreasing in l (`padded_length`). That one rule is written once, in
-/// `rank_load` below, the per-rank state every balancer and every check reads. Every balancer
-/// handles every padded policy, the trainer's included, and `padded_exact` (and `automatic`) is
-/// exact for all of them: its proof uses only that pad and the cost model are non-decreasing
-/// (docs/algorithms.md, "Padded policies").
+/// with pad(l) ≥ l non-decreasing in l (`padded_length`). The load formula is written once, in
+/// `rank_load` below: the per-rank state of the library's checks and figures and of a trainer's
+/// own balancer. The built-in balancers keep incremental per-rank keys of the same formula (its
+/// canonical order makes a rank's first item its longest) and reach a policy only through
+/// `padded_length`, so every balancer handles every padded policy, the trainer's included, and
+/// `padded_exact` (and `automatic`) is exact for all of them: its proof uses only that pad and
+/// the cost model are non-decreasing (docs/algorithms.md, "Padded policies").
 ///
 /// A trainer's own rule is any value type with `padded_length(l)` (and `==`; `name()` optional):
 ///
 ///     struct next_pow2 {
-///       std::int64_t padded_length(std::int64_t l) const { return std::bit_ceil<std::uint64_t>(l); }
+///       std::int64_t padded_length(std::int64_t l) const {
+///         return static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(l)));
+///       }
 ///       bool operator==(const next_pow2&) const = default;
 ///     };
 ///     auto plan = orchmllm::balance(layout, cost, orchmllm::padding_policy(next_pow2{}));
@@ -327,7 +331,8 @@ class rank_load {
   /// The load this rank would have with one more item of the given length and cost; the state
   /// is unchanged.
   template <class C>
-  [[nodiscard]] constexpr Cost load_if_added(std::int64_t length, Cost item_cost, const C& cost) const {
+  [[nodiscard]] constexpr Cost load_if_added(std::int64_t length, Cost item_cost,
+                                             const C& cost) const {
     return load_of(count_ + 1, sum_cost_ + item_cost,
                    count_ == 0 ? length : std::max(max_length_, length), cost);
   }
@@ -344,7 +349,8 @@ class rank_load {
  private:
   // The padding rule itself: Σ costs (packed), count × cost(pad(longest)) (padded).
   template <class C>
-  constexpr Cost load_of(std::int64_t count, Cost sum_cost, std::int64_t longest, const C& cost) const {
+  constexpr Cost load_of(std::int64_t count, Cost sum_cost, std::int64_t longest,
+                         const C& cost) const {
     if (!policy_.is_padded()) return sum_cost;
     if (count == 0) return Cost{};
     return static_cast<Cost>(count) * static_cast<Cost>(cost(policy_.padded_length(longest)));
