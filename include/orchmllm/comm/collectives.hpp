@@ -1,8 +1,9 @@
 #pragma once
 /// @file collectives.hpp
 /// Typed collectives over any `communicator`: values of trivially copyable types in, vectors of
-/// them out, instead of byte casts at every call site; and `exchange_checked`, the one way the
-/// library exchanges a small record per rank and raises the same error on every rank.
+/// them out, instead of byte casts at every call site; and `exchange_checked`, the pattern of
+/// the library's agreements (a small record per rank, then the same check, and so the same
+/// error, on every rank) for a trainer's own.
 ///
 ///     const auto nodes = orchmllm::all_gather(comm, comm.node());      // one value per rank
 ///     const auto rows = orchmllm::all_gatherv(comm, std::span(my_lengths));  // any count each
@@ -114,7 +115,8 @@ template <wire_value T, communicator Comm>
 /// `check(records)` on every rank. Every rank sees the same records, so a deterministic check
 /// that throws throws the same error on every rank, and no rank is left waiting in a later
 /// collective: this is how a rank's local fault (bad input, another plan) reaches the whole
-/// group. Returns the records when the check passes.
+/// group, as in `gather_layout` and `gather_step_metadata`. Returns the records when the check
+/// passes.
 template <wire_value T, communicator Comm, class Check>
   requires std::invocable<Check&, std::span<const T>>
 std::vector<T> exchange_checked(Comm& comm, const T& mine, Check check) {

@@ -406,7 +406,8 @@ void mix_stage(fnv& f, const Stage& stage) {
 /// lengths), policies (a trainer's padding rule by its name), balancer options, mappings (a
 /// custom balancer or mapper by its name) and row widths. Equal declarations give equal
 /// fingerprints on every platform; two cost models that agree on all probe lengths are treated
-/// as equal, and so are two padding rules, balancers or mappers of the same name. O(K), never throws (a throwing cost model aside).
+/// as equal, and so are two padding rules, balancers or mappers of the same name. O(K), never
+/// throws (a throwing cost model aside).
 [[nodiscard]] inline std::uint64_t fingerprint(const stage_declarations& decl) {
   detail::fnv f;
   f.mix(static_cast<std::uint64_t>(decl.encoders.size()));

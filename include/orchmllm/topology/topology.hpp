@@ -188,38 +188,31 @@ class topology {
   friend bool operator==(const topology&, const topology&) = default;
 
  private:
-  // A model's node ids, renumbered 0, 1, ... in order of their lowest rank.
+  // A model's node ids, renumbered 0, 1, ... in order of their lowest rank, i.e. of first
+  // appearance in rank order. O(d log N).
   template <class T>
   static std::vector<rank_t> dense_nodes(const T& model) {
     const std::int64_t d = static_cast<std::int64_t>(model.num_ranks());
     ORCHMLLM_REQUIRE(d >= 1 && d <= INT32_MAX, invalid_argument_error,
                      "a topology needs 1 to 2^31 - 1 ranks, the model has ", d);
-    std::vector<std::pair<std::int64_t, rank_t>> first;  // (node id, lowest rank), by id
     std::vector<std::int64_t> id(static_cast<std::size_t>(d));
-    for (rank_t r = 0; r < static_cast<rank_t>(d); ++r) {
-      id[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(model.node_of(r));
-      ORCHMLLM_REQUIRE(id[static_cast<std::size_t>(r)] >= 0, invalid_argument_error, "rank ", r,
-                       " is on node ", id[static_cast<std::size_t>(r)],
+    for (std::size_t r = 0; r < id.size(); ++r) {
+      id[r] = static_cast<std::int64_t>(model.node_of(static_cast<rank_t>(r)));
+      ORCHMLLM_REQUIRE(id[r] >= 0, invalid_argument_error, "rank ", r, " is on node ", id[r],
                        ", node ids must be non-negative");
-      first.emplace_back(id[static_cast<std::size_t>(r)], r);
     }
-    std::sort(first.begin(), first.end());
-    first.erase(std::unique(first.begin(), first.end(),
-                            [](const auto& a, const auto& b) { return a.first == b.first; }),
-                first.end());
-    // first[k] = (id, its lowest rank); dense number = rank of that lowest rank among them.
-    std::vector<std::pair<rank_t, std::int64_t>> by_rank;
-    by_rank.reserve(first.size());
-    for (const auto& [node, lowest] : first) by_rank.emplace_back(lowest, node);
-    std::sort(by_rank.begin(), by_rank.end());
-    std::vector<std::pair<std::int64_t, rank_t>> dense;  // (id, dense number), by id
-    dense.reserve(by_rank.size());
-    for (std::size_t k = 0; k < by_rank.size(); ++k)
-      dense.emplace_back(by_rank[k].second, static_cast<rank_t>(k));
-    std::sort(dense.begin(), dense.end());
-    std::vector<rank_t> node(static_cast<std::size_t>(d));
-    for (std::size_t r = 0; r < node.size(); ++r)
-      node[r] = std::lower_bound(dense.begin(), dense.end(), std::pair{id[r], rank_t{0}})->second;
+    std::vector<std::int64_t> ids(id);  // the distinct ids, sorted, for lookup
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    std::vector<rank_t> number(ids.size(), -1);  // dense number of ids[k], once seen
+    std::vector<rank_t> node(id.size());
+    rank_t next = 0;
+    for (std::size_t r = 0; r < id.size(); ++r) {
+      auto& n = number[static_cast<std::size_t>(
+          std::lower_bound(ids.begin(), ids.end(), id[r]) - ids.begin())];
+      if (n < 0) n = next++;
+      node[r] = n;
+    }
     return node;
   }
 
