@@ -27,11 +27,13 @@
 //
 // One step is computed twice from the same parameters:
 //   (a) no balancing: every rank runs both encoders and the LLM on its own samples;
-//   (b) through the orchestrator: gather_step_metadata, plan_step (vision, audio, llm), then
-//       pixels / frames along encoders[k].input, text rows (token, target, number of sub-items
-//       that follow, their target) along llm, encoders on the encoder ranks, outputs along
-//       encoders[k].output (Π_M ∘ Π_E⁻¹), sequences assembled with llm_view, LLM forward and
-//       backward, output gradients along encoders[k].gradient, encoder backward there.
+//   (b) through the orchestrator: gather_step_metadata, plan_step over the communicator
+//       (vision, audio, llm, and this rank's prebuilt routes, agreed once), then pixels /
+//       frames along routes.encoder_input(k), text rows (token, target, number of sub-items
+//       that follow, their target) along routes.text(), encoders on the encoder ranks, outputs
+//       along routes.encoder_output(k) (Π_M ∘ Π_E⁻¹), sequences assembled with llm_view, LLM
+//       forward and backward, output gradients along routes.encoder_gradient(k), encoder
+//       backward there. Each transfer is its route's all-to-all(s) and nothing else.
 // Both paths all-reduce the parameter gradients (comm.all_gather of the gradient vector, summed
 // in rank order: the communicator concept has no all-reduce) and the loss, and compare:
 //   grad_max_rel_diff = max over every scalar parameter j of |a_j - b_j| / max(|a_j|, |b_j|, 1e-300)
@@ -526,7 +528,8 @@ step_result run_rank(Comm& comm, std::uint64_t seed) {
   // metadata gather checks that the topology matches the communicator.
   const orchmllm::topology topo = orchmllm::gather_topology(comm);
   const auto meta = orchmllm::gather_step_metadata(comm, decl, describe(samples), topo);
-  const auto step = orchmllm::plan_step(decl, meta, topo);
+  // Plans and this rank's prebuilt route of every transfer, agreed in one small reduction.
+  const auto step = orchmllm::plan_step(comm, decl, meta, topo);
 
   std::int64_t total_tokens = 0;  // the GLOBAL token count: every sequence position
   for (std::int64_t g = 0; g < meta.num_samples(); ++g) total_tokens += meta.sequence_length(g);
@@ -539,14 +542,14 @@ step_result run_rank(Comm& comm, std::uint64_t seed) {
   // ---- (b) through the orchestrator ----
   model grad_b;
   double loss_b_local = 0;
-  // Every payload moves with one `dispatch` (3K + 1 per step); count the schedules they used
-  // (the schedule is chosen collectively, so the counts are the same on every rank).
+  // Every payload moves with one `dispatch` along its prebuilt route (3K + 1 per step: its
+  // hops' all-to-alls, nothing else); count the schedules they used (chosen from shared data,
+  // so the counts are the same on every rank).
   int dispatches = 0, node_wise = 0;
-  auto move = [&](const orchmllm::rearrangement& plan, const orchmllm::ragged_payload& p) {
-    orchmllm::dispatch_report rep;
-    auto moved = orchmllm::dispatch(comm, plan, p, {}, &rep);
+  auto move = [&](const orchmllm::route& route, const orchmllm::ragged_payload& p) {
+    auto moved = orchmllm::dispatch(comm, route, p);
     ++dispatches;
-    if (rep.used == orchmllm::schedule::node_wise) ++node_wise;
+    if (route.used() == orchmllm::schedule::node_wise) ++node_wise;
     return moved;
   };
   // Encoder inputs, origin → Π_E_k: this rank's modality-k sub-items in local order.
@@ -557,8 +560,7 @@ step_result run_rank(Comm& comm, std::uint64_t seed) {
     for (const auto& s : samples)
       for (const auto& sd : s.subs)
         if (sd.modality == k) append_matrix(p, sd.input);
-    enc_in[static_cast<std::size_t>(k)] =
-        move(step.encoders[static_cast<std::size_t>(k)].input, p);
+    enc_in[static_cast<std::size_t>(k)] = move(step.routes.encoder_input(k), p);
   }
   // Text rows, origin → Π_M.
   orchmllm::ragged_payload text_local;
@@ -569,7 +571,7 @@ step_result run_rank(Comm& comm, std::uint64_t seed) {
     text_local.data.resize(at + s.text.size() * sizeof(text_row));
     std::memcpy(text_local.data.data() + at, s.text.data(), s.text.size() * sizeof(text_row));
   }
-  const auto text = move(step.llm, text_local);
+  const auto text = move(step.routes.text(), text_local);
 
   // Encoders on the encoder ranks; outputs Π_E_k → Π_M (one all-to-all per encoder).
   std::vector<std::vector<MatrixXd>> enc_inputs(num_encoders);
@@ -577,14 +579,14 @@ step_result run_rank(Comm& comm, std::uint64_t seed) {
   for (int k = 0; k < num_encoders; ++k) {
     const auto uk = static_cast<std::size_t>(k);
     const auto& in = enc_in[uk];
-    const auto& route = step.encoders[uk];
-    const auto first = route.input.dst_offsets()[static_cast<std::size_t>(me)];
+    const auto& plan = step.encoders[uk].input;  // Π_E_k
+    const auto first = plan.dst_offsets()[static_cast<std::size_t>(me)];
     orchmllm::ragged_payload out;
     out.row_bytes = hidden * static_cast<std::int64_t>(sizeof(double));
     std::int64_t row = 0;
     for (std::int64_t i = 0; i < in.num_items(); ++i) {
       const auto rows = in.rows[static_cast<std::size_t>(i)];
-      const auto id = route.input.source_of(first + i);  // global id within modality k
+      const auto id = plan.source_of(first + i);  // global id within modality k
       require(rows == meta.modalities[uk].input_rows[static_cast<std::size_t>(id)],
               "encoder input of the wrong size");
       auto x = read_matrix(in, row, rows, input_dim(k));
@@ -595,7 +597,7 @@ step_result run_rank(Comm& comm, std::uint64_t seed) {
       append_matrix(out, y);
       enc_inputs[uk].push_back(std::move(x));
     }
-    emb[uk] = move(route.output, out);
+    emb[uk] = move(step.routes.encoder_output(k), out);
   }
 
   // LLM: assemble every sequence (llm_view order), forward/backward, output gradients.
@@ -644,7 +646,7 @@ step_result run_rank(Comm& comm, std::uint64_t seed) {
   // Output gradients Π_M → Π_E_k, encoder backward where the encoder ran.
   for (int k = 0; k < num_encoders; ++k) {
     const auto uk = static_cast<std::size_t>(k);
-    const auto back = move(step.encoders[uk].gradient, demb[uk]);
+    const auto back = move(step.routes.encoder_gradient(k), demb[uk]);
     require(back.num_items() == static_cast<std::int64_t>(enc_inputs[uk].size()),
             "gradients came back to another rank than the encoder's");
     std::int64_t row = 0;

@@ -13,11 +13,15 @@
 // warm-up, each of --repeat runs times, after a barrier and as the slowest rank,
 //   dispatch   orchmllm::dispatch, the whole call (metadata agreement: one all-gather and one
 //              all-gatherv; route build; pack; all-to-all(s); unpack),
-//   execute    orchmllm::execute of a route built once (pack, all-to-all(s), unpack),
+//   execute    orchmllm::execute of a route built once (its agreement: one small reduction;
+//              pack, all-to-all(s), unpack),
+//   route      orchmllm::dispatch along that route after one agree_on_routes (what a training
+//              step runs per transfer: pack, all-to-all(s), unpack, no agreement),
 //   combine    orchmllm::combine (the way back),
 //   alltoallv  MPI_Alltoallv of the direct schedule's byte matrix on the same communicator,
-// and checks every delivered byte. Reported: medians, and dispatch / alltoallv and
-// execute / alltoallv (target <= 1.2 at >= 1 MiB per rank with the direct schedule). Rank 0
+// and checks every delivered byte. Reported: medians, and dispatch / alltoallv,
+// execute / alltoallv and route / alltoallv (target <= 1.2 at >= 1 MiB per rank with the
+// direct schedule). Rank 0
 // prints the table; the exit status is 1 when any check failed, 2 for bad arguments.
 
 #include <mpi.h>
@@ -140,9 +144,9 @@ int main(int argc, char** argv) {
       std::printf("orchmllm::dispatch vs MPI_Alltoallv: %d ranks on %d nodes, schedule %s, "
                   "median of %d runs (slowest rank per run)\n",
                   d, comm.num_nodes(), orchmllm::to_string(o.sched).data(), o.repeat);
-      std::printf("%-10s %-9s %11s %11s %11s %11s %9s %9s %s\n", "per rank", "used",
-                  "dispatch ms", "execute ms", "combine ms", "a2av ms", "disp/a2av",
-                  "exec/a2av", "verified");
+      std::printf("%-10s %-9s %11s %11s %11s %11s %11s %9s %9s %9s %s\n", "per rank", "used",
+                  "dispatch ms", "execute ms", "route ms", "combine ms", "a2av ms", "disp/a2av",
+                  "exec/a2av", "route/a2av", "verified");
     }
     for (const auto size : o.sizes) {
       const auto in = uniform_all_to_all(d, size);
@@ -155,11 +159,12 @@ int main(int argc, char** argv) {
       if (!s.verified) status = 1;
       if (world_rank == 0) {
         const double a2a = s.alltoallv_seconds.value_or(0.0);
-        std::printf("%-10s %-9s %11.3f %11.3f %11.3f %11.3f %9.3f %9.3f %s\n",
+        std::printf("%-10s %-9s %11.3f %11.3f %11.3f %11.3f %11.3f %9.3f %9.3f %9.3f %s\n",
                     human_bytes(size).c_str(), orchmllm::to_string(s.used).data(),
-                    1e3 * s.dispatch_seconds, 1e3 * s.execute_seconds, 1e3 * s.combine_seconds,
-                    1e3 * a2a, a2a > 0 ? s.dispatch_seconds / a2a : 0.0,
-                    a2a > 0 ? s.execute_seconds / a2a : 0.0, s.verified ? "yes" : "NO");
+                    1e3 * s.dispatch_seconds, 1e3 * s.execute_seconds, 1e3 * s.route_seconds,
+                    1e3 * s.combine_seconds, 1e3 * a2a, a2a > 0 ? s.dispatch_seconds / a2a : 0.0,
+                    a2a > 0 ? s.execute_seconds / a2a : 0.0,
+                    a2a > 0 ? s.route_seconds / a2a : 0.0, s.verified ? "yes" : "NO");
         for (const auto& [r, what] : s.failures)
           std::fprintf(stderr, "comm_mpi_dispatch_bench: rank %d: %s\n", r, what.c_str());
         std::fflush(stdout);

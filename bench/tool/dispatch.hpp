@@ -125,8 +125,9 @@ inline const command& dispatch_command() {
         "Every item carries `bytes` bytes (the bytes column, else its length) whose content\n"
         "derives from (source rank, slot, byte index). After an untimed warm-up, each of K runs\n"
         "times (barrier first, slowest rank) orchmllm::dispatch, orchmllm::execute of a route\n"
-        "built once, orchmllm::combine, and with mpi a plain MPI_Alltoallv of the same byte\n"
-        "matrix; every rank checks after each step that it holds exactly its planned items in\n"
+        "built once, orchmllm::dispatch along that route after one agree_on_routes (its hops'\n"
+        "all-to-alls only: what a training step runs), orchmllm::combine, and with mpi a plain\n"
+        "MPI_Alltoallv of the same byte matrix; every rank checks after each step that it holds exactly its planned items in\n"
         "dst_slot order, intact, and after combine its original payload. Times are medians.\n"
         "\n"
         "stdout (rank 0): one JSON object on one line: verified, backend, ranks, nodes,\n"
@@ -134,9 +135,9 @@ inline const command& dispatch_command() {
         "max_rank_bytes, local_bytes, moved_bytes, intra_node_bytes, inter_node_bytes (by plan\n"
         "placement), sent_intra_node_bytes, sent_inter_node_bytes (what the schedule actually\n"
         "sends, forwarding included), predicted_seconds, predicted_direct_seconds,\n"
-        "predicted_node_wise_seconds, dispatch_seconds, execute_seconds, combine_seconds,\n"
-        "alltoallv_seconds (mpi; null for local), dispatch_vs_alltoallv, execute_vs_alltoallv,\n"
-        "items_file, plan_file. stderr names every rank that found a wrong byte.\n"
+        "predicted_node_wise_seconds, dispatch_seconds, execute_seconds, route_seconds,\n"
+        "combine_seconds, alltoallv_seconds (mpi; null for local), dispatch_vs_alltoallv,\n"
+        "execute_vs_alltoallv, route_vs_alltoallv, items_file, plan_file. stderr names every rank that found a wrong byte.\n"
         "\n"
         "exit status: 0 verified; 1 some rank received wrong data; 2 bad usage, unreadable or\n"
         "malformed files, files that disagree, an MPI world of another size than the files.\n";
@@ -543,6 +544,7 @@ struct dispatch_summary {
   double predicted_node_wise_seconds = 0;
   double dispatch_seconds = 0;
   double execute_seconds = 0;
+  double route_seconds = 0;  ///< dispatch along the prebuilt route, agreed once
   double combine_seconds = 0;
   std::optional<double> alltoallv_seconds;
 };
@@ -615,6 +617,11 @@ dispatch_summary run_dispatch_rank(Comm& comm, const batch_layout& layout,
   const route r = build_route(comm, plan, my_bytes, opts);
   host_mover mover;
   std::vector<std::byte> executed(static_cast<std::size_t>(r.output_bytes()));
+  // The training-step path: one agreement (which also reserves the scratch), then each
+  // dispatch along the route is its hops' all-to-alls.
+  host_mover route_scratch;
+  std::vector<std::byte> routed(static_cast<std::size_t>(r.output_bytes()));
+  agree_on_routes(comm, std::span<const route>(&r, 1), route_scratch);
   const auto [send_counts, recv_counts] = direct_byte_counts(layout, plan, me);
   const bool with_baseline = baseline.prepare(comm, send_counts, recv_counts);
   std::vector<std::byte> baseline_recv;
@@ -631,7 +638,7 @@ dispatch_summary run_dispatch_rank(Comm& comm, const batch_layout& layout,
   auto seconds_since = [](clock::time_point t0) {
     return std::chrono::duration<double>(clock::now() - t0).count();
   };
-  std::vector<double> t_dispatch, t_execute, t_combine, t_baseline;
+  std::vector<double> t_dispatch, t_execute, t_route, t_combine, t_baseline;
   dispatch_report report;
   ragged_payload moved, back;  // reused across steps, as a trainer would
   for (int k = -1; k < s.repeat; ++k) {  // k = -1: untimed warm-up (first-touch, caches)
@@ -650,6 +657,14 @@ dispatch_summary run_dispatch_rank(Comm& comm, const batch_layout& layout,
 
     comm.barrier();
     t0 = clock::now();
+    dispatch(comm, r, std::span<const std::byte>(mine.data), std::span<std::byte>(routed),
+             route_scratch);
+    const double tr = seconds_since(t0);
+    if (!std::equal(routed.begin(), routed.end(), moved.data.begin(), moved.data.end()))
+      note(std::string("route: the bytes differ from what dispatch delivered"));
+
+    comm.barrier();
+    t0 = clock::now();
     combine(comm, plan, moved, back, opts);
     const double tc = seconds_since(t0);
     note(check_same_payload(back, mine, "combine"));
@@ -662,6 +677,7 @@ dispatch_summary run_dispatch_rank(Comm& comm, const batch_layout& layout,
     if (k >= 0) {
       t_dispatch.push_back(td);
       t_execute.push_back(te);
+      t_route.push_back(tr);
       t_combine.push_back(tc);
       t_baseline.push_back(tb);
     }
@@ -673,6 +689,7 @@ dispatch_summary run_dispatch_rank(Comm& comm, const batch_layout& layout,
   sum.verified = sum.failures.empty();
   sum.dispatch_seconds = median(max_over_ranks(comm, t_dispatch));
   sum.execute_seconds = median(max_over_ranks(comm, t_execute));
+  sum.route_seconds = median(max_over_ranks(comm, t_route));
   sum.combine_seconds = median(max_over_ranks(comm, t_combine));
   if (with_baseline) sum.alltoallv_seconds = median(max_over_ranks(comm, t_baseline));
 
@@ -715,10 +732,12 @@ inline std::string dispatch_json(const dispatch_summary& s, std::string_view bac
       .add("predicted_node_wise_seconds", s.predicted_node_wise_seconds)
       .add("dispatch_seconds", s.dispatch_seconds)
       .add("execute_seconds", s.execute_seconds)
+      .add("route_seconds", s.route_seconds)
       .add("combine_seconds", s.combine_seconds)
       .raw("alltoallv_seconds", s.alltoallv_seconds ? json_number(*s.alltoallv_seconds) : "null")
       .raw("dispatch_vs_alltoallv", ratio(s.dispatch_seconds, s.alltoallv_seconds))
       .raw("execute_vs_alltoallv", ratio(s.execute_seconds, s.alltoallv_seconds))
+      .raw("route_vs_alltoallv", ratio(s.route_seconds, s.alltoallv_seconds))
       .add("items_file", items_file)
       .add("plan_file", plan_file);
   return j.str();

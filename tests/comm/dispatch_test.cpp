@@ -39,6 +39,7 @@
 #include "orchmllm/core/padding.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/topology/topology.hpp"
+#include "support/counting_communicator.hpp"
 #include "support/failing_allocation.hpp"
 #include "support/faults.hpp"
 #include "support/test_support.hpp"
@@ -642,30 +643,7 @@ namespace {
 // A local communicator that counts its collective calls, and a mover that records every
 // scratch request with the count at that moment: `execute` must reserve all scratch before
 // its agreement (a collective) and never grow a slot afterwards.
-struct counting_comm {
-  communicator& inner;
-  std::int64_t calls = 0;
-  static constexpr auto payload_memory = orchmllm::memory_kind::host;
-  rank_t rank() const { return inner.rank(); }
-  rank_t size() const { return inner.size(); }
-  rank_t node() const { return inner.node(); }
-  rank_t num_nodes() const { return inner.num_nodes(); }
-  rank_t local_rank() const { return inner.local_rank(); }
-  rank_t local_size() const { return inner.local_size(); }
-  void barrier() { ++calls, inner.barrier(); }
-  void all_gather(const std::byte* s, std::int64_t b, std::byte* r) {
-    ++calls, inner.all_gather(s, b, r);
-  }
-  void all_gatherv(const std::byte* s, std::int64_t b, std::byte* r,
-                   std::span<const std::int64_t> c, std::span<const std::int64_t> o) {
-    ++calls, inner.all_gatherv(s, b, r, c, o);
-  }
-  void all_to_allv(const std::byte* s, std::span<const std::int64_t> sc,
-                   std::span<const std::int64_t> sd, std::byte* r,
-                   std::span<const std::int64_t> rc, std::span<const std::int64_t> rd) {
-    ++calls, inner.all_to_allv(s, sc, sd, r, rc, rd);
-  }
-};
+using counting_comm = orchmllm::test::counting_communicator<communicator>;
 static_assert(orchmllm::communicator<counting_comm>);
 
 struct recording_mover {
@@ -673,7 +651,7 @@ struct recording_mover {
   orchmllm::host_mover inner;
   std::vector<std::array<std::int64_t, 3>> requests;  // slot, bytes, collective calls so far
   std::byte* scratch(int slot, std::int64_t bytes) {
-    requests.push_back({slot, bytes, comm.calls});
+    requests.push_back({slot, bytes, comm.total()});
     return inner.scratch(slot, bytes);
   }
   void gather(const std::byte* in, std::byte* out, const orchmllm::detail::segment_list& s) {
@@ -728,5 +706,204 @@ TEST_CASE("execute: every scratch buffer is reserved before the exchange starts"
         }
       }
     }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dispatch along prebuilt routes: one agreement per step, then only the hops' all-to-alls.
+
+TEST_CASE("dispatch along a prebuilt route: one all-to-all(v) per hop and nothing else") {
+  std::mt19937_64 rng(4242);
+  int hops_seen[4] = {0, 0, 0, 0};
+  for (int trial = 0; trial < 16; ++trial) {
+    const rank_t d = static_cast<rank_t>(uniform(rng, 1, 8));
+    const rank_t rpn = static_cast<rank_t>(uniform(rng, 0, 3));
+    const auto lengths = random_lengths(rng, d, 6);
+    const auto layout = orchmllm::batch_layout::from_ranks(lengths);
+    const auto plan = orchmllm::test::random_rearrangement(rng, layout.offsets(), d, true, 20);
+    const auto rows = flatten(lengths);
+    const auto off = plan.src_offsets();
+    const std::int64_t row_bytes = uniform(rng, 1, 9);
+    vec bytes(rows.size());
+    for (std::size_t g = 0; g < rows.size(); ++g) bytes[g] = rows[g] * row_bytes;
+    const auto back_bytes = orchmllm::apply(plan, bytes);
+    const auto inverse = plan.inverse();
+    const auto topo = topology::uniform(d, rpn);  // the local backend's nodes
+    for (const auto s : all_schedules) {
+      INFO("trial ", trial, ", d = ", d, ", rpn = ", rpn, ", ", std::string(to_string(s)));
+      struct slot_t {
+        std::string error;
+        std::int64_t agreement_calls = -1;
+        std::int64_t hops = -1;
+        std::int64_t forward_calls = -1, forward_all_to_allvs = -1;
+        std::int64_t back_calls = -1, verified_calls = -1;
+        bool forward_intact = false, back_intact = false, span_intact = false;
+        bool scratch_reserved = true;
+      };
+      const auto res = run_group<slot_t>(d, rpn, [&](communicator& comm, slot_t& slot) {
+        const auto me = comm.rank();
+        const auto mine = make_payload(me, rows_of_rank(rows, off, me), row_bytes);
+        // Built from shared data, no communication; one agreement for both routes.
+        const std::vector<route> routes{route::build(plan, bytes, topo, me, s),
+                                        route::build(inverse, back_bytes, topo, me, s)};
+        counting_comm counted{comm};
+        recording_mover mover{counted, {}, {}};
+        orchmllm::agree_on_routes(counted, std::span<const route>(routes), mover);
+        slot.agreement_calls = counted.total();
+        const auto reserved_at = mover.requests.size();
+
+        counted.reset();
+        std::vector<std::byte> out(static_cast<std::size_t>(routes[0].output_bytes()));
+        orchmllm::dispatch(counted, routes[0], std::span<const std::byte>(mine.data),
+                           std::span<std::byte>(out), mover);
+        slot.hops = static_cast<std::int64_t>(routes[0].hops().size());
+        slot.forward_calls = counted.total();
+        slot.forward_all_to_allvs = counted.all_to_allvs;
+        const auto want = expected_at(plan, rows, row_bytes, me);
+        slot.span_intact = out == want.data;
+        // No scratch request after the agreement asks for more than it reserved.
+        std::int64_t reserved[2] = {0, 0};
+        for (std::size_t i = 0; i < mover.requests.size(); ++i) {
+          const auto& q = mover.requests[i];
+          if (i < reserved_at)
+            reserved[q[0]] = std::max(reserved[q[0]], q[1]);
+          else if (q[1] > reserved[q[0]])
+            slot.scratch_reserved = false;
+        }
+
+        // The host payload overload: rows from the route, storage reused, back again.
+        counted.reset();
+        const auto moved = orchmllm::dispatch(counted, routes[0], mine);
+        slot.forward_intact = same_payload(moved, want);
+        const auto back = orchmllm::dispatch(counted, routes[1], moved);
+        slot.back_calls = counted.total();
+        slot.back_intact = same_payload(back, mine);
+        // verify: the per-transfer agreement back on, one small collective more.
+        counted.reset();
+        (void)orchmllm::dispatch(counted, routes[0], mine, {.verify = true});
+        slot.verified_calls = counted.total();
+      });
+      for (const auto& slot : res) {
+        REQUIRE(slot.error.empty());
+        CHECK(slot.agreement_calls == 1);
+        CHECK(slot.forward_calls == slot.hops);
+        CHECK(slot.forward_all_to_allvs == slot.hops);
+        CHECK(slot.verified_calls == slot.hops + 1);
+        CHECK(slot.back_calls >= 0);
+        CHECK(slot.span_intact);
+        CHECK(slot.forward_intact);
+        CHECK(slot.back_intact);
+        CHECK(slot.scratch_reserved);
+        ++hops_seen[std::clamp<std::int64_t>(slot.hops, 0, 3)];
+      }
+    }
+  }
+  // The trials cover routes of 0, 1 and 3 hops.
+  CHECK(hops_seen[0] > 0);
+  CHECK(hops_seen[1] > 0);
+  CHECK(hops_seen[3] > 0);
+}
+
+TEST_CASE("routes: the step's agreement and verified dispatches fail together, no hang") {
+  const rank_t d = 4;
+  const auto lengths = std::vector<vec>{{3, 0, 5}, {2}, {}, {7, 1, 1, 4}};
+  const auto layout = orchmllm::batch_layout::from_ranks(lengths);
+  const auto rows = flatten(lengths);
+  const auto plan = orchmllm::balance(layout, orchmllm::linear_cost{}, orchmllm::packed).plan;
+  const auto off = plan.src_offsets();
+  std::mt19937_64 rng(5);
+  const auto other = orchmllm::test::random_rearrangement(rng, off, d, true);
+  REQUIRE(orchmllm::fingerprint(other) != orchmllm::fingerprint(plan));
+  constexpr std::int64_t row_bytes = 4;
+  vec bytes(rows.size());
+  for (std::size_t g = 0; g < rows.size(); ++g) bytes[g] = rows[g] * row_bytes;
+  for (const rank_t rpn : {0, 2}) {
+    INFO("ranks_per_node = ", rpn);
+    const auto topo = topology::uniform(d, rpn);
+    auto routes_of = [&](rank_t me, const rearrangement& p) {
+      return std::vector<route>{route::build(p, bytes, topo, me),
+                                route::build(p.inverse(), orchmllm::apply(p, bytes), topo, me)};
+    };
+    // Rank 2 kept a route of an earlier plan.
+    expect_collective_failure(
+        d, rpn, plan, rows,
+        [&](communicator& comm) {
+          const auto routes = routes_of(comm.rank(), comm.rank() == 2 ? other : plan);
+          orchmllm::agree_on_routes(comm, std::span<const route>(routes));
+        },
+        {"routes of different exchanges", "rank 2's has"});
+    // Rank 3 holds the routes built for rank 0.
+    expect_collective_failure(
+        d, rpn, plan, rows,
+        [&](communicator& comm) {
+          const auto routes = routes_of(comm.rank() == 3 ? 0 : comm.rank(), plan);
+          orchmllm::agree_on_routes(comm, std::span<const route>(routes));
+        },
+        {"rank 3 cannot take part", "its route was built for rank 0 of 4"});
+    // Rank 1's mover cannot reserve the scratch buffers of the shuffled plan.
+    expect_collective_failure(
+        d, rpn, plan, rows,
+        [&](communicator& comm) {
+          const auto routes = routes_of(comm.rank(), other);
+          orchmllm::test::failing_mover mover;
+          mover.fail = comm.rank() == 1;
+          orchmllm::agree_on_routes(comm, std::span<const route>(routes), mover);
+        },
+        {"rank 1 cannot take part", "could not allocate its scratch buffers"});
+    // verify: rank 1's buffers do not have its route's sizes.
+    expect_collective_failure(
+        d, rpn, plan, rows,
+        [&](communicator& comm) {
+          const auto r = route::build(plan, bytes, topo, comm.rank());
+          std::vector<std::byte> in(static_cast<std::size_t>(r.input_bytes()) +
+                                    (comm.rank() == 1 ? 1 : 0));
+          std::vector<std::byte> out(static_cast<std::size_t>(r.output_bytes()));
+          orchmllm::host_mover mover;
+          orchmllm::dispatch(comm, r, std::span<const std::byte>(in), std::span<std::byte>(out),
+                             mover, {.verify = true});
+        },
+        {"rank 1 cannot take part", "its buffers hold"});
+    // verify: rank 0's payload has another row width than the route was built for.
+    expect_collective_failure(
+        d, rpn, plan, rows,
+        [&](communicator& comm) {
+          const auto r = route::build(plan, bytes, topo, comm.rank());
+          auto mine = make_payload(comm.rank(), rows_of_rank(rows, off, comm.rank()), row_bytes);
+          if (comm.rank() == 0) {  // the same bytes as rows of 3 bytes: not whole rows
+            mine.row_bytes = 3;
+            mine.rows.assign(mine.rows.size(), 0);
+            if (!mine.rows.empty()) mine.rows[0] = static_cast<std::int64_t>(mine.data.size()) / 3;
+            mine.data.resize(static_cast<std::size_t>(mine.total_rows() * 3));
+          }
+          (void)orchmllm::dispatch(comm, r, mine, {.verify = true});
+        },
+        {"rank 0 cannot take part"});
+  }
+}
+
+TEST_CASE("dispatch along a route without verify: a local fault raises on its rank") {
+  // Every rank passes buffers of the wrong size, so every rank raises before its all-to-all
+  // (a fault on some ranks only would leave the others waiting: that is what verify is for).
+  const rank_t d = 3;
+  const auto layout = orchmllm::batch_layout::from_ranks(std::vector<vec>{{4, 1}, {2}, {5}});
+  const auto plan = orchmllm::balance(layout, orchmllm::linear_cost{}, orchmllm::packed).plan;
+  vec bytes{4, 1, 2, 5};
+  const auto topo = topology::uniform(d, 0);
+  struct slot_t {
+    std::string error;
+  };
+  const auto res = run_group<slot_t>(d, 0, [&](communicator& comm, slot_t&) {
+    const auto r = route::build(plan, bytes, topo, comm.rank());
+    std::vector<std::byte> in(static_cast<std::size_t>(r.input_bytes()) + 1);
+    std::vector<std::byte> out(static_cast<std::size_t>(r.output_bytes()));
+    orchmllm::host_mover mover;
+    orchmllm::dispatch(comm, r, std::span<const std::byte>(in), std::span<std::byte>(out), mover);
+  });
+  for (rank_t r = 0; r < d; ++r) {
+    const auto& e = res[static_cast<std::size_t>(r)].error;
+    INFO(e);
+    CHECK(e.rfind("communication_error: ", 0) == 0);
+    CHECK(e.find("rank " + std::to_string(r) + " cannot take part") != std::string::npos);
+    CHECK(e.find("unchecked dispatch") != std::string::npos);
   }
 }

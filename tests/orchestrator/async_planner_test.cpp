@@ -98,6 +98,9 @@ bool same_plan(const step_plan& a, const step_plan& b) {
         !(x.gradient == y.gradient))
       return false;
   }
+  if (a.routes.rank != b.routes.rank || a.routes.all.size() != b.routes.all.size()) return false;
+  for (std::size_t i = 0; i < a.routes.all.size(); ++i)
+    if (a.routes.all[i].fingerprint() != b.routes.all[i].fingerprint()) return false;
   for (std::size_t s = 0; s < a.stages.size(); ++s) {
     const auto& x = a.stages[s];
     const auto& y = b.stages[s];
@@ -154,14 +157,19 @@ TEST_CASE("async_planner: identical plans on every rank of a group") {
       [&](orchmllm::local::communicator& comm) {
         const auto me = static_cast<std::size_t>(comm.rank());
         const auto topo = topology::uniform(ranks, 2);
-        async_planner planner(decl, topo);
+        // The worker also builds this rank's routes; the training thread agrees on them.
+        const orchmllm::plan_options options{.routes_for = comm.rank()};
+        async_planner planner(decl, topo, 2, options);
         planner.submit(orchmllm::gather_step_metadata(comm, decl, batches[0][me]));
         for (std::size_t t = 0; t < batches.size(); ++t) {
           const auto plan = planner.next();
           if (t + 1 < batches.size())
             planner.submit(orchmllm::gather_step_metadata(comm, decl, batches[t + 1][me]));
+          orchmllm::agree_on_routes(comm, std::span<const orchmllm::route>(plan.routes.all));
           const auto meta = orchmllm::make_step_metadata(batches[t], 2);
-          if (same_plan(plan, orchmllm::plan_step(decl, meta, topo))) ++matches[me];
+          if (plan.routes.rank == comm.rank() &&
+              same_plan(plan, orchmllm::plan_step(decl, meta, topo, options)))
+            ++matches[me];
           prints[me].push_back(orchmllm::fingerprint(plan.llm) ^
                                (orchmllm::fingerprint(plan.encoders[0].output) << 1));
         }

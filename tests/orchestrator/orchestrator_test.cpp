@@ -49,6 +49,7 @@
 #include "orchmllm/orchestrator/stages.hpp"
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"
+#include "support/counting_communicator.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -951,6 +952,134 @@ TEST_CASE("end to end on the local backend: every route delivers the documented 
 }
 
 // ---------------------------------------------------------------------------------------------
+// Prebuilt routes: the collective plan_step agrees once, then every transfer of the step is its
+// hops' all-to-alls and nothing else, delivering what the plan dispatches deliver.
+
+namespace {
+
+struct routes_outcome {
+  std::vector<std::string> failures;
+  std::int64_t planning_calls = -1;  // collectives of the collective plan_step
+  std::int64_t transfers = 0;
+  std::uint64_t plan_print = 0;
+};
+
+void run_step_routes(orchmllm::local::communicator& comm, const stage_declarations& decl,
+                     const std::vector<local_batch>& batches, const reference& ref,
+                     const topology& topo, orchmllm::schedule sched, routes_outcome& out) {
+  const rank_t r = comm.rank();
+  auto fail = [&](std::string s) {
+    if (!s.empty()) out.failures.push_back(std::move(s));
+  };
+  orchmllm::test::counting_communicator counted{comm};
+  const auto meta =
+      orchmllm::gather_step_metadata(counted, decl, batches[static_cast<std::size_t>(r)]);
+  counted.reset();
+  const auto step = orchmllm::plan_step(counted, decl, meta, topo, {.sched = sched});
+  out.planning_calls = counted.total();
+  out.plan_print = plan_fingerprint(step);
+  const auto& routes = step.routes;
+  if (routes.rank != r || routes.num_encoders() != decl.num_encoders())
+    fail("the step's routes are not this rank's");
+  // One transfer: only its hops' all-to-alls; the schedule asked for.
+  auto move = [&](const orchmllm::route& rt, const ragged_payload& p) {
+    counted.reset();
+    auto moved = orchmllm::dispatch(counted, rt, p);
+    ++out.transfers;
+    if (counted.total() != static_cast<std::int64_t>(rt.hops().size()) ||
+        counted.all_to_allvs != counted.total())
+      fail("a transfer issued " + std::to_string(counted.total()) + " collectives for " +
+           std::to_string(rt.hops().size()) + " hops");
+    if (sched != orchmllm::schedule::automatic && rt.used() != sched)
+      fail("a route does not use the schedule asked for");
+    return moved;
+  };
+  const auto samples = llm_samples(step, r);
+  {
+    const auto w = decl.llm.text_row_bytes;
+    std::vector<item_ref> mine, want;
+    for (auto g : range(ref.sample_offsets[static_cast<std::size_t>(r)],
+                        ref.sample_offsets[static_cast<std::size_t>(r) + 1]))
+      mine.push_back({tag_text * 100, g, ref.text[static_cast<std::size_t>(g)]});
+    for (auto g : samples) want.push_back({tag_text * 100, g, ref.text[static_cast<std::size_t>(g)]});
+    fail(compare("text", r, -1, move(routes.text(), build_payload(mine, w)),
+                 build_payload(want, w)));
+  }
+  for (std::int32_t k = 0; k < decl.num_encoders(); ++k) {
+    const auto uk = static_cast<std::size_t>(k);
+    const auto w_in = decl.encoders[uk].input_row_bytes;
+    const auto w_out = decl.encoders[uk].output_row_bytes;
+    const auto mine = range(ref.mod_offsets[uk][static_cast<std::size_t>(r)],
+                            ref.mod_offsets[uk][static_cast<std::size_t>(r) + 1]);
+    const auto at_encoder = received_ids(step.encoders[uk].input, r);
+    fail(compare("encoder input", r, k,
+                 move(routes.encoder_input(k),
+                      modality_payload(tag_input, k, mine, ref.input_rows[uk], w_in)),
+                 modality_payload(tag_input, k, at_encoder, ref.input_rows[uk], w_in)));
+    const auto llm_ids = expected_llm_items(ref, samples, k);
+    fail(compare("encoder output", r, k,
+                 move(routes.encoder_output(k),
+                      modality_payload(tag_output, k, at_encoder, ref.llm_tokens[uk], w_out)),
+                 modality_payload(tag_output, k, llm_ids, ref.llm_tokens[uk], w_out)));
+    fail(compare("gradient", r, k,
+                 move(routes.encoder_gradient(k),
+                      modality_payload(tag_gradient, k, llm_ids, ref.llm_tokens[uk], w_out)),
+                 modality_payload(tag_gradient, k, at_encoder, ref.llm_tokens[uk], w_out)));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("prebuilt routes: one agreement per step, one all-to-all(v) per hop, the same bytes") {
+  std::mt19937_64 rng(77003);
+  for (int trial = 0; trial < 24; ++trial) {
+    const auto d = static_cast<rank_t>(trial < 3 ? trial + 1 : uniform(rng, 1, 12));
+    const int k_count = static_cast<int>(trial % 4);
+    const auto rpn = static_cast<rank_t>(uniform(rng, 0, 4));
+    const auto decl = random_decl(rng, k_count);
+    const auto batches = random_batches(rng, d, k_count);
+    const auto ref = make_reference(batches, k_count);
+    const auto topo = topology::uniform(d, rpn);
+    const auto sched = static_cast<orchmllm::schedule>(trial % 3);
+    std::vector<routes_outcome> outcomes(static_cast<std::size_t>(d));
+    orchmllm::local::run(
+        d,
+        [&](orchmllm::local::communicator& comm) {
+          run_step_routes(comm, decl, batches, ref, topo, sched,
+                          outcomes[static_cast<std::size_t>(comm.rank())]);
+        },
+        {.ranks_per_node = rpn, .timeout = 60s});
+    INFO("trial ", trial, ", d = ", d, ", K = ", k_count, ", ranks per node = ", rpn,
+         ", schedule ", std::string(to_string(sched)));
+    // The plans are the pure plan_step's; its routes are route::build's for this rank.
+    const auto meta = orchmllm::make_step_metadata(batches, k_count);
+    const auto plan = orchmllm::plan_step(decl, meta, topo);
+    CHECK(plan.routes.empty());
+    const auto with_routes =
+        orchmllm::plan_step(decl, meta, topo, {.routes_for = d - 1, .sched = sched});
+    REQUIRE(with_routes.routes.all.size() == static_cast<std::size_t>(3 * k_count + 1));
+    CHECK(with_routes.routes.text().fingerprint() ==
+          orchmllm::route::build(plan.llm,
+                                 [&] {
+                                   vec b;
+                                   for (auto t : meta.text_tokens)
+                                     b.push_back(t * decl.llm.text_row_bytes);
+                                   return b;
+                                 }(),
+                                 topo, d - 1, sched)
+              .fingerprint());
+    for (rank_t r = 0; r < d; ++r) {
+      const auto& o = outcomes[static_cast<std::size_t>(r)];
+      INFO("rank ", r, ": ", o.failures.empty() ? std::string("ok") : o.failures.front());
+      CHECK(o.failures.empty());
+      CHECK(o.planning_calls == 1);
+      CHECK(o.transfers == 3 * k_count + 1);
+      CHECK(o.plan_print == plan_fingerprint(plan));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Bad input: the same error on every rank, never a hang.
 
 namespace {
@@ -1135,6 +1264,35 @@ TEST_CASE("bad input: a clear error on every rank, no hang") {
                           },
                           decl, good),
                       kind::infeasible, {"stage 'llm'", "cap of 10"});
+    // The collective plan_step: every rank raises the planning error itself.
+    expect_everywhere(run_bad(
+                          d,
+                          [&](orchmllm::local::communicator& comm) {
+                            const auto m = orchmllm::gather_step_metadata(
+                                comm, capped, good[static_cast<std::size_t>(comm.rank())]);
+                            (void)orchmllm::plan_step(comm, capped, m, topology::uniform(d, 2));
+                          },
+                          decl, good),
+                      kind::infeasible, {"stage 'llm'", "cap of 10"});
+  }
+  SUBCASE("the collective plan_step: ranks that plan different steps fail together") {
+    // Rank 3 asks for another schedule; rank 1 maps onto another topology.
+    for (int which = 0; which < 2; ++which) {
+      expect_everywhere(
+          run_bad(
+              d,
+              [&](orchmllm::local::communicator& comm) {
+                const auto m = orchmllm::gather_step_metadata(
+                    comm, decl, good[static_cast<std::size_t>(comm.rank())]);
+                auto sched = orchmllm::schedule::direct;
+                auto topo = topology::uniform(d, 2);
+                if (which == 0 && comm.rank() == 3) sched = orchmllm::schedule::node_wise;
+                if (which == 1 && comm.rank() == 1) topo = topology::uniform(d, 1);
+                (void)orchmllm::plan_step(comm, decl, m, topo, {.sched = sched});
+              },
+              decl, good),
+          kind::communication, {"ranks planned different steps", "digest"});
+    }
   }
 }
 

@@ -267,7 +267,8 @@ elseif(CASE STREQUAL "dispatch" OR CASE STREQUAL "dispatch_mpi")
     string(CONCAT _re "^{\"verified\":true,\"backend\":\"${backend}\",\"ranks\":8,"
                      "\"nodes\":${nodes},\"gpus_per_node\":${gpus},\"schedule\":\"[a-z-]+\","
                      "\"requested_schedule\":\"${schedule}\",.*\"dispatch_seconds\":[0-9.e+-]+,"
-                     "\"execute_seconds\":[0-9.e+-]+,\"combine_seconds\":[0-9.e+-]+,"
+                     "\"execute_seconds\":[0-9.e+-]+,\"route_seconds\":[0-9.e+-]+,"
+                     "\"combine_seconds\":[0-9.e+-]+,"
                      "\"alltoallv_seconds\":[^,]+,.*}\n$")
     expect_match("${json}" "${_re}" "dispatch ${backend} ${schedule} stdout")
     if(NOT schedule STREQUAL "auto")

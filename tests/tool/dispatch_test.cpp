@@ -454,6 +454,7 @@ TEST_CASE("driver on the local backend: every schedule verifies; accounting matc
                                                   : s.predicted_node_wise_seconds));
       CHECK(s.dispatch_seconds >= 0);
       CHECK(s.execute_seconds >= 0);
+      CHECK(s.route_seconds >= 0);
       CHECK(s.combine_seconds >= 0);
       CHECK_FALSE(s.alltoallv_seconds.has_value());
       for (const auto& other : got) {
@@ -550,8 +551,9 @@ TEST_CASE("dispatch subcommand in-process: JSON, exit codes, no MPI in this buil
   CHECK(json_int(r.out, "repeat") == 3);
   CHECK(json_field(r.out, "alltoallv_seconds") == "null");
   CHECK(json_field(r.out, "dispatch_vs_alltoallv") == "null");
+  CHECK(json_field(r.out, "route_vs_alltoallv") == "null");
   for (const char* key : {"predicted_seconds", "dispatch_seconds", "execute_seconds",
-                          "combine_seconds", "predicted_direct_seconds",
+                          "route_seconds", "combine_seconds", "predicted_direct_seconds",
                           "predicted_node_wise_seconds"})
     CHECK_MESSAGE(std::stod(json_field(r.out, key)) >= 0, key);
 

@@ -59,6 +59,29 @@ concept communicator = requires(C& c, const C& cc, const std::byte* in, std::byt
   c.all_to_allv(in, v, v, out, v, v);
 };
 
+/// What every rank knows in advance about one all-to-all(v) of a hop of an agreed route (routes
+/// whose fingerprints the ranks compared once per step, `agree_on_routes`): counts match
+/// pairwise by construction, and these figures are the whole group's, identical on every rank.
+struct agreed_exchange {
+  std::int64_t max_block = 0;   ///< largest count between two ranks (self blocks included)
+  std::int64_t max_buffer = 0;  ///< largest send or receive buffer of any rank, in bytes
+  std::int64_t max_items = 0;   ///< most items in any rank's send buffer (bounds its segments)
+};
+
+/// Optional capability: `all_to_allv(send, send_counts, send_displs, recv, recv_counts,
+/// recv_displs, agreed)` is `all_to_allv` for a caller that guarantees what `agreed_exchange`
+/// says, so the communicator may skip whatever it would ask its peers before the transfer (an
+/// argument agreement, the choice of a path) and decide from `agreed` alone, identically on
+/// every rank. A rank whose own arguments are bad then raises alone (its peers wait in the
+/// transfer until the backend's deadline). `execute` and `dispatch` along a route use it when
+/// they skip their own agreement; `mpi::communicator` has it (then one MPI_Alltoallv per hop).
+template <class C>
+concept agreed_exchange_communicator =
+    communicator<C> && requires(C& c, const std::byte* in, std::byte* out,
+                                std::span<const std::int64_t> v, const agreed_exchange& a) {
+      c.all_to_allv(in, v, v, out, v, v, a);
+    };
+
 /// Optional capability: `all_max(values)` replaces each of at most 8 host `std::int64_t`
 /// values by its maximum over all ranks (every rank passes the same count), as one small
 /// reduction. The library's agreements (e.g. `execute` checking that every rank runs a route

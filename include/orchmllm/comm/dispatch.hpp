@@ -1,9 +1,22 @@
 #pragma once
 /// @file dispatch.hpp
-/// Moving payloads along a plan: `dispatch` (source → destination order), `combine` (back),
-/// and `build_route`, the collective that checks the ranks agree and builds a reusable route.
+/// Moving payloads: `dispatch` along a prebuilt route (host or device memory; the hot path of
+/// a training step), `dispatch` along a plan (source → destination order) and `combine`
+/// (back), and `build_route`, the collective that checks the ranks agree and builds a route.
 ///
-/// Typical step, on every rank of the group:
+/// Along prebuilt routes (routes built from shared data with `route::build`, or
+/// `step_plan::routes`), once agreed on (`agree_on_routes`, or the collective `plan_step`):
+/// @code
+///   orchmllm::agree_on_routes(comm, routes, scratch);                  // once per step
+///   orchmllm::dispatch(comm, routes[0], in_bytes, out_bytes, scratch);  // its hops' all-to-alls
+///   auto moved = orchmllm::dispatch(comm, routes[1], my_rows);         // host ragged payload
+///
+/// Safety of the route overloads: the step's one agreement checks that every rank holds routes
+/// of the same exchanges and reserves the scratch; see `route_dispatch_options::verify` for
+/// what a dispatch along a route checks by itself.
+/// @endcode
+///
+/// Along a plan, on every rank of the group (no route to keep; each call agrees by itself):
 /// @code
 ///   auto plan = orchmllm::balance(layout, cost, orchmllm::packed).plan;     // same everywhere
 ///   auto moved = orchmllm::dispatch(comm, plan, my_pixels);                  // to the balanced ranks
@@ -11,9 +24,9 @@
 ///   auto grads = orchmllm::combine(comm, plan, grads_at_destination);        // back where they came from
 /// @endcode
 ///
-/// Safety. Before any payload byte moves, every call gathers one small record per rank (plan
-/// fingerprint, row width, item count, node, schedule, link figures, local validity) and every
-/// rank checks all records. Ranks that built different plans, use different row widths,
+/// Safety of the plan overloads. Before any payload byte moves, every call gathers one small
+/// record per rank (plan fingerprint, row width, item count, node, schedule, link figures,
+/// local validity) and every rank checks all records. Ranks that built different plans, use different row widths,
 /// schedules or link figures, hold a number of items the plan does not expect, or hold an
 /// invalid payload all raise the same `communication_error` on every rank, naming the first
 /// rank at fault. What can still fail on one rank alone after that (allocating the route, the
@@ -49,6 +62,21 @@ struct dispatch_options {
   link_params links{};                   ///< figures of the time model
   /// Scratch buffers to reuse across calls (per rank, not shared between threads); null: each
   /// call allocates its own. Steady-state steps that pass one allocate only their outputs.
+  host_mover* scratch = nullptr;
+};
+
+/// Options of a dispatch along a prebuilt route (`dispatch(comm, route, ...)`).
+struct route_dispatch_options {
+  /// Agree before anything moves, as `execute` does: one small reduction in which every rank
+  /// checks that all run routes of the same exchange and that none has a local fault (wrong
+  /// rank, buffers of the wrong size, a failed allocation), then all raise the same error.
+  /// Off (the default), the step's single agreement (`agree_on_routes`, or the collective
+  /// `plan_step`) is the protection and a dispatch issues only its hops' all-to-alls; a local
+  /// fault then raises on its rank alone and its peers wait in their next collective (until a
+  /// backend deadline such as `mpi::communicator_options::timeout`). Turn it on to debug.
+  bool verify = false;
+  /// Host payload overloads: scratch buffers to reuse across calls (null: the call allocates
+  /// its own). Pass the mover given to `agree_on_routes` and nothing is allocated but outputs.
   host_mover* scratch = nullptr;
 };
 
@@ -318,6 +346,89 @@ void combine(Comm& comm, const rearrangement& plan, const ragged_payload& at_des
              ragged_payload& out, const dispatch_options& options = {},
              dispatch_report* report = nullptr) {
   dispatch(comm, plan.inverse(), at_destination, out, options, report);
+}
+
+/// Collective: moves this rank's bytes along a prebuilt route (`route::build`, or
+/// `step_plan::routes` from `plan_step`), host or device memory alike: `in` holds the rank's
+/// source items in slot order (exactly `r.input_bytes()` bytes), `out` receives its
+/// destination items in slot order (exactly `r.output_bytes()` bytes); both live in the
+/// communicator's payload memory, which `mover` serves (`host_mover`, `thrust_mover`,
+/// `cuda::device_mover`). Every rank calls it with its own route of the same exchange.
+/// Communication: one all-to-all(v) per hop of the route and nothing else, unless
+/// `options.verify` adds the agreement of `execute` (see `route_dispatch_options`).
+/// O(bytes moved + segments). Deterministic. Throws `communication_error`: with `verify`, on
+/// every rank alike when one of them has a fault or runs another exchange; without it, on this
+/// rank alone when its route was built for another rank or group, its buffers have the wrong
+/// sizes or the mover cannot allocate. Whatever the communicator and the mover throw.
+template <communicator Comm, byte_mover Mover>
+void dispatch(Comm& comm, const route& r, std::span<const std::byte> in, std::span<std::byte> out,
+              Mover& mover, const route_dispatch_options& options = {}) {
+  auto fault = detail::route_fault::none;
+  std::int64_t a = 0, b = 0;
+  if (static_cast<std::int64_t>(in.size()) != r.input_bytes() ||
+      static_cast<std::int64_t>(out.size()) != r.output_bytes()) {
+    fault = detail::route_fault::buffers;
+    a = static_cast<std::int64_t>(in.size());
+    b = static_cast<std::int64_t>(out.size());
+  }
+  detail::execute_route(comm, r, in.data(), out.data(), mover, fault, a, b, options.verify);
+}
+
+/// Collective: the same for host payloads, with the route's sizes checked against the
+/// payload's rows. `local` holds this rank's source items (slot order, `r.input_bytes()`
+/// bytes); on return `out` holds its destination items in slot order, with their row counts
+/// (each item's bytes ÷ `local.row_bytes`, which must be positive) and storage reused. Scratch
+/// from `options.scratch` or a mover of its own. Communication and errors as above; also
+/// `communication_error` (this rank, or every rank with `verify`) when a received item is not
+/// a whole number of rows (the route was built for another row width).
+template <communicator Comm>
+void dispatch(Comm& comm, const route& r, const ragged_payload& local, ragged_payload& out,
+              const route_dispatch_options& options = {}) {
+  static_assert(Comm::payload_memory == memory_kind::host,
+                "ragged_payload is host memory; move device buffers with the span overload and "
+                "a device mover");
+  if (&local == &out) {  // in place: move through a temporary
+    ragged_payload moved;
+    dispatch(comm, r, local, moved, options);
+    out = std::move(moved);
+    return;
+  }
+  auto fault = detail::check_payload(local) == detail::local_fault::none
+                   ? detail::route_fault::none
+                   : detail::route_fault::buffers;
+  if (fault == detail::route_fault::none &&
+      (local.row_bytes <= 0 || static_cast<std::int64_t>(local.data.size()) != r.input_bytes()))
+    fault = detail::route_fault::buffers;
+  if (fault == detail::route_fault::none) {
+    for (const auto ib : r.output_item_bytes())
+      if (ib % local.row_bytes != 0) fault = detail::route_fault::buffers;
+  }
+  std::int64_t a = static_cast<std::int64_t>(local.data.size()), b = r.output_bytes();
+  if (fault == detail::route_fault::none) {
+    try {
+      out.row_bytes = local.row_bytes;
+      out.rows.clear();
+      out.rows.reserve(r.output_item_bytes().size());
+      for (const auto ib : r.output_item_bytes()) out.rows.push_back(ib / local.row_bytes);
+      out.data.resize(static_cast<std::size_t>(r.output_bytes()));
+    } catch (const std::bad_alloc&) {
+      fault = detail::route_fault::receive;
+      a = r.output_bytes();
+    }
+  }
+  host_mover own;
+  detail::execute_route(comm, r, local.data.data(), out.data.data(),
+                        options.scratch != nullptr ? *options.scratch : own, fault, a, b,
+                        options.verify);
+}
+
+/// Collective: as above, returning a new payload.
+template <communicator Comm>
+ragged_payload dispatch(Comm& comm, const route& r, const ragged_payload& local,
+                        const route_dispatch_options& options = {}) {
+  ragged_payload out;
+  dispatch(comm, r, local, out, options);
+  return out;
 }
 
 }  // namespace orchmllm

@@ -47,6 +47,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "orchmllm/comm/collectives.hpp"
@@ -291,6 +292,49 @@ inline double predict_seconds(const item_paths& p, std::span<const std::int64_t>
   return total;
 }
 
+// The group's figures of hop k (see `agreed_exchange`): every rank's send and receive buffer,
+// and every block between two ranks, from where the items are before and after the hop.
+// O(n + d): items bucketed by sending rank, blocks summed per destination with a touched list.
+inline agreed_exchange hop_group_figures(const item_paths& p, std::span<const std::int64_t> bytes,
+                                         int k, rank_t d) {
+  const auto ud = static_cast<std::size_t>(d);
+  const auto n = bytes.size();
+  agreed_exchange a;
+  std::vector<std::int64_t> send(ud, 0), recv(ud, 0), items(ud + 1, 0);
+  for (std::size_t g = 0; g < n; ++g) {
+    const auto from = static_cast<std::size_t>(p.where(static_cast<std::int64_t>(g), k - 1));
+    send[from] += bytes[g];
+    recv[static_cast<std::size_t>(p.where(static_cast<std::int64_t>(g), k))] += bytes[g];
+    ++items[from + 1];
+  }
+  for (std::size_t r = 0; r < ud; ++r) {
+    a.max_buffer = std::max({a.max_buffer, send[r], recv[r]});
+    a.max_items = std::max(a.max_items, items[r + 1]);
+    items[r + 1] += items[r];
+  }
+  std::vector<std::int64_t> by_sender(n);
+  for (std::size_t g = 0; g < n; ++g)
+    by_sender[static_cast<std::size_t>(
+        items[static_cast<std::size_t>(p.where(static_cast<std::int64_t>(g), k - 1))]++)] =
+        static_cast<std::int64_t>(g);
+  std::vector<std::int64_t> block(ud, 0);
+  std::vector<rank_t> touched;
+  for (std::size_t i = 0; i < n;) {
+    const rank_t from = p.where(by_sender[i], k - 1);
+    touched.clear();
+    for (; i < n && p.where(by_sender[i], k - 1) == from; ++i) {
+      const auto to = p.where(by_sender[i], k);
+      if (block[static_cast<std::size_t>(to)] == 0) touched.push_back(to);
+      block[static_cast<std::size_t>(to)] += bytes[static_cast<std::size_t>(by_sender[i])];
+    }
+    for (const auto to : touched) {
+      a.max_block = std::max(a.max_block, block[static_cast<std::size_t>(to)]);
+      block[static_cast<std::size_t>(to)] = 0;
+    }
+  }
+  return a;
+}
+
 }  // namespace detail
 
 /// Per source rank (d entries): the bytes of its items by where the plan puts them, whatever
@@ -337,6 +381,9 @@ class route {
     bool pack_identity = false;  ///< the previous buffer already is the send buffer
     std::int64_t send_bytes = 0;
     std::int64_t recv_bytes = 0;
+    /// The whole group's figures of this hop (the same on every rank), for communicators that
+    /// choose their path without asking their peers (`agreed_exchange_communicator`).
+    agreed_exchange group{};
   };
 
   /// An empty route (no ranks).
@@ -513,6 +560,7 @@ ORCHMLLM_FUNC void route::compile(const rearrangement& plan, std::span<const std
     h.recv_bytes = at;
     h.send_displs = exclusive_scan(h.send_counts);
     h.recv_displs = exclusive_scan(h.recv_counts);
+    h.group = detail::hop_group_figures(p, bytes, k, num_ranks_);
     for (std::size_t q = 0; q < d; ++q) {
       if (static_cast<rank_t>(q) == me || h.send_counts[q] == 0) continue;
       ++(topo.same_node(me, static_cast<rank_t>(q)) ? sent_.intra_node_messages
@@ -549,6 +597,18 @@ concept gathering_communicator =
       { c.all_to_allv_gather(in, s, v, v, out, v, v) } -> std::same_as<bool>;
     };
 
+/// Optional capability: `all_to_allv_gather(..., agreed)`, the `gathering_communicator` call
+/// for a caller that guarantees what `agreed_exchange` says (see
+/// `agreed_exchange_communicator`): it decides whether it can (the return value) from
+/// `agreed` alone, identically on every rank, without asking its peers.
+template <class C>
+concept agreed_gathering_communicator =
+    gathering_communicator<C> &&
+    requires(C& c, const std::byte* in, std::byte* out, const detail::segment_list& s,
+             std::span<const std::int64_t> v, const agreed_exchange& a) {
+      { c.all_to_allv_gather(in, s, v, v, out, v, v, a) } -> std::same_as<bool>;
+    };
+
 namespace detail {
 
 // Why a rank cannot run its route; agreed before anything moves (see `execute`).
@@ -558,6 +618,7 @@ enum class route_fault : std::int64_t {
   scratch,        // the mover could not provide the scratch buffers
   receive,        // the caller could not allocate the receive buffer (dispatch)
   build,          // building the route failed on this rank only (out of memory)
+  buffers,        // the caller's buffers do not have the route's sizes (dispatch along a route)
 };
 
 // The buffers one hop reads from and writes to: a scratch slot (0 or 1) or -1 for the caller's
@@ -617,6 +678,9 @@ inline std::string describe_route_fault(std::int64_t fault, std::int64_t a, std:
       return concat("it could not allocate its receive buffer (", a, " bytes)");
     case route_fault::build:
       return "it ran out of memory building its route";
+    case route_fault::buffers:
+      return concat("its buffers hold ", a, " input and ", b,
+                    " output bytes, not what its route moves");
     case route_fault::none: break;
   }
   return "?";
@@ -673,11 +737,12 @@ void execute(Comm& comm, const route& r, const std::byte* in, std::byte* out, Mo
 namespace detail {
 
 // `execute` with a fault this rank already has (dispatch's receive allocation), agreed with the
-// rest.
+// rest. `agree` false (a route whose agreement was done once for the step, `agree_on_routes`):
+// no collective besides the hops' all-to-alls; a fault is raised on this rank alone.
 template <communicator Comm, byte_mover Mover>
 void execute_route(Comm& comm, const route& r, const std::byte* in, std::byte* out,
                    Mover& mover, route_fault fault = route_fault::none, std::int64_t fault_a = 0,
-                   std::int64_t fault_b = 0) {
+                   std::int64_t fault_b = 0, bool agree = true) {
   constexpr bool gathering = gathering_communicator<Comm>;
   if (fault == route_fault::none && (comm.rank() != r.rank() || comm.size() != r.num_ranks())) {
     fault = route_fault::wrong_rank;
@@ -702,7 +767,14 @@ void execute_route(Comm& comm, const route& r, const std::byte* in, std::byte* o
       fault_b = need[1];
     }
   }
-  agree_on_route(comm, r.fingerprint(), fault, fault_a, fault_b);
+  if (agree) {
+    agree_on_route(comm, r.fingerprint(), fault, fault_a, fault_b);
+  } else if (fault != route_fault::none) {
+    raise<communication_error>(concat("rank ", comm.rank(), " cannot take part in the exchange: ",
+                                      describe_route_fault(static_cast<std::int64_t>(fault),
+                                                           fault_a, fault_b),
+                                      " (unchecked dispatch: its peers were not told)"));
+  }
 
   const std::byte* cur = in;
   int cur_slot = -1;  // -1: the caller's input
@@ -718,8 +790,17 @@ void execute_route(Comm& comm, const route& r, const std::byte* in, std::byte* o
       // ranks enter the same collective.
       const auto s = slots_of_hop(r, i, cur_slot, true);
       std::byte* recv = buffer(s.recv, h.recv_bytes);
-      if (comm.all_to_allv_gather(cur, h.pack, h.send_counts, h.send_displs, recv,
-                                  h.recv_counts, h.recv_displs)) {
+      bool sent = false;
+      if constexpr (agreed_gathering_communicator<Comm>) {
+        sent = agree ? comm.all_to_allv_gather(cur, h.pack, h.send_counts, h.send_displs, recv,
+                                               h.recv_counts, h.recv_displs)
+                     : comm.all_to_allv_gather(cur, h.pack, h.send_counts, h.send_displs, recv,
+                                               h.recv_counts, h.recv_displs, h.group);
+      } else {
+        sent = comm.all_to_allv_gather(cur, h.pack, h.send_counts, h.send_displs, recv,
+                                       h.recv_counts, h.recv_displs);
+      }
+      if (sent) {
         cur = recv;
         cur_slot = s.recv;
         continue;
@@ -733,7 +814,16 @@ void execute_route(Comm& comm, const route& r, const std::byte* in, std::byte* o
       send = buf;
     }
     std::byte* recv = buffer(s.recv, h.recv_bytes);
-    comm.all_to_allv(send, h.send_counts, h.send_displs, recv, h.recv_counts, h.recv_displs);
+    if constexpr (agreed_exchange_communicator<Comm>) {
+      if (!agree) {
+        comm.all_to_allv(send, h.send_counts, h.send_displs, recv, h.recv_counts, h.recv_displs,
+                         h.group);
+      } else {
+        comm.all_to_allv(send, h.send_counts, h.send_displs, recv, h.recv_counts, h.recv_displs);
+      }
+    } else {
+      comm.all_to_allv(send, h.send_counts, h.send_displs, recv, h.recv_counts, h.recv_displs);
+    }
     cur = recv;
     cur_slot = s.recv;
   }
@@ -745,6 +835,75 @@ void execute_route(Comm& comm, const route& r, const std::byte* in, std::byte* o
 template <communicator Comm, byte_mover Mover>
 void execute(Comm& comm, const route& r, const std::byte* in, std::byte* out, Mover& mover) {
   detail::execute_route(comm, r, in, out, mover);
+}
+
+namespace detail {
+
+// One digest of several routes' fingerprints, in order.
+inline std::uint64_t routes_digest(std::span<const route> routes) noexcept {
+  fnv digest;
+  digest.mix(static_cast<std::uint64_t>(routes.size()));
+  for (const auto& r : routes) digest.mix(r.fingerprint());
+  return digest.h;
+}
+
+template <communicator Comm, class Mover>
+void agree_on_routes(Comm& comm, std::span<const route> routes, Mover* mover) {
+  auto fault = route_fault::none;
+  std::int64_t a = 0, b = 0;
+  std::array<std::int64_t, 2> need{0, 0};
+  for (const auto& r : routes) {
+    if (fault == route_fault::none && (r.rank() != comm.rank() || r.num_ranks() != comm.size())) {
+      fault = route_fault::wrong_rank;
+      a = r.rank();
+      b = r.num_ranks();
+    }
+    const auto n = scratch_reservation(r, gathering_communicator<Comm>);
+    need = {std::max(need[0], n[0]), std::max(need[1], n[1])};
+  }
+  if constexpr (!std::is_same_v<Mover, void>) {
+    if (fault == route_fault::none && mover != nullptr) {
+      try {
+        for (int slot = 0; slot < 2; ++slot)
+          if (need[static_cast<std::size_t>(slot)] > 0)
+            (void)mover->scratch(slot, need[static_cast<std::size_t>(slot)]);
+      } catch (const std::bad_alloc&) {
+        fault = route_fault::scratch;
+      } catch (const error&) {
+        fault = route_fault::scratch;
+      }
+      if (fault == route_fault::scratch) {
+        a = need[0];
+        b = need[1];
+      }
+    }
+  }
+  agree_on_route(comm, routes_digest(routes), fault, a, b);
+}
+
+}  // namespace detail
+
+/// Collective, once per step: the ranks agree that they hold routes of the same exchanges in
+/// the same order (one digest of every route's `fingerprint()`: plan, item sizes, nodes and
+/// schedule), each built for its own rank of this group, and `mover` reserves scratch buffers
+/// large enough for every one of them. After it, moving along these routes without `verify`
+/// (`dispatch(comm, route, ...)`, comm/dispatch.hpp) issues no collective besides the hops'
+/// all-to-alls and allocates no scratch in `mover`. One small reduction (`detail::all_max` of
+/// three values) when all is well, one all-gather of 32 bytes per rank more when not.
+/// O(routes + d). Throws `communication_error` on every rank alike, naming the first rank at
+/// fault, when a route was built for another rank or group, the mover cannot allocate, or
+/// the digests differ (a stale route, another plan, other row widths or schedule); whatever
+/// the communicator throws.
+template <communicator Comm, byte_mover Mover>
+void agree_on_routes(Comm& comm, std::span<const route> routes, Mover& mover) {
+  detail::agree_on_routes(comm, routes, &mover);
+}
+
+/// The same without reserving scratch buffers (dispatches along the routes then allocate their
+/// scratch on first use; an allocation failure there is raised on that rank only).
+template <communicator Comm>
+void agree_on_routes(Comm& comm, std::span<const route> routes) {
+  detail::agree_on_routes<Comm, void>(comm, routes, nullptr);
 }
 
 }  // namespace orchmllm

@@ -50,10 +50,16 @@ namespace orchmllm {
 
 class async_planner {
  public:
-  /// Starts the worker. Throws `invalid_argument_error` for max_pending < 1 or invalid
-  /// declarations (checked here, once, on the calling thread).
-  async_planner(stage_declarations decl, topology topo, std::size_t max_pending = 2)
-      : decl_(std::move(decl)), topo_(std::move(topo)), max_pending_(max_pending) {
+  /// Starts the worker; every step is planned with `options` (e.g. `routes_for` = this rank,
+  /// for the step's prebuilt routes; then agree on them on the training thread with
+  /// `agree_on_routes(comm, plan.routes.all)`). Throws `invalid_argument_error` for
+  /// max_pending < 1 or invalid declarations (checked here, once, on the calling thread).
+  async_planner(stage_declarations decl, topology topo, std::size_t max_pending = 2,
+                plan_options options = {})
+      : decl_(std::move(decl)),
+        topo_(std::move(topo)),
+        max_pending_(max_pending),
+        options_(options) {
     ORCHMLLM_REQUIRE(max_pending_ >= 1, invalid_argument_error, "max_pending is ", max_pending_,
                      ", must be >= 1");
     decl_.validate();
@@ -120,7 +126,7 @@ class async_planner {
       lock.unlock();
       outcome result;
       try {
-        result = plan_step(decl_, meta, topo_);
+        result = plan_step(decl_, meta, topo_, options_);
       } catch (...) {
         result = std::current_exception();
       }
@@ -134,6 +140,7 @@ class async_planner {
   const stage_declarations decl_;
   const topology topo_;
   const std::size_t max_pending_;
+  const plan_options options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<step_metadata> inbox_;

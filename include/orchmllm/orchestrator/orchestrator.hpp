@@ -5,18 +5,24 @@
 ///
 /// Per step, on every rank:
 /// @code
-///   auto meta = orchmllm::gather_step_metadata(comm, decl, my_batch);  // 1 all-gather(v)
-///   auto step = orchmllm::plan_step(decl, meta, topo);                 // pure, same everywhere
+///   auto meta = orchmllm::gather_step_metadata(comm, decl, my_batch, topo);  // 1 all-gather(v)
+///   auto step = orchmllm::plan_step(comm, decl, meta, topo);  // plans + this rank's routes,
+///                                                             // agreed in 1 small reduction
+///   const auto& routes = step.routes;
 ///   // forward
-///   auto pixels = orchmllm::dispatch(comm, step.encoders[0].input, my_pixels);    // origin → Π_E
-///   auto text   = orchmllm::dispatch(comm, step.llm, my_text);                    // origin → Π_M
+///   auto pixels = orchmllm::dispatch(comm, routes.encoder_input(0), my_pixels);  // origin → Π_E
+///   auto text   = orchmllm::dispatch(comm, routes.text(), my_text);              // origin → Π_M
 ///   ... encoder k forward on pixels ...
-///   auto emb    = orchmllm::dispatch(comm, step.encoders[0].output, enc_out);     // Π_E → Π_M
+///   auto emb    = orchmllm::dispatch(comm, routes.encoder_output(0), enc_out);   // Π_E → Π_M
 ///   ... place emb at the placeholders (step.llm_view(rank)), LLM forward/backward ...
 ///   // backward
-///   auto grads  = orchmllm::dispatch(comm, step.encoders[0].gradient, d_emb);     // Π_M → Π_E
+///   auto grads  = orchmllm::dispatch(comm, routes.encoder_gradient(0), d_emb);   // Π_M → Π_E
 ///   ... encoder k backward; all-reduce parameter gradients as usual ...
 /// @endcode
+/// The pure `plan_step(decl, meta, topo)` (no communicator; e.g. on `async_planner`'s thread)
+/// gives the same plans; with `plan_options::routes_for` it builds the routes too, and
+/// `agree_on_routes(comm, step.routes.all)` makes the agreement. Moving along the plans
+/// instead (`dispatch(comm, step.llm, my_text)`) also works and agrees on every transfer.
 ///
 /// Plans (see stages.hpp for the data model):
 ///  * Π_E_k (`encoders[k].input`): the sub-items of modality k, balanced with stage k's cost
@@ -42,11 +48,12 @@
 ///    text with each sub-item's placeholder run replaced by that sub-item's rows, taken in
 ///    this order.
 ///
-/// Communication per step: one metadata all-gather (a fixed record plus one all-gatherv), then
-/// 3K + 1 all-to-alls: K encoder inputs, 1 text, K encoder outputs (forward) and K output
-/// gradients (backward). Each is one `dispatch` along one plan; a dispatch runs one all-to-all
-/// hop with the direct schedule and two or three with the node-wise one (comm/route.hpp), after
-/// its own small agreement all-gather (comm/dispatch.hpp).
+/// Communication per step: one metadata all-gather (a fixed record plus one all-gatherv), one
+/// small reduction agreeing on the step's routes, then 3K + 1 transfers: K encoder inputs,
+/// 1 text, K encoder outputs (forward) and K output gradients (backward). Each is one
+/// `dispatch` along a prebuilt route: one all-to-all(v) hop with the direct schedule, two or
+/// three with the node-wise one (comm/route.hpp), and nothing else. (A dispatch along a plan
+/// instead adds its own agreement and size all-gathers per transfer, comm/dispatch.hpp.)
 ///
 /// Determinism: `plan_step` is a pure function of (declarations, metadata, topology) with
 /// deterministic balancers and mappers (the built-ins are; a stage's own balancer or mapper,
@@ -54,6 +61,8 @@
 /// the same plans without further communication. Thread-safety: pure functions.
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cstdint>
 #include <exception>
 #include <span>
@@ -65,11 +74,13 @@
 #include "orchmllm/comm/collectives.hpp"
 #include "orchmllm/comm/communicator.hpp"
 #include "orchmllm/comm/metadata.hpp"
+#include "orchmllm/comm/route.hpp"
 #include "orchmllm/config.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/core/statistics.hpp"
+#include "orchmllm/detail/comm/agreement.hpp"
 #include "orchmllm/detail/core/checked.hpp"
 #include "orchmllm/orchestrator/stages.hpp"
 #include "orchmllm/topology/mapping.hpp"
@@ -123,12 +134,48 @@ struct llm_rank_view {
   std::vector<std::pair<std::int32_t, std::int64_t>> sub_items;
 };
 
+/// One rank's prebuilt routes of every transfer of a step (`plan_options::routes_for`), in the
+/// order a training step runs them: the K encoder inputs (origin → Π_E_k, rows of the stage's
+/// `input_row_bytes`), the text (origin → Π_M, `text_row_bytes`), the K encoder outputs
+/// (Π_E_k → Π_M, `output_row_bytes`) and the K output gradients (Π_M → Π_E_k, the same width as
+/// the outputs; a trainer whose gradients have another width builds that route with
+/// `route::build`). Moving a payload along one is `dispatch(comm, route, ...)`: one
+/// all-to-all(v) per hop and no other collective once the ranks agreed on the step's routes
+/// (`agree_on_routes(comm, routes.all)`, or the collective `plan_step` that does it).
+struct step_routes {
+  rank_t rank = -1;        ///< the rank they were built for; -1: none were built
+  std::vector<route> all;  ///< 3K + 1 routes: inputs, text, outputs, gradients
+
+  /// Whether routes were built.
+  [[nodiscard]] bool empty() const noexcept { return all.empty(); }
+  /// K.
+  [[nodiscard]] int num_encoders() const noexcept {
+    return all.empty() ? 0 : static_cast<int>(all.size() - 1) / 3;
+  }
+  /// The route of stage k's inputs, origin → Π_E_k. No bounds check (k in [0, K)).
+  [[nodiscard]] const route& encoder_input(int k) const noexcept { return at(k); }
+  /// The route of the text rows, origin → Π_M.
+  [[nodiscard]] const route& text() const noexcept { return at(num_encoders()); }
+  /// The route of stage k's outputs, Π_E_k → Π_M (the composed route).
+  [[nodiscard]] const route& encoder_output(int k) const noexcept {
+    return at(num_encoders() + 1 + k);
+  }
+  /// The route of the gradients of stage k's outputs, Π_M → Π_E_k.
+  [[nodiscard]] const route& encoder_gradient(int k) const noexcept {
+    return at(2 * num_encoders() + 1 + k);
+  }
+
+ private:
+  [[nodiscard]] const route& at(int i) const noexcept { return all[static_cast<std::size_t>(i)]; }
+};
+
 /// Everything one step needs (identical on every rank).
 struct step_plan {
   std::vector<encoder_routes> encoders;  ///< K entries, one per encoder stage
   batch_layout llm_layout;               ///< samples: sequence lengths, bytes, origin order
   rearrangement llm;                     ///< Π_M: origin samples → LLM ranks
   std::vector<stage_report> stages;      ///< K encoder stages, then the LLM stage
+  step_routes routes;  ///< this rank's routes when `plan_options::routes_for` asked for them
   double plan_seconds = 0;  ///< wall time of `plan_step` (not deterministic; a report only)
 
   /// 3K + 1.
@@ -235,7 +282,64 @@ struct plan_options {
   /// LLM (the stages are independent). The plans are the same either way; false plans them one
   /// after another on the calling thread.
   bool parallel_stages = true;
+  /// Also build the prebuilt routes of every transfer of the step for this rank
+  /// (`step_plan::routes`); -1 (the default): none. The rest of the plan does not depend on it.
+  rank_t routes_for = -1;
+  /// The schedule of those routes; `automatic` chooses per transfer with the topology's link
+  /// figures (the same choice on every rank).
+  schedule sched = schedule::automatic;
 };
+
+#if !ORCHMLLM_USE_COMPILED
+namespace detail {
+
+// Every item's bytes in the source order of `plan`, given the bytes in the source order of the
+// plan it follows (`prev`): an item keeps its bytes, so item h of `plan`'s sources, which is
+// destination h of `prev`, has the bytes of prev's source of h.
+inline std::vector<std::int64_t> bytes_after(const rearrangement& prev,
+                                             std::span<const std::int64_t> prev_bytes) {
+  std::vector<std::int64_t> out(prev_bytes.size());
+  for (std::size_t h = 0; h < out.size(); ++h)
+    out[h] = prev_bytes[static_cast<std::size_t>(prev.source_of(static_cast<std::int64_t>(h)))];
+  return out;
+}
+
+// This rank's 3K + 1 routes (step_routes' order).
+inline step_routes build_step_routes(const stage_declarations& decl, const step_metadata& meta,
+                                     const step_plan& plan, const topology& topo, rank_t me,
+                                     schedule sched) {
+  const auto kc = plan.encoders.size();
+  step_routes out;
+  out.rank = me;
+  out.all.reserve(3 * kc + 1);
+  std::vector<std::vector<std::int64_t>> output_bytes(kc);
+  for (std::size_t k = 0; k < kc; ++k) {
+    const auto& er = plan.encoders[k];
+    out.all.push_back(route::build(er.input, er.layout.explicit_bytes(), topo, me, sched));
+    // Output bytes in Π_E_k's destination order (the composed route's sources).
+    const auto& tokens = meta.modalities[k].llm_tokens;
+    std::vector<std::int64_t> origin(tokens.size());
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      origin[i] = detail::checked_mul(tokens[i], decl.encoders[k].output_row_bytes, "stage '",
+                                      decl.encoders[k].name, "': output bytes of item ", i);
+    output_bytes[k] = bytes_after(er.input, origin);
+  }
+  std::vector<std::int64_t> text(meta.text_tokens.size());
+  for (std::size_t g = 0; g < text.size(); ++g)
+    text[g] = detail::checked_mul(meta.text_tokens[g], decl.llm.text_row_bytes,
+                                  "text bytes of sample ", g);
+  out.all.push_back(route::build(plan.llm, text, topo, me, sched));
+  for (std::size_t k = 0; k < kc; ++k)
+    out.all.push_back(route::build(plan.encoders[k].output, output_bytes[k], topo, me, sched));
+  for (std::size_t k = 0; k < kc; ++k)
+    out.all.push_back(route::build(plan.encoders[k].gradient,
+                                   bytes_after(plan.encoders[k].output, output_bytes[k]), topo,
+                                   me, sched));
+  return out;
+}
+
+}  // namespace detail
+#endif
 
 /// Plans one step: Π_E_k and its routes for every encoder stage, Π_M, and the reports.
 ///
@@ -263,6 +367,9 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
   ORCHMLLM_REQUIRE(static_cast<int>(meta.modalities.size()) == decl.num_encoders(),
                    invalid_argument_error, "metadata has ", meta.modalities.size(),
                    " modalities, the declarations ", decl.num_encoders(), " encoder stages");
+  ORCHMLLM_REQUIRE(options.routes_for >= -1 && options.routes_for < topo.num_ranks(),
+                   invalid_argument_error, "plan_options::routes_for is ", options.routes_for,
+                   ", outside [-1, ", topo.num_ranks(), ")");
   const rank_t d = topo.num_ranks();
   const auto kc = static_cast<std::size_t>(decl.num_encoders());
   step_plan out;
@@ -382,6 +489,9 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     er.output = rearrangement::from_placements(eoff, composed, d);
     er.gradient = er.output.inverse();
   }
+  if (options.routes_for >= 0)
+    out.routes =
+        detail::build_step_routes(decl, meta, out, topo, options.routes_for, options.sched);
   out.plan_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
@@ -501,6 +611,51 @@ template <communicator Comm>
 step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
                                    const local_batch& local, const topology& topo) {
   return detail::gather_step_metadata(comm, decl, local, &topo);
+}
+
+/// Collective: `plan_step` that also builds this rank's routes (`options.routes_for` =
+/// `comm.rank()`) and makes the step's one agreement on them: every rank checks, in one small
+/// reduction (`detail::all_max` of three values), that every rank planned the same step (one
+/// digest of all its routes: plans, item sizes, nodes, schedules) and that none failed. After
+/// it, every `dispatch(comm, step.routes..., ...)` of the step issues only its hops'
+/// all-to-alls. Call it where `plan_step` would be called, on every rank (not from a planning
+/// thread: it communicates; with `async_planner`, plan with `routes_for` there and call
+/// `agree_on_routes(comm, step.routes.all)` on the training thread).
+///
+/// Throws what `plan_step` throws on the ranks where it threw (identical inputs throw
+/// identically everywhere); `communication_error` on the other ranks naming the first rank
+/// that failed, and on every rank when the digests differ (the ranks passed other
+/// declarations, metadata, topologies or schedules); whatever the communicator throws.
+template <communicator Comm>
+step_plan plan_step(Comm& comm, const stage_declarations& decl, const step_metadata& meta,
+                    const topology& topo, plan_options options = {}) {
+  options.routes_for = comm.rank();
+  step_plan plan;
+  std::exception_ptr failed;
+  try {
+    plan = plan_step(decl, meta, topo, options);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  const auto key =
+      failed ? std::int64_t{0} : std::bit_cast<std::int64_t>(detail::routes_digest(plan.routes.all));
+  std::array<std::int64_t, 3> v{failed ? 1 : 0, key, ~key};
+  detail::all_max(comm, std::span<std::int64_t>(v));
+  if (v[0] == 0 && v[1] == ~v[2]) return plan;
+  // Something is wrong somewhere: learn what (error path only).
+  const std::array<std::int64_t, 2> mine{failed ? 1 : 0, key};
+  const auto all = orchmllm::all_gather(comm, mine);
+  if (failed) std::rethrow_exception(failed);
+  for (std::size_t r = 0; r < all.size(); ++r)
+    ORCHMLLM_REQUIRE(all[r][0] == 0, communication_error, "rank ", r,
+                     " could not plan the step (it raised the error; this rank planned it)");
+  for (std::size_t r = 1; r < all.size(); ++r)
+    ORCHMLLM_REQUIRE(all[r][1] == all[0][1], communication_error,
+                     "ranks planned different steps: rank 0's routes have digest ",
+                     std::bit_cast<std::uint64_t>(all[0][1]), ", rank ", r, "'s have ",
+                     std::bit_cast<std::uint64_t>(all[r][1]),
+                     " (other declarations, metadata, topology or schedule)");
+  return plan;  // unreachable: the reduction saw a difference that the gather must show
 }
 
 }  // namespace orchmllm

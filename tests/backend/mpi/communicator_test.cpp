@@ -536,3 +536,40 @@ TEST_CASE("larger chunked transfer: several full chunks plus a remainder per pee
     CHECK(recv[static_cast<std::size_t>(rd[qi] - 1)] == std::byte{0x5a});  // gap untouched
   }
 }
+
+TEST_CASE("communicator_ref adopts the caller's MPI communicator: same behaviour, nothing owned") {
+  // The trainer's own communicator: the world split in two halves (ranks 0..n/2-1 and the rest),
+  // with MPI_ERRORS_RETURN as a trainer that wants exceptions sets it.
+  MPI_Comm mine = MPI_COMM_NULL;
+  REQUIRE(MPI_Comm_split(MPI_COMM_WORLD, world_rank() < world_size() / 2 ? 0 : 1, world_rank(),
+                         &mine) == MPI_SUCCESS);
+  REQUIRE(MPI_Comm_set_errhandler(mine, MPI_ERRORS_RETURN) == MPI_SUCCESS);
+  int mine_size = 0;
+  MPI_Comm_size(mine, &mine_size);
+  {
+    orchmllm::mpi::communicator_ref ref(mine, options{.ranks_per_node = 2});
+    CHECK(ref.native_handle() == mine);  // no duplicate
+    CHECK(ref.size() == mine_size);
+    check_fake_layout(ref, 2);
+    conformance(ref);
+    CHECK(small_exchange_works(ref));
+    // Bad arguments on one rank are still agreed errors on every rank of the group.
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(ref.size()) + (ref.rank() == 0),
+                                     0);
+    std::vector<std::byte> buf(1);
+    CHECK(outcome_of([&] {
+            ref.all_to_allv(buf.data(), counts, counts, buf.data(), counts, counts);
+          }) == "invalid");
+    CHECK(small_exchange_works(ref));
+    // Moving keeps it non-owning.
+    orchmllm::mpi::communicator_ref moved(std::move(ref));
+    CHECK(moved.native_handle() == mine);
+    CHECK(small_exchange_works(moved));
+  }
+  // Destroyed without freeing: the caller's communicator still works and is the caller's to free.
+  int still = 0;
+  CHECK(MPI_Comm_size(mine, &still) == MPI_SUCCESS);
+  CHECK(still == mine_size);
+  CHECK(MPI_Barrier(mine) == MPI_SUCCESS);
+  CHECK(MPI_Comm_free(&mine) == MPI_SUCCESS);
+}

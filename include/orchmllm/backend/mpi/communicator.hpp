@@ -8,6 +8,8 @@
 ///   node groups (real ones from MPI_Comm_split_type, or faked blocks of G ranks for tests) and
 ///   all-gather(v) / all-to-all(v) of host bytes with 64-bit counts, chunked where MPI counts in
 ///   `int`.
+/// - `orchmllm::mpi::communicator_ref`: the same over the caller's MPI communicator itself
+///   (non-owning: no duplicate, nothing freed).
 ///
 /// Failure model. all_gather, all_gatherv and all_to_allv first agree on their arguments with
 /// one small MPI_Allreduce, so a rank with bad arguments (wrong span sizes, negative counts, a
@@ -348,6 +350,17 @@ class communicator {
   /// is not initialised or `comm` is MPI_COMM_NULL (locally); communication_error when an MPI
   /// call fails.
   explicit communicator(MPI_Comm comm = MPI_COMM_WORLD, options opts = {}) : opts_(opts) {
+    init(comm, true);
+  }
+
+ protected:
+  // `communicator_ref`: uses `comm` itself (no duplicate, nothing freed, its error handler
+  // untouched).
+  struct adopt_t {};
+  communicator(adopt_t, MPI_Comm comm, options opts) : opts_(opts) { init(comm, false); }
+
+ private:
+  void init(MPI_Comm comm, bool own) {
     namespace impl = ::orchmllm::detail::mpi_backend;
     int initialized = 0;
     impl::check(MPI_Initialized(&initialized), "MPI_Initialized");
@@ -356,14 +369,19 @@ class communicator {
                      "MPI_Init) before an orchmllm::mpi::communicator");
     ORCHMLLM_REQUIRE(comm != MPI_COMM_NULL, invalid_argument_error,
                      "mpi::communicator: the MPI communicator is MPI_COMM_NULL");
-    MPI_Comm dup = MPI_COMM_NULL;
-    impl::check(MPI_Comm_dup(comm, &dup), "MPI_Comm_dup");
-    handle_.comm = dup;  // owned from here on: freed if anything below throws
-    impl::check(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    MPI_Comm used = comm;
+    if (own) {
+      impl::check(MPI_Comm_dup(comm, &used), "MPI_Comm_dup");
+      handle_.comm = used;  // owned from here on: freed if anything below throws
+      impl::check(MPI_Comm_set_errhandler(used, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    } else {
+      handle_.comm = used;
+      handle_.owned = false;
+    }
     int r = 0;
     int s = 0;
-    impl::check(MPI_Comm_rank(dup, &r), "MPI_Comm_rank");
-    impl::check(MPI_Comm_size(dup, &s), "MPI_Comm_size");
+    impl::check(MPI_Comm_rank(used, &r), "MPI_Comm_rank");
+    impl::check(MPI_Comm_size(used, &s), "MPI_Comm_size");
     rank_ = r;
     size_ = s;
 
@@ -417,6 +435,7 @@ class communicator {
     constructed_ = true;
   }
 
+ public:
   communicator(const communicator&) = delete;
   communicator& operator=(const communicator&) = delete;
   communicator(communicator&&) noexcept = default;
@@ -616,31 +635,257 @@ class communicator {
                           std::span<const std::int64_t> recv_counts,
                           std::span<const std::int64_t> recv_displs) {
     static constexpr const char* op = "all_to_allv";
+    // Built before the agreement so that a failure here is agreed on like a bad argument.
+    gather_call call(size_);
+    std::optional<invalid_argument_error> local =
+        call.build(op, in, segments, send_counts, send_displs, recv, recv_counts, recv_displs,
+                   limit());
+    const agreement a =
+        agree(op, local.has_value(), std::array<std::int64_t, 0>{}, !call.fits, false);
+    if (local || a.bad_rank >= 0 || a.chunked) call.free_types();
+    if (local) throw *local;
+    throw_if_invalid(op, a);
+    if (a.chunked) return false;
+    send_gathered(op, in, recv, call);
+    return true;
+  }
+
+  /// `orchmllm::agreed_gathering_communicator`: the same for a hop of an agreed route. The
+  /// path is chosen from `agreed` alone (no MPI_Allreduce first): false, on every rank, when
+  /// the group's blocks, buffers or segment counts do not fit MPI's `int` (the caller then
+  /// packs and calls the agreed all_to_allv, which chunks). A rank whose own arguments or
+  /// segments are bad throws `invalid_argument_error` alone; its peers wait in the transfer
+  /// until the timeout. With `verify_counts` on, this is the call above (agreed).
+  bool all_to_allv_gather(const std::byte* in, const ::orchmllm::detail::segment_list& segments,
+                          std::span<const std::int64_t> send_counts,
+                          std::span<const std::int64_t> send_displs, std::byte* recv,
+                          std::span<const std::int64_t> recv_counts,
+                          std::span<const std::int64_t> recv_displs,
+                          const ::orchmllm::agreed_exchange& agreed) {
+    static constexpr const char* op = "all_to_allv";
+    if (opts_.verify_counts)
+      return all_to_allv_gather(in, segments, send_counts, send_displs, recv, recv_counts,
+                                recv_displs);
+    if (!agreed_fits(agreed, true)) return false;
+    gather_call call(size_);
+    if (auto local = call.build(op, in, segments, send_counts, send_displs, recv, recv_counts,
+                                recv_displs, limit())) {
+      call.free_types();
+      throw *local;
+    }
+    ORCHMLLM_REQUIRE(call.fits, invalid_argument_error, op,
+                     ": this rank's call does not fit the group's figures (agreed_exchange) "
+                     "it was given");
+    send_gathered(op, in, recv, call);
+    return true;
+  }
+
+  /// Rank r sends send_counts[q] bytes from send + send_displs[q] to every rank q and receives
+  /// recv_counts[q] bytes from q at recv + recv_displs[q]; counts must match pairwise (see
+  /// `communicator_options::verify_counts`). Zero counts post nothing on either side.
+  /// O(Σ counts) bytes moved, O(size()) extra memory. Throws
+  /// invalid_argument_error on every rank when some rank passes spans whose size is not
+  /// size(), negative counts or displacements, displ + count overflowing 64 bits, or null
+  /// buffers with data; communication_error on every rank when counts disagree (with
+  /// verify_counts) or the transfer fails (including a message shorter than its recv count).
+  void all_to_allv(const std::byte* send, std::span<const std::int64_t> send_counts,
+                   std::span<const std::int64_t> send_displs, std::byte* recv,
+                   std::span<const std::int64_t> recv_counts,
+                   std::span<const std::int64_t> recv_displs) {
+    static constexpr const char* op = "all_to_allv";
     namespace d = ::orchmllm::detail;
     const auto p = static_cast<std::size_t>(size_);
-    // `in` plays the send buffer: the packed counts must be backed by it.
     std::optional<invalid_argument_error> local = d::mpi_backend::check_all_to_allv_args(
-        op, p, in, send_counts, send_displs, recv, recv_counts, recv_displs);
-    bool seg_fits = segments.size() <= static_cast<std::size_t>(INT_MAX);
-    for (std::size_t k = 0; k < segments.size() && !local; ++k) {
-      if (segments.bytes[k] < 0 || segments.src[k] < 0 || segments.dst[k] < 0)
-        local.emplace(d::concat(op, ": segment ", k, " is negative"));
-      seg_fits = seg_fits && segments.bytes[k] <= INT_MAX;
-    }
-    const bool fits = !local && seg_fits && d::fits_in_int_call(send_counts, send_displs, limit()) &&
+        op, p, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    std::optional<communication_error> mismatch;
+    if (opts_.verify_counts)
+      mismatch = d::mpi_backend::exchange_and_compare_counts(
+          comm(), op, rank_, local.has_value(), send_counts, recv_counts, p, opts_.timeout);
+    const bool fits = !local && d::fits_in_int_call(send_counts, send_displs, limit()) &&
                       d::fits_in_int_call(recv_counts, recv_displs, limit());
+    const agreement a =
+        agree(op, local.has_value(), std::array<std::int64_t, 0>{}, !fits, mismatch.has_value());
+    if (local) throw *local;
+    throw_if_invalid(op, a);
+    if (mismatch) throw *mismatch;
+    ORCHMLLM_REQUIRE(a.mismatch_rank < 0, communication_error, op,
+                     ": send and receive counts disagree between ranks (rank ", a.mismatch_rank,
+                     " detected it); nothing was sent");
+    move_all_to_allv(op, send, send_counts, send_displs, recv, recv_counts, recv_displs,
+                     a.chunked);
+  }
 
-    // One hindexed type per peer: the segments (sorted by packed offset) that fall in the
-    // peer's packed range [send_displs[q], send_displs[q] + send_counts[q]); segments merged
-    // across a peer boundary are split there. Built before the agreement so that a failure
-    // here is agreed on like a bad argument.
-    std::vector<MPI_Datatype> stypes(p, MPI_BYTE), rtypes(p, MPI_BYTE);
-    std::vector<int> sc(p, 0), sd(p, 0), rc(p, 0), rd(p, 0);
-    auto free_types = [&stypes] {
+  /// `orchmllm::agreed_exchange_communicator`: the same for a hop of an agreed route, without
+  /// the argument agreement: one MPI_Alltoallv, or the chunked path when `agreed` says some
+  /// block or buffer of the group does not fit MPI's `int` (decided from `agreed` alone, the
+  /// same on every rank). A rank whose own arguments are bad throws `invalid_argument_error`
+  /// alone; its peers wait in the transfer until the timeout. With `verify_counts` on, this is
+  /// the call above (agreed, counts checked).
+  void all_to_allv(const std::byte* send, std::span<const std::int64_t> send_counts,
+                   std::span<const std::int64_t> send_displs, std::byte* recv,
+                   std::span<const std::int64_t> recv_counts,
+                   std::span<const std::int64_t> recv_displs,
+                   const ::orchmllm::agreed_exchange& agreed) {
+    static constexpr const char* op = "all_to_allv";
+    if (opts_.verify_counts) {
+      all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+      return;
+    }
+    if (auto local = ::orchmllm::detail::mpi_backend::check_all_to_allv_args(
+            op, static_cast<std::size_t>(size_), send, send_counts, send_displs, recv,
+            recv_counts, recv_displs))
+      throw *local;
+    const bool fits = agreed_fits(agreed, false);
+    ORCHMLLM_REQUIRE(!fits || (::orchmllm::detail::fits_in_int_call(send_counts, send_displs,
+                                                                    limit()) &&
+                               ::orchmllm::detail::fits_in_int_call(recv_counts, recv_displs,
+                                                                    limit())),
+                     invalid_argument_error, op,
+                     ": this rank's call does not fit the group's figures (agreed_exchange) it "
+                     "was given");
+    move_all_to_allv(op, send, send_counts, send_displs, recv, recv_counts, recv_displs, !fits);
+  }
+
+ private:
+  // Owns the duplicated MPI_Comm; moves leave MPI_COMM_NULL behind.
+  struct comm_handle {
+    MPI_Comm comm = MPI_COMM_NULL;
+    bool owned = true;  // false: the caller's communicator (communicator_ref), never freed
+    comm_handle() = default;
+    comm_handle(const comm_handle&) = delete;
+    comm_handle& operator=(const comm_handle&) = delete;
+    comm_handle(comm_handle&& o) noexcept
+        : comm(std::exchange(o.comm, MPI_COMM_NULL)), owned(o.owned) {}
+    comm_handle& operator=(comm_handle&& o) noexcept {
+      if (this != &o) {
+        release();
+        comm = std::exchange(o.comm, MPI_COMM_NULL);
+        owned = o.owned;
+      }
+      return *this;
+    }
+    ~comm_handle() { release(); }
+    void release() noexcept {
+      if (comm == MPI_COMM_NULL) return;
+      if (!owned) {
+        comm = MPI_COMM_NULL;
+        return;
+      }
+      // Freeing after MPI_Finalize is an error; a communicator outliving MPI just leaks.
+      int finalized = 0;
+      if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Comm_free(&comm);
+      comm = MPI_COMM_NULL;
+    }
+  };
+
+  // What the ranks agreed on before a transfer.
+  struct agreement {
+    std::int64_t bad_rank = -1;       // highest rank with invalid arguments, -1 if none
+    std::int64_t mismatch_rank = -1;  // highest rank that saw a count mismatch, -1 if none
+    bool chunked = false;             // some rank needs the chunked path
+    std::array<std::int64_t, 4> key_min{};
+    std::array<std::int64_t, 4> key_max{};
+  };
+
+  [[nodiscard]] MPI_Comm comm() const {
+    ORCHMLLM_REQUIRE(handle_.comm != MPI_COMM_NULL, invalid_argument_error,
+                     "mpi::communicator used after it was moved from");
+    return handle_.comm;
+  }
+  [[nodiscard]] std::int64_t limit() const noexcept { return opts_.max_chunk_bytes; }
+
+  // Whether a call with the group's figures `a` takes one MPI call (true) or the chunked path
+  // (all_to_allv) / the packing fallback (all_to_allv_gather), the same on every rank.
+  [[nodiscard]] bool agreed_fits(const ::orchmllm::agreed_exchange& a,
+                                 bool gather) const noexcept {
+    return a.max_block <= limit() && a.max_buffer <= static_cast<std::int64_t>(INT_MAX) &&
+           (!gather || a.max_items <= static_cast<std::int64_t>(INT_MAX));
+  }
+
+  // The transfer of an all_to_allv whose arguments were agreed (or are agreed by construction):
+  // one MPI_Alltoallv, or the chunked point-to-point path.
+  void move_all_to_allv(const char* op, const std::byte* send,
+                        std::span<const std::int64_t> send_counts,
+                        std::span<const std::int64_t> send_displs, std::byte* recv,
+                        std::span<const std::int64_t> recv_counts,
+                        std::span<const std::int64_t> recv_displs, bool chunked) {
+    namespace d = ::orchmllm::detail;
+    const auto p = static_cast<std::size_t>(size_);
+    d::mpi_backend::outcome out;
+    if (!chunked) {
+      std::vector<int> sc(p);
+      std::vector<int> sd(p);
+      std::vector<int> rc(p);
+      std::vector<int> rd(p);
+      for (std::size_t q = 0; q < p; ++q) {
+        sc[q] = static_cast<int>(send_counts[q]);
+        sd[q] = static_cast<int>(send_displs[q]);
+        rc[q] = static_cast<int>(recv_counts[q]);
+        rd[q] = static_cast<int>(recv_displs[q]);
+      }
+      const int code = collective(
+          op,
+          [&] {
+            return MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(),
+                                 rd.data(), MPI_BYTE, comm());
+          },
+          [&](MPI_Request* r) {
+            return MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(),
+                                  rd.data(), MPI_BYTE, comm(), r);
+          });
+      if (code != MPI_SUCCESS)
+        out.fail(code, "MPI_Alltoallv failed: " + d::mpi_backend::error_string(code));
+    } else {
+      ++chunked_calls_;
+      exchange_chunked(op, send, send_counts, send_displs, recv, recv_counts, recv_displs, out);
+    }
+    finish(op, out, chunked);
+  }
+
+  // One all_to_allv_gather call's MPI arguments: one hindexed type per peer over `in`.
+  struct gather_call {
+    std::vector<MPI_Datatype> stypes, rtypes;
+    std::vector<int> sc, sd, rc, rd;
+    bool fits = false;  // MPI's int counts hold everything (this rank's call)
+
+    explicit gather_call(rank_t size)
+        : stypes(static_cast<std::size_t>(size), MPI_BYTE),
+          rtypes(static_cast<std::size_t>(size), MPI_BYTE),
+          sc(static_cast<std::size_t>(size), 0),
+          sd(static_cast<std::size_t>(size), 0),
+          rc(static_cast<std::size_t>(size), 0),
+          rd(static_cast<std::size_t>(size), 0) {}
+    gather_call(const gather_call&) = delete;
+    gather_call& operator=(const gather_call&) = delete;
+
+    void free_types() noexcept {
       for (auto& t : stypes)
         if (t != MPI_BYTE) MPI_Type_free(&t);
-    };
-    if (fits) {
+    }
+
+    // Checks the arguments and, when they fit, builds the types: one per peer with the
+    // segments (sorted by packed offset) that fall in its packed range [send_displs[q],
+    // send_displs[q] + send_counts[q]); segments merged across a peer boundary are split
+    // there. The error, or nullopt; never throws but bad_alloc.
+    std::optional<invalid_argument_error> build(
+        const char* op, const std::byte* in, const ::orchmllm::detail::segment_list& segments,
+        std::span<const std::int64_t> send_counts, std::span<const std::int64_t> send_displs,
+        const std::byte* recv, std::span<const std::int64_t> recv_counts,
+        std::span<const std::int64_t> recv_displs, std::int64_t limit) {
+      namespace d = ::orchmllm::detail;
+      const auto p = stypes.size();
+      // `in` plays the send buffer: the packed counts must be backed by it.
+      std::optional<invalid_argument_error> local = d::mpi_backend::check_all_to_allv_args(
+          op, p, in, send_counts, send_displs, recv, recv_counts, recv_displs);
+      bool seg_fits = segments.size() <= static_cast<std::size_t>(INT_MAX);
+      for (std::size_t k = 0; k < segments.size() && !local; ++k) {
+        if (segments.bytes[k] < 0 || segments.src[k] < 0 || segments.dst[k] < 0)
+          local.emplace(d::concat(op, ": segment ", k, " is negative"));
+        seg_fits = seg_fits && segments.bytes[k] <= INT_MAX;
+      }
+      fits = !local && seg_fits && d::fits_in_int_call(send_counts, send_displs, limit) &&
+             d::fits_in_int_call(recv_counts, recv_displs, limit);
+      if (!fits) return local;
       std::vector<int> lens;
       std::vector<MPI_Aint> disps;
       std::size_t k = 0;
@@ -676,134 +921,29 @@ class communicator {
         }
         sc[q] = 1;
       }
+      return local;
     }
-    const agreement a =
-        agree(op, local.has_value(), std::array<std::int64_t, 0>{}, !fits, false);
-    if (local || a.bad_rank >= 0 || a.chunked) free_types();
-    if (local) throw *local;
-    throw_if_invalid(op, a);
-    if (a.chunked) return false;
+  };
 
+  // The transfer of a built gather call: one MPI_Alltoallw straight from `in`; frees the types.
+  void send_gathered(const char* op, const std::byte* in, std::byte* recv, gather_call& call) {
+    namespace d = ::orchmllm::detail;
     d::mpi_backend::outcome out;
     const int code = collective(
         op,
         [&] {
-          return MPI_Alltoallw(in, sc.data(), sd.data(), stypes.data(), recv, rc.data(),
-                               rd.data(), rtypes.data(), comm());
+          return MPI_Alltoallw(in, call.sc.data(), call.sd.data(), call.stypes.data(), recv,
+                               call.rc.data(), call.rd.data(), call.rtypes.data(), comm());
         },
         [&](MPI_Request* r) {
-          return MPI_Ialltoallw(in, sc.data(), sd.data(), stypes.data(), recv, rc.data(),
-                                rd.data(), rtypes.data(), comm(), r);
+          return MPI_Ialltoallw(in, call.sc.data(), call.sd.data(), call.stypes.data(), recv,
+                                call.rc.data(), call.rd.data(), call.rtypes.data(), comm(), r);
         });
-    free_types();
+    call.free_types();
     if (code != MPI_SUCCESS)
       out.fail(code, "MPI_Alltoallw failed: " + d::mpi_backend::error_string(code));
     finish(op, out, false);
-    return true;
   }
-
-  /// Rank r sends send_counts[q] bytes from send + send_displs[q] to every rank q and receives
-  /// recv_counts[q] bytes from q at recv + recv_displs[q]; counts must match pairwise (see
-  /// `communicator_options::verify_counts`). Zero counts post nothing on either side.
-  /// O(Σ counts) bytes moved, O(size()) extra memory. Throws
-  /// invalid_argument_error on every rank when some rank passes spans whose size is not
-  /// size(), negative counts or displacements, displ + count overflowing 64 bits, or null
-  /// buffers with data; communication_error on every rank when counts disagree (with
-  /// verify_counts) or the transfer fails (including a message shorter than its recv count).
-  void all_to_allv(const std::byte* send, std::span<const std::int64_t> send_counts,
-                   std::span<const std::int64_t> send_displs, std::byte* recv,
-                   std::span<const std::int64_t> recv_counts,
-                   std::span<const std::int64_t> recv_displs) {
-    static constexpr const char* op = "all_to_allv";
-    namespace d = ::orchmllm::detail;
-    const auto p = static_cast<std::size_t>(size_);
-    std::optional<invalid_argument_error> local = d::mpi_backend::check_all_to_allv_args(
-        op, p, send, send_counts, send_displs, recv, recv_counts, recv_displs);
-    std::optional<communication_error> mismatch;
-    if (opts_.verify_counts)
-      mismatch = d::mpi_backend::exchange_and_compare_counts(
-          comm(), op, rank_, local.has_value(), send_counts, recv_counts, p, opts_.timeout);
-    const bool fits = !local && d::fits_in_int_call(send_counts, send_displs, limit()) &&
-                      d::fits_in_int_call(recv_counts, recv_displs, limit());
-    const agreement a =
-        agree(op, local.has_value(), std::array<std::int64_t, 0>{}, !fits, mismatch.has_value());
-    if (local) throw *local;
-    throw_if_invalid(op, a);
-    if (mismatch) throw *mismatch;
-    ORCHMLLM_REQUIRE(a.mismatch_rank < 0, communication_error, op,
-                     ": send and receive counts disagree between ranks (rank ", a.mismatch_rank,
-                     " detected it); nothing was sent");
-    d::mpi_backend::outcome out;
-    if (!a.chunked) {
-      std::vector<int> sc(p);
-      std::vector<int> sd(p);
-      std::vector<int> rc(p);
-      std::vector<int> rd(p);
-      for (std::size_t q = 0; q < p; ++q) {
-        sc[q] = static_cast<int>(send_counts[q]);
-        sd[q] = static_cast<int>(send_displs[q]);
-        rc[q] = static_cast<int>(recv_counts[q]);
-        rd[q] = static_cast<int>(recv_displs[q]);
-      }
-      const int code = collective(
-          op,
-          [&] {
-            return MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(),
-                                 rd.data(), MPI_BYTE, comm());
-          },
-          [&](MPI_Request* r) {
-            return MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(),
-                                  rd.data(), MPI_BYTE, comm(), r);
-          });
-      if (code != MPI_SUCCESS)
-        out.fail(code, "MPI_Alltoallv failed: " + d::mpi_backend::error_string(code));
-    } else {
-      ++chunked_calls_;
-      exchange_chunked(op, send, send_counts, send_displs, recv, recv_counts, recv_displs, out);
-    }
-    finish(op, out, a.chunked);
-  }
-
- private:
-  // Owns the duplicated MPI_Comm; moves leave MPI_COMM_NULL behind.
-  struct comm_handle {
-    MPI_Comm comm = MPI_COMM_NULL;
-    comm_handle() = default;
-    comm_handle(const comm_handle&) = delete;
-    comm_handle& operator=(const comm_handle&) = delete;
-    comm_handle(comm_handle&& o) noexcept : comm(std::exchange(o.comm, MPI_COMM_NULL)) {}
-    comm_handle& operator=(comm_handle&& o) noexcept {
-      if (this != &o) {
-        release();
-        comm = std::exchange(o.comm, MPI_COMM_NULL);
-      }
-      return *this;
-    }
-    ~comm_handle() { release(); }
-    void release() noexcept {
-      if (comm == MPI_COMM_NULL) return;
-      // Freeing after MPI_Finalize is an error; a communicator outliving MPI just leaks.
-      int finalized = 0;
-      if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Comm_free(&comm);
-      comm = MPI_COMM_NULL;
-    }
-  };
-
-  // What the ranks agreed on before a transfer.
-  struct agreement {
-    std::int64_t bad_rank = -1;       // highest rank with invalid arguments, -1 if none
-    std::int64_t mismatch_rank = -1;  // highest rank that saw a count mismatch, -1 if none
-    bool chunked = false;             // some rank needs the chunked path
-    std::array<std::int64_t, 4> key_min{};
-    std::array<std::int64_t, 4> key_max{};
-  };
-
-  [[nodiscard]] MPI_Comm comm() const {
-    ORCHMLLM_REQUIRE(handle_.comm != MPI_COMM_NULL, invalid_argument_error,
-                     "mpi::communicator used after it was moved from");
-    return handle_.comm;
-  }
-  [[nodiscard]] std::int64_t limit() const noexcept { return opts_.max_chunk_bytes; }
 
   // One MPI collective under the options' timeout (detail::mpi_backend::run_collective).
   template <class Blocking, class Posting>
@@ -1081,5 +1221,25 @@ class communicator {
 };
 
 static_assert(::orchmllm::communicator<communicator>);
+
+/// A non-owning `mpi::communicator` over the caller's MPI communicator, for a trainer that
+/// already has one (e.g. the group its framework created): no MPI_Comm_dup, nothing freed on
+/// destruction, the communicator's error handler left as the caller set it. Everything else
+/// (node groups, options and their agreement, every operation and guarantee) is
+/// `mpi::communicator`'s. Two differences follow from not owning the communicator:
+/// - with MPI's default error handler (MPI_ERRORS_ARE_FATAL) an MPI failure aborts the job
+///   instead of raising `communication_error`; set MPI_ERRORS_RETURN on it to get exceptions;
+/// - the chunked path's point-to-point messages travel on the caller's communicator (one tag,
+///   0x0c4d): a trainer posting wildcard receives (MPI_ANY_TAG) on it at the same time could
+///   match them. Use the owning `mpi::communicator` (a duplicate) when that can happen.
+/// `comm` must outlive this object. Collective over `comm`; throws what the owning
+/// constructor throws.
+class communicator_ref : public communicator {
+ public:
+  explicit communicator_ref(MPI_Comm comm, options opts = {})
+      : communicator(adopt_t{}, comm, opts) {}
+};
+
+static_assert(::orchmllm::communicator<communicator_ref>);
 
 }  // namespace orchmllm::mpi
