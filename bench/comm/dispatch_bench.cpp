@@ -2,14 +2,17 @@
 //
 //  * BM_local_dispatch/ranks:<P>/bytes_per_rank:<S>: P ranks (threads; 8, and 2 = one per core
 //    of a small CI machine, to separate the copies from thread oversubscription), a uniform
-//    all-to-all (every rank sends 1/P of its bytes to every rank, itself included). Each of `repeats` runs times, after
-//    a barrier and as its slowest rank, one `orchmllm::dispatch` (the whole call: metadata
-//    agreement, route build, pack, all-to-all, unpack), one `orchmllm::execute` of a route
-//    built beforehand (the data movement alone) and one plain `std::memcpy` of the same number
-//    of bytes on every rank (the copy floor of a shared-memory transport). The iteration time
-//    is the dispatch time; bytes_per_second counts every rank's payload. Counters from the
-//    same run: memcpy_bytes_per_second, execute_bytes_per_second and the ratios
-//    dispatch_over_memcpy, execute_over_memcpy (medians).
+//    all-to-all (every rank sends 1/P of its bytes to every rank, itself included). Each of
+//    `repeats` runs times, after a barrier and as its slowest rank, one `orchmllm::dispatch`
+//    (the whole call: metadata agreement, route build, pack, all-to-all, unpack), one
+//    `orchmllm::execute` of a route
+//    built beforehand (the data movement alone, with its agreement), one `orchmllm::dispatch`
+//    along that route after one `agree_on_routes` (its all-to-all only: a training step's
+//    transfer) and one plain `std::memcpy` of the same number of bytes on every rank (the copy
+//    floor of a shared-memory transport). The iteration time is the dispatch time;
+//    bytes_per_second counts every rank's payload. Counters from the same run:
+//    memcpy_bytes_per_second, execute_bytes_per_second and the ratios dispatch_over_memcpy,
+//    execute_over_memcpy, route_over_memcpy (medians).
 //  * BM_local_memcpy/ranks:<P>/bytes_per_rank:<S>: the memcpy floor alone, for reference.
 //  * BM_schedule/<direct|node-wise>/<bytes per rank>: 16 ranks faked as 4 nodes x 4, the same
 //    uniform all-to-all, one schedule. Iteration time = measured dispatch; counters
@@ -47,7 +50,7 @@ using orchmllm::tool::uniform_all_to_all;
 /// Medians and per-run dispatch times of one measurement.
 struct measurement {
   std::vector<double> dispatch;  // per run, slowest rank
-  double execute = 0, memcpy_ = 0;
+  double execute = 0, routed = 0, memcpy_ = 0;
   orchmllm::dispatch_report report;
   orchmllm::traffic_stats sent;  // Σ over ranks
   double predicted_direct = 0, predicted_node_wise = 0;
@@ -72,10 +75,13 @@ measurement measure(const orchmllm::tool::dispatch_inputs& c, rank_t d, rank_t r
         opts.sched = sched;
         const auto my_bytes = mine.rows;  // row_bytes = 1
         const auto route = orchmllm::build_route(comm, c.plan, my_bytes, opts);
-        orchmllm::host_mover mover;
+        orchmllm::host_mover mover, route_scratch;
         std::vector<std::byte> executed(static_cast<std::size_t>(route.output_bytes()));
+        std::vector<std::byte> routed(executed.size());
+        orchmllm::agree_on_routes(comm, std::span<const orchmllm::route>(&route, 1),
+                                  route_scratch);
         std::vector<std::byte> copy(mine.data.size());
-        std::vector<double> td, te, tm;
+        std::vector<double> td, te, tr, tm;
         std::optional<std::string> failure;
         orchmllm::dispatch_report report;
         for (int k = -1; k < repeats; ++k) {  // k = -1: warm-up
@@ -92,6 +98,13 @@ measurement measure(const orchmllm::tool::dispatch_inputs& c, rank_t d, rank_t r
           if (!failure && executed != moved.data)
             failure = "execute: bytes differ from dispatch's";
 
+          comm.barrier();
+          t0 = std::chrono::steady_clock::now();
+          orchmllm::dispatch(comm, route, std::span<const std::byte>(mine.data),
+                             std::span<std::byte>(routed), route_scratch);
+          const double r_s = seconds_since(t0);
+          if (!failure && routed != moved.data) failure = "route: bytes differ from dispatch's";
+
           double m_s = 0;
           if (with_memcpy) {
             comm.barrier();
@@ -103,12 +116,14 @@ measurement measure(const orchmllm::tool::dispatch_inputs& c, rank_t d, rank_t r
           if (k >= 0) {
             td.push_back(d_s);
             te.push_back(e_s);
+            tr.push_back(r_s);
             tm.push_back(m_s);
           }
         }
         const auto problems = tool::gather_problems(comm, failure);
         const auto all_d = tool::max_over_ranks(comm, td);
         const auto all_e = tool::max_over_ranks(comm, te);
+        const auto all_r = tool::max_over_ranks(comm, tr);
         const auto all_m = tool::max_over_ranks(comm, tm);
         const std::int64_t sent[2] = {report.sent.intra_node_bytes, report.sent.inter_node_bytes};
         const auto sent_all = orchmllm::all_gather(comm, std::span<const std::int64_t>(sent));
@@ -118,6 +133,7 @@ measurement measure(const orchmllm::tool::dispatch_inputs& c, rank_t d, rank_t r
                     problems.front().second;
         m.dispatch = all_d;
         m.execute = tool::median(all_e);
+        m.routed = tool::median(all_r);
         m.memcpy_ = tool::median(all_m);
         m.report = report;
         for (std::size_t q = 0; q < static_cast<std::size_t>(d); ++q) {
@@ -163,6 +179,7 @@ void BM_local_dispatch(benchmark::State& state) {
   state.counters["execute_bytes_per_second"] = total / m.execute;
   state.counters["dispatch_over_memcpy"] = dispatch / m.memcpy_;
   state.counters["execute_over_memcpy"] = m.execute / m.memcpy_;
+  state.counters["route_over_memcpy"] = m.routed / m.memcpy_;
 }
 void BM_local_memcpy(benchmark::State& state) {
   const auto local_ranks = static_cast<rank_t>(state.range(0));

@@ -911,6 +911,13 @@ class communicator {
                                   " (segments must be sorted by packed offset and tile it)"));
           break;
         }
+        // One contiguous run with an int offset needs no datatype: bytes at a displacement
+        // (the collective stays MPI_Alltoallw on every rank; only this peer's type differs).
+        if (lens.size() == 1 && disps[0] <= static_cast<MPI_Aint>(INT_MAX)) {
+          sc[q] = lens[0];
+          sd[q] = static_cast<int>(disps[0]);
+          continue;
+        }
         int code = MPI_Type_create_hindexed(static_cast<int>(lens.size()), lens.data(),
                                             disps.data(), MPI_BYTE, &stypes[q]);
         if (code == MPI_SUCCESS) code = MPI_Type_commit(&stypes[q]);
