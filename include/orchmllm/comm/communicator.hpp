@@ -27,8 +27,9 @@
 /// of the wrong size raise `invalid_argument_error` before anything is sent.
 ///
 /// Models: `orchmllm::local::communicator` (threads in one process, comm/local.hpp),
-/// `orchmllm::mpi::communicator` (backend/mpi/communicator.hpp),
-/// `orchmllm::nccl::communicator` (backend/nccl/communicator.cuh).
+/// `orchmllm::mpi::communicator` and `mpi::communicator_ref` (the caller's MPI_Comm,
+/// backend/mpi/communicator.hpp), `orchmllm::nccl::communicator` (backend/nccl/communicator.cuh)
+/// and `nccl::communicator_ref` (the caller's ncclComm_t, backend/nccl/communicator_ref.cuh).
 
 #include <concepts>
 #include <cstddef>

@@ -1,4 +1,5 @@
-// GPU runtime test of nccl::communicator, run under mpiexec (one rank in ctest; the device
+// GPU runtime test of nccl::communicator and nccl::communicator_ref (over an ncclComm_t the
+// test creates itself, as a trainer's framework would), run under mpiexec (one rank in ctest; the device
 // check script also runs it on one GPU). The conformance suite of the communicator concept runs
 // with device payload buffers (cuda_staging): self send/recv, zero counts, gapped
 // displacements, 1 MiB, bad spans. Exits with 77 (ctest: skipped) when no CUDA device is
@@ -11,11 +12,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "cuda_support.hpp"
 #include "orchmllm/backend/cuda/mover.cuh"
 #include "orchmllm/backend/nccl/communicator.cuh"
+#include "orchmllm/backend/nccl/communicator_ref.cuh"
+#include "orchmllm/comm/dispatch.hpp"
+#include "orchmllm/comm/metadata.hpp"
 #include "support/communicator_conformance.hpp"
 #include "support/test_support.hpp"
 
@@ -141,5 +146,102 @@ TEST_CASE("nccl communicator: device_mover packs on the stream before the exchan
                                                  q, me) == -1);
     }
     staging.free(recv);
+  }
+}
+
+namespace {
+
+// The trainer's own NCCL communicator: rank 0's id over MPI, ncclCommInitRank (blocking).
+struct trainer_nccl_comm {
+  ncclComm_t comm = nullptr;
+  trainer_nccl_comm() {
+    int rank = 0, size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    ncclUniqueId id{};
+    if (rank == 0) REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    REQUIRE(ncclCommInitRank(&comm, size, id, rank) == ncclSuccess);
+  }
+  ~trainer_nccl_comm() {
+    if (comm != nullptr) ncclCommDestroy(comm);
+  }
+  trainer_nccl_comm(const trainer_nccl_comm&) = delete;
+  trainer_nccl_comm& operator=(const trainer_nccl_comm&) = delete;
+};
+
+}  // namespace
+
+TEST_CASE("nccl communicator_ref: the trainer's ncclComm_t, conformance, no MPI inside") {
+  select_device();
+  test_stream stream;
+  trainer_nccl_comm mine;
+  {
+    orchmllm::nccl::communicator_ref comm(mine.comm, stream.get(), {.ranks_per_node = 0});
+    int size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    CHECK(comm.size() == size);
+    CHECK(comm.native_handle() == mine.comm);
+    CHECK(comm.num_nodes() >= 1);
+    CHECK_NOTHROW(orchmllm::test::check_communicator_conformance(
+        comm, orchmllm::test::cuda_staging{stream.get()}));
+    std::int64_t v[3] = {comm.rank(), -comm.rank(), 7};
+    comm.all_max(std::span<std::int64_t>(v));
+    CHECK(v[0] == comm.size() - 1);
+    CHECK(v[1] == 0);
+    CHECK(v[2] == 7);
+    CHECK_FALSE(comm.aborted());
+  }
+  // Destroyed without destroying the adopted communicator: it still works.
+  orchmllm::nccl::communicator_ref again(mine.comm, stream.get(), {.ranks_per_node = 1});
+  CHECK(again.num_nodes() == again.size());
+  CHECK_NOTHROW(orchmllm::test::check_communicator_conformance(
+      again, orchmllm::test::cuda_staging{stream.get()}));
+}
+
+TEST_CASE("prebuilt routes on the GPU: agree once, dispatch device bytes with the device mover") {
+  select_device();
+  test_stream stream;
+  trainer_nccl_comm mine;
+  orchmllm::nccl::communicator_ref comm(mine.comm, stream.get());
+  orchmllm::nccl::communicator owning(MPI_COMM_WORLD, stream.get());
+  const rank_t d = comm.size();
+  const rank_t me = comm.rank();
+  std::mt19937_64 rng(11);  // the same plan on every rank
+  const auto n = orchmllm::test::uniform(rng, 0, 8 * d);
+  const auto off = orchmllm::test::random_offsets(rng, d, n);
+  const auto plan = orchmllm::test::random_rearrangement(rng, off, d, true, 20);
+  std::vector<std::int64_t> bytes(static_cast<std::size_t>(n));
+  for (auto& b : bytes) b = orchmllm::test::uniform(rng, 0, 5000);
+  std::vector<std::byte> input, expected;
+  for (auto g = off[static_cast<std::size_t>(me)]; g < off[static_cast<std::size_t>(me) + 1]; ++g)
+    for (std::int64_t k = 0; k < bytes[static_cast<std::size_t>(g)]; ++k)
+      input.push_back(orchmllm::test::content_byte(g, k, 3));
+  const auto doff = plan.dst_offsets();
+  for (auto h = doff[static_cast<std::size_t>(me)]; h < doff[static_cast<std::size_t>(me) + 1]; ++h)
+    for (std::int64_t k = 0; k < bytes[static_cast<std::size_t>(plan.source_of(h))]; ++k)
+      expected.push_back(orchmllm::test::content_byte(plan.source_of(h), k, 3));
+  const auto topo = orchmllm::gather_topology(comm);
+  for (const auto s : {orchmllm::schedule::direct, orchmllm::schedule::node_wise}) {
+    const std::vector<orchmllm::route> routes{orchmllm::route::build(plan, bytes, topo, me, s)};
+    orchmllm::cuda::device_mover mover(stream.get());
+    orchmllm::test::cuda_staging staging{stream.get()};
+    std::byte* in = staging.alloc(routes[0].input_bytes());
+    std::byte* out = staging.alloc(routes[0].output_bytes());
+    orchmllm::test::upload(in, input, stream.get());
+    auto run = [&](auto& c) {
+      orchmllm::agree_on_routes(c, routes, mover);
+      orchmllm::dispatch(c, routes[0],
+                         std::span<const std::byte>(in, static_cast<std::size_t>(
+                                                            routes[0].input_bytes())),
+                         std::span<std::byte>(out, static_cast<std::size_t>(
+                                                       routes[0].output_bytes())),
+                         mover);
+      CHECK(orchmllm::test::download(out, routes[0].output_bytes(), stream.get()) == expected);
+    };
+    run(comm);
+    run(owning);
+    staging.free(in);
+    staging.free(out);
   }
 }

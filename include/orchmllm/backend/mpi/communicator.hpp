@@ -180,26 +180,7 @@ inline std::optional<std::int64_t> ranks_per_node_from_env() {
   return value;
 }
 
-// Local argument checks of an all_to_allv (shared by the MPI and NCCL backends): the error,
-// or nullopt. Never throws, so the caller can agree on it with its peers first.
-inline std::optional<invalid_argument_error> check_all_to_allv_args(
-    const char* op, std::size_t p, const std::byte* send, std::span<const std::int64_t> send_counts,
-    std::span<const std::int64_t> send_displs, const std::byte* recv,
-    std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs) {
-  try {
-    validate_counts_displs(send_counts, send_displs, p, "all_to_allv: send");
-    validate_counts_displs(recv_counts, recv_displs, p, "all_to_allv: recv");
-    for (std::size_t q = 0; q < p; ++q) {
-      ORCHMLLM_REQUIRE(send_counts[q] == 0 || send != nullptr, invalid_argument_error, op,
-                       ": null send buffer with send_counts[", q, "] = ", send_counts[q]);
-      ORCHMLLM_REQUIRE(recv_counts[q] == 0 || recv != nullptr, invalid_argument_error, op,
-                       ": null recv buffer with recv_counts[", q, "] = ", recv_counts[q]);
-    }
-  } catch (const invalid_argument_error& e) {
-    return e;
-  }
-  return std::nullopt;
-}
+using ::orchmllm::detail::check_all_to_allv_args;
 
 // The optional pairwise count check (`verify_counts`): one MPI_Alltoall of the send counts
 // tells every rank what its peers are about to send. A rank with invalid arguments (`invalid`)

@@ -34,22 +34,16 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "orchmllm/backend/mpi/communicator.hpp"
+#include "orchmllm/backend/nccl/transfer.cuh"
 #include "orchmllm/comm/communicator.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/detail/comm/chunking.hpp"
 
-#if !defined(NCCL_VERSION_CODE) || !defined(NCCL_VERSION)
-#error "orchmllm/backend/nccl/communicator.cuh: nccl.h defines no NCCL_VERSION_CODE"
-#elif NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
-#error \
-    "orchmllm/backend/nccl/communicator.cuh needs NCCL >= 2.14 (ncclCommInitRankConfig, non-blocking communicators, ncclCommFinalize)"
-#endif
 
 namespace orchmllm::nccl {
 
@@ -69,19 +63,6 @@ struct communicator_options {
   bool verify_counts = false;
 };
 
-namespace detail {
-
-// "ncclXxx failed: <error string> (<last error detail>)".
-inline std::string nccl_message(const char* call, ncclResult_t rc, ncclComm_t comm) {
-  std::string out = ::orchmllm::detail::concat(call, " failed: ", ncclGetErrorString(rc));
-  if (comm != nullptr) {
-    const char* last = ncclGetLastError(comm);
-    if (last != nullptr && *last != '\0') out += ::orchmllm::detail::concat(" (", last, ")");
-  }
-  return out;
-}
-
-}  // namespace detail
 
 /// One rank's handle on an NCCL communicator; models `orchmllm::communicator` with device
 /// payload memory. See the file comment for the failure model.
@@ -272,7 +253,7 @@ class communicator {
     ORCHMLLM_REQUIRE(!aborted_, communication_error, op,
                      ": the NCCL communicator was aborted after an earlier failure");
     const auto p = static_cast<std::size_t>(mpi_.size());
-    std::optional<invalid_argument_error> local = od::mpi_backend::check_all_to_allv_args(
+    std::optional<invalid_argument_error> local = od::check_all_to_allv_args(
         op, p, send, send_counts, send_displs, recv, recv_counts, recv_displs);
     std::optional<communication_error> mismatch;
     if (opts_.verify_counts)
@@ -300,6 +281,37 @@ class communicator {
       throw communication_error(od::concat(op, ": the exchange failed on rank ", failed_rank,
                                            " (its own error names the cause); the NCCL "
                                            "communicator was aborted"));
+    }
+  }
+
+  /// `orchmllm::agreed_exchange_communicator`: the same for a hop of an agreed route (routes
+  /// whose fingerprints the ranks compared once per step, `agree_on_routes`): only the NCCL
+  /// group, without the two MPI agreements. A rank whose own arguments are bad throws
+  /// `invalid_argument_error` alone; a failure or a timeout aborts this rank's NCCL
+  /// communicator and raises `communication_error` here, and its peers' exchanges then fail
+  /// or time out, each by its own deadline. With `verify_counts` on, this is the call above.
+  void all_to_allv(const std::byte* send, std::span<const std::int64_t> send_counts,
+                   std::span<const std::int64_t> send_displs, std::byte* recv,
+                   std::span<const std::int64_t> recv_counts,
+                   std::span<const std::int64_t> recv_displs, const agreed_exchange&) {
+    namespace od = ::orchmllm::detail;
+    static constexpr const char* op = "nccl all_to_allv";
+    if (opts_.verify_counts) {
+      all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+      return;
+    }
+    ORCHMLLM_REQUIRE(!aborted_, communication_error, op,
+                     ": the NCCL communicator was aborted after an earlier failure");
+    if (auto local = od::check_all_to_allv_args(op, static_cast<std::size_t>(mpi_.size()), send,
+                                                send_counts, send_displs, recv, recv_counts,
+                                                recv_displs))
+      throw *local;
+    const std::string failure =
+        exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+    if (!failure.empty()) {
+      abort();
+      throw communication_error(od::concat(op, " on rank ", mpi_.rank(), ": ", failure,
+                                           "; the NCCL communicator was aborted"));
     }
   }
 
@@ -349,25 +361,10 @@ class communicator {
     return worst - 1;
   }
 
-  // Polls until the non-blocking communicator has no operation in progress. Returns "" on
-  // success, else the failure (NCCL error or timeout) for `what`.
+  // Polls until the non-blocking communicator has no operation in progress (see
+  // nccl/transfer.cuh). Returns "" on success, else the failure.
   std::string wait_ready(const char* what) {
-    const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
-    for (;;) {
-      ncclResult_t state = ncclSuccess;
-      const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
-      if (rc != ncclSuccess) return detail::nccl_message("ncclCommGetAsyncError", rc, comm_);
-      if (state == ncclSuccess) return {};
-      if (state != ncclInProgress) return detail::nccl_message(what, state, comm_);
-      if (std::chrono::steady_clock::now() > deadline) return timeout_message(what);
-      std::this_thread::yield();
-    }
-  }
-
-  std::string timeout_message(const char* what) const {
-    return ::orchmllm::detail::concat(what, " did not complete within the timeout of ",
-                                      opts_.timeout.count(),
-                                      " ms (a peer rank failed, diverged or is stuck)");
+    return detail::wait_ready(comm_, opts_.timeout, what);
   }
 
   // Posts the group and waits for the stream. Returns "" on success, else the failure.
@@ -375,53 +372,8 @@ class communicator {
                        std::span<const std::int64_t> send_displs, std::byte* recv,
                        std::span<const std::int64_t> recv_counts,
                        std::span<const std::int64_t> recv_displs) {
-    const auto p = send_counts.size();
-    bool any = false;
-    for (std::size_t q = 0; q < p; ++q) any = any || send_counts[q] > 0 || recv_counts[q] > 0;
-    if (any) {
-      ncclResult_t rc = ncclGroupStart();
-      if (rc != ncclSuccess) return detail::nccl_message("ncclGroupStart", rc, comm_);
-      std::string failure;
-      for (std::size_t q = 0; q < p && failure.empty(); ++q) {
-        const int peer = static_cast<int>(q);
-        if (send_counts[q] > 0) {
-          rc = ncclSend(send + send_displs[q], static_cast<std::size_t>(send_counts[q]), ncclUint8,
-                        peer, comm_, stream_);
-          if (rc != ncclSuccess && rc != ncclInProgress)
-            failure = detail::nccl_message("ncclSend", rc, comm_);
-        }
-        if (failure.empty() && recv_counts[q] > 0) {
-          rc = ncclRecv(recv + recv_displs[q], static_cast<std::size_t>(recv_counts[q]), ncclUint8,
-                        peer, comm_, stream_);
-          if (rc != ncclSuccess && rc != ncclInProgress)
-            failure = detail::nccl_message("ncclRecv", rc, comm_);
-        }
-      }
-      rc = ncclGroupEnd();  // always closes the group, also after a failed call inside it
-      if (!failure.empty()) return failure;
-      if (rc != ncclSuccess && rc != ncclInProgress)
-        return detail::nccl_message("ncclGroupEnd", rc, comm_);
-    }
-    // Non-blocking: the group may still be launching (ncclInProgress) before its kernels are
-    // on the stream, so the stream is only queried once NCCL reports success.
-    const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
-    for (;;) {
-      ncclResult_t state = ncclSuccess;
-      const ncclResult_t rc = ncclCommGetAsyncError(comm_, &state);
-      if (rc != ncclSuccess) return detail::nccl_message("ncclCommGetAsyncError", rc, comm_);
-      if (state != ncclSuccess && state != ncclInProgress)
-        return detail::nccl_message("ncclSend/ncclRecv group", state, comm_);
-      if (state == ncclSuccess) {
-        const cudaError_t q = cudaStreamQuery(stream_);
-        if (q == cudaSuccess) return {};
-        if (q != cudaErrorNotReady) {
-          return ::orchmllm::detail::concat("cudaStreamQuery failed: ", cudaGetErrorName(q), ": ",
-                                            cudaGetErrorString(q));
-        }
-      }
-      if (std::chrono::steady_clock::now() > deadline) return timeout_message("the exchange");
-      std::this_thread::yield();
-    }
+    return detail::exchange(comm_, stream_, opts_.timeout, send, send_counts, send_displs, recv,
+                            recv_counts, recv_displs);
   }
 
   void abort() noexcept {
@@ -437,5 +389,6 @@ class communicator {
 };
 
 static_assert(::orchmllm::communicator<communicator>);
+static_assert(::orchmllm::agreed_exchange_communicator<communicator>);
 
 }  // namespace orchmllm::nccl

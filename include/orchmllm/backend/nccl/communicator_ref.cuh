@@ -1,0 +1,408 @@
+#pragma once
+/// @file communicator_ref.cuh
+/// `orchmllm::nccl::communicator_ref`: the NCCL backend over the trainer's own NCCL
+/// communicator and CUDA stream, non-owning (the way CCCL's cudax takes a stream reference),
+/// with no MPI. For jobs whose framework already created the NCCL communicator (every
+/// torchrun-launched PyTorch or Megatron job: the process group's `ncclComm_t`).
+///
+/// Everything travels over NCCL: the payload all_to_allv is one group of ncclSend/ncclRecv on
+/// the stream (nccl/transfer.cuh, shared with `nccl::communicator`), and the small host
+/// metadata collectives (barrier, all_gather, all_gatherv, all_max) are staged through a device
+/// buffer owned by this object (cudaMemcpyAsync on the stream, ncclAllGather / ncclAllReduce,
+/// copy back, wait). Every wait has the options' deadline.
+///
+/// Node shape: with `ranks_per_node` = G > 0, consecutive blocks of G ranks (as the MPI
+/// backend fakes nodes); with 0 (the default), the hosts: the constructor all-gathers every
+/// rank's host name (`gethostname`, first 63 bytes) and numbers nodes in order of their lowest
+/// rank, local ranks in increasing rank order (the communicator concept's numbering).
+///
+/// Failure model. The metadata collectives and all_to_allv first agree on their arguments with
+/// one small ncclAllReduce, so bad arguments on one rank raise `invalid_argument_error` on
+/// every rank and nothing is sent; `all_to_allv(..., agreed_exchange)` (a hop of an agreed
+/// route) skips that agreement. An NCCL or CUDA error or a wait past the deadline on a rank
+/// aborts the NCCL communicator there (`ncclCommAbort`: the trainer's communicator is unusable
+/// afterwards, as it would be after any NCCL failure) and raises `communication_error`; its
+/// peers' collectives then fail or time out and raise too, each by its own deadline. There is
+/// no out-of-band channel (no MPI) to agree on the outcome, so a job that must fail as one
+/// catches the error on every rank and ends itself.
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "orchmllm/backend/nccl/transfer.cuh"
+#include "orchmllm/comm/communicator.hpp"
+#include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/detail/comm/chunking.hpp"
+#include "orchmllm/detail/core/fnv.hpp"
+
+namespace orchmllm::nccl {
+
+/// Options of `nccl::communicator_ref`. Every rank must pass the same values (checked).
+struct communicator_ref_options {
+  /// 0: nodes are the hosts (names all-gathered at construction); G > 0: consecutive blocks of
+  /// G ranks. Only what node()/local_rank() report changes; NCCL finds its own topology.
+  rank_t ranks_per_node = 0;
+  /// Longest wait of one operation (its staging, its NCCL calls and the stream work queued
+  /// before it) before the NCCL communicator is aborted. Must be positive.
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+};
+
+/// One rank's non-owning handle on the trainer's NCCL communicator; models
+/// `orchmllm::communicator` with device payload memory, `max_reducing_communicator` and
+/// `agreed_exchange_communicator`. See the file comment.
+///
+/// The current CUDA device must be the communicator's in every call; `stream` must belong to
+/// it, and both `comm` and `stream` must outlive this object, which never destroys or
+/// finalises `comm`. Operations are collective over `comm`, synchronous (they return when the
+/// stream's work up to and including them has completed), deterministic in what they deliver,
+/// and not thread-safe; they enqueue on `stream` behind the trainer's own work. Not copyable
+/// or movable.
+class communicator_ref {
+ public:
+  using options = communicator_ref_options;
+
+  /// Buffers of all_to_allv live in device memory.
+  static constexpr memory_kind payload_memory = memory_kind::device;
+
+  /// Collective over `comm`: agrees on the options (one ncclAllReduce) and learns the node
+  /// shape (one ncclAllGather of 64 bytes per rank, unless `ranks_per_node` is set). Throws
+  /// `invalid_argument_error` locally for a null `comm`, and on every rank for options that
+  /// are invalid or differ between ranks; `communication_error` when NCCL or CUDA fail or a
+  /// wait passes the deadline (the communicator is then aborted).
+  communicator_ref(ncclComm_t comm, cudaStream_t stream, options opts = {})
+      : comm_(comm), stream_(stream), opts_(opts) {
+    ORCHMLLM_REQUIRE(comm_ != nullptr, invalid_argument_error,
+                     "nccl::communicator_ref: the NCCL communicator is null");
+    int n = 0;
+    int r = 0;
+    check(ncclCommCount(comm_, &n), "ncclCommCount");
+    check(ncclCommUserRank(comm_, &r), "ncclCommUserRank");
+    size_ = n;
+    rank_ = r;
+    const bool bad = opts_.timeout.count() <= 0 || opts_.ranks_per_node < 0;
+    // [bad, t, ~t, g, ~g]: max(~x) = ~min(x), so one reduction gives both extremes.
+    const std::int64_t t = opts_.timeout.count(), g = opts_.ranks_per_node;
+    std::array<std::int64_t, 5> v{bad ? rank_ + 1 : 0, t, ~t, g, ~g};
+    reduce_max(v.data(), v.size(), "nccl::communicator_ref options");
+    ORCHMLLM_REQUIRE(!bad, invalid_argument_error, "nccl::communicator_ref: timeout = ",
+                     opts_.timeout.count(), " ms must be positive and ranks_per_node = ",
+                     opts_.ranks_per_node, " non-negative");
+    ORCHMLLM_REQUIRE(v[0] == 0, invalid_argument_error, "nccl::communicator_ref: rank ",
+                     v[0] - 1, " passed invalid options (its own error names them)");
+    ORCHMLLM_REQUIRE(v[1] == ~v[2] && v[3] == ~v[4], invalid_argument_error,
+                     "nccl::communicator_ref: ranks pass different options (timeout from ",
+                     ~v[2], " to ", v[1], " ms, ranks_per_node from ", ~v[4], " to ", v[3], ")");
+
+    node_of_.assign(static_cast<std::size_t>(size_), 0);
+    if (opts_.ranks_per_node > 0) {
+      for (rank_t q = 0; q < size_; ++q)
+        node_of_[static_cast<std::size_t>(q)] = q / opts_.ranks_per_node;
+    } else {
+      std::array<char, host_name_bytes> mine{};
+      if (gethostname(mine.data(), mine.size() - 1) != 0) std::strcpy(mine.data(), "?");
+      std::vector<char> names(host_name_bytes * static_cast<std::size_t>(size_));
+      all_gather(reinterpret_cast<const std::byte*>(mine.data()), host_name_bytes,
+                 reinterpret_cast<std::byte*>(names.data()));
+      std::vector<std::string> seen;
+      for (rank_t q = 0; q < size_; ++q) {
+        std::string name(names.data() + static_cast<std::size_t>(q) * host_name_bytes);
+        const auto it = std::find(seen.begin(), seen.end(), name);
+        node_of_[static_cast<std::size_t>(q)] = static_cast<rank_t>(it - seen.begin());
+        if (it == seen.end()) seen.push_back(std::move(name));
+      }
+    }
+    num_nodes_ = *std::max_element(node_of_.begin(), node_of_.end()) + 1;
+    node_ = node_of_[static_cast<std::size_t>(rank_)];
+    for (rank_t q = 0; q < size_; ++q) {
+      if (node_of_[static_cast<std::size_t>(q)] != node_) continue;
+      if (q < rank_) ++local_rank_;
+      ++local_size_;
+    }
+  }
+
+  communicator_ref(const communicator_ref&) = delete;
+  communicator_ref& operator=(const communicator_ref&) = delete;
+  communicator_ref(communicator_ref&&) = delete;
+  communicator_ref& operator=(communicator_ref&&) = delete;
+
+  /// Frees the staging buffer (after waiting for the stream); never touches `comm`.
+  ~communicator_ref() {
+    if (staging_ != nullptr) {
+      cudaStreamSynchronize(stream_);
+      cudaFree(staging_);
+    }
+  }
+
+  /// This rank and the group size (ncclCommUserRank, ncclCommCount). O(1).
+  [[nodiscard]] rank_t rank() const noexcept { return rank_; }
+  [[nodiscard]] rank_t size() const noexcept { return size_; }
+  /// Node shape (see the file comment). O(1).
+  [[nodiscard]] rank_t node() const noexcept { return node_; }
+  [[nodiscard]] rank_t num_nodes() const noexcept { return num_nodes_; }
+  [[nodiscard]] rank_t local_rank() const noexcept { return local_rank_; }
+  [[nodiscard]] rank_t local_size() const noexcept { return local_size_; }
+  /// Node of any rank r. Throws `invalid_argument_error` for r outside [0, size()).
+  [[nodiscard]] rank_t node_of(rank_t r) const {
+    ORCHMLLM_REQUIRE(r >= 0 && r < size_, invalid_argument_error, "node_of: rank ", r,
+                     " is outside [0, ", size_, ")");
+    return node_of_[static_cast<std::size_t>(r)];
+  }
+  /// The adopted NCCL communicator (not owned) and stream.
+  [[nodiscard]] ncclComm_t native_handle() const noexcept { return comm_; }
+  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
+  [[nodiscard]] const options& settings() const noexcept { return opts_; }
+  /// True after a failure or a timeout aborted the NCCL communicator on this rank.
+  [[nodiscard]] bool aborted() const noexcept { return aborted_; }
+
+  /// One ncclAllReduce of one int64 (staged), waited for. Throws `communication_error`.
+  void barrier() {
+    std::int64_t v = 0;
+    reduce_max(&v, 1, "barrier");
+  }
+
+  /// Replaces each value by its maximum over all ranks (`max_reducing_communicator`): one
+  /// ncclAllReduce(max) of 10 int64, whatever the count (at most 8; every rank passes the same
+  /// count, checked in the same reduction). Throws `invalid_argument_error` on every rank when
+  /// a rank passes more than 8 values or another count; `communication_error`.
+  void all_max(std::span<std::int64_t> values) {
+    static constexpr std::size_t max_values = 8;
+    constexpr auto lowest = std::numeric_limits<std::int64_t>::min();
+    const auto count = static_cast<std::int64_t>(values.size());
+    const bool fits = values.size() <= max_values;
+    std::array<std::int64_t, max_values + 2> v;
+    v.fill(lowest);
+    v[0] = fits ? count : std::numeric_limits<std::int64_t>::max();
+    v[1] = fits ? ~count : std::numeric_limits<std::int64_t>::max();
+    if (fits) std::copy(values.begin(), values.end(), v.begin() + 2);
+    reduce_max(v.data(), v.size(), "all_max");
+    ORCHMLLM_REQUIRE(v[0] <= static_cast<std::int64_t>(max_values) && v[0] == ~v[1],
+                     invalid_argument_error, "all_max: ranks pass different counts or more than ",
+                     max_values, " values (this rank passes ", count, ")");
+    std::copy(v.begin() + 2, v.begin() + 2 + count, values.begin());
+  }
+
+  /// Every rank contributes `bytes` host bytes (the same on every rank, checked); `recv`
+  /// (host) receives size()·bytes, rank r's at r·bytes. One agreement and one ncclAllGather.
+  /// Throws `invalid_argument_error` on every rank when the byte counts differ or are
+  /// negative; `communication_error`.
+  void all_gather(const std::byte* send, std::int64_t bytes, std::byte* recv) {
+    const bool bad = bytes < 0 || (bytes > 0 && (send == nullptr || recv == nullptr));
+    std::array<std::int64_t, 3> v{bad ? rank_ + 1 : 0, bad ? 0 : bytes, bad ? 0 : ~bytes};
+    reduce_max(v.data(), v.size(), "all_gather agreement");
+    ORCHMLLM_REQUIRE(v[0] == 0, invalid_argument_error, "all_gather: rank ", v[0] - 1,
+                     " passed a negative size or a null buffer");
+    ORCHMLLM_REQUIRE(v[1] == ~v[2], invalid_argument_error,
+                     "all_gather: ranks pass different sizes (from ", ~v[2], " to ", v[1],
+                     " bytes)");
+    gather_padded(send, bytes, recv);
+  }
+
+  /// Rank r contributes counts[r] host bytes, written at recv + displs[r]; `bytes` must equal
+  /// counts[rank()], and every rank passes the same counts (checked). One agreement and one
+  /// ncclAllGather of max(counts) bytes per rank (padded; NCCL has no all-gather-v). Throws
+  /// `invalid_argument_error` on every rank for bad or differing arguments;
+  /// `communication_error`.
+  void all_gatherv(const std::byte* send, std::int64_t bytes, std::byte* recv,
+                   std::span<const std::int64_t> counts, std::span<const std::int64_t> displs) {
+    namespace od = ::orchmllm::detail;
+    bool bad = false;
+    std::int64_t widest = 0;
+    try {
+      od::validate_counts_displs(counts, displs, static_cast<std::size_t>(size_),
+                                 "all_gatherv: recv");
+      bad = bytes != counts[static_cast<std::size_t>(rank_)] ||
+            (bytes > 0 && send == nullptr);
+      for (std::size_t q = 0; q < counts.size(); ++q) {
+        widest = std::max(widest, counts[q]);
+        bad = bad || (counts[q] > 0 && recv == nullptr);
+      }
+    } catch (const invalid_argument_error&) {
+      bad = true;
+    }
+    od::fnv digest;
+    if (!bad) digest.mix_all(counts);
+    const auto key = bad ? std::int64_t{0} : static_cast<std::int64_t>(digest.h >> 1);
+    std::array<std::int64_t, 3> v{bad ? rank_ + 1 : 0, key, ~key};
+    reduce_max(v.data(), v.size(), "all_gatherv agreement");
+    ORCHMLLM_REQUIRE(v[0] == 0, invalid_argument_error, "all_gatherv: rank ", v[0] - 1,
+                     " passed invalid counts, displacements or buffers");
+    ORCHMLLM_REQUIRE(v[1] == ~v[2], invalid_argument_error,
+                     "all_gatherv: ranks pass different counts");
+    std::vector<std::byte> padded(static_cast<std::size_t>(widest) *
+                                  static_cast<std::size_t>(size_));
+    std::vector<std::byte> mine(static_cast<std::size_t>(widest));
+    if (bytes > 0) std::memcpy(mine.data(), send, static_cast<std::size_t>(bytes));
+    gather_padded(mine.data(), widest, padded.data());
+    for (std::size_t q = 0; q < counts.size(); ++q)
+      if (counts[q] > 0)
+        std::memcpy(recv + displs[q], padded.data() + q * static_cast<std::size_t>(widest),
+                    static_cast<std::size_t>(counts[q]));
+  }
+
+  /// Rank r sends send_counts[q] bytes from send + send_displs[q] to every rank q and receives
+  /// recv_counts[q] bytes from q at recv + recv_displs[q] (device memory); counts must match
+  /// pairwise. One argument agreement (ncclAllReduce), then one NCCL group of
+  /// ncclSend/ncclRecv on the stream, waited for. O(size()) host work, O(Σ counts) bytes
+  /// moved. Throws `invalid_argument_error` on every rank when some rank passes bad spans,
+  /// counts or buffers; `communication_error` (see the file comment).
+  void all_to_allv(const std::byte* send, std::span<const std::int64_t> send_counts,
+                   std::span<const std::int64_t> send_displs, std::byte* recv,
+                   std::span<const std::int64_t> recv_counts,
+                   std::span<const std::int64_t> recv_displs) {
+    static constexpr const char* op = "nccl all_to_allv";
+    require_usable(op);
+    const auto local = ::orchmllm::detail::check_all_to_allv_args(
+        op, static_cast<std::size_t>(size_), send, send_counts, send_displs, recv, recv_counts,
+        recv_displs);
+    std::int64_t v = local ? rank_ + 1 : 0;
+    reduce_max(&v, 1, "all_to_allv agreement");
+    if (local) throw *local;
+    ORCHMLLM_REQUIRE(v == 0, invalid_argument_error, op, ": rank ", v - 1,
+                     " passed invalid arguments (its own error names them); nothing was sent");
+    move(op, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  }
+
+  /// `orchmllm::agreed_exchange_communicator`: the same for a hop of an agreed route, without
+  /// the argument agreement (only the NCCL group). A rank whose own arguments are bad throws
+  /// `invalid_argument_error` alone.
+  void all_to_allv(const std::byte* send, std::span<const std::int64_t> send_counts,
+                   std::span<const std::int64_t> send_displs, std::byte* recv,
+                   std::span<const std::int64_t> recv_counts,
+                   std::span<const std::int64_t> recv_displs, const agreed_exchange&) {
+    static constexpr const char* op = "nccl all_to_allv";
+    require_usable(op);
+    if (auto local = ::orchmllm::detail::check_all_to_allv_args(
+            op, static_cast<std::size_t>(size_), send, send_counts, send_displs, recv,
+            recv_counts, recv_displs))
+      throw *local;
+    move(op, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  }
+
+ private:
+  static constexpr std::size_t host_name_bytes = 64;
+
+  void require_usable(const char* op) const {
+    ORCHMLLM_REQUIRE(!aborted_, communication_error, op,
+                     ": the NCCL communicator was aborted after an earlier failure");
+  }
+
+  // Aborts the NCCL communicator and raises `failure` for `what` on this rank.
+  [[noreturn]] void fail(const char* what, const std::string& failure) {
+    if (!aborted_) ncclCommAbort(comm_);
+    aborted_ = true;
+    throw communication_error(::orchmllm::detail::concat(
+        "nccl::communicator_ref: ", what, " on rank ", rank_, ": ", failure,
+        "; the NCCL communicator was aborted"));
+  }
+
+  void check(ncclResult_t rc, const char* call) {
+    if (rc != ncclSuccess)
+      throw communication_error(detail::nccl_message(call, rc, comm_));
+  }
+
+  // A device buffer of at least `bytes` bytes (grows after waiting for the stream).
+  std::byte* staging(std::size_t bytes, const char* what) {
+    if (bytes <= staging_bytes_) return staging_;
+    if (staging_ != nullptr) {
+      const cudaError_t e = cudaStreamSynchronize(stream_);
+      if (e != cudaSuccess) fail(what, detail::cuda_message("cudaStreamSynchronize", e));
+      cudaFree(staging_);
+      staging_ = nullptr;
+      staging_bytes_ = 0;
+    }
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) fail(what, detail::cuda_message("cudaMalloc", e));
+    staging_ = static_cast<std::byte*>(p);
+    staging_bytes_ = bytes;
+    return staging_;
+  }
+
+  // Host → device at `dev`, one NCCL collective `post(dev)`, device → host, waited for.
+  template <class Post>
+  void staged(const char* what, const void* host_in, std::size_t in_bytes, void* host_out,
+              std::size_t out_bytes, std::size_t dev_bytes, Post&& post) {
+    require_usable(what);
+    std::byte* dev = staging(std::max<std::size_t>(dev_bytes, 1), what);
+    cudaError_t e = cudaSuccess;
+    if (in_bytes > 0)
+      e = cudaMemcpyAsync(dev, host_in, in_bytes, cudaMemcpyHostToDevice, stream_);
+    if (e != cudaSuccess) fail(what, detail::cuda_message("cudaMemcpyAsync", e));
+    const ncclResult_t rc = post(dev);
+    if (detail::failed(rc)) fail(what, detail::nccl_message(what, rc, comm_));
+    std::string failure = detail::wait_stream(comm_, stream_, opts_.timeout, what);
+    if (!failure.empty()) fail(what, failure);
+    if (out_bytes > 0) {
+      e = cudaMemcpyAsync(host_out, dev, out_bytes, cudaMemcpyDeviceToHost, stream_);
+      if (e != cudaSuccess) fail(what, detail::cuda_message("cudaMemcpyAsync", e));
+      e = cudaStreamSynchronize(stream_);
+      if (e != cudaSuccess) fail(what, detail::cuda_message("cudaStreamSynchronize", e));
+    }
+  }
+
+  // In place on the staging buffer: ncclAllReduce(max) of `n` int64.
+  void reduce_max(std::int64_t* values, std::size_t n, const char* what) {
+    const std::size_t b = n * sizeof(std::int64_t);
+    staged(what, values, b, values, b, b, [&](std::byte* dev) {
+      return ncclAllReduce(dev, dev, n, ncclInt64, ncclMax, comm_, stream_);
+    });
+  }
+
+  // ncclAllGather of `bytes` bytes per rank (in place: this rank's block at rank·bytes).
+  void gather_padded(const std::byte* send, std::int64_t bytes, std::byte* recv) {
+    if (bytes == 0) return;
+    const auto b = static_cast<std::size_t>(bytes);
+    const std::size_t total = b * static_cast<std::size_t>(size_);
+    const std::size_t at = b * static_cast<std::size_t>(rank_);
+    require_usable("all_gather");
+    std::byte* dev = staging(total, "all_gather");
+    const cudaError_t e =
+        cudaMemcpyAsync(dev + at, send, b, cudaMemcpyHostToDevice, stream_);
+    if (e != cudaSuccess) fail("all_gather", detail::cuda_message("cudaMemcpyAsync", e));
+    staged("all_gather", nullptr, 0, recv, total, total, [&](std::byte* d) {
+      return ncclAllGather(d + at, d, b, ncclUint8, comm_, stream_);
+    });
+  }
+
+  void move(const char* op, const std::byte* send, std::span<const std::int64_t> send_counts,
+            std::span<const std::int64_t> send_displs, std::byte* recv,
+            std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs) {
+    const std::string failure = detail::exchange(comm_, stream_, opts_.timeout, send, send_counts,
+                                                 send_displs, recv, recv_counts, recv_displs);
+    if (!failure.empty()) fail(op, failure);
+  }
+
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  options opts_;
+  rank_t rank_ = 0;
+  rank_t size_ = 0;
+  rank_t node_ = 0;
+  rank_t num_nodes_ = 0;
+  rank_t local_rank_ = 0;
+  rank_t local_size_ = 0;
+  std::vector<rank_t> node_of_;
+  std::byte* staging_ = nullptr;
+  std::size_t staging_bytes_ = 0;
+  bool aborted_ = false;
+};
+
+static_assert(::orchmllm::communicator<communicator_ref>);
+static_assert(::orchmllm::max_reducing_communicator<communicator_ref>);
+static_assert(::orchmllm::agreed_exchange_communicator<communicator_ref>);
+
+}  // namespace orchmllm::nccl
