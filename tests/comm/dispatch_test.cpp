@@ -224,6 +224,44 @@ vec flatten(const std::vector<vec>& v) {
   return out;
 }
 
+// A random case of the route tests: min_d..8 ranks in nodes of rpn (0..3; 0: one node), up to 6
+// items per rank (empty ranks and zero-row items included), a shuffled random plan.
+struct random_case {
+  rank_t d = 0, rpn = 0;
+  vec rows;  // per item, global id order
+  rearrangement plan;
+
+  static random_case make(std::mt19937_64& rng, rank_t min_d) {
+    random_case c;
+    c.d = static_cast<rank_t>(uniform(rng, min_d, 8));
+    c.rpn = static_cast<rank_t>(uniform(rng, 0, 3));
+    const auto lengths = random_lengths(rng, c.d, 6);
+    const auto layout = orchmllm::batch_layout::from_ranks(lengths);
+    c.plan = orchmllm::test::random_rearrangement(rng, layout.offsets(), c.d, true, 20);
+    c.rows = flatten(lengths);
+    return c;
+  }
+};
+
+// The small case of the fault tests: 4 ranks, a balanced plan and another plan of the same
+// items (a stale one, for the tests).
+struct fault_case {
+  static constexpr rank_t d = 4;
+  vec rows;
+  rearrangement plan, other;
+
+  static fault_case make() {
+    const auto lengths = std::vector<vec>{{3, 0, 5}, {2}, {}, {7, 1, 1, 4}};
+    const auto layout = orchmllm::batch_layout::from_ranks(lengths);
+    fault_case c{flatten(lengths),
+                 orchmllm::balance(layout, orchmllm::linear_cost{}, orchmllm::packed).plan, {}};
+    std::mt19937_64 rng(5);
+    c.other = orchmllm::test::random_rearrangement(rng, c.plan.src_offsets(), d, true);
+    REQUIRE(orchmllm::fingerprint(c.other) != orchmllm::fingerprint(c.plan));
+    return c;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("dispatch: balanced and random plans, 1..16 ranks, every node shape and schedule") {
@@ -538,15 +576,12 @@ TEST_CASE("dispatch: ranks that disagree fail together with communication_error,
 
 TEST_CASE("execute: a stale route, a route of another rank or a failed allocation on one rank "
           "fail together before anything moves") {
-  const rank_t d = 4;
-  const auto lengths = std::vector<vec>{{3, 0, 5}, {2}, {}, {7, 1, 1, 4}};
-  const auto layout = orchmllm::batch_layout::from_ranks(lengths);
-  const auto rows = flatten(lengths);
-  const auto plan = orchmllm::balance(layout, orchmllm::linear_cost{}, orchmllm::packed).plan;
+  const auto c = fault_case::make();
+  const rank_t d = fault_case::d;
+  const auto& rows = c.rows;
+  const auto& plan = c.plan;
+  const auto& other = c.other;
   const auto off = plan.src_offsets();
-  std::mt19937_64 rng(5);
-  const auto other = orchmllm::test::random_rearrangement(rng, off, d, true);
-  REQUIRE(orchmllm::fingerprint(other) != orchmllm::fingerprint(plan));
   constexpr std::int64_t row_bytes = 4;
   auto payload_of = [&](rank_t r) {
     return make_payload(r, rows_of_rank(rows, off, r), row_bytes);
@@ -664,12 +699,10 @@ struct recording_mover {
 TEST_CASE("execute: every scratch buffer is reserved before the exchange starts") {
   std::mt19937_64 rng(23);
   for (int trial = 0; trial < 12; ++trial) {
-    const rank_t d = static_cast<rank_t>(uniform(rng, 2, 8));
-    const rank_t rpn = static_cast<rank_t>(uniform(rng, 0, 3));
-    const auto lengths = random_lengths(rng, d, 6);
-    const auto layout = orchmllm::batch_layout::from_ranks(lengths);
-    const auto plan = orchmllm::test::random_rearrangement(rng, layout.offsets(), d, true, 20);
-    const auto rows = flatten(lengths);
+    const auto c = random_case::make(rng, 2);
+    const rank_t d = c.d, rpn = c.rpn;
+    const auto& plan = c.plan;
+    const auto& rows = c.rows;
     const auto off = plan.src_offsets();
     for (const auto s : all_schedules) {
       INFO("trial ", trial, ", d = ", d, ", rpn = ", rpn, ", ", std::string(to_string(s)));
@@ -716,12 +749,10 @@ TEST_CASE("dispatch along a prebuilt route: one all-to-all(v) per hop and nothin
   std::mt19937_64 rng(4242);
   int hops_seen[4] = {0, 0, 0, 0};
   for (int trial = 0; trial < 16; ++trial) {
-    const rank_t d = static_cast<rank_t>(uniform(rng, 1, 8));
-    const rank_t rpn = static_cast<rank_t>(uniform(rng, 0, 3));
-    const auto lengths = random_lengths(rng, d, 6);
-    const auto layout = orchmllm::batch_layout::from_ranks(lengths);
-    const auto plan = orchmllm::test::random_rearrangement(rng, layout.offsets(), d, true, 20);
-    const auto rows = flatten(lengths);
+    const auto c = random_case::make(rng, 1);
+    const rank_t d = c.d, rpn = c.rpn;
+    const auto& plan = c.plan;
+    const auto& rows = c.rows;
     const auto off = plan.src_offsets();
     const std::int64_t row_bytes = uniform(rng, 1, 9);
     vec bytes(rows.size());
@@ -805,15 +836,12 @@ TEST_CASE("dispatch along a prebuilt route: one all-to-all(v) per hop and nothin
 }
 
 TEST_CASE("routes: the step's agreement and verified dispatches fail together, no hang") {
-  const rank_t d = 4;
-  const auto lengths = std::vector<vec>{{3, 0, 5}, {2}, {}, {7, 1, 1, 4}};
-  const auto layout = orchmllm::batch_layout::from_ranks(lengths);
-  const auto rows = flatten(lengths);
-  const auto plan = orchmllm::balance(layout, orchmllm::linear_cost{}, orchmllm::packed).plan;
+  const auto c = fault_case::make();
+  const rank_t d = fault_case::d;
+  const auto& rows = c.rows;
+  const auto& plan = c.plan;
+  const auto& other = c.other;
   const auto off = plan.src_offsets();
-  std::mt19937_64 rng(5);
-  const auto other = orchmllm::test::random_rearrangement(rng, off, d, true);
-  REQUIRE(orchmllm::fingerprint(other) != orchmllm::fingerprint(plan));
   constexpr std::int64_t row_bytes = 4;
   vec bytes(rows.size());
   for (std::size_t g = 0; g < rows.size(); ++g) bytes[g] = rows[g] * row_bytes;

@@ -814,6 +814,18 @@ std::uint64_t plan_fingerprint(const step_plan& p) {
   return h;
 }
 
+// Rank r's text payload (its samples in origin order) and what it must receive along Π_M (the
+// samples of its LLM slots, in slot order), rows of width w.
+std::pair<ragged_payload, ragged_payload> text_payloads(const reference& ref, rank_t r,
+                                                        const vec& samples, std::int64_t w) {
+  std::vector<item_ref> mine, want;
+  for (auto g : range(ref.sample_offsets[static_cast<std::size_t>(r)],
+                      ref.sample_offsets[static_cast<std::size_t>(r) + 1]))
+    mine.push_back({tag_text * 100, g, ref.text[static_cast<std::size_t>(g)]});
+  for (auto g : samples) want.push_back({tag_text * 100, g, ref.text[static_cast<std::size_t>(g)]});
+  return {build_payload(mine, w), build_payload(want, w)};
+}
+
 // One rank's step: every route as the orchestrator.hpp file comment shows it, each payload
 // checked against the reference.
 void run_step(orchmllm::local::communicator& comm, const stage_declarations& decl,
@@ -832,14 +844,8 @@ void run_step(orchmllm::local::communicator& comm, const stage_declarations& dec
 
   // Text: origin → Π_M, arriving in LLM slot order.
   {
-    const auto w = decl.llm.text_row_bytes;
-    std::vector<item_ref> mine, want;
-    for (auto g : range(ref.sample_offsets[static_cast<std::size_t>(r)],
-                        ref.sample_offsets[static_cast<std::size_t>(r) + 1]))
-      mine.push_back({tag_text * 100, g, ref.text[static_cast<std::size_t>(g)]});
-    for (auto g : samples) want.push_back({tag_text * 100, g, ref.text[static_cast<std::size_t>(g)]});
-    const auto text = orchmllm::dispatch(comm, plan.llm, build_payload(mine, w));
-    fail(compare("text", r, -1, text, build_payload(want, w)));
+    const auto [mine, want] = text_payloads(ref, r, samples, decl.llm.text_row_bytes);
+    fail(compare("text", r, -1, orchmllm::dispatch(comm, plan.llm, mine), want));
   }
 
   for (std::int32_t k = 0; k < decl.num_encoders(); ++k) {
@@ -996,14 +1002,8 @@ void run_step_routes(orchmllm::local::communicator& comm, const stage_declaratio
   };
   const auto samples = llm_samples(step, r);
   {
-    const auto w = decl.llm.text_row_bytes;
-    std::vector<item_ref> mine, want;
-    for (auto g : range(ref.sample_offsets[static_cast<std::size_t>(r)],
-                        ref.sample_offsets[static_cast<std::size_t>(r) + 1]))
-      mine.push_back({tag_text * 100, g, ref.text[static_cast<std::size_t>(g)]});
-    for (auto g : samples) want.push_back({tag_text * 100, g, ref.text[static_cast<std::size_t>(g)]});
-    fail(compare("text", r, -1, move(routes.text(), build_payload(mine, w)),
-                 build_payload(want, w)));
+    const auto [mine, want] = text_payloads(ref, r, samples, decl.llm.text_row_bytes);
+    fail(compare("text", r, -1, move(routes.text(), mine), want));
   }
   for (std::int32_t k = 0; k < decl.num_encoders(); ++k) {
     const auto uk = static_cast<std::size_t>(k);

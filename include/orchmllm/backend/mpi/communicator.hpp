@@ -61,6 +61,7 @@
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/detail/comm/chunking.hpp"
+#include "orchmllm/detail/comm/node_shape.hpp"
 #include "orchmllm/detail/comm/segments.hpp"
 #include "orchmllm/detail/core/fnv.hpp"
 
@@ -317,7 +318,7 @@ struct communicator_options {
 /// most `max_chunk_bytes` bytes, addressed in 64 bits, at most 4 in flight per peer and
 /// direction, completed with MPI_Waitsome. Zero counts post nothing. A rank's own block is
 /// copied with memcpy on the chunked path. Send and receive buffers must not overlap.
-class communicator {
+class communicator : public ::orchmllm::detail::node_shape {
  public:
   using options = communicator_options;
 
@@ -402,14 +403,8 @@ class communicator {
     }
     opts_.ranks_per_node = static_cast<rank_t>(per_node);
 
-    node_of_.resize(static_cast<std::size_t>(size_));
     if (per_node > 0) {
-      const rank_t g = opts_.ranks_per_node;
-      for (rank_t q = 0; q < size_; ++q) node_of_[static_cast<std::size_t>(q)] = q / g;
-      num_nodes_ = size_ / g + (size_ % g != 0 ? 1 : 0);
-      node_ = rank_ / g;
-      local_rank_ = rank_ % g;
-      local_size_ = std::min<rank_t>(g, size_ - node_ * g);
+      assign_blocks(opts_.ranks_per_node);
     } else {
       real_nodes();
     }
@@ -423,25 +418,6 @@ class communicator {
   communicator& operator=(communicator&&) noexcept = default;
   ~communicator() = default;
 
-  /// This rank, 0..size()-1. O(1).
-  [[nodiscard]] rank_t rank() const noexcept { return rank_; }
-  /// Number of ranks. O(1).
-  [[nodiscard]] rank_t size() const noexcept { return size_; }
-  /// This rank's node, 0..num_nodes()-1. O(1).
-  [[nodiscard]] rank_t node() const noexcept { return node_; }
-  /// Number of nodes. O(1).
-  [[nodiscard]] rank_t num_nodes() const noexcept { return num_nodes_; }
-  /// This rank's index inside its node. O(1).
-  [[nodiscard]] rank_t local_rank() const noexcept { return local_rank_; }
-  /// Number of ranks on this rank's node. O(1).
-  [[nodiscard]] rank_t local_size() const noexcept { return local_size_; }
-  /// Node of any rank r (the same table on every rank). O(1); invalid_argument_error when r is
-  /// outside [0, size()).
-  [[nodiscard]] rank_t node_of(rank_t r) const {
-    ORCHMLLM_REQUIRE(r >= 0 && r < size_, invalid_argument_error, "node_of: rank ", r,
-                     " is outside [0, ", size_, ")");
-    return node_of_[static_cast<std::size_t>(r)];
-  }
   /// The options in effect (ranks_per_node after the environment override).
   [[nodiscard]] const options& settings() const noexcept { return opts_; }
   /// The duplicated MPI communicator (owned by this object; do not free it). Useful to time
@@ -1172,38 +1148,17 @@ class communicator {
     comm_handle node;  // frees node_comm on every path
     node.comm = node_comm;
     impl::check(MPI_Comm_set_errhandler(node_comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-    int lr = 0;
-    int ls = 0;
-    impl::check(MPI_Comm_rank(node_comm, &lr), "MPI_Comm_rank");
-    impl::check(MPI_Comm_size(node_comm, &ls), "MPI_Comm_size");
     int leader = rank_;  // the node's lowest rank names it
     impl::check(MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, node_comm),
                 "MPI_Allreduce (node leader)");
     std::vector<int> leaders(static_cast<std::size_t>(size_));
     impl::check(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, handle_.comm),
                 "MPI_Allgather (node leaders)");
-    std::vector<int> distinct = leaders;
-    std::sort(distinct.begin(), distinct.end());
-    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-    for (std::size_t q = 0; q < leaders.size(); ++q) {
-      node_of_[q] = static_cast<rank_t>(
-          std::lower_bound(distinct.begin(), distinct.end(), leaders[q]) - distinct.begin());
-    }
-    num_nodes_ = static_cast<rank_t>(distinct.size());
-    node_ = node_of_[static_cast<std::size_t>(rank_)];
-    local_rank_ = lr;
-    local_size_ = ls;
+    assign_by_keys(std::span<const int>(leaders));
   }
 
   comm_handle handle_;
   options opts_;
-  rank_t rank_ = 0;
-  rank_t size_ = 0;
-  rank_t node_ = 0;
-  rank_t num_nodes_ = 0;
-  rank_t local_rank_ = 0;
-  rank_t local_size_ = 0;
-  std::vector<rank_t> node_of_;
   std::int64_t chunked_calls_ = 0;
   bool constructed_ = false;  // the options (the timeout among them) are agreed
 };

@@ -47,6 +47,7 @@
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/detail/comm/chunking.hpp"
+#include "orchmllm/detail/comm/node_shape.hpp"
 #include "orchmllm/detail/core/fnv.hpp"
 
 namespace orchmllm::nccl {
@@ -71,7 +72,7 @@ struct communicator_ref_options {
 /// stream's work up to and including them has completed), deterministic in what they deliver,
 /// and not thread-safe; they enqueue on `stream` behind the trainer's own work. Not copyable
 /// or movable.
-class communicator_ref {
+class communicator_ref : public ::orchmllm::detail::node_shape {
  public:
   using options = communicator_ref_options;
 
@@ -107,30 +108,18 @@ class communicator_ref {
                      "nccl::communicator_ref: ranks pass different options (timeout from ",
                      ~v[2], " to ", v[1], " ms, ranks_per_node from ", ~v[4], " to ", v[3], ")");
 
-    node_of_.assign(static_cast<std::size_t>(size_), 0);
     if (opts_.ranks_per_node > 0) {
-      for (rank_t q = 0; q < size_; ++q)
-        node_of_[static_cast<std::size_t>(q)] = q / opts_.ranks_per_node;
+      assign_blocks(opts_.ranks_per_node);
     } else {
       std::array<char, host_name_bytes> mine{};
       if (gethostname(mine.data(), mine.size() - 1) != 0) std::strcpy(mine.data(), "?");
       std::vector<char> names(host_name_bytes * static_cast<std::size_t>(size_));
       all_gather(reinterpret_cast<const std::byte*>(mine.data()), host_name_bytes,
                  reinterpret_cast<std::byte*>(names.data()));
-      std::vector<std::string> seen;
-      for (rank_t q = 0; q < size_; ++q) {
-        std::string name(names.data() + static_cast<std::size_t>(q) * host_name_bytes);
-        const auto it = std::find(seen.begin(), seen.end(), name);
-        node_of_[static_cast<std::size_t>(q)] = static_cast<rank_t>(it - seen.begin());
-        if (it == seen.end()) seen.push_back(std::move(name));
-      }
-    }
-    num_nodes_ = *std::max_element(node_of_.begin(), node_of_.end()) + 1;
-    node_ = node_of_[static_cast<std::size_t>(rank_)];
-    for (rank_t q = 0; q < size_; ++q) {
-      if (node_of_[static_cast<std::size_t>(q)] != node_) continue;
-      if (q < rank_) ++local_rank_;
-      ++local_size_;
+      std::vector<std::string> hosts;
+      for (rank_t q = 0; q < size_; ++q)
+        hosts.emplace_back(names.data() + static_cast<std::size_t>(q) * host_name_bytes);
+      assign_by_keys(std::span<const std::string>(hosts));
     }
   }
 
@@ -147,20 +136,6 @@ class communicator_ref {
     }
   }
 
-  /// This rank and the group size (ncclCommUserRank, ncclCommCount). O(1).
-  [[nodiscard]] rank_t rank() const noexcept { return rank_; }
-  [[nodiscard]] rank_t size() const noexcept { return size_; }
-  /// Node shape (see the file comment). O(1).
-  [[nodiscard]] rank_t node() const noexcept { return node_; }
-  [[nodiscard]] rank_t num_nodes() const noexcept { return num_nodes_; }
-  [[nodiscard]] rank_t local_rank() const noexcept { return local_rank_; }
-  [[nodiscard]] rank_t local_size() const noexcept { return local_size_; }
-  /// Node of any rank r. Throws `invalid_argument_error` for r outside [0, size()).
-  [[nodiscard]] rank_t node_of(rank_t r) const {
-    ORCHMLLM_REQUIRE(r >= 0 && r < size_, invalid_argument_error, "node_of: rank ", r,
-                     " is outside [0, ", size_, ")");
-    return node_of_[static_cast<std::size_t>(r)];
-  }
   /// The adopted NCCL communicator (not owned) and stream.
   [[nodiscard]] ncclComm_t native_handle() const noexcept { return comm_; }
   [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
@@ -389,13 +364,6 @@ class communicator_ref {
   ncclComm_t comm_;
   cudaStream_t stream_;
   options opts_;
-  rank_t rank_ = 0;
-  rank_t size_ = 0;
-  rank_t node_ = 0;
-  rank_t num_nodes_ = 0;
-  rank_t local_rank_ = 0;
-  rank_t local_size_ = 0;
-  std::vector<rank_t> node_of_;
   std::byte* staging_ = nullptr;
   std::size_t staging_bytes_ = 0;
   bool aborted_ = false;
