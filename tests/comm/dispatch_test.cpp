@@ -802,6 +802,12 @@ TEST_CASE("dispatch along a prebuilt route: one all-to-all(v) per hop and nothin
             slot.scratch_reserved = false;
         }
 
+        // Without a mover: the call's own host mover (host memory), the same bytes.
+        std::vector<std::byte> out2(out.size());
+        orchmllm::dispatch(comm, routes[0], std::span<const std::byte>(mine.data),
+                           std::span<std::byte>(out2));
+        slot.span_intact = slot.span_intact && out2 == want.data;
+
         // The host payload overload: rows from the route, storage reused, back again.
         counted.reset();
         const auto moved = orchmllm::dispatch(counted, routes[0], mine);

@@ -374,6 +374,23 @@ void dispatch(Comm& comm, const route& r, std::span<const std::byte> in, std::sp
   detail::execute_route(comm, r, in.data(), out.data(), mover, fault, a, b, options.verify);
 }
 
+/// Collective: the same with the mover chosen by the payload memory: the communicator's own
+/// (`mover_providing_communicator`: the NCCL communicators' device mover on their stream), else,
+/// for host memory, `options.scratch` or a `host_mover` of the call's own.
+template <communicator Comm>
+void dispatch(Comm& comm, const route& r, std::span<const std::byte> in, std::span<std::byte> out,
+              const route_dispatch_options& options = {}) {
+  if constexpr (mover_providing_communicator<Comm>) {
+    dispatch(comm, r, in, out, comm.mover(), options);
+  } else {
+    static_assert(Comm::payload_memory == memory_kind::host,
+                  "this communicator's payload memory is not host memory and it provides no "
+                  "mover(): pass the byte mover of its memory");
+    host_mover own;
+    dispatch(comm, r, in, out, options.scratch != nullptr ? *options.scratch : own, options);
+  }
+}
+
 /// Collective: the same for host payloads, with the route's sizes checked against the
 /// payload's rows. `local` holds this rank's source items (slot order, `r.input_bytes()`
 /// bytes); on return `out` holds its destination items in slot order, with their row counts

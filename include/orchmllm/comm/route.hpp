@@ -847,26 +847,42 @@ inline std::uint64_t routes_digest(std::span<const route> routes) noexcept {
   return digest.h;
 }
 
+// What the two scratch slots need for every one of `routes` (see `scratch_reservation`).
+inline std::array<std::int64_t, 2> scratch_reservation(std::span<const route> routes,
+                                                       bool gathering) noexcept {
+  std::array<std::int64_t, 2> need{0, 0};
+  for (const auto& r : routes) {
+    const auto n = scratch_reservation(r, gathering);
+    need = {std::max(need[0], n[0]), std::max(need[1], n[1])};
+  }
+  return need;
+}
+
+// Asks `mover` for both slots at their `need`; what it throws escapes.
+template <byte_mover Mover>
+void reserve_scratch(Mover& mover, const std::array<std::int64_t, 2>& need) {
+  for (int slot = 0; slot < 2; ++slot)
+    if (need[static_cast<std::size_t>(slot)] > 0)
+      (void)mover.scratch(slot, need[static_cast<std::size_t>(slot)]);
+}
+
 template <communicator Comm, class Mover>
 void agree_on_routes(Comm& comm, std::span<const route> routes, Mover* mover) {
   auto fault = route_fault::none;
   std::int64_t a = 0, b = 0;
-  std::array<std::int64_t, 2> need{0, 0};
   for (const auto& r : routes) {
-    if (fault == route_fault::none && (r.rank() != comm.rank() || r.num_ranks() != comm.size())) {
+    if (r.rank() != comm.rank() || r.num_ranks() != comm.size()) {
       fault = route_fault::wrong_rank;
       a = r.rank();
       b = r.num_ranks();
+      break;
     }
-    const auto n = scratch_reservation(r, gathering_communicator<Comm>);
-    need = {std::max(need[0], n[0]), std::max(need[1], n[1])};
   }
   if constexpr (!std::is_same_v<Mover, void>) {
     if (fault == route_fault::none && mover != nullptr) {
+      const auto need = scratch_reservation(routes, gathering_communicator<Comm>);
       try {
-        for (int slot = 0; slot < 2; ++slot)
-          if (need[static_cast<std::size_t>(slot)] > 0)
-            (void)mover->scratch(slot, need[static_cast<std::size_t>(slot)]);
+        reserve_scratch(*mover, need);
       } catch (const std::bad_alloc&) {
         fault = route_fault::scratch;
       } catch (const error&) {
@@ -899,11 +915,24 @@ void agree_on_routes(Comm& comm, std::span<const route> routes, Mover& mover) {
   detail::agree_on_routes(comm, routes, &mover);
 }
 
-/// The same without reserving scratch buffers (dispatches along the routes then allocate their
-/// scratch on first use; an allocation failure there is raised on that rank only).
+/// Optional communicator capability: `mover()` returns the `byte_mover` of the
+/// communicator's payload memory (the NCCL communicators: a `cuda::device_mover` on their
+/// stream), which `agree_on_routes` and `dispatch` along a route use when given no mover.
+template <class C>
+concept mover_providing_communicator = communicator<C> && requires(C& c) {
+  requires byte_mover<std::remove_reference_t<decltype(c.mover())>>;
+};
+
+/// The same with the communicator's own mover (`mover_providing_communicator`), or, for other
+/// communicators, without reserving scratch buffers (dispatches along the routes then allocate
+/// their scratch on first use; an allocation failure there is raised on that rank only).
 template <communicator Comm>
 void agree_on_routes(Comm& comm, std::span<const route> routes) {
-  detail::agree_on_routes<Comm, void>(comm, routes, nullptr);
+  if constexpr (mover_providing_communicator<Comm>) {
+    detail::agree_on_routes(comm, routes, &comm.mover());
+  } else {
+    detail::agree_on_routes<Comm, void>(comm, routes, nullptr);
+  }
 }
 
 }  // namespace orchmllm

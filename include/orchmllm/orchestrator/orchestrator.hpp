@@ -616,7 +616,9 @@ step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
 /// Collective: `plan_step` that also builds this rank's routes (`options.routes_for` =
 /// `comm.rank()`) and makes the step's one agreement on them: every rank checks, in one small
 /// reduction (`detail::all_max` of three values), that every rank planned the same step (one
-/// digest of all its routes: plans, item sizes, nodes, schedules) and that none failed. After
+/// digest of all its routes: plans, item sizes, nodes, schedules) and that none failed. A
+/// communicator with its own mover (`mover_providing_communicator`) has the scratch of every
+/// route reserved in it first, as `agree_on_routes` does. After
 /// it, every `dispatch(comm, step.routes..., ...)` of the step issues only its hops'
 /// all-to-alls. Call it where `plan_step` would be called, on every rank (not from a planning
 /// thread: it communicates; with `async_planner`, plan with `routes_for` there and call
@@ -634,6 +636,11 @@ step_plan plan_step(Comm& comm, const stage_declarations& decl, const step_metad
   std::exception_ptr failed;
   try {
     plan = plan_step(decl, meta, topo, options);
+    // A communicator with its own mover (NCCL's device mover): its scratch for every route of
+    // the step, reserved before the agreement, so a failure here is agreed on too.
+    if constexpr (mover_providing_communicator<Comm>)
+      detail::reserve_scratch(comm.mover(), detail::scratch_reservation(
+                                                plan.routes.all, gathering_communicator<Comm>));
   } catch (...) {
     failed = std::current_exception();
   }

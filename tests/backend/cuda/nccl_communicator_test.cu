@@ -199,6 +199,9 @@ TEST_CASE("nccl communicator_ref: the trainer's ncclComm_t, conformance, no MPI 
       again, orchmllm::test::cuda_staging{stream.get()}));
 }
 
+static_assert(orchmllm::mover_providing_communicator<orchmllm::nccl::communicator>);
+static_assert(orchmllm::mover_providing_communicator<orchmllm::nccl::communicator_ref>);
+
 TEST_CASE("prebuilt routes on the GPU: agree once, dispatch device bytes with the device mover") {
   select_device();
   test_stream stream;
@@ -229,18 +232,19 @@ TEST_CASE("prebuilt routes on the GPU: agree once, dispatch device bytes with th
     std::byte* in = staging.alloc(routes[0].input_bytes());
     std::byte* out = staging.alloc(routes[0].output_bytes());
     orchmllm::test::upload(in, input, stream.get());
-    auto run = [&](auto& c) {
-      orchmllm::agree_on_routes(c, routes, mover);
-      orchmllm::dispatch(c, routes[0],
-                         std::span<const std::byte>(in, static_cast<std::size_t>(
-                                                            routes[0].input_bytes())),
-                         std::span<std::byte>(out, static_cast<std::size_t>(
-                                                       routes[0].output_bytes())),
-                         mover);
-      CHECK(orchmllm::test::download(out, routes[0].output_bytes(), stream.get()) == expected);
-    };
-    run(comm);
-    run(owning);
+    const std::span<const std::byte> in_bytes(in,
+                                              static_cast<std::size_t>(routes[0].input_bytes()));
+    const std::span<std::byte> out_bytes(out, static_cast<std::size_t>(routes[0].output_bytes()));
+    // With a mover of the caller's ...
+    orchmllm::agree_on_routes(comm, routes, mover);
+    orchmllm::dispatch(comm, routes[0], in_bytes, out_bytes, mover);
+    CHECK(orchmllm::test::download(out, routes[0].output_bytes(), stream.get()) == expected);
+    // ... and with the communicator's own (the one API for host and device payloads).
+    staging.upload(out, std::vector<std::byte>(expected.size()).data(),
+                   static_cast<std::int64_t>(expected.size()));
+    orchmllm::agree_on_routes(owning, routes);
+    orchmllm::dispatch(owning, routes[0], in_bytes, out_bytes);
+    CHECK(orchmllm::test::download(out, routes[0].output_bytes(), stream.get()) == expected);
     staging.free(in);
     staging.free(out);
   }

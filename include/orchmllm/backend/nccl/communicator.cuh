@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "orchmllm/backend/mpi/communicator.hpp"
+#include "orchmllm/backend/cuda/mover.cuh"
 #include "orchmllm/backend/nccl/transfer.cuh"
 #include "orchmllm/comm/communicator.hpp"
 #include "orchmllm/core/batch_layout.hpp"
@@ -194,6 +195,13 @@ class communicator {
   [[nodiscard]] ncclComm_t native_handle() const noexcept { return aborted_ ? nullptr : comm_; }
   /// The CUDA stream all_to_allv runs on.
   [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
+  /// The `cuda::device_mover` on this communicator's stream (`mover_providing_communicator`),
+  /// created on first use: what `agree_on_routes` and `dispatch` along a route use when given
+  /// no mover. Throws what the mover's constructor throws.
+  cuda::device_mover& mover() {
+    if (!mover_) mover_.emplace(stream_);
+    return *mover_;
+  }
   /// The MPI communicator used for bootstrap and metadata.
   [[nodiscard]] mpi::communicator& bootstrap() noexcept { return mpi_; }
   /// The options in effect.
@@ -386,6 +394,7 @@ class communicator {
   options opts_;
   ncclComm_t comm_ = nullptr;
   bool aborted_ = false;
+  std::optional<cuda::device_mover> mover_;  // destroyed first: waits for its stream work
 };
 
 static_assert(::orchmllm::communicator<communicator>);

@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "orchmllm/backend/cuda/mover.cuh"
 #include "orchmllm/backend/nccl/transfer.cuh"
 #include "orchmllm/comm/communicator.hpp"
 #include "orchmllm/core/batch_layout.hpp"
@@ -140,6 +141,13 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
   [[nodiscard]] ncclComm_t native_handle() const noexcept { return comm_; }
   [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
   [[nodiscard]] const options& settings() const noexcept { return opts_; }
+  /// The `cuda::device_mover` on this communicator's stream (`mover_providing_communicator`),
+  /// created on first use: what `agree_on_routes` and `dispatch` along a route use when given
+  /// no mover. Throws what the mover's constructor throws.
+  cuda::device_mover& mover() {
+    if (!mover_) mover_.emplace(stream_);
+    return *mover_;
+  }
   /// True after a failure or a timeout aborted the NCCL communicator on this rank.
   [[nodiscard]] bool aborted() const noexcept { return aborted_; }
 
@@ -367,6 +375,7 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
   std::byte* staging_ = nullptr;
   std::size_t staging_bytes_ = 0;
   bool aborted_ = false;
+  std::optional<cuda::device_mover> mover_;  // destroyed first: waits for its stream work
 };
 
 static_assert(::orchmllm::communicator<communicator_ref>);
