@@ -199,6 +199,18 @@ struct transfer_figures {
   schedule used = schedule::direct;   ///< the schedule the route chose
 };
 
+/// MEASURED wall times of the planner's phases (from `step_plan` and its stage reports).
+struct planner_phases {
+  double layout_seconds = 0;   ///< the K + 1 layouts from the metadata
+  double stages_seconds = 0;   ///< balancing and mapping every stage (wall, threads overlap)
+  double compose_seconds = 0;  ///< lifts, composed routes and inverses
+  struct stage {
+    std::string name;
+    double balance_seconds = 0, map_seconds = 0, report_seconds = 0;
+  };
+  std::vector<stage> stages;  ///< per planned stage, plan_step's order (encoders, then llm)
+};
+
 /// What `simulate` returns. All seconds are SIMULATED except `plan_seconds`, which is measured.
 struct sim_result {
   scenario which = scenario::none;
@@ -224,6 +236,7 @@ struct sim_result {
   int alltoalls = 0;
   std::vector<stage_figures> stages;        ///< vision, audio, llm
   std::vector<transfer_figures> transfers;  ///< one per all-to-all
+  planner_phases planner;                   ///< MEASURED; empty for scenario none
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -471,6 +484,12 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
     log.add("text", step.llm, text_bytes);
     res.plan_step_seconds = plan_step_seconds;
     res.route_seconds = log.route_seconds();
+    res.planner.layout_seconds = step.layout_seconds;
+    res.planner.stages_seconds = step.stages_seconds;
+    res.planner.compose_seconds = step.compose_seconds;
+    for (const auto& st : step.stages)
+      res.planner.stages.push_back({st.name, st.balance_seconds, st.map_seconds,
+                                    st.report_seconds});
     res.plan_seconds = plan_step_seconds + log.route_seconds();
     for (std::size_t k = 0; k < 2; ++k) enc_plans[k] = std::move(step.encoders[k].input);
     llm_plan = std::move(step.llm);

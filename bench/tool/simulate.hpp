@@ -65,8 +65,10 @@ inline const command& simulate_command() {
         "comm_seconds, plan_seconds (measured: plan_step_seconds + route_seconds),\n"
         "metadata_seconds, unoverlapped_plan_seconds,\n"
         "overhead_fraction, mfu, model_flops, inter_node_bytes, moved_bytes, alltoalls,\n"
-        "encoder_stages, stages [{name, imbalance, seconds}] and transfers [{name, moved_bytes,\n"
-        "inter_node_bytes, seconds, schedule}].\n";
+        "encoder_stages, stages [{name, imbalance, seconds}], transfers [{name, moved_bytes,\n"
+        "inter_node_bytes, seconds, schedule}] and planner (MEASURED phases: layout_seconds,\n"
+        "stages_seconds, compose_seconds, route_seconds, stages [{name, balance_seconds,\n"
+        "map_seconds, report_seconds}]).\n";
     c.run = &run_simulate;
     return c;
   }();
@@ -96,6 +98,23 @@ inline std::string simulation_json(const bench::sim_result& r, const bench::sim_
     transfers.append(j.str());
   }
   transfers += "]";
+  std::string phases = "[";
+  for (const auto& s : r.planner.stages) {
+    json_object j;
+    j.add("name", s.name)
+        .add("balance_seconds", s.balance_seconds)
+        .add("map_seconds", s.map_seconds)
+        .add("report_seconds", s.report_seconds);
+    if (phases.size() > 1) phases += ',';
+    phases.append(j.str());
+  }
+  phases += "]";
+  json_object planner;
+  planner.add("layout_seconds", r.planner.layout_seconds)
+      .add("stages_seconds", r.planner.stages_seconds)
+      .add("compose_seconds", r.planner.compose_seconds)
+      .add("route_seconds", r.route_seconds)
+      .raw("stages", phases);
   json_object j;
   j.add("simulated", true)
       .add("scenario", bench::to_string(r.which))
@@ -125,7 +144,8 @@ inline std::string simulation_json(const bench::sim_result& r, const bench::sim_
       .add("alltoalls", r.alltoalls)
       .add("encoder_stages", r.encoder_stages)
       .raw("stages", stages)
-      .raw("transfers", transfers);
+      .raw("transfers", transfers)
+      .raw("planner", planner.str());
   return j.str();
 }
 

@@ -1058,6 +1058,16 @@ TEST_CASE("prebuilt routes: one agreement per step, one all-to-all(v) per hop, t
     const auto with_routes =
         orchmllm::plan_step(decl, meta, topo, {.routes_for = d - 1, .sched = sched});
     REQUIRE(with_routes.routes.all.size() == static_cast<std::size_t>(3 * k_count + 1));
+    // The phase timers are laps of one clock inside plan_step's own time.
+    const auto& w = with_routes;
+    CHECK(w.layout_seconds >= 0);
+    CHECK(w.stages_seconds >= 0);
+    CHECK(w.compose_seconds >= 0);
+    CHECK(w.routes_seconds >= 0);
+    CHECK(w.layout_seconds + w.stages_seconds + w.compose_seconds + w.routes_seconds <=
+          w.plan_seconds * (1 + 1e-9) + 1e-12);  // (rounding of four sums of nanoseconds)
+    for (const auto& st : w.stages)
+      CHECK((st.balance_seconds >= 0 && st.map_seconds >= 0 && st.report_seconds >= 0));
     CHECK(with_routes.routes.text().fingerprint() ==
           orchmllm::route::build(plan.llm,
                                  [&] {

@@ -86,9 +86,10 @@
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"
 
+#include <chrono>  // the phase timers of plan_stage and plan_step
+
 #if !ORCHMLLM_USE_COMPILED
-#include <chrono>  // plan_step's body (compiled mode: in the library)
-#include <future>
+#include <future>  // plan_step's body (compiled mode: in the library)
 #endif
 
 namespace orchmllm {
@@ -109,6 +110,10 @@ struct stage_report {
   std::int64_t max_bytes_after = 0;
   std::int64_t moved_bytes = 0;        ///< payload bytes that change rank along the plan
   std::int64_t inter_node_bytes = 0;   ///< ... that change node
+  // Wall times of the stage's planning phases (measured, not deterministic; a report only).
+  double balance_seconds = 0;  ///< the balancer (with its checks)
+  double map_seconds = 0;      ///< the mapping onto ranks (`map_bins`)
+  double report_seconds = 0;   ///< the figures of this report (`compute_statistics`)
 };
 
 /// Plans and routes of one encoder stage.
@@ -177,6 +182,12 @@ struct step_plan {
   std::vector<stage_report> stages;      ///< K encoder stages, then the LLM stage
   step_routes routes;  ///< this rank's routes when `plan_options::routes_for` asked for them
   double plan_seconds = 0;  ///< wall time of `plan_step` (not deterministic; a report only)
+  // Wall times of the phases around the stages (each stage's are in its report; with
+  // `parallel_stages` the stages overlap, so the phases need not add up to plan_seconds).
+  double layout_seconds = 0;   ///< building the K + 1 layouts from the metadata
+  double stages_seconds = 0;   ///< balancing and mapping all stages (wall, threads included)
+  double compose_seconds = 0;  ///< lifts, composed routes and their inverses
+  double routes_seconds = 0;   ///< this rank's routes (`plan_options::routes_for`)
 
   /// 3K + 1.
   [[nodiscard]] int alltoalls_per_step() const noexcept {
@@ -248,14 +259,22 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
       const cost_ref<Cost> erased(p.cost_model());
       return stage.balancer(balance_problem<cost_ref<Cost>>(p.input(), erased, p.lower_bound()));
     };
+    auto t0 = std::chrono::steady_clock::now();
+    const auto lap = [&t0] {
+      const auto t1 = std::chrono::steady_clock::now();
+      return std::chrono::duration<double>(t1 - std::exchange(t0, t1)).count();
+    };
     const auto balanced = stage.balancer.custom()
                               ? balance(layout, cost, stage.policy, custom, opt.limits)
                               : balance(layout, cost, stage.policy, opt);
+    rep.balance_seconds = lap();
     // A custom mapper (the application's, GLPK's) runs behind the stage's std::function; every
     // other stage maps by its method (a built-in mapper object's, or `mapping`).
     auto m = stage.mapper.custom() ? map_bins(balanced.plan, bytes, topo, stage.mapper)
                                    : map_bins(balanced.plan, bytes, topo, stage_mapping(stage));
+    rep.map_seconds = lap();
     const auto after = compute_statistics(layout, m.plan, cost, stage.policy, opt.limits);
+    rep.report_seconds = lap();
     rep.used = balanced.used;
     rep.makespan_before = static_cast<double>(after.makespan_before);
     rep.makespan_after = static_cast<double>(after.makespan);
@@ -382,6 +401,11 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     }
   };
 
+  auto phase = start;
+  const auto lap = [&phase] {
+    const auto now = std::chrono::steady_clock::now();
+    return std::chrono::duration<double>(now - std::exchange(phase, now)).count();
+  };
   // Layouts: the LLM stage over samples (sequence lengths, text and encoder-output bytes), then
   // one per encoder stage.
   {
@@ -418,6 +442,8 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
         batch_layout(mod.offsets, mod.encoder_length, std::move(bytes), mod.parent);
   }
 
+  out.layout_seconds = lap();
+
   // Balance and map the K + 1 stages: independent, so the encoders run on their own threads
   // while this one plans the LLM (each writes only its own plan and report). Errors are raised
   // in the serial order (LLM, then encoders by index), so every rank and every machine reports
@@ -450,6 +476,7 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     }
   }
   if (first_error) std::rethrow_exception(first_error);
+  out.stages_seconds = lap();
 
   const auto moff = out.llm.dst_offsets();
   for (std::size_t k = 0; k < kc; ++k) {
@@ -489,9 +516,11 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     er.output = rearrangement::from_placements(eoff, composed, d);
     er.gradient = er.output.inverse();
   }
+  out.compose_seconds = lap();
   if (options.routes_for >= 0)
     out.routes =
         detail::build_step_routes(decl, meta, out, topo, options.routes_for, options.sched);
+  out.routes_seconds = lap();
   out.plan_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
