@@ -911,7 +911,21 @@ TEST_CASE("routes: the step's agreement and verified dispatches fail together, n
           }
           (void)orchmllm::dispatch(comm, r, mine, {.verify = true});
         },
-        {"rank 0 cannot take part"});
+        {"rank 0 cannot take part", "its payload is invalid or holds"});
+    // verify: rank 3's payload has the route's bytes in rows of another width.
+    expect_collective_failure(
+        d, rpn, plan, rows,
+        [&](communicator& comm) {
+          const auto r = route::build(plan, bytes, topo, comm.rank());
+          auto mine = make_payload(comm.rank(), rows_of_rank(rows, off, comm.rank()), row_bytes);
+          if (comm.rank() == 3) {  // its 52 bytes as 4 rows of 13: no received item divides
+            mine.row_bytes = 13;
+            mine.rows.assign(1, static_cast<std::int64_t>(mine.data.size()) / 13);
+            REQUIRE(mine.rows[0] * 13 == static_cast<std::int64_t>(mine.data.size()));
+          }
+          (void)orchmllm::dispatch(comm, r, mine, {.verify = true});
+        },
+        {"rank 3 cannot take part", "row width of 13 bytes"});
   }
 }
 

@@ -10,11 +10,10 @@
 ///   orchmllm::agree_on_routes(comm, routes, scratch);                  // once per step
 ///   orchmllm::dispatch(comm, routes[0], in_bytes, out_bytes, scratch);  // its hops' all-to-alls
 ///   auto moved = orchmllm::dispatch(comm, routes[1], my_rows);         // host ragged payload
-///
+/// @endcode
 /// Safety of the route overloads: the step's one agreement checks that every rank holds routes
 /// of the same exchanges and reserves the scratch; see `route_dispatch_options::verify` for
 /// what a dispatch along a route checks by itself.
-/// @endcode
 ///
 /// Along a plan, on every rank of the group (no route to keep; each call agrees by itself):
 /// @code
@@ -26,13 +25,14 @@
 ///
 /// Safety of the plan overloads. Before any payload byte moves, every call gathers one small
 /// record per rank (plan fingerprint, row width, item count, node, schedule, link figures,
-/// local validity) and every rank checks all records. Ranks that built different plans, use different row widths,
-/// schedules or link figures, hold a number of items the plan does not expect, or hold an
-/// invalid payload all raise the same `communication_error` on every rank, naming the first
-/// rank at fault. What can still fail on one rank alone after that (allocating the route, the
+/// local validity) and every rank checks all records. Ranks that built different plans, use
+/// different row widths, schedules or link figures, hold a number of items the plan does not
+/// expect, or hold an invalid payload all raise the same `communication_error` on every rank,
+/// naming the first rank at fault. What can still fail on one rank alone after that (allocating the route, the
 /// receive buffer or the scratch buffers) is agreed on in `execute`'s check, again before
 /// anything moves: nothing hangs and nothing is corrupted silently.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <new>
@@ -410,17 +410,19 @@ void dispatch(Comm& comm, const route& r, const ragged_payload& local, ragged_pa
     out = std::move(moved);
     return;
   }
-  auto fault = detail::check_payload(local) == detail::local_fault::none
-                   ? detail::route_fault::none
-                   : detail::route_fault::buffers;
-  if (fault == detail::route_fault::none &&
-      (local.row_bytes <= 0 || static_cast<std::int64_t>(local.data.size()) != r.input_bytes()))
-    fault = detail::route_fault::buffers;
-  if (fault == detail::route_fault::none) {
-    for (const auto ib : r.output_item_bytes())
-      if (ib % local.row_bytes != 0) fault = detail::route_fault::buffers;
+  auto fault = detail::route_fault::none;
+  std::int64_t a = 0, b = 0;
+  if (detail::check_payload(local) != detail::local_fault::none ||
+      static_cast<std::int64_t>(local.data.size()) != r.input_bytes()) {
+    fault = detail::route_fault::payload;
+    a = static_cast<std::int64_t>(local.data.size());
+    b = r.input_bytes();
+  } else if (local.row_bytes <= 0 ||
+             std::any_of(r.output_item_bytes().begin(), r.output_item_bytes().end(),
+                         [&](std::int64_t ib) { return ib % local.row_bytes != 0; })) {
+    fault = detail::route_fault::row_width;
+    a = local.row_bytes;
   }
-  std::int64_t a = static_cast<std::int64_t>(local.data.size()), b = r.output_bytes();
   if (fault == detail::route_fault::none) {
     try {
       out.row_bytes = local.row_bytes;

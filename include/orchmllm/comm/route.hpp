@@ -619,6 +619,8 @@ enum class route_fault : std::int64_t {
   receive,        // the caller could not allocate the receive buffer (dispatch)
   build,          // building the route failed on this rank only (out of memory)
   buffers,        // the caller's buffers do not have the route's sizes (dispatch along a route)
+  payload,        // the caller's payload is invalid or not the route's input size
+  row_width,      // the payload's row width does not divide the items the route delivers
 };
 
 // The buffers one hop reads from and writes to: a scratch slot (0 or 1) or -1 for the caller's
@@ -681,6 +683,12 @@ inline std::string describe_route_fault(std::int64_t fault, std::int64_t a, std:
     case route_fault::buffers:
       return concat("its buffers hold ", a, " input and ", b,
                     " output bytes, not what its route moves");
+    case route_fault::payload:
+      return concat("its payload is invalid or holds ", a, " bytes where its route moves ", b);
+    case route_fault::row_width:
+      return concat("its payload's row width of ", a,
+                    " bytes does not divide the items its route delivers (a route built for "
+                    "another width?)");
     case route_fault::none: break;
   }
   return "?";
