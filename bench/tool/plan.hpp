@@ -94,7 +94,7 @@ inline const command& plan_command() {
         "exit status: 0 ok; 2 bad usage (including --mapping transport or bottleneck without\n"
         "--gpus-per-node),\n"
         "unreadable or malformed ITEMS.csv (the message names the line and value), infeasible\n"
-        "constraints, or total bytes above the mapping's overflow guard.\n";
+        "constraints, or a bin above the mapping's overflow guard.\n";
     c.run = &run_plan;
     return c;
   }();

@@ -162,7 +162,7 @@ elseif(CASE STREQUAL "bad_input")
   file(WRITE "${WORK_DIR}/items.csv" "${_h}0,0,9223372036854775807\n")
   # plan maps bins to ranks, whose flow solver has a documented byte limit: a clear exit 2.
   run(2 plan --items items.csv --ranks 3 --out plan.csv)
-  expect_match("${ERR}" "^orchmllm-bench plan: total item bytes exceed 576460752303423488 [^\n]*\n$"
+  expect_match("${ERR}" "^orchmllm-bench plan: bin [0-9] holds more than 329406144173384850 bytes [^\n]*\n$"
                "plan on one item of 2^63 - 1")
   expect_dir_contents(items.csv)
   run(0 compare --items items.csv --ranks 3 --json)

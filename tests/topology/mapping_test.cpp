@@ -21,6 +21,7 @@
 #include <numeric>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "orchmllm/core/error.hpp"
@@ -368,9 +369,23 @@ TEST_CASE("bad input") {
   test::expect_invalid([&] { (void)map_bins(square, short_bytes, topo); }, {"3 item sizes", "4"});
   const std::vector<std::int64_t> negative{1, -5, 3, 4};
   test::expect_invalid([&] { (void)map_bins(square, negative, topo); }, {"item 1", "-5"});
-  const std::int64_t huge = std::int64_t{1} << 61;
-  const std::vector<std::int64_t> too_big{huge, 1, 2, 3};
-  test::expect_invalid([&] { (void)map_bins(square, too_big, topo); }, {"total item bytes"});
+  // The overflow guard bounds every bin: 2^62 / (ranks + nodes + 4 + 2 x largest node), here
+  // 2^62 / 10. One item past it fails, naming the bin; two bins just under it pass, although
+  // their total is twice that (the guard used to bound the total, which rejected large
+  // clusters of ordinary bins: video-heavy at 102,400 ranks).
+  const std::int64_t limit = (std::int64_t{1} << 62) / 10;
+  const std::vector<std::int64_t> too_big{limit + 1, 0, 0, 0};
+  test::expect_invalid([&] { (void)map_bins(square, too_big, topo); },
+                       {"bin 0 holds more than", std::to_string(limit), "at item 0"});
+  const std::vector<std::int64_t> split{limit / 2, limit - limit / 2 + 1, 0, 0};
+  test::expect_invalid([&] { (void)map_bins(square, split, topo); }, {"bin 0", "at item 1"});
+  const std::vector<std::int64_t> at_limit{limit / 2, limit - limit / 2, limit, 0};
+  for (const auto method : {mapping_method::identity, mapping_method::transport,
+                            mapping_method::bottleneck}) {
+    const auto m = map_bins(square, at_limit, topo, method);
+    CHECK(m.moved_bytes == 0);  // the identity plan is already optimal: nothing moves
+    CHECK(m.inter_node_bytes == 0);
+  }
 }
 
 }  // namespace

@@ -60,7 +60,7 @@ struct mapping_problem;
 using node_bytes_entry = detail::profit_arc;
 
 /// One mapping problem, as `map_bins` hands it to a mapper after its checks (square plan, rank
-/// counts agree, item bytes non-negative and their total below 2^62 / (d + N + 4)): the binned
+/// counts agree, item bytes non-negative, every bin's below 2^62 / (d + N + 4 + 2G)): the binned
 /// plan (destination "ranks" are bins 0..d-1), the item bytes, the topology, and what every
 /// mapping figure follows from: per bin b its bytes W_b and its sparse row w[b][m] > 0 (bytes
 /// already on node m, nodes ascending), per node m the bytes held_m = Σ_b w[b][m]. With bin b

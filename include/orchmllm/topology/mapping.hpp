@@ -95,8 +95,8 @@ inline mapping_method parse_mapping(std::string_view name) { return parse_mappin
 /// application's own mapper too.
 ///
 /// Throws `invalid_argument_error` when the plan is not square, the topology's rank count
-/// differs, item_bytes has the wrong size, a byte count is negative, or the total bytes exceed
-/// 2^62 / (d + N + 4) (the exact solver's overflow guard).
+/// differs, item_bytes has the wrong size, a byte count is negative, or a bin's bytes exceed
+/// 2^62 / (d + N + 4 + 2G), G the largest node (the exact solvers' overflow guard).
 ORCHMLLM_FUNC mapping_result map_bins(const rearrangement& binned,
                                      std::span<const std::int64_t> item_bytes,
                                      const topology& topo,

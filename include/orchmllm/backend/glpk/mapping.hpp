@@ -293,7 +293,7 @@ namespace orchmllm::glpk {
 ///
 /// Throws `invalid_argument_error` for bad options (`bottleneck_options::validate`) and for the
 /// inputs `map_bins` rejects (plan not square, rank count differs from the topology, wrong
-/// item_bytes size, negative bytes, total bytes above 2^62 / (d + N + 4)).
+/// item_bytes size, negative bytes, a bin of more than 2^62 / (d + N + 4 + 2G) bytes).
 inline bottleneck_result map_bins_bottleneck(const rearrangement& binned,
                                              std::span<const std::int64_t> item_bytes,
                                              const topology& topo,

@@ -21,7 +21,7 @@ namespace orchmllm::detail {
 // result is exact with integer arithmetic and fully deterministic (ties go to the lowest column
 // index because the scan is in index order and uses strict comparisons).
 // Costs are -profit; |profit| must stay below ~2^62 / (2n) so potentials cannot overflow
-// (the caller bounds it by the total byte count).
+// (the caller bounds it by the largest bin's bytes).
 // O(n³) time, O(n²) memory for the input (owned by the caller), O(n) extra.
 inline std::vector<int> max_profit_assignment(const std::vector<std::int64_t>& profit, int n) {
   constexpr std::int64_t inf = std::numeric_limits<std::int64_t>::max() / 4;

@@ -33,8 +33,12 @@ namespace orchmllm {
 
 namespace detail {
 
-// Checks the mapping inputs; returns the total byte count (checked against overflow so that the
-// flow's costs and potentials, bounded by total · (V + 2), fit in 63 bits).
+// Checks the mapping inputs; returns the total byte count. The exact solvers' costs are one
+// bin's bytes at most (the transport flow's profits w[b][m] ≤ W_b, the per-node Hungarian's
+// bytes of a bin already on a GPU), and their potentials stay within (V + 2) · C for the flow
+// (V = d + N + 2 vertices) and 2G · C for a G × G Hungarian, so every bin's bytes are checked
+// against 2^62 / (d + N + 4 + 2 · the largest node). The total then stays below 2^62 too.
+// O(n + d).
 inline std::int64_t check_mapping_inputs(const rearrangement& binned,
                                          std::span<const std::int64_t> item_bytes,
                                          const topology& topo) {
@@ -47,17 +51,25 @@ inline std::int64_t check_mapping_inputs(const rearrangement& binned,
   ORCHMLLM_REQUIRE(static_cast<std::int64_t>(item_bytes.size()) == binned.num_items(),
                    invalid_argument_error, item_bytes.size(), " item sizes for a plan of ",
                    binned.num_items(), " items");
-  const std::int64_t vertices = static_cast<std::int64_t>(topo.num_ranks()) +
-                                static_cast<std::int64_t>(topo.num_nodes()) + 4;
-  const std::int64_t limit = (std::int64_t{1} << 62) / vertices;
+  rank_t largest_node = 0;
+  for (rank_t m = 0; m < topo.num_nodes(); ++m)
+    largest_node = std::max(largest_node, topo.node_size(m));
+  const std::int64_t guard = static_cast<std::int64_t>(topo.num_ranks()) +
+                             static_cast<std::int64_t>(topo.num_nodes()) + 4 +
+                             2 * static_cast<std::int64_t>(largest_node);
+  const std::int64_t limit = (std::int64_t{1} << 62) / guard;
+  std::vector<std::int64_t> bin_bytes(static_cast<std::size_t>(binned.num_dst_ranks()), 0);
   std::int64_t total = 0;
   for (std::size_t g = 0; g < item_bytes.size(); ++g) {
     ORCHMLLM_REQUIRE(item_bytes[g] >= 0, invalid_argument_error, "item ", g, " has ",
                      item_bytes[g], " bytes");
-    ORCHMLLM_REQUIRE(item_bytes[g] <= limit - total, invalid_argument_error,
-                     "total item bytes exceed ", limit, " (2^62 / (ranks + nodes + 4)) at item ",
-                     g);
-    total += item_bytes[g];
+    auto& bin = bin_bytes[static_cast<std::size_t>(binned.dst_ranks()[g])];
+    ORCHMLLM_REQUIRE(item_bytes[g] <= limit - bin, invalid_argument_error, "bin ",
+                     binned.dst_ranks()[g], " holds more than ", limit,
+                     " bytes (2^62 / (ranks + nodes + 4 + 2 x the largest node), the exact "
+                     "mapping's overflow guard) at item ", g);
+    bin += item_bytes[g];
+    total += item_bytes[g];  // < d · limit < 2^62
   }
   return total;
 }

@@ -55,7 +55,7 @@
 ///
 /// Overflow: costs are ≤ C and every potential stays within V·C in magnitude (it is minus a
 /// shortest-path distance over simple residual paths, refreshed or not), so callers must
-/// keep C · (V + 2) below 2^62 (the mapping façade checks total bytes against that).
+/// keep C · (V + 2) below 2^62 (the mapping façade checks every bin's bytes against that).
 
 #include <algorithm>
 #include <cstdint>
