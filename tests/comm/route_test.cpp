@@ -900,3 +900,58 @@ TEST_CASE("route: plan_traffic on a hand example") {
     CHECK(route::build(plan, bytes, topo, r, schedule::direct).sent() ==
           t[static_cast<std::size_t>(r)]);
 }
+
+namespace {
+
+// The time model as route.hpp's file comment states it, written the obvious way: per hop, the
+// bandwidth terms in item order, then one latency per distinct (sender, receiver) pair with
+// bytes, in increasing (sender, receiver) order. The library must give these exact doubles
+// (the automatic choice must not depend on how the pairs are found).
+double reference_prediction(const orchmllm::detail::item_paths& p,
+                            std::span<const std::int64_t> bytes, const topology& topo) {
+  const auto d = static_cast<std::size_t>(topo.num_ranks());
+  const auto& L = topo.links;
+  double total = 0;
+  for (int k = 1; k <= p.hops; ++k) {
+    std::vector<double> send(d, 0.0), recv(d, 0.0);
+    std::vector<std::pair<rank_t, rank_t>> pairs;
+    for (std::size_t g = 0; g < bytes.size(); ++g) {
+      const rank_t a = p.where(static_cast<std::int64_t>(g), k - 1);
+      const rank_t b = p.where(static_cast<std::int64_t>(g), k);
+      if (a == b || bytes[g] == 0) continue;
+      const double secs = static_cast<double>(bytes[g]) /
+                          (topo.same_node(a, b) ? L.intra_bandwidth : L.inter_bandwidth);
+      send[static_cast<std::size_t>(a)] += secs;
+      recv[static_cast<std::size_t>(b)] += secs;
+      pairs.emplace_back(a, b);
+    }
+    std::sort(pairs.begin(), pairs.end());
+    pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+    for (const auto& [a, b] : pairs) {
+      const double lat = topo.same_node(a, b) ? L.intra_latency : L.inter_latency;
+      send[static_cast<std::size_t>(a)] += lat;
+      recv[static_cast<std::size_t>(b)] += lat;
+    }
+    double hop = 0;
+    for (std::size_t r = 0; r < d; ++r) hop = std::max({hop, send[r], recv[r]});
+    total += hop;
+  }
+  return total;
+}
+
+}  // namespace
+
+TEST_CASE("route: the time model gives the reference's exact doubles on random plans") {
+  std::mt19937_64 rng(4711);
+  for (int it = 0; it < 300; ++it) {
+    const auto c = make_random_case(rng, it);
+    INFO(c.what);
+    const auto src = orchmllm::detail::source_ranks(c.plan);
+    const auto direct = orchmllm::detail::direct_paths(c.plan, src);
+    const auto nw = orchmllm::detail::node_wise_paths(c.plan, c.bytes, c.topo, src);
+    CHECK(orchmllm::detail::predict_seconds(direct, c.bytes, c.topo) ==
+          reference_prediction(direct, c.bytes, c.topo));
+    CHECK(orchmllm::detail::predict_seconds(nw, c.bytes, c.topo) ==
+          reference_prediction(nw, c.bytes, c.topo));
+  }
+}

@@ -253,7 +253,12 @@ inline item_paths drop_idle_hops(const item_paths& p, std::int64_t n) {
   return q;
 }
 
-// Time model of a set of paths (see route.hpp's file comment). O(hops · n log n).
+// Time model of a set of paths (see route.hpp's file comment). Per hop, the bandwidth terms are
+// added in item order and the latency terms in increasing (sender, receiver) order, so the
+// floating-point sums (and with them `automatic`'s choice) are the same on every rank and
+// platform. O(hops · (n + d) + Σ distinct receivers of a sender · log of their count): the
+// moving items are bucketed by sender (a counting sort), each sender's distinct receivers
+// marked in a d-sized table and sorted.
 inline double predict_seconds(const item_paths& p, std::span<const std::int64_t> bytes,
                               const topology& topo) {
   const auto d = static_cast<std::size_t>(topo.num_ranks());
@@ -261,11 +266,13 @@ inline double predict_seconds(const item_paths& p, std::span<const std::int64_t>
   const auto& L = topo.links;
   double total = 0;
   std::vector<double> send_t(d), recv_t(d);
-  std::vector<std::int64_t> pairs;
+  std::vector<std::int64_t> first(d + 1), by_sender;
+  std::vector<char> seen(d, 0);
+  std::vector<rank_t> peers;
   for (int k = 1; k <= p.hops; ++k) {
     std::fill(send_t.begin(), send_t.end(), 0.0);
     std::fill(recv_t.begin(), recv_t.end(), 0.0);
-    pairs.clear();
+    std::fill(first.begin(), first.end(), 0);
     for (std::int64_t g = 0; g < n; ++g) {
       const rank_t a = p.where(g, k - 1), b = p.where(g, k);
       // Zero-byte items post no message (zero counts are skipped on both sides): no latency.
@@ -274,16 +281,35 @@ inline double predict_seconds(const item_paths& p, std::span<const std::int64_t>
                           (topo.same_node(a, b) ? L.intra_bandwidth : L.inter_bandwidth);
       send_t[static_cast<std::size_t>(a)] += secs;
       recv_t[static_cast<std::size_t>(b)] += secs;
-      pairs.push_back(static_cast<std::int64_t>(a) * static_cast<std::int64_t>(d) + b);
+      ++first[static_cast<std::size_t>(a) + 1];
     }
-    std::sort(pairs.begin(), pairs.end());
-    pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
-    for (const auto key : pairs) {
-      const auto a = static_cast<rank_t>(key / static_cast<std::int64_t>(d));
-      const auto b = static_cast<rank_t>(key % static_cast<std::int64_t>(d));
-      const double lat = topo.same_node(a, b) ? L.intra_latency : L.inter_latency;
-      send_t[static_cast<std::size_t>(a)] += lat;
-      recv_t[static_cast<std::size_t>(b)] += lat;
+    for (std::size_t r = 0; r < d; ++r) first[r + 1] += first[r];
+    by_sender.resize(static_cast<std::size_t>(first[d]));
+    {
+      std::vector<std::int64_t> at(first.begin(), first.end() - 1);
+      for (std::int64_t g = 0; g < n; ++g) {
+        const rank_t a = p.where(g, k - 1);
+        if (a == p.where(g, k) || bytes[static_cast<std::size_t>(g)] == 0) continue;
+        by_sender[static_cast<std::size_t>(at[static_cast<std::size_t>(a)]++)] = g;
+      }
+    }
+    for (std::size_t a = 0; a < d; ++a) {
+      peers.clear();
+      for (auto i = first[a]; i < first[a + 1]; ++i) {
+        const rank_t b = p.where(by_sender[static_cast<std::size_t>(i)], k);
+        if (seen[static_cast<std::size_t>(b)] == 0) {
+          seen[static_cast<std::size_t>(b)] = 1;
+          peers.push_back(b);
+        }
+      }
+      std::sort(peers.begin(), peers.end());
+      for (const rank_t b : peers) {
+        seen[static_cast<std::size_t>(b)] = 0;
+        const double lat =
+            topo.same_node(static_cast<rank_t>(a), b) ? L.intra_latency : L.inter_latency;
+        send_t[a] += lat;
+        recv_t[static_cast<std::size_t>(b)] += lat;
+      }
     }
     double hop = 0;
     for (std::size_t r = 0; r < d; ++r) hop = std::max({hop, send_t[r], recv_t[r]});
