@@ -312,17 +312,6 @@ struct plan_options {
 #if !ORCHMLLM_USE_COMPILED
 namespace detail {
 
-// Every item's bytes in the source order of `plan`, given the bytes in the source order of the
-// plan it follows (`prev`): an item keeps its bytes, so item h of `plan`'s sources, which is
-// destination h of `prev`, has the bytes of prev's source of h.
-inline std::vector<std::int64_t> bytes_after(const rearrangement& prev,
-                                             std::span<const std::int64_t> prev_bytes) {
-  std::vector<std::int64_t> out(prev_bytes.size());
-  for (std::size_t h = 0; h < out.size(); ++h)
-    out[h] = prev_bytes[static_cast<std::size_t>(prev.source_of(static_cast<std::int64_t>(h)))];
-  return out;
-}
-
 // This rank's 3K + 1 routes (step_routes' order).
 inline step_routes build_step_routes(const stage_declarations& decl, const step_metadata& meta,
                                      const step_plan& plan, const topology& topo, rank_t me,
@@ -341,7 +330,7 @@ inline step_routes build_step_routes(const stage_declarations& decl, const step_
     for (std::size_t i = 0; i < tokens.size(); ++i)
       origin[i] = detail::checked_mul(tokens[i], decl.encoders[k].output_row_bytes, "stage '",
                                       decl.encoders[k].name, "': output bytes of item ", i);
-    output_bytes[k] = bytes_after(er.input, origin);
+    output_bytes[k] = orchmllm::apply(er.input, origin);  // an item keeps its bytes along a plan
   }
   std::vector<std::int64_t> text(meta.text_tokens.size());
   for (std::size_t g = 0; g < text.size(); ++g)
@@ -352,7 +341,7 @@ inline step_routes build_step_routes(const stage_declarations& decl, const step_
     out.all.push_back(route::build(plan.encoders[k].output, output_bytes[k], topo, me, sched));
   for (std::size_t k = 0; k < kc; ++k)
     out.all.push_back(route::build(plan.encoders[k].gradient,
-                                   bytes_after(plan.encoders[k].output, output_bytes[k]), topo,
+                                   orchmllm::apply(plan.encoders[k].output, output_bytes[k]), topo,
                                    me, sched));
   return out;
 }
