@@ -11,6 +11,16 @@
 //   BM_kk          balance_method::kk
 //   BM_auto        balance_method::automatic
 //   BM_padded      balance_method::padded_exact, padded policy (count × cost of the longest)
+// Constrained and padded families (d/k ∈ 64/16, 512/16, 2560/16): the per-rank-state paths of
+// the greedy balancers, which the families above do not reach:
+//   BM_lpt_padded    balance_method::lpt, padded policy (the heap of padded keys)
+//   BM_lpt_capped    balance_method::lpt, packed, cap 1.25 × the mean rank's tokens, at most 2k
+//                    items per rank (set-aside ranks, the cap test per item)
+//   BM_auto_capped   balance_method::automatic, packed, cap 1.05 × the mean rank's tokens, at
+//                    most k + 2 items (tight: constrained first fit often packs the result)
+//   BM_locality      balance_method::locality, packed (sheds and places from the sampled ranks)
+//   BM_locality_padded  the same, padded policy
+//   BM_exact_padded  balance_method::exact, padded policy, d/k ∈ 8/4, 16/2 (branch and bound)
 //   BM_sort_heap   NOT the library: copy the costs, sort descending, one binary-heap pass that
 //                  gives each cost to the least-loaded rank — the bare cost of LPT without the
 //                  façade (no cost evaluation, ids, plan, statistics). The time targets
@@ -135,6 +145,80 @@ void BM_lpt_refine(benchmark::State& s) { run_balance(s, balance_method::lpt, tr
 void BM_kk(benchmark::State& s) { run_balance(s, balance_method::kk, false, packed); }
 void BM_auto(benchmark::State& s) { run_balance(s, balance_method::automatic, false, packed); }
 void BM_padded(benchmark::State& s) { run_balance(s, balance_method::padded_exact, false, padded); }
+
+/// A per-rank token cap at `slack` × the mean rank's tokens (never below the longest item).
+capacity token_cap(const batch_layout& layout, double slack, std::int64_t ranks) {
+  std::int64_t total = 0, longest = 0;
+  for (std::int64_t g = 0; g < layout.num_items(); ++g) {
+    total += layout.length(g);
+    longest = std::max(longest, layout.length(g));
+  }
+  const auto limit = static_cast<std::int64_t>(slack * static_cast<double>(total) /
+                                               static_cast<double>(ranks));
+  return capacity{capacity::measure::tokens, std::max(limit, longest)};
+}
+
+/// As run_balance, with options made for each input by `make(layout, d, k)`.
+template <class Make>
+void run_with(benchmark::State& state, padding_policy policy, Make make) {
+  const auto layouts = inputs_of(state);
+  const auto d = state.range(0), k = state.range(1);
+  std::vector<balance_options> opts;
+  for (const auto* l : layouts) opts.push_back(make(*l, d, k));
+  std::size_t i = 0;
+  for (auto _ : state) {
+    auto r = balance(*layouts[i], k_cost, policy, opts[i]);
+    benchmark::DoNotOptimize(r.plan);
+    benchmark::ClobberMemory();
+    if (++i == layouts.size()) i = 0;
+  }
+  state.SetItemsProcessed(state.iterations() * layouts.front()->num_items());
+  set_quality_counters(state, *layouts.front(),
+                       balance(*layouts.front(), k_cost, policy, opts.front()), policy);
+}
+
+balance_options method_only(balance_method m) {
+  balance_options o;
+  o.method = m;
+  return o;
+}
+
+void BM_lpt_padded(benchmark::State& s) {
+  run_with(s, padded, [](const batch_layout&, std::int64_t, std::int64_t) {
+    return method_only(balance_method::lpt);
+  });
+}
+void BM_lpt_capped(benchmark::State& s) {
+  run_with(s, packed, [](const batch_layout& l, std::int64_t d, std::int64_t k) {
+    auto o = method_only(balance_method::lpt);
+    o.limits.cap = token_cap(l, 1.25, d);
+    o.limits.max_items = 2 * k;
+    return o;
+  });
+}
+void BM_auto_capped(benchmark::State& s) {
+  run_with(s, packed, [](const batch_layout& l, std::int64_t d, std::int64_t k) {
+    auto o = method_only(balance_method::automatic);
+    o.limits.cap = token_cap(l, 1.05, d);
+    o.limits.max_items = k + 2;
+    return o;
+  });
+}
+void BM_locality(benchmark::State& s) {
+  run_with(s, packed, [](const batch_layout&, std::int64_t, std::int64_t) {
+    return method_only(balance_method::locality);
+  });
+}
+void BM_locality_padded(benchmark::State& s) {
+  run_with(s, padded, [](const batch_layout&, std::int64_t, std::int64_t) {
+    return method_only(balance_method::locality);
+  });
+}
+void BM_exact_padded(benchmark::State& s) {
+  run_with(s, padded, [](const batch_layout&, std::int64_t, std::int64_t) {
+    return method_only(balance_method::exact);
+  });
+}
 
 // ---------------------------------------------------------------------------------------------
 // Baselines: the bare sort + heap pass.
@@ -504,6 +588,17 @@ void register_targets(const char* name, F f) {
   register_grid("BM_kk", BM_kk);
   register_grid("BM_auto", BM_auto);
   register_grid("BM_padded", BM_padded);
+  for (auto [name, f] : {std::pair{"BM_lpt_padded", &BM_lpt_padded},
+                         {"BM_lpt_capped", &BM_lpt_capped},
+                         {"BM_auto_capped", &BM_auto_capped},
+                         {"BM_locality", &BM_locality},
+                         {"BM_locality_padded", &BM_locality_padded}})
+    for (auto [d, k] : {std::pair<std::int64_t, std::int64_t>{64, 16}, {512, 16}, {2560, 16}})
+      benchmark::RegisterBenchmark(name, f)->Args({d, k})->Unit(benchmark::kMillisecond);
+  for (auto [d, k] : {std::pair<std::int64_t, std::int64_t>{8, 4}, {16, 2}})
+    benchmark::RegisterBenchmark("BM_exact_padded", BM_exact_padded)
+        ->Args({d, k})
+        ->Unit(benchmark::kMillisecond);
   register_targets("BM_sort_only", BM_sort_only);
   register_targets("BM_heap_only", BM_heap_only);
   register_targets("BM_facade_costs", BM_facade_costs);

@@ -43,6 +43,14 @@ static_assert([] {
   return acc.load(linear_cost{}) == 10 && acc.tokens() == 10 && acc.bytes() == 60;
 }());
 
+// A policy is one small value (every rank_load holds one; balancers keep a rank_load per rank),
+// and the add-only state is a trivially copyable value (the exact search copies it per node).
+static_assert(sizeof(padding_policy) <= 24);
+static_assert(std::is_trivially_copyable_v<padding_policy>);
+static_assert(std::is_trivially_copyable_v<
+              rank_load<double, orchmllm::rank_load_mode::add_only>>);
+static_assert(sizeof(rank_load<double, orchmllm::rank_load_mode::add_only>) <= 88);
+
 struct item {
   std::int64_t length;
   std::int64_t bytes;
@@ -406,4 +414,97 @@ TEST_CASE("padding: rank_load remove refuses what the rank does not hold") {
   CHECK(acc.count() == 0);
   CHECK(acc.load(linear_cost{}) == 0);
   CHECK(acc.tokens() == 0);
+}
+
+TEST_CASE("padding: rank_load's cached unit and cap queries agree with a fresh evaluation") {
+  // `cached` is kept through the model-taking add/remove, `plain` through the others: every
+  // load (a sum or a product of the same values) must be the same bits, for the model the cache
+  // was filled with and for another one; the cap queries must match the footprints.
+  std::mt19937_64 rng(0xcac4e);
+  const quadratic_cost quad{0.5, 1.0, 0.01};
+  const quadratic_cost other{2.0, 0.5, 0.3};
+  using orchmllm::capacity;
+  for (int iter = 0; iter < 200; ++iter) {
+    CAPTURE(iter);
+    const padding_policy policies[] = {orchmllm::packed, orchmllm::padded,
+                                       orchmllm::padded_to_multiple(1 + iter % 5),
+                                       orchmllm::bucketed({16, 64, 256}), next_pow2{},
+                                       at_least{iter % 40}};
+    for (const padding_policy policy : policies) {
+      CAPTURE(static_cast<int>(policy.policy_kind()));
+      std::vector<item> held;
+      rank_load<double> cached(policy);
+      rank_load<double> plain(policy);
+      for (int step = 0; step < 20; ++step) {
+        if (!held.empty() && rng() % 3 == 0) {
+          const auto i = static_cast<std::size_t>(rng() % held.size());
+          const item it = held[i];
+          held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+          cached.remove(it.length, quad(it.length), it.bytes, quad);
+          plain.remove(it.length, quad(it.length), it.bytes);
+        } else {
+          const item it{static_cast<std::int64_t>(rng() % 200),
+                        static_cast<std::int64_t>(rng() % 5000)};
+          held.push_back(it);
+          cached.add(it.length, quad(it.length), it.bytes, quad);
+          plain.add(it.length, quad(it.length), it.bytes);
+        }
+        CHECK(cached.load(quad) == plain.load(quad));
+        CHECK(cached.load(other) == plain.load(other));
+        std::int64_t longest = 0;
+        for (const auto& it : held) longest = std::max(longest, it.length);
+        const double unit =
+            policy.is_padded() && !held.empty() ? quad(policy.padded_length(longest)) : 0.0;
+        CHECK(cached.unit(quad) == unit);
+        CHECK(cached.unit(other) == plain.unit(other));
+        const item probe{static_cast<std::int64_t>(rng() % 200),
+                         static_cast<std::int64_t>(rng() % 5000)};
+        CHECK(cached.load_if_added(probe.length, quad(probe.length), quad) ==
+              plain.load_if_added(probe.length, quad(probe.length), quad));
+        CHECK(cached.load_if_added(probe.length, other(probe.length), other) ==
+              plain.load_if_added(probe.length, other(probe.length), other));
+        rank_load<double> after = plain;
+        after.add(probe.length, quad(probe.length), probe.bytes);
+        for (const auto what : {capacity::measure::tokens, capacity::measure::bytes}) {
+          const bool tokens = what == capacity::measure::tokens;
+          const std::int64_t now = tokens ? plain.tokens() : plain.bytes();
+          const std::int64_t next = tokens ? after.tokens() : after.bytes();
+          for (const std::int64_t limit :
+               {std::int64_t{0}, now, next, next - 1, static_cast<std::int64_t>(rng() % 20000)}) {
+            if (limit < 0) continue;  // not a cap (constraints refuse it)
+            CAPTURE(limit);
+            const capacity cap{what, limit};
+            CHECK(cached.fits(cap) == (now <= limit));
+            CHECK(plain.fits(cap) == (now <= limit));
+            CHECK(cached.fits_if_added(cap, probe.length, probe.bytes) == (next <= limit));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("padding: rank_load's cap queries never overflow") {
+  using orchmllm::capacity;
+  const std::int64_t big = std::int64_t{1} << 62;
+  const capacity all_tokens{capacity::measure::tokens, INT64_MAX};
+  const capacity all_bytes{capacity::measure::bytes, INT64_MAX};
+  rank_load<double> one(orchmllm::padded);
+  one.add(big, 1.0, big);
+  CHECK(one.fits(all_tokens));
+  CHECK(one.fits(all_bytes));
+  CHECK_FALSE(one.fits_if_added(all_tokens, 1, 1));  // 2 × 2^62 tokens
+  CHECK_FALSE(one.fits_if_added(all_bytes, 1, 1));   // 2 × 2^62 bytes
+  rank_load<double> three = one;
+  three.add(big, 1.0, big);
+  three.add(1, 1.0, 1);
+  CHECK_THROWS_AS((void)three.tokens(), invalid_argument_error);
+  CHECK_FALSE(three.fits(all_tokens));
+  CHECK_FALSE(three.fits(all_bytes));
+  rank_load<double> packed(orchmllm::packed);
+  packed.add(INT64_MAX - 5, 1.0, INT64_MAX - 5);
+  CHECK(packed.fits(all_tokens));
+  CHECK(packed.fits_if_added(all_tokens, 5, 5));
+  CHECK_FALSE(packed.fits_if_added(all_tokens, 6, 6));
+  CHECK_FALSE(packed.fits_if_added(all_bytes, 6, 6));
 }

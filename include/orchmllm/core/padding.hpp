@@ -13,12 +13,16 @@
 ///
 /// Every policy but `packed` is a *padded* one: a rank's load is count × cost(pad(longest)),
 /// with pad(l) ≥ l non-decreasing in l (`padded_length`). The load formula is written once, in
-/// `rank_load` below: the per-rank state of the library's checks and figures and of a trainer's
-/// own balancer. The built-in balancers keep incremental per-rank keys of the same formula (its
-/// canonical order makes a rank's first item its longest) and reach a policy only through
-/// `padded_length`, so every balancer handles every padded policy, the trainer's included, and
-/// `padded_exact` (and `automatic`) is exact for all of them: its proof uses only that pad and
-/// the cost model are non-decreasing (docs/algorithms.md, "Padded policies").
+/// `rank_load` below, the one per-rank state: of every built-in balancer (lpt, first fit, the
+/// padded refinement, locality and exact keep their ranks in `rank_load`s; padded_exact, which
+/// reasons about whole groups, evaluates `rank_load::padded_load`), of the library's checks and
+/// figures, and of a trainer's own balancer. Three packed loops keep bare sums instead, the
+/// packed rule itself (Σ cost), where a state per rank would cost speed for the same bits:
+/// unconstrained lpt, the packed refinement and locality's packed moves. A policy reaches every
+/// algorithm only through `padded_length`, so every balancer handles every padded policy, the
+/// trainer's included, and `padded_exact` (and `automatic`) is exact for all of them: its proof
+/// uses only that pad and the cost model are non-decreasing (docs/algorithms.md, "Padded
+/// policies").
 ///
 /// A trainer's own rule is any value type with `padded_length(l)` (and `==`; `name()` optional):
 ///
@@ -50,6 +54,7 @@
 #include <utility>
 #include <vector>
 
+#include "orchmllm/core/constraints.hpp"
 #include "orchmllm/core/error.hpp"
 
 namespace orchmllm {
@@ -149,7 +154,7 @@ class padding_policy {
   template <class P>
     requires(!std::same_as<std::remove_cvref_t<P>, padding_policy> && padding_rule<P>)
   padding_policy(P rule)  // NOLINT(google-explicit-constructor)
-      : kind_(kind::custom), multiple_(1), rule_(detail::intern_rule(std::move(rule))) {}
+      : kind_(kind::custom), param_(1), rule_(detail::intern_rule(std::move(rule))) {}
 
   /// Sum of item costs (no padding).
   static constexpr padding_policy packed() noexcept { return padding_policy(kind::packed, 1); }
@@ -175,8 +180,8 @@ class padding_policy {
                        "bucket lengths must be strictly increasing: ", buckets[j - 1],
                        " then ", buckets[j]);
     }
-    padding_policy p(kind::bucketed, 1);
-    p.buckets_ = detail::intern_buckets({buckets.begin(), buckets.end()});
+    padding_policy p(kind::bucketed, static_cast<std::int64_t>(buckets.size()));
+    p.buckets_ = detail::intern_buckets({buckets.begin(), buckets.end()}).data();
     return p;
   }
   /// As above, from a braced list: `padding_policy::bucketed({512, 1024, 2048})`.
@@ -188,14 +193,17 @@ class padding_policy {
   /// Every policy but packed.
   [[nodiscard]] constexpr bool is_padded() const noexcept { return kind_ != kind::packed; }
   /// The multiple lengths are rounded up to (1 for packed and bucketed policies).
-  [[nodiscard]] constexpr std::int64_t multiple() const noexcept { return multiple_; }
+  [[nodiscard]] constexpr std::int64_t multiple() const noexcept {
+    return kind_ == kind::padded ? param_ : 1;
+  }
   /// The bucket lengths, ascending (empty unless bucketed).
   [[nodiscard]] constexpr std::span<const std::int64_t> buckets() const noexcept {
-    return buckets_;
+    if (kind_ != kind::bucketed) return {};
+    return {buckets_, static_cast<std::size_t>(param_)};
   }
   /// The trainer's rule's name (its `name()`, else "custom"); empty unless the kind is custom.
   [[nodiscard]] std::string_view rule_name() const noexcept {
-    return rule_ != nullptr ? std::string_view(rule_->name()) : std::string_view();
+    return kind_ == kind::custom ? std::string_view(rule_->name()) : std::string_view();
   }
 
   /// Length after padding: l (≥ 0) rounded up to a multiple, or to the smallest bucket ≥ l, or
@@ -211,34 +219,39 @@ class padding_policy {
       return padded;
     }
     if (kind_ == kind::bucketed) {
-      const auto it = std::lower_bound(buckets_.begin(), buckets_.end(), length);
-      ORCHMLLM_REQUIRE(it != buckets_.end(), invalid_argument_error, "length ", length,
-                       " exceeds the largest bucket ", buckets_.back());
+      const std::int64_t* const end = buckets_ + param_;
+      const auto it = std::lower_bound(buckets_, end, length);
+      ORCHMLLM_REQUIRE(it != end, invalid_argument_error, "length ", length,
+                       " exceeds the largest bucket ", end[-1]);
       return *it;
     }
-    if (multiple_ == 1) return length;
-    const std::int64_t rest = length % multiple_;
+    if (param_ == 1) return length;  // packed, or padded to a multiple of 1
+    const std::int64_t rest = length % param_;
     if (rest == 0) return length;
-    ORCHMLLM_REQUIRE(length - rest <= INT64_MAX - multiple_, invalid_argument_error, "length ",
-                     length, " padded to a multiple of ", multiple_, " exceeds 2^63 - 1");
-    return length - rest + multiple_;
+    ORCHMLLM_REQUIRE(length - rest <= INT64_MAX - param_, invalid_argument_error, "length ",
+                     length, " padded to a multiple of ", param_, " exceeds 2^63 - 1");
+    return length - rest + param_;
   }
 
   /// Same kind, multiple and bucket lengths; custom: equal rules (of one type, by its `==`)
   /// with the same name.
   friend constexpr bool operator==(const padding_policy& a, const padding_policy& b) noexcept {
-    return a.kind_ == b.kind_ && a.multiple_ == b.multiple_ && a.rule_ == b.rule_ &&
-           std::equal(a.buckets_.begin(), a.buckets_.end(), b.buckets_.begin(),
-                      b.buckets_.end());
+    if (a.kind_ != b.kind_ || a.param_ != b.param_) return false;
+    if (a.kind_ == kind::custom) return a.rule_ == b.rule_;
+    if (a.kind_ == kind::bucketed) return std::equal(a.buckets_, a.buckets_ + a.param_, b.buckets_);
+    return true;
   }
 
  private:
   constexpr padding_policy(kind k, std::int64_t multiple) noexcept
-      : kind_(k), multiple_(multiple) {}
+      : kind_(k), param_(multiple) {}
+  // 24 bytes: every rank_load holds a copy, and balancers keep one rank_load per rank.
   kind kind_;
-  std::int64_t multiple_;
-  std::span<const std::int64_t> buckets_{};
-  const detail::padding_rule_base* rule_ = nullptr;
+  std::int64_t param_;  // padded: the multiple; bucketed: the number of buckets; else 1
+  union {
+    const std::int64_t* buckets_ = nullptr;  // bucketed: the interned lengths (param_ of them)
+    const detail::padding_rule_base* rule_;  // custom: the interned rule
+  };
 };
 
 /// `padding_policy::packed()`.
@@ -258,20 +271,29 @@ inline padding_policy bucketed(std::span<const std::int64_t> buckets) {
 
 /// Whether a `rank_load` supports `remove`: `removable` keeps the (length, bytes) pair of every
 /// item it holds (O(k) memory for k items); `add_only` keeps sums and maxima only (O(1) memory,
-/// trivially copyable), which is what the library's own checks and figures use.
+/// trivially copyable), which is what the library's own checks, figures and search states use.
 enum class rank_load_mode : std::uint8_t { removable, add_only };
 
 /// One rank's state under a policy: the items on it, summarised so that its load, its
-/// footprints and the load it would have with one more item are O(1). The padded-load rule
-/// (count × cost(pad(longest))) is written here and nowhere else in the library's checks and
-/// figures; a trainer's balancer uses it to evaluate moves under any policy, its own included.
-/// `Cost` is the cost model's computation type.
+/// footprints, the load it would have with one more item and whether that item would fit under
+/// a cap are O(1). The padded-load rule (count × cost(pad(longest))) is written here and
+/// nowhere else: every built-in balancer keeps its ranks in `rank_load`s, as the library's checks
+/// and figures do, and a trainer's own balancer uses it to evaluate moves under any policy, its
+/// own rule included. `Cost` is the cost model's computation type.
 ///
-/// add, load, load_if_added, tokens, bytes: O(1) (plus one cost-model call for a padded load;
-/// add amortised when removable). remove (removable mode only): O(k) for k items on the rank
-/// (it finds the item, and looks the longest and widest up again when it removed one).
-/// Deterministic; a floating packed load after `remove` may differ in the last bits from that
-/// of a state built without the removed item.
+/// The cost model is passed to the calls that need it. The overloads of `add` and `remove` that
+/// take it also keep cost(pad(longest)) cached, so that later `load`, `load_if_added` and
+/// `unit` calls with the same model object (compared by address) cost no cost-model call while
+/// the longest item is unchanged; any other model, or a state changed without the model, is
+/// evaluated afresh. The cached value is the very value a fresh evaluation gives, so results do
+/// not depend on the cache.
+///
+/// add, load, load_if_added, unit, fits, fits_if_added, tokens, bytes: O(1) (plus at most one
+/// cost-model call and one `padded_length` for a padded policy; add amortised when removable).
+/// remove (removable mode only): O(k) for k items on the rank (it finds the item, and looks the
+/// longest and widest up again when it removed one). Deterministic: sums are updated in call
+/// order, so two states given the same calls hold the same bits; a floating packed load after
+/// `remove` may differ in the last bits from that of a state built without the removed item.
 template <class Cost, rank_load_mode Mode = rank_load_mode::removable>
 class rank_load {
   static constexpr bool removable = Mode == rank_load_mode::removable;
@@ -286,9 +308,18 @@ class rank_load {
     sum_cost_ += cost;
     sum_tokens_ += length;
     sum_bytes_ += bytes;
-    if (count_ == 1 || length > max_length_) max_length_ = length;
+    if (count_ == 1 || length > max_length_) {
+      max_length_ = length;
+      cached_model_ = nullptr;  // the cached unit was for another longest item
+    }
     if (count_ == 1 || bytes > max_bytes_) max_bytes_ = bytes;
     if constexpr (removable) items_.emplace_back(length, bytes);
+  }
+  /// As above, and keeps cost(pad(longest)) of `model` cached (see the class comment).
+  template <class C>
+  constexpr void add(std::int64_t length, Cost cost, std::int64_t bytes, const C& model) {
+    add(length, cost, bytes);
+    cache(model);
   }
 
   /// Removes an item added before with the same length, cost and byte size. Throws
@@ -309,9 +340,10 @@ class rank_load {
     sum_tokens_ -= length;
     sum_bytes_ -= bytes;
     if (count_ == 0) {
-      sum_cost_ = Cost{};
       max_length_ = max_bytes_ = 0;
+      cached_model_ = nullptr;
     } else if (length == max_length_ || bytes == max_bytes_) {
+      if (length == max_length_) cached_model_ = nullptr;  // the longest may change
       max_length_ = max_bytes_ = 0;
       for (const auto& [l, b] : items_) {
         max_length_ = std::max(max_length_, l);
@@ -319,41 +351,113 @@ class rank_load {
       }
     }
   }
+  /// As above, and keeps cost(pad(longest)) of `model` cached (see the class comment).
+  template <class C>
+  constexpr void remove(std::int64_t length, Cost cost, std::int64_t bytes, const C& model)
+    requires removable
+  {
+    remove(length, cost, bytes);
+    cache(model);
+  }
 
   [[nodiscard]] constexpr std::int64_t count() const noexcept { return count_; }
+  /// The longest and the widest (most bytes) item held; 0 when empty.
   [[nodiscard]] constexpr std::int64_t max_length() const noexcept { return max_length_; }
+  [[nodiscard]] constexpr std::int64_t max_bytes() const noexcept { return max_bytes_; }
 
   /// The load under the policy; `cost` is the cost model (used for cost of the padded length).
   template <class C>
   [[nodiscard]] constexpr Cost load(const C& cost) const {
-    return load_of(count_, sum_cost_, max_length_, cost);
+    if (!policy_.is_padded()) return sum_cost_;
+    if (count_ == 0) return Cost{};
+    return padded_load(count_, unit_of(max_length_, cost));
   }
   /// The load this rank would have with one more item of the given length and cost; the state
-  /// is unchanged.
+  /// is unchanged. `load_if_added(max_length(), Cost{}, cost)` is the load after one more item
+  /// no longer than any it holds and of no cost of its own: the key of a greedy that places
+  /// items longest first (packed: the load; padded: (count + 1) × unit).
   template <class C>
   [[nodiscard]] constexpr Cost load_if_added(std::int64_t length, Cost item_cost,
                                              const C& cost) const {
-    return load_of(count_ + 1, sum_cost_ + item_cost,
-                   count_ == 0 ? length : std::max(max_length_, length), cost);
+    if (!policy_.is_padded()) return sum_cost_ + item_cost;
+    return padded_load(count_ + 1,
+                       unit_of(count_ == 0 ? length : std::max(max_length_, length), cost));
   }
+  /// Padded policies: the cost of one item on this rank, cost(pad(longest)) (every item costs
+  /// as much as the longest); packed: 0. 0 when empty.
+  template <class C>
+  [[nodiscard]] constexpr Cost unit(const C& cost) const {
+    return policy_.is_padded() && count_ > 0 ? unit_of(max_length_, cost) : Cost{};
+  }
+
+  /// Whether the rank's footprint under the cap's measure is within the cap (cap.limit ≥ 0, as
+  /// `constraints` require). Never overflows.
+  [[nodiscard]] constexpr bool fits(const capacity& cap) const {
+    if (!policy_.is_padded()) return sum_of(cap.what) <= cap.limit;
+    return count_ == 0 || fits_count(count_, widest(cap.what, max_length_, max_bytes_), cap);
+  }
+  /// Whether the rank's footprint would be within the cap with one more item of the given
+  /// length and bytes; the state is unchanged. Never overflows.
+  [[nodiscard]] constexpr bool fits_if_added(const capacity& cap, std::int64_t length,
+                                             std::int64_t bytes) const {
+    if (!policy_.is_padded()) {
+      const std::int64_t f =
+          cap.what == capacity::measure::tokens ? policy_.padded_length(length) : bytes;
+      return f <= cap.limit - sum_of(cap.what);
+    }
+    const std::int64_t w =
+        count_ == 0 ? widest(cap.what, length, bytes)
+                    : widest(cap.what, std::max(max_length_, length), std::max(max_bytes_, bytes));
+    return fits_count(count_ + 1, w, cap);
+  }
+
   /// Token footprint under the policy. Throws `invalid_argument_error` when it exceeds 2^63 − 1.
   [[nodiscard]] constexpr std::int64_t tokens() const {
-    return policy_.is_padded() ? footprint(policy_.padded_length(max_length_), "tokens")
-                               : sum_tokens_;
+    return policy_.is_padded() ? footprint(padded_of(max_length_), "tokens") : sum_tokens_;
   }
   /// Byte footprint under the policy. Throws `invalid_argument_error` when it exceeds 2^63 − 1.
   [[nodiscard]] constexpr std::int64_t bytes() const {
     return policy_.is_padded() ? footprint(max_bytes_, "bytes") : sum_bytes_;
   }
 
+  /// The padding rule itself, for a rank of `count` ≥ 1 items whose longest costs `unit` once
+  /// padded: count × unit. Search algorithms that reason about whole groups (the exact padded
+  /// balancer) evaluate it directly.
+  [[nodiscard]] static constexpr Cost padded_load(std::int64_t count, Cost unit) {
+    return static_cast<Cost>(static_cast<Cost>(count) * unit);
+  }
+
  private:
-  // The padding rule itself: Σ costs (packed), count × cost(pad(longest)) (padded).
+  // cost(pad(longest)), from the cache when it holds the longest item's under this model.
   template <class C>
-  constexpr Cost load_of(std::int64_t count, Cost sum_cost, std::int64_t longest,
-                         const C& cost) const {
-    if (!policy_.is_padded()) return sum_cost;
-    if (count == 0) return Cost{};
-    return static_cast<Cost>(count) * static_cast<Cost>(cost(policy_.padded_length(longest)));
+  constexpr Cost unit_of(std::int64_t longest, const C& cost) const {
+    if (count_ > 0 && longest == max_length_ &&
+        static_cast<const void*>(&cost) == cached_model_)
+      return unit_;
+    return static_cast<Cost>(cost(policy_.padded_length(longest)));
+  }
+  constexpr std::int64_t padded_of(std::int64_t longest) const {
+    return policy_.padded_length(longest);
+  }
+  template <class C>
+  constexpr void cache(const C& cost) {
+    if (!policy_.is_padded() || count_ == 0) return;
+    if (static_cast<const void*>(&cost) == cached_model_) return;
+    unit_ = static_cast<Cost>(cost(policy_.padded_length(max_length_)));
+    cached_model_ = &cost;
+  }
+  // Per-item footprint of a padded rank whose longest / widest items are these.
+  constexpr std::int64_t widest(capacity::measure what, std::int64_t longest,
+                                std::int64_t widest_bytes) const {
+    return what == capacity::measure::tokens ? padded_of(longest) : widest_bytes;
+  }
+  constexpr std::int64_t sum_of(capacity::measure what) const noexcept {
+    return what == capacity::measure::tokens ? sum_tokens_ : sum_bytes_;
+  }
+  // count · per_item <= cap, without overflow.
+  static constexpr bool fits_count(std::int64_t count, std::int64_t per_item,
+                                   const capacity& cap) {
+    return per_item == 0 || count <= cap.limit / per_item;
   }
   // count · per_item, checked (the padded footprints).
   constexpr std::int64_t footprint(std::int64_t per_item, const char* what) const {
@@ -370,6 +474,9 @@ class rank_load {
   std::int64_t sum_bytes_ = 0;
   std::int64_t max_length_ = 0;
   std::int64_t max_bytes_ = 0;
+  // Padded: cost(pad(max_length_)) under the model at cached_model_ (null: none cached).
+  Cost unit_{};
+  const void* cached_model_ = nullptr;
   // (length, bytes) of each item held (removable mode).
   [[no_unique_address]] std::conditional_t<
       removable, std::vector<std::pair<std::int64_t, std::int64_t>>, no_items> items_{};

@@ -63,19 +63,6 @@ struct exact_result {
 
 namespace exact_impl {
 
-// State of one rank during the search.
-template <class Cost>
-struct bin {
-  std::int64_t count = 0;
-  Cost sum_cost{};
-  Cost unit{};  // padded: cost(padded max length)
-  std::int64_t sum_tokens = 0;
-  std::int64_t sum_bytes = 0;
-  std::int64_t max_length = 0;
-  std::int64_t max_bytes = 0;
-  Cost load{};
-};
-
 // What decides a rank's future: two ranks with equal keys are interchangeable for the rest of
 // the search. Fields no constraint reads are zeroed so that more ranks compare equal.
 template <class Cost>
@@ -114,7 +101,7 @@ template <class Cost, class C>
 exact_result<Cost> exact_search(const balance_input<Cost>& in, const C& cost,
                                 std::int64_t node_budget,
                                 std::optional<Cost> upper_bound = std::nullopt) {
-  using bin = exact_impl::bin<Cost>;
+  using bin = rank_load<Cost, rank_load_mode::add_only>;  // one rank during the search
   using cand = exact_impl::candidate<Cost>;
   using child = exact_impl::child<Cost>;
   ORCHMLLM_REQUIRE(node_budget >= 0, invalid_argument_error, "node budget is ", node_budget,
@@ -150,7 +137,7 @@ exact_result<Cost> exact_search(const balance_input<Cost>& in, const C& cost,
   }
 
   const auto d = static_cast<std::int64_t>(in.d);
-  std::vector<bin> bins(static_cast<std::size_t>(std::min<std::int64_t>(d, n)));
+  std::vector<bin> bins(static_cast<std::size_t>(std::min<std::int64_t>(d, n)), bin(in.policy));
   std::vector<rank_t> assign(static_cast<std::size_t>(n), 0);
   std::int64_t open = 0;         // ranks 0..open-1 hold items; the rest are empty
   std::int64_t deficit = d * m;  // items still owed to ranks below min_items
@@ -167,48 +154,28 @@ exact_result<Cost> exact_search(const balance_input<Cost>& in, const C& cost,
   frames.reserve(static_cast<std::size_t>(n));
   std::vector<child> arena;   // kept children of every level on the current path
   std::vector<cand> scratch;  // children of the node being expanded
-  std::vector<bin> saved(static_cast<std::size_t>(n));
+  std::vector<bin> saved(static_cast<std::size_t>(n), bin(in.policy));
   std::vector<rank_t> chosen(static_cast<std::size_t>(n));
   std::vector<std::int64_t> saved_open(static_cast<std::size_t>(n));
   std::vector<Cost> path_max(static_cast<std::size_t>(n) + 1, Cost{});
 
   auto grown = [&](const bin& b, std::int64_t g) {
     bin x = b;
-    const std::int64_t l = in.layout.length(g);
-    const std::int64_t by = in.layout.bytes(g);
-    const bool first = x.count == 0;
-    ++x.count;
-    x.sum_cost += in.costs[static_cast<std::size_t>(g)];
-    x.sum_tokens += l;
-    x.sum_bytes += by;
-    if (first || l > x.max_length) {
-      x.max_length = l;
-      if (padded) x.unit = static_cast<Cost>(cost(in.policy.padded_length(l)));
-    }
-    if (first || by > x.max_bytes) x.max_bytes = by;
-    x.load = padded ? static_cast<Cost>(x.count) * x.unit : x.sum_cost;
+    x.add(in.layout.length(g), in.costs[static_cast<std::size_t>(g)], in.layout.bytes(g), cost);
     return x;
   };
-  auto fits_cap = [&](const bin& x) {
-    if (tokens_cap) {
-      const std::int64_t t =
-          padded ? x.count * in.policy.padded_length(x.max_length) : x.sum_tokens;
-      return t <= cap;
-    }
-    if (bytes_cap) return (padded ? x.count * x.max_bytes : x.sum_bytes) <= cap;
-    return true;
-  };
+  auto fits_cap = [&](const bin& x) { return !lim.cap || x.fits(*lim.cap); };
   auto state_key = [&](const bin& b) {
     exact_impl::key<Cost> k;
     if (padded) {
-      k.count = b.count;
-      k.a = b.max_length;
-      if (bytes_cap) k.b = b.max_bytes;
+      k.count = b.count();
+      k.a = b.max_length();
+      if (bytes_cap) k.b = b.max_bytes();
     } else {
-      k.cost = b.sum_cost;
-      if (counts_matter) k.count = b.count;
-      if (tokens_cap) k.a = b.sum_tokens;
-      if (bytes_cap) k.a = b.sum_bytes;
+      k.cost = b.load(cost);
+      if (counts_matter) k.count = b.count();
+      if (tokens_cap) k.a = b.tokens();
+      if (bytes_cap) k.a = b.bytes();
     }
     return k;
   };
@@ -226,13 +193,14 @@ exact_result<Cost> exact_search(const balance_input<Cost>& in, const C& cost,
       }
       ++nodes;
       const bin& b = bins[static_cast<std::size_t>(r)];
-      if (b.count >= lim.max_items) continue;
+      if (b.count() >= lim.max_items) continue;
       const bin x = grown(b, g);
-      if (have_best && !(x.load < best)) continue;
+      const Cost load = x.load(cost);
+      if (have_best && !(load < best)) continue;
       if (!fits_cap(x)) continue;
-      const std::int64_t owed = deficit - (b.count < m ? 1 : 0);
+      const std::int64_t owed = deficit - (b.count() < m ? 1 : 0);
       if (n - i - 1 < owed) continue;
-      scratch.push_back(cand{x.load, state_key(b), static_cast<rank_t>(r)});
+      scratch.push_back(cand{load, state_key(b), static_cast<rank_t>(r)});
     }
     std::sort(scratch.begin(), scratch.end(), [](const cand& a, const cand& b) {
       if (a.load != b.load) return a.load < b.load;
@@ -267,8 +235,8 @@ exact_result<Cost> exact_search(const balance_input<Cost>& in, const C& cost,
       t = !(q >= Cost{0})                 ? 0
           : q >= static_cast<Cost>(limit) ? limit
                                           : static_cast<std::int64_t>(q);
-      while (t > 0 && !(static_cast<Cost>(t) * u < best)) --t;
-      while (t < limit && static_cast<Cost>(t + 1) * u < best) ++t;
+      while (t > 0 && !(bin::padded_load(t, u) < best)) --t;
+      while (t < limit && bin::padded_load(t + 1, u) < best) ++t;
     }
     return std::max<std::int64_t>(t, 0);
   };
@@ -282,10 +250,10 @@ exact_result<Cost> exact_search(const balance_input<Cost>& in, const C& cost,
     };
     for (std::int64_t r = 0; r < open && room < need; ++r) {
       const bin& b = bins[static_cast<std::size_t>(r)];
-      const std::int64_t fp = tokens_cap  ? in.policy.padded_length(b.max_length)
-                              : bytes_cap ? b.max_bytes
+      const std::int64_t fp = tokens_cap  ? in.policy.padded_length(b.max_length())
+                              : bytes_cap ? b.max_bytes()
                                           : 0;
-      room += std::max<std::int64_t>(0, below_best(b.unit, limit_of(fp)) - b.count);
+      room += std::max<std::int64_t>(0, below_best(b.unit(cost), limit_of(fp)) - b.count());
     }
     if (open < d && room < need) {
       const std::int64_t each = below_best(min_unit, limit_of(0));
@@ -317,7 +285,7 @@ exact_result<Cost> exact_search(const balance_input<Cost>& in, const C& cost,
     frame& f = frames.back();
     if (f.applied) {  // undo the child tried last at this level
       const auto r = static_cast<std::size_t>(chosen[i]);
-      if (saved[i].count < m) ++deficit;
+      if (saved[i].count() < m) ++deficit;
       bins[r] = saved[i];
       open = saved_open[i];
       f.applied = false;
@@ -338,7 +306,7 @@ exact_result<Cost> exact_search(const balance_input<Cost>& in, const C& cost,
     chosen[i] = c.rank;
     saved[i] = bins[r];
     saved_open[i] = open;
-    if (bins[r].count < m) --deficit;
+    if (bins[r].count() < m) --deficit;
     bins[r] = grown(bins[r], g);
     if (static_cast<std::int64_t>(r) == open) ++open;
     assign[static_cast<std::size_t>(g)] = c.rank;

@@ -138,12 +138,16 @@ struct sequence {
   std::vector<std::int64_t> id;
   std::vector<Cost> cost;        // packed: the item's cost; padded: cost(padded length)
   std::vector<std::int64_t> fp;  // footprint under the cap's measure (0 without a cap)
+  std::vector<std::int64_t> length, bytes;
 
   template <class C>
   sequence(const balance_input<Cost>& in, const C& c, std::vector<std::int64_t> order)
-      : id(std::move(order)), cost(id.size()), fp(id.size(), 0) {
+      : id(std::move(order)), cost(id.size()), fp(id.size(), 0), length(id.size()),
+        bytes(id.size()) {
     for (std::size_t i = 0; i < id.size(); ++i) {
       const auto g = id[i];
+      length[i] = in.layout.length(g);
+      bytes[i] = in.layout.bytes(g);
       cost[i] = in.policy.is_padded()
                     ? static_cast<Cost>(c(in.policy.padded_length(in.layout.length(g))))
                     : in.costs[static_cast<std::size_t>(g)];
@@ -153,9 +157,9 @@ struct sequence {
 };
 
 // One FFD pass at target T over `seq`. nullopt when an item finds no rank.
-template <class Cost>
-std::optional<packing<Cost>> pack(const balance_input<Cost>& in, const sequence<Cost>& seq,
-                                  Cost T) {
+template <class Cost, class C>
+std::optional<packing<Cost>> pack(const balance_input<Cost>& in, const C& cost,
+                                  const sequence<Cost>& seq, Cost T) {
   const std::int64_t n = static_cast<std::int64_t>(seq.id.size());
   const std::int64_t d = in.d;
   const bool padded = in.policy.is_padded();
@@ -165,13 +169,9 @@ std::optional<packing<Cost>> pack(const balance_input<Cost>& in, const sequence<
   const std::int64_t cap = capped ? lim.cap->limit : all;
   const bool bytes = capped && lim.cap->what == capacity::measure::bytes;
 
-  struct state {
-    std::int64_t count = 0;
-    Cost load{};  // packed: sum of costs; padded: cost of the padded first (longest) length
-    std::int64_t footprint = 0;  // packed: sum; padded: largest item footprint
-  };
+  using state = rank_load<Cost, rank_load_mode::add_only>;
   const std::int64_t used = std::min(d, n);  // ranks that can receive an item
-  std::vector<state> st(static_cast<std::size_t>(used));
+  std::vector<state> st(static_cast<std::size_t>(used), state(in.policy));
   room_tree<Cost> tree(used);
   std::int64_t open = 0;  // ranks 0..open-1 are non-empty
   std::int64_t deficit = m * d;
@@ -179,14 +179,14 @@ std::optional<packing<Cost>> pack(const balance_input<Cost>& in, const sequence<
 
   auto room_of = [&](const state& s) {
     using R = rooms<Cost>;
-    if (s.count >= lim.max_items || (reserve && s.count >= m)) return R::closed();
-    if (!padded) return R{T - s.load, capped ? cap - s.footprint : all, all};
+    if (s.count() >= lim.max_items || (reserve && s.count() >= m)) return R::closed();
+    if (!padded)
+      return R{T - s.load(cost), capped ? cap - (bytes ? s.bytes() : s.tokens()) : all, all};
     // Padded, non-empty rank: its first item is its longest (decreasing lengths), so one more
-    // item gives load (count + 1) · load and footprint (count + 1) · max(largest, item's).
-    const std::int64_t k = s.count + 1;
-    if (T < static_cast<Cost>(k) * s.load) return R::closed();
-    if (capped && s.footprint > 0 && k > cap / s.footprint) return R::closed();
-    return R{Cost{}, 0, bytes ? cap / k : all};
+    // item gives load (count + 1) · unit and footprint (count + 1) · max(widest, item's).
+    if (T < s.load_if_added(s.max_length(), Cost{}, cost)) return R::closed();
+    if (capped && !s.fits_if_added(*lim.cap, s.max_length(), s.max_bytes())) return R::closed();
+    return R{Cost{}, 0, bytes ? cap / (s.count() + 1) : all};
   };
 
   packing<Cost> out;
@@ -209,27 +209,15 @@ std::optional<packing<Cost>> pack(const balance_input<Cost>& in, const sequence<
     }
     if (r < 0) return std::nullopt;
     auto& s = st[static_cast<std::size_t>(r)];
-    if (r == open) {
-      ++open;
-      if (padded) s.load = p;  // the first item is the longest
-    }
-    if (s.count < m) --deficit;
-    ++s.count;
-    if (padded) {
-      s.footprint = std::max(s.footprint, f);
-    } else {
-      s.load += p;
-      s.footprint += f;
-    }
+    if (r == open) ++open;
+    if (s.count() < m) --deficit;
+    s.add(seq.length[ui], p, seq.bytes[ui], cost);
     tree.set(r, room_of(s));
     out.assignment[static_cast<std::size_t>(seq.id[ui])] = static_cast<rank_t>(r);
   }
   if (deficit > 0) return std::nullopt;  // only when d · min_items > n (the façade rejects it)
-  for (std::int64_t r = 0; r < open; ++r) {
-    const auto& s = st[static_cast<std::size_t>(r)];
-    const Cost load = padded ? static_cast<Cost>(s.count) * s.load : s.load;
-    out.makespan = std::max(out.makespan, load);
-  }
+  for (std::int64_t r = 0; r < open; ++r)
+    out.makespan = std::max(out.makespan, st[static_cast<std::size_t>(r)].load(cost));
   return out;
 }
 
@@ -237,8 +225,8 @@ std::optional<packing<Cost>> pack(const balance_input<Cost>& in, const sequence<
 // (footprint descending) goes to the rank with the most cap room left (ties: lowest index), so
 // the slack is spread over all ranks instead of being left on ranks that max_items has closed.
 // No load target. O(n log d) per pass: the leftmost maximum of a max-tree is one descent.
-template <class Cost>
-std::optional<packing<Cost>> pack_worst_fit(const balance_input<Cost>& in,
+template <class Cost, class C>
+std::optional<packing<Cost>> pack_worst_fit(const balance_input<Cost>& in, const C& cost,
                                             const sequence<Cost>& seq) {
   const std::int64_t n = static_cast<std::int64_t>(seq.id.size());
   const std::int64_t d = in.d;
@@ -253,9 +241,9 @@ std::optional<packing<Cost>> pack_worst_fit(const balance_input<Cost>& in,
     room[i] = v;
     for (i /= 2; i >= 1; i /= 2) room[i] = std::max(room[2 * i], room[2 * i + 1]);
   };
-  std::vector<std::int64_t> count(static_cast<std::size_t>(d), 0);
-  std::vector<std::int64_t> used(static_cast<std::size_t>(d), 0);
-  std::vector<Cost> load(static_cast<std::size_t>(d), Cost{});
+  using state = rank_load<Cost, rank_load_mode::add_only>;
+  std::vector<state> st(static_cast<std::size_t>(d), state(in.policy));
+  const bool bytes = lim.cap->what == capacity::measure::bytes;
   const bool can_take = lim.max_items >= 1;
   for (std::int64_t r = 0; r < d; ++r) set(r, can_take ? cap : none);
   std::int64_t deficit = m * d;
@@ -268,24 +256,22 @@ std::optional<packing<Cost>> pack_worst_fit(const balance_input<Cost>& in,
     if (!reserve && m > 0 && n - i == deficit) {
       reserve = true;
       for (std::int64_t r = 0; r < d; ++r)
-        if (count[static_cast<std::size_t>(r)] >= m) set(r, none);
+        if (st[static_cast<std::size_t>(r)].count() >= m) set(r, none);
     }
     if (room[1] < f) return std::nullopt;
     std::size_t node = 1;  // leftmost leaf holding the maximum
     while (node < static_cast<std::size_t>(size))
       node = room[2 * node] == room[node] ? 2 * node : 2 * node + 1;
     const auto r = static_cast<std::int64_t>(node) - size;
-    const auto ur = static_cast<std::size_t>(r);
-    if (count[ur] < m) --deficit;
-    ++count[ur];
-    used[ur] += f;
-    load[ur] += seq.cost[ui];
-    const bool open = count[ur] < lim.max_items && !(reserve && count[ur] >= m);
-    set(r, open ? cap - used[ur] : none);
+    auto& s = st[static_cast<std::size_t>(r)];
+    if (s.count() < m) --deficit;
+    s.add(seq.length[ui], seq.cost[ui], seq.bytes[ui]);
+    const bool open = s.count() < lim.max_items && !(reserve && s.count() >= m);
+    set(r, open ? cap - (bytes ? s.bytes() : s.tokens()) : none);
     out.assignment[static_cast<std::size_t>(seq.id[ui])] = static_cast<rank_t>(r);
   }
   if (deficit > 0) return std::nullopt;
-  for (const auto& l : load) out.makespan = std::max(out.makespan, l);
+  for (const auto& s : st) out.makespan = std::max(out.makespan, s.load(cost));
   return out;
 }
 
@@ -309,7 +295,7 @@ std::optional<std::vector<rank_t>> constrained_first_fit(const balance_input<Cos
 
   // 1. Feasibility: plain cap-and-count FFD.
   seq_t seq(in, cost, std::vector<std::int64_t>(in.order.begin(), in.order.end()));
-  auto best = pack(in, seq, inf);
+  auto best = pack(in, cost, seq, inf);
   if (!best && in.limits.cap && !in.policy.is_padded()) {
     // The bin-packing order (footprint descending, then the canonical order). Only for the
     // packed policy: the padded pass relies on decreasing lengths.
@@ -323,10 +309,10 @@ std::optional<std::vector<rank_t>> constrained_first_fit(const balance_input<Cos
       by_footprint[static_cast<std::size_t>(i)] =
           seq.id[static_cast<std::size_t>(position[static_cast<std::size_t>(i)])];
     seq_t alt(in, cost, std::move(by_footprint));
-    best = pack(in, alt, inf);
+    best = pack(in, cost, alt, inf);
     // 2. First fit leaves the slack on the first ranks; when max_items closes them the small
     // items find no room. Worst fit spreads the slack over all ranks.
-    if (!best) best = first_fit_impl::pack_worst_fit(in, alt);
+    if (!best) best = first_fit_impl::pack_worst_fit(in, cost, alt);
     if (best) seq = std::move(alt);
   }
   // 3. A finite target also spreads items (and counts) over all ranks: climb a ladder of
@@ -343,7 +329,7 @@ std::optional<std::vector<rank_t>> constrained_first_fit(const balance_input<Cos
     } else {
       T = lo + lo * static_cast<Cost>(std::ldexp(1.0, step - 8));
     }
-    best = pack(in, seq, T);
+    best = pack(in, cost, seq, T);
     if (!best) lo = T;
   }
   if (!best) return std::nullopt;
@@ -366,7 +352,7 @@ std::optional<std::vector<rank_t>> constrained_first_fit(const balance_input<Cos
     }
     // The interval no longer splits (a floating midpoint equal to lo would not move lo).
     if (!(mid < hi) || !(mid >= lo) || (std::is_floating_point_v<Cost> && !(mid > lo))) break;
-    auto p = pack(in, seq, mid);
+    auto p = pack(in, cost, seq, mid);
     if (p) {
       hi = std::min(mid, p->makespan);
       if (p->makespan < best->makespan) best = std::move(p);

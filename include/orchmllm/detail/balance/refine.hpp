@@ -153,7 +153,11 @@ struct refine_state {
   }
 };
 
-/// Packed-policy refinement; see the file comment.
+/// Packed-policy refinement; see the file comment. A rank's state here is two sums, its load
+/// (Σ cost: what `rank_load::load` is under the packed policy) and its footprint, kept in plain
+/// arrays: the move and swap sweeps evaluate dozens of candidates per step directly on them
+/// (m − c_a + c_b), and per-rank `rank_load`s that can remove items cost 18 % more on
+/// `BM_lpt_refine` (docs/results.md) for the same bits.
 template <class Cost, class C>
 void refine_packed(const balance_input<Cost>& in, [[maybe_unused]] const C& cost,
                    std::vector<rank_t>& assignment, std::int64_t budget, Cost target) {
@@ -308,24 +312,25 @@ void refine_padded(const balance_input<Cost>& in, const C& cost, std::vector<ran
   refine_state<Cost> s(in, assignment);
   const auto& lim = in.limits;
   const bool capped = lim.cap.has_value();
-  const std::int64_t cap = capped ? lim.cap->limit : 0;
-  const bool tokens = !capped || lim.cap->what == capacity::measure::tokens;
-  // Unit cost of rank r: cost of its padded longest (= first) item; rank_load's formula.
-  auto load_of = [&](std::int64_t count, std::int64_t longest) -> Cost {
-    if (count == 0) return Cost{};
-    return static_cast<Cost>(count) * static_cast<Cost>(cost(in.policy.padded_length(longest)));
+  // Per-rank states: every load, and every load a candidate move would give, comes from them.
+  using tally = rank_load<Cost>;
+  std::vector<tally> st(static_cast<std::size_t>(in.d), tally(in.policy));
+  auto take = [&](tally& t, std::int64_t g) {
+    t.add(in.layout.length(g), s.cost_of(g), in.layout.bytes(g), cost);
+  };
+  auto give = [&](tally& t, std::int64_t g) {
+    t.remove(in.layout.length(g), s.cost_of(g), in.layout.bytes(g), cost);
   };
   for (rank_t r = 0; r < in.d; ++r) {
-    const auto& v = s.items[static_cast<std::size_t>(r)];
-    s.load[static_cast<std::size_t>(r)] =
-        v.empty() ? Cost{} : load_of(s.count(r), in.layout.length(v.front()));
+    const auto R = static_cast<std::size_t>(r);
+    for (auto g : s.items[R]) take(st[R], g);
+    s.load[R] = st[R].load(cost);
   }
   s.index_ranks();
 
   auto step = [&](rank_t h, rank_t l) -> bool {
     const auto H = static_cast<std::size_t>(h), L = static_cast<std::size_t>(l);
     const auto& hi = s.items[H];
-    const auto& li = s.items[L];
     const Cost m = s.load[H];
     const std::int64_t ch = s.count(h), cl = s.count(l);
     if (ch == 0 || ch - 1 < lim.min_items || cl + 1 > lim.max_items) return false;
@@ -336,19 +341,13 @@ void refine_padded(const balance_input<Cost>& in, const C& cost, std::vector<ran
     for (int p = 0; p < (hi.size() > 1 ? 2 : 1); ++p) {
       const std::size_t i = picks[p];
       const std::int64_t a = hi[i];
-      const Cost new_h =
-          ch == 1 ? Cost{} : load_of(ch - 1, in.layout.length(i == 0 ? hi[1] : hi[0]));
-      const std::int64_t longest_l =
-          li.empty() ? in.layout.length(a)
-                     : std::max(in.layout.length(li.front()), in.layout.length(a));
-      const Cost new_l = load_of(cl + 1, longest_l);
+      tally rest = st[H];  // H without a: O(k_H)
+      give(rest, a);
+      const Cost new_h = rest.load(cost);
+      const Cost new_l = st[L].load_if_added(in.layout.length(a), s.cost_of(a), cost);
       if (!(std::max(new_h, new_l) < m)) continue;
-      if (capped) {
-        std::int64_t widest = tokens ? in.policy.padded_length(longest_l) : in.layout.bytes(a);
-        if (!tokens)
-          for (auto g : li) widest = std::max(widest, in.layout.bytes(g));
-        if (widest > 0 && cl + 1 > cap / widest) continue;
-      }
+      if (capped && !st[L].fits_if_added(*lim.cap, in.layout.length(a), in.layout.bytes(a)))
+        continue;
       if (!found || std::max(new_h, new_l) < std::max(best_h, best_l)) {
         found = true;
         best_i = i;
@@ -358,6 +357,8 @@ void refine_padded(const balance_input<Cost>& in, const C& cost, std::vector<ran
     }
     if (!found) return false;
     const std::int64_t a = hi[best_i];
+    give(st[H], a);
+    take(st[L], a);
     s.erase_at(h, best_i);
     s.insert_sorted(l, a);
     s.set_loads(h, best_h, l, best_l);

@@ -32,6 +32,12 @@ struct padded_instance {
 
 namespace padded_impl {
 
+// The padded rule for a group of c items whose longest costs `unit` once padded.
+template <class Cost>
+constexpr Cost group_load(std::int64_t c, Cost unit) {
+  return rank_load<Cost, rank_load_mode::add_only>::padded_load(c, unit);
+}
+
 // Largest c in [0, limit] with Cost(c) * unit <= T, for unit > 0 and limit >= 0. The integral
 // quotient is exact; the floating one is rounded, so it is corrected against the product itself
 // (the product is monotone in c, so the walk is a step or two).
@@ -54,8 +60,8 @@ std::int64_t max_count(Cost T, Cost unit, std::int64_t limit) {
     } else {
       c = static_cast<std::int64_t>(q);
     }
-    while (c > 0 && static_cast<Cost>(c) * unit > T) --c;
-    while (c < limit && static_cast<Cost>(c + 1) * unit <= T) ++c;
+    while (c > 0 && group_load(c, unit) > T) --c;
+    while (c < limit && group_load(c + 1, unit) <= T) ++c;
     return c;
   }
 }
@@ -105,7 +111,7 @@ class greedy {
         }
       }
       if (c < std::max<std::int64_t>(m, 1)) return out;
-      out.makespan = std::max(out.makespan, static_cast<Cost>(c) * unit);
+      out.makespan = std::max(out.makespan, group_load(c, unit));
       if (sizes) sizes->push_back(c);
       s += c;
       ++groups;
