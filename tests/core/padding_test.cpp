@@ -45,11 +45,11 @@ static_assert([] {
 
 // A policy is one small value (every rank_load holds one; balancers keep a rank_load per rank),
 // and the add-only state is a trivially copyable value (the exact search copies it per node).
-static_assert(sizeof(padding_policy) <= 24);
+static_assert(sizeof(padding_policy) <= 16);
 static_assert(std::is_trivially_copyable_v<padding_policy>);
 static_assert(std::is_trivially_copyable_v<
               rank_load<double, orchmllm::rank_load_mode::add_only>>);
-static_assert(sizeof(rank_load<double, orchmllm::rank_load_mode::add_only>) <= 88);
+static_assert(sizeof(rank_load<double, orchmllm::rank_load_mode::add_only>) <= 80);
 
 struct item {
   std::int64_t length;

@@ -154,7 +154,7 @@ class padding_policy {
   template <class P>
     requires(!std::same_as<std::remove_cvref_t<P>, padding_policy> && padding_rule<P>)
   padding_policy(P rule)  // NOLINT(google-explicit-constructor)
-      : kind_(kind::custom), param_(1), rule_(detail::intern_rule(std::move(rule))) {}
+      : kind_(kind::custom), rule_(detail::intern_rule(std::move(rule))) {}
 
   /// Sum of item costs (no padding).
   static constexpr padding_policy packed() noexcept { return padding_policy(kind::packed, 1); }
@@ -180,7 +180,10 @@ class padding_policy {
                        "bucket lengths must be strictly increasing: ", buckets[j - 1],
                        " then ", buckets[j]);
     }
-    padding_policy p(kind::bucketed, static_cast<std::int64_t>(buckets.size()));
+    ORCHMLLM_REQUIRE(buckets.size() <= UINT32_MAX, invalid_argument_error, "a bucketed policy ",
+                     "takes at most 2^32 - 1 bucket lengths, got ", buckets.size());
+    padding_policy p(kind::bucketed, 1);
+    p.size_ = static_cast<std::uint32_t>(buckets.size());
     p.buckets_ = detail::intern_buckets({buckets.begin(), buckets.end()}).data();
     return p;
   }
@@ -194,12 +197,12 @@ class padding_policy {
   [[nodiscard]] constexpr bool is_padded() const noexcept { return kind_ != kind::packed; }
   /// The multiple lengths are rounded up to (1 for packed and bucketed policies).
   [[nodiscard]] constexpr std::int64_t multiple() const noexcept {
-    return kind_ == kind::padded ? param_ : 1;
+    return kind_ == kind::padded ? multiple_ : 1;
   }
   /// The bucket lengths, ascending (empty unless bucketed).
   [[nodiscard]] constexpr std::span<const std::int64_t> buckets() const noexcept {
     if (kind_ != kind::bucketed) return {};
-    return {buckets_, static_cast<std::size_t>(param_)};
+    return {buckets_, size_};
   }
   /// The trainer's rule's name (its `name()`, else "custom"); empty unless the kind is custom.
   [[nodiscard]] std::string_view rule_name() const noexcept {
@@ -211,6 +214,27 @@ class padding_policy {
   /// of a rule. Throws `invalid_argument_error` when the padded length would exceed 2^63 − 1, l
   /// exceeds the largest bucket, or a rule pads l below l; whatever a rule throws.
   [[nodiscard]] constexpr std::int64_t padded_length(std::int64_t length) const {
+    // Packed and padded to a multiple of 1 (the common cases) inline; the rest out of line.
+    if ((kind_ == kind::packed || kind_ == kind::padded) && multiple_ == 1) return length;
+    return padded_length_slow(length);
+  }
+
+  /// Same kind, multiple and bucket lengths; custom: equal rules (of one type, by its `==`)
+  /// with the same name.
+  friend constexpr bool operator==(const padding_policy& a, const padding_policy& b) noexcept {
+    if (a.kind_ != b.kind_) return false;
+    switch (a.kind_) {
+      case kind::padded: return a.multiple_ == b.multiple_;
+      case kind::bucketed:
+        return a.size_ == b.size_ && std::equal(a.buckets_, a.buckets_ + a.size_, b.buckets_);
+      case kind::custom: return a.rule_ == b.rule_;
+      case kind::packed: break;
+    }
+    return true;
+  }
+
+ private:
+  [[nodiscard]] constexpr std::int64_t padded_length_slow(std::int64_t length) const {
     if (kind_ == kind::custom) {
       const std::int64_t padded = rule_->padded_length(length);
       ORCHMLLM_REQUIRE(padded >= length, invalid_argument_error, "padding rule '",
@@ -219,38 +243,29 @@ class padding_policy {
       return padded;
     }
     if (kind_ == kind::bucketed) {
-      const std::int64_t* const end = buckets_ + param_;
+      const std::int64_t* const end = buckets_ + size_;
       const auto it = std::lower_bound(buckets_, end, length);
       ORCHMLLM_REQUIRE(it != end, invalid_argument_error, "length ", length,
                        " exceeds the largest bucket ", end[-1]);
       return *it;
     }
-    if (param_ == 1) return length;  // packed, or padded to a multiple of 1
-    const std::int64_t rest = length % param_;
+    if (multiple_ == 1) return length;  // packed, or padded to a multiple of 1
+    const std::int64_t rest = length % multiple_;
     if (rest == 0) return length;
-    ORCHMLLM_REQUIRE(length - rest <= INT64_MAX - param_, invalid_argument_error, "length ",
-                     length, " padded to a multiple of ", param_, " exceeds 2^63 - 1");
-    return length - rest + param_;
+    ORCHMLLM_REQUIRE(length - rest <= INT64_MAX - multiple_, invalid_argument_error, "length ",
+                     length, " padded to a multiple of ", multiple_, " exceeds 2^63 - 1");
+    return length - rest + multiple_;
   }
 
-  /// Same kind, multiple and bucket lengths; custom: equal rules (of one type, by its `==`)
-  /// with the same name.
-  friend constexpr bool operator==(const padding_policy& a, const padding_policy& b) noexcept {
-    if (a.kind_ != b.kind_ || a.param_ != b.param_) return false;
-    if (a.kind_ == kind::custom) return a.rule_ == b.rule_;
-    if (a.kind_ == kind::bucketed) return std::equal(a.buckets_, a.buckets_ + a.param_, b.buckets_);
-    return true;
-  }
-
- private:
   constexpr padding_policy(kind k, std::int64_t multiple) noexcept
-      : kind_(k), param_(multiple) {}
-  // 24 bytes: every rank_load holds a copy, and balancers keep one rank_load per rank.
+      : kind_(k), multiple_(multiple) {}
+  // 16 bytes: every rank_load holds a copy, and balancers keep one rank_load per rank.
   kind kind_;
-  std::int64_t param_;  // padded: the multiple; bucketed: the number of buckets; else 1
+  std::uint32_t size_ = 0;  // bucketed: the number of bucket lengths
   union {
-    const std::int64_t* buckets_ = nullptr;  // bucketed: the interned lengths (param_ of them)
-    const detail::padding_rule_base* rule_;  // custom: the interned rule
+    std::int64_t multiple_ = 1;               // packed (1) and padded: the multiple
+    const std::int64_t* buckets_;             // bucketed: the interned lengths (size_ of them)
+    const detail::padding_rule_base* rule_;   // custom: the interned rule
   };
 };
 
@@ -401,8 +416,7 @@ class rank_load {
   [[nodiscard]] constexpr bool fits_if_added(const capacity& cap, std::int64_t length,
                                              std::int64_t bytes) const {
     if (!policy_.is_padded()) {
-      const std::int64_t f =
-          cap.what == capacity::measure::tokens ? policy_.padded_length(length) : bytes;
+      const std::int64_t f = cap.what == capacity::measure::tokens ? length : bytes;  // unpadded
       return f <= cap.limit - sum_of(cap.what);
     }
     const std::int64_t w =

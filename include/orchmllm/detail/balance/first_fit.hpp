@@ -38,7 +38,8 @@
 // first and one more item makes its load (count + 1) · cost(padded first length) and its token
 // footprint (count + 1) · padded first length, whatever the item; the byte footprint
 // count · max bytes needs (count + 1) · max bytes ≤ cap (a closing test) and the item's bytes
-// ≤ cap / (count + 1) (a room).
+// ≤ cap / (count + 1) (a room). Every rank is a `rank_load` (core/padding.hpp): the rooms and
+// closing tests read its load, `load_if_added` and `fits_if_added`.
 //
 // Complexity: O(n log n) for the orders and the bound; O(n log d) per pass typically (see
 // above), at most 3 + first_fit_ladder + first_fit_iterations passes (35); the items of a pass

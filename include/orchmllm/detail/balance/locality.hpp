@@ -131,13 +131,15 @@ std::vector<rank_t> locality_assign(const balance_input<Cost>& in, const C& cost
   // Per-rank state: the item list (for the searches below), load and footprint under the cap's
   // measure. Packed: Σ cost and Σ footprint, updated in place (a packed rank is its sums, and
   // this loop moves items one by one: `rank_load`s that can remove took 1.2× as long on a
-  // 16,384-item plan for the same bits). Padded: a `rank_load` per rank, which holds the rule (count · cost of the
-  // longest, count · widest footprint) and answers the receivers' questions.
+  // 16,384-item plan for the same bits). Padded: a `rank_load` per rank, which holds the rule
+  // (count · cost of the longest, count · widest footprint) and answers the receivers'
+  // questions; a rank that loses an item is rebuilt from its list (O(k)), so the states stay
+  // add-only and small for the receiver scans, which read every rank per item.
   std::vector<std::vector<std::int64_t>> items(D);
   for (std::int64_t g = 0; g < n; ++g) items[static_cast<std::size_t>(a[static_cast<std::size_t>(g)])].push_back(g);
   std::vector<Cost> load(D, Cost{});
   std::vector<std::int64_t> fp(D, 0);
-  using tally = rank_load<Cost>;
+  using tally = rank_load<Cost, rank_load_mode::add_only>;
   std::vector<tally> st(padded ? D : 0, tally(in.policy));
   auto cnt = [&](rank_t r) { return static_cast<std::int64_t>(items[static_cast<std::size_t>(r)].size()); };
   // Padded: load and footprint from the rank's state.
@@ -209,8 +211,10 @@ std::vector<rank_t> locality_assign(const balance_input<Cost>& in, const C& cost
     auto& v = items[static_cast<std::size_t>(from)];
     v.erase(std::find(v.begin(), v.end(), g));
     if (padded) {
-      st[static_cast<std::size_t>(from)].remove(len(g), cst(g), byt(g), cost);
-      mirror(static_cast<std::size_t>(from));
+      const auto F = static_cast<std::size_t>(from);
+      st[F] = tally(in.policy);
+      for (auto x : v) st[F].add(len(x), cst(x), byt(x), cost);
+      mirror(F);
     } else {
       load[static_cast<std::size_t>(from)] -= cst(g);
       fp[static_cast<std::size_t>(from)] -= foot(g);
