@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "orchmllm/core/cost_model.hpp"
@@ -50,6 +51,12 @@ static_assert(std::is_trivially_copyable_v<padding_policy>);
 static_assert(std::is_trivially_copyable_v<
               rank_load<double, orchmllm::rank_load_mode::add_only>>);
 static_assert(sizeof(rank_load<double, orchmllm::rank_load_mode::add_only>) <= 80);
+
+// The model-caching add refuses a temporary model (its address could later be another model's).
+template <class R, class M>
+concept adds_with_model = requires(R r, M&& m) { r.add(1, 1.0, 1, std::forward<M>(m)); };
+static_assert(adds_with_model<rank_load<double>, const quadratic_cost&>);
+static_assert(!adds_with_model<rank_load<double>, quadratic_cost>);
 
 struct item {
   std::int64_t length;

@@ -301,7 +301,9 @@ enum class rank_load_mode : std::uint8_t { removable, add_only };
 /// `unit` calls with the same model object (compared by address) cost no cost-model call while
 /// the longest item is unchanged; any other model, or a state changed without the model, is
 /// evaluated afresh. The cached value is the very value a fresh evaluation gives, so results do
-/// not depend on the cache.
+/// not depend on the cache, provided the model object given to `add`/`remove` lives as long as
+/// the state is queried (a temporary is refused at compile time: its address could be reused by
+/// another model).
 ///
 /// add, load, load_if_added, unit, fits, fits_if_added, tokens, bytes: O(1) (plus at most one
 /// cost-model call and one `padded_length` for a padded policy; add amortised when removable).
@@ -336,6 +338,8 @@ class rank_load {
     add(length, cost, bytes);
     cache(model);
   }
+  template <class C>
+  void add(std::int64_t, Cost, std::int64_t, const C&&) = delete;  // see the class comment
 
   /// Removes an item added before with the same length, cost and byte size. Throws
   /// `invalid_argument_error` when the rank holds no item of that length and byte size.
@@ -355,6 +359,7 @@ class rank_load {
     sum_tokens_ -= length;
     sum_bytes_ -= bytes;
     if (count_ == 0) {
+      sum_cost_ = Cost{};  // an emptied rank loads exactly 0, floating costs included
       max_length_ = max_bytes_ = 0;
       cached_model_ = nullptr;
     } else if (length == max_length_ || bytes == max_bytes_) {
@@ -374,6 +379,8 @@ class rank_load {
     remove(length, cost, bytes);
     cache(model);
   }
+  template <class C>
+  void remove(std::int64_t, Cost, std::int64_t, const C&&) = delete;  // see the class comment
 
   [[nodiscard]] constexpr std::int64_t count() const noexcept { return count_; }
   /// The longest and the widest (most bytes) item held; 0 when empty.
