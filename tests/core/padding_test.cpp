@@ -502,12 +502,20 @@ TEST_CASE("padding: rank_load's cap queries never overflow") {
   CHECK(one.fits(all_bytes));
   CHECK_FALSE(one.fits_if_added(all_tokens, 1, 1));  // 2 × 2^62 tokens
   CHECK_FALSE(one.fits_if_added(all_bytes, 1, 1));   // 2 × 2^62 bytes
-  rank_load<double> three = one;
-  three.add(big, 1.0, big);
-  three.add(1, 1.0, 1);
-  CHECK_THROWS_AS((void)three.tokens(), invalid_argument_error);
-  CHECK_FALSE(three.fits(all_tokens));
-  CHECK_FALSE(three.fits(all_bytes));
+  // 5 items padded to 2^61 tokens and bytes: 5 · 2^61 > 2^63 − 1, while the sums stay small.
+  rank_load<double> five(orchmllm::padded);
+  five.add(big / 2, 1.0, big / 2);
+  for (int i = 0; i < 4; ++i) five.add(1, 1.0, 1);
+  CHECK_THROWS_AS((void)five.tokens(), invalid_argument_error);
+  CHECK_THROWS_AS((void)five.bytes(), invalid_argument_error);
+  CHECK_FALSE(five.fits(all_tokens));
+  CHECK_FALSE(five.fits(all_bytes));
+  five = rank_load<double>(orchmllm::padded);
+  five.add(big / 2, 1.0, big / 2);
+  for (int i = 0; i < 2; ++i) five.add(1, 1.0, 1);  // 3 · 2^61 fits
+  CHECK(five.fits(all_tokens));
+  CHECK_FALSE(five.fits_if_added(all_tokens, 1, 1));  // 4 · 2^61 = 2^63: one past the largest
+  CHECK(five.tokens() == 3 * (big / 2));
   rank_load<double> packed(orchmllm::packed);
   packed.add(INT64_MAX - 5, 1.0, INT64_MAX - 5);
   CHECK(packed.fits(all_tokens));
