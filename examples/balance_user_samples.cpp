@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
     std::vector<std::vector<Image>> images(batch.size());
     std::int64_t num_images = 0;
     for (std::size_t r = 0; r < batch.size(); ++r)
-      for (const Sample& s : batch[r]) images[r].insert(images[r].end(), s.images.begin(), s.images.end());
+      for (const Sample& s : batch[r])
+        images[r].insert(images[r].end(), s.images.begin(), s.images.end());
     for (const auto& v : images) num_images += static_cast<std::int64_t>(v.size());
     const orchmllm::quadratic_cost vit{0.0, 1.0, 1.0 / 1024};  // full attention inside an image
     const orchmllm::padding_policy pow2 = next_pow2{};

@@ -434,7 +434,8 @@ class rank_load {
 
   /// Token footprint under the policy. Throws `invalid_argument_error` when it exceeds 2^63 − 1.
   [[nodiscard]] constexpr std::int64_t tokens() const {
-    return policy_.is_padded() ? footprint(padded_of(max_length_), "tokens") : sum_tokens_;
+    if (!policy_.is_padded()) return sum_tokens_;
+    return footprint(policy_.padded_length(max_length_), "tokens");
   }
   /// Byte footprint under the policy. Throws `invalid_argument_error` when it exceeds 2^63 − 1.
   [[nodiscard]] constexpr std::int64_t bytes() const {
@@ -457,9 +458,6 @@ class rank_load {
       return unit_;
     return static_cast<Cost>(cost(policy_.padded_length(longest)));
   }
-  constexpr std::int64_t padded_of(std::int64_t longest) const {
-    return policy_.padded_length(longest);
-  }
   template <class C>
   constexpr void cache(const C& cost) {
     if (!policy_.is_padded() || count_ == 0) return;
@@ -470,7 +468,7 @@ class rank_load {
   // Per-item footprint of a padded rank whose longest / widest items are these.
   constexpr std::int64_t widest(capacity::measure what, std::int64_t longest,
                                 std::int64_t widest_bytes) const {
-    return what == capacity::measure::tokens ? padded_of(longest) : widest_bytes;
+    return what == capacity::measure::tokens ? policy_.padded_length(longest) : widest_bytes;
   }
   constexpr std::int64_t sum_of(capacity::measure what) const noexcept {
     return what == capacity::measure::tokens ? sum_tokens_ : sum_bytes_;

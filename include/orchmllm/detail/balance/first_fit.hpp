@@ -150,7 +150,7 @@ struct sequence {
       length[i] = in.layout.length(g);
       bytes[i] = in.layout.bytes(g);
       cost[i] = in.policy.is_padded()
-                    ? static_cast<Cost>(c(in.policy.padded_length(in.layout.length(g))))
+                    ? static_cast<Cost>(c(in.policy.padded_length(length[i])))
                     : in.costs[static_cast<std::size_t>(g)];
       if (in.limits.cap) fp[i] = item_footprint(in.layout, g, in.policy, in.limits.cap->what);
     }

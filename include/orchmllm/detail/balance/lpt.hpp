@@ -251,11 +251,11 @@ class monotone_rank_queue {
   std::uint64_t last_ = 0;      // last popped key
 };
 
-/// Unconstrained packed LPT: the hot path. Precondition: d ≥ 1. The one balancer loop that keeps
-/// bare loads instead of `rank_load`s: with the packed policy and no constraint a rank's state
-/// is its load alone, Σ cost (what `rank_load::load` returns for it, added in the same order),
-/// and the greedy reads nothing else; an 8-byte load per rank instead of an 88-byte state keeps
-/// this loop 20 % faster at d = 2560 (docs/results.md).
+/// Unconstrained packed LPT: the hot path. Precondition: d ≥ 1. Keeps bare loads instead of
+/// `rank_load`s: with the packed policy and no constraint a rank's state is its load alone, Σ
+/// cost (what `rank_load::load` returns for it, added in the same order), and the greedy reads
+/// nothing else; an 8-byte load per rank instead of an 80-byte state keeps this loop 1.2× as
+/// fast at d = 2560 (docs/results.md).
 template <class Cost>
 std::vector<rank_t> lpt_packed_unconstrained(const balance_input<Cost>& in) {
   const auto n = static_cast<std::size_t>(in.layout.num_items());
@@ -303,7 +303,7 @@ std::optional<std::vector<rank_t>> lpt_general(const balance_input<Cost>& in, co
   std::vector<tally> st(d, tally(in.policy));
   const tally empty(in.policy);
 
-  // Whether rank r can take one more item of this length and byte size under the cap.
+  // Whether a rank can take one more item of this length and byte size under the cap.
   auto fits = [&](const tally& t, std::int64_t length, std::int64_t bytes) {
     return !capped || t.fits_if_added(*lim.cap, length, bytes);
   };
@@ -351,7 +351,7 @@ std::optional<std::vector<rank_t>> lpt_general(const balance_input<Cost>& in, co
     }
     const std::int64_t length = in.layout.length(g);
     // Bytes only where a byte cap reads them: the states' byte footprints are read nowhere
-    // else here, and one random access less per item is 10 % of this loop at d = 2560.
+    // else here.
     const std::int64_t bytes = bytes_capped ? in.layout.bytes(g) : 0;
     // Padded: what an empty rank's load would become (smallest possible resulting load).
     const Cost empty_key = padded ? empty.load_if_added(length, Cost{}, cost) : Cost{};

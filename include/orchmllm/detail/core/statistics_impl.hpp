@@ -51,7 +51,8 @@ Cost lower_bound_in_order(const batch_layout& layout, std::span<const std::int64
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t count = std::max<std::int64_t>(m, i / d + 1);
       const Cost c = static_cast<Cost>(cost(policy.padded_length(layout.length(at(i)))));
-      best = std::max<Cost>(best, rank_load<Cost, rank_load_mode::add_only>::padded_load(count, c));
+      using rule = rank_load<Cost, rank_load_mode::add_only>;
+      best = std::max<Cost>(best, rule::padded_load(count, c));
       total += c;
     }
     if constexpr (std::is_integral_v<Cost>) {
