@@ -51,11 +51,12 @@ inline const command& plan_command() {
                        "nodes are consecutive blocks of G ranks (the last may be smaller); "
                        "default: every rank on one node",
                        false});
-    c.flags.push_back({"mapping", "identity|transport|bottleneck",
+    c.flags.push_back({"mapping", "identity|transport|bottleneck|auction",
                        "bins -> ranks: identity (bin k on rank k), transport (fewest "
-                       "inter-node bytes) or bottleneck (smallest worst node: max of bytes "
-                       "leaving / entering one node); the last two need --gpus-per-node; "
-                       "default transport with --gpus-per-node, else identity",
+                       "inter-node bytes), bottleneck (smallest worst node: max of bytes "
+                       "leaving / entering one node) or auction (transport to within 1% of "
+                       "the keepable bytes, for large clusters); all but identity need "
+                       "--gpus-per-node; default transport with --gpus-per-node, else identity",
                        false});
     c.flags.push_back({"mapping-time-limit", "SECONDS",
                        "bottleneck with GLPK: integer program time limit; default 10 (the "
@@ -108,7 +109,7 @@ inline std::string json_optional(std::optional<std::int64_t> v) {
 
 /// Parses --gpus-per-node (0 when absent: one node) and --mapping (default transport with
 /// --gpus-per-node, identity without). Throws usage_error for an unknown mapping, a G outside
-/// [1, max_ranks], or transport / bottleneck without --gpus-per-node.
+/// [1, max_ranks], or a mapping other than identity without --gpus-per-node.
 inline std::pair<rank_t, mapping_method> parse_mapping_flags(const parsed_args& args) {
   const auto g = static_cast<rank_t>(args.get_int("gpus-per-node", 0, 1, max_ranks));
   mapping_method m = g > 0 ? mapping_method::transport : mapping_method::identity;
@@ -128,7 +129,8 @@ inline std::pair<rank_t, mapping_method> parse_mapping_flags(const parsed_args& 
 /// A mapped plan and how it was found.
 struct mapped_plan {
   mapping_result result;
-  std::string solver;  ///< none (identity), flow (transport), local-search or glpk (bottleneck)
+  std::string solver;  ///< none (identity), flow (transport), auction, local-search or glpk
+                       ///< (bottleneck)
   bool proven_optimal = false;
   double seconds = 0;
 };
@@ -141,6 +143,7 @@ inline mapped_plan map_for_tool(const rearrangement& binned, std::span<const std
   const auto start = std::chrono::steady_clock::now();
   out.solver = method == mapping_method::identity    ? "none"
                : method == mapping_method::transport ? "flow"
+               : method == mapping_method::auction   ? "auction"
                                                      : "local-search";
 #if defined(ORCHMLLM_HAS_GLPK)
   if (method == mapping_method::bottleneck) {

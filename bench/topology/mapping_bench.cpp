@@ -21,7 +21,9 @@
 // ViT-600M-like transformer FLOPs, packed), 8 GPUs per node. Rows:
 //   identity / transport / bottleneck:  balance(auto) + map_bins(method);
 //   bottleneck_glpk (GLPK builds only): balance(auto) + glpk::map_bins_bottleneck (10 s limit);
-//   locality:  balance(locality, tolerance 0.001, node map) + map_bins(transport).
+//   locality:  balance(locality, tolerance 0.001, node map) + map_bins(transport);
+//   auction:   balance(auto) + map_bins(auction) (transport to within 1 % of U).
+// Also at d = 10,240 and 40,960 (identity / transport / auction side by side).
 // Time = the whole planner (balance + mapping), CPU time of one core. Counters: inter_node,
 // inter_lb (no mapping of auto's bins does better), worst_node (max over nodes of egress /
 // ingress bytes), worst_lb, moved, total, predicted_ms (route::build(..., automatic)
@@ -118,7 +120,7 @@ void BM_identity_local(benchmark::State& s) { run(s, mapping_method::identity, t
 
 // ---- the results table: vision stage of a realistic multimodal batch ----
 
-enum class row { identity, transport, bottleneck, bottleneck_glpk, locality };
+enum class row { identity, transport, bottleneck, bottleneck_glpk, locality, auction };
 
 struct vision_input {
   batch_layout layout;
@@ -155,6 +157,7 @@ mapping_result map_row(const vision_input& in, const rearrangement& binned, row 
 #endif
   const auto method = r == row::identity     ? mapping_method::identity
                       : r == row::bottleneck ? mapping_method::bottleneck
+                      : r == row::auction    ? mapping_method::auction
                                              : mapping_method::transport;
   return map_bins(binned, in.bytes, in.topo, method);
 }
@@ -192,6 +195,7 @@ void BM_vision_identity(benchmark::State& s) { run_vision(s, row::identity); }
 void BM_vision_transport(benchmark::State& s) { run_vision(s, row::transport); }
 void BM_vision_bottleneck(benchmark::State& s) { run_vision(s, row::bottleneck); }
 void BM_vision_locality(benchmark::State& s) { run_vision(s, row::locality); }
+void BM_vision_auction(benchmark::State& s) { run_vision(s, row::auction); }
 #if defined(ORCHMLLM_HAS_GLPK)
 void BM_vision_bottleneck_glpk(benchmark::State& s) { run_vision(s, row::bottleneck_glpk); }
 #endif
@@ -208,6 +212,7 @@ BENCHMARK(BM_vision_identity) ORCHMLLM_MAPPING_ARGS;
 BENCHMARK(BM_vision_transport) ORCHMLLM_MAPPING_ARGS;
 BENCHMARK(BM_vision_bottleneck) ORCHMLLM_MAPPING_ARGS;
 BENCHMARK(BM_vision_locality) ORCHMLLM_MAPPING_ARGS;
+BENCHMARK(BM_vision_auction) ORCHMLLM_MAPPING_ARGS;
 #if defined(ORCHMLLM_HAS_GLPK)
 BENCHMARK(BM_vision_bottleneck_glpk) ORCHMLLM_MAPPING_ARGS;
 #endif
@@ -219,5 +224,12 @@ BENCHMARK(BM_transport_local) ORCHMLLM_MAPPING_LARGE_ARGS;
 BENCHMARK(BM_identity_lpt) ORCHMLLM_MAPPING_LARGE_ARGS;
 BENCHMARK(BM_vision_identity) ORCHMLLM_MAPPING_LARGE_ARGS;
 BENCHMARK(BM_vision_transport) ORCHMLLM_MAPPING_LARGE_ARGS;
+BENCHMARK(BM_vision_auction) ORCHMLLM_MAPPING_LARGE_ARGS;
+// d = 40,960 (5,120 nodes): where the exact flow no longer hides behind a step, side by side.
+#define ORCHMLLM_MAPPING_HUGE_ARGS \
+  ->Arg(40960)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()->Iterations(1)
+BENCHMARK(BM_vision_identity) ORCHMLLM_MAPPING_HUGE_ARGS;
+BENCHMARK(BM_vision_transport) ORCHMLLM_MAPPING_HUGE_ARGS;
+BENCHMARK(BM_vision_auction) ORCHMLLM_MAPPING_HUGE_ARGS;
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Tests for `stage_mapper` (include/orchmllm/orchestrator/stages.hpp) and its use by `plan_step`
 // (orchestrator.hpp):
-//  - empty / built-in / custom holders, their names and the bottleneck budget rule;
+//  - empty / built-in / custom holders, their names and the bottleneck budget and auction
+//    tolerance rules;
 //  - a built-in mapper object plans exactly like the stage's `mapping` enum and fingerprints the
 //    same; declarations without a mapper keep the fingerprints of before the field existed
 //    (values pinned from the library as of 600a844);
@@ -127,6 +128,14 @@ TEST_CASE("stage_mapper: empty, built-in and custom holders and their names") {
   CHECK(budget.custom());
   CHECK(!budget.builtin());
   CHECK(budget.name() == "bottleneck(step_budget=5)");
+  // Likewise an auction: the default tolerance is the method, another one an object.
+  const stage_mapper auc = mappers::auction{};
+  CHECK(auc.builtin() == mapping_method::auction);
+  CHECK(auc.name() == "auction");
+  const stage_mapper loose = mappers::auction{.tolerance = 0.25};
+  CHECK(loose.custom());
+  CHECK(!loose.builtin());
+  CHECK(loose.name() == "auction(tolerance=0.25)");
 
   std::atomic<int> calls{0};
   const stage_mapper mine = reverse_bins{&calls};

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <span>
@@ -23,6 +24,7 @@
 
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/detail/topology/auction.hpp"
 #include "orchmllm/detail/topology/bottleneck.hpp"
 #include "orchmllm/detail/topology/mapping_problem.hpp"
 #include "orchmllm/detail/topology/min_cost_flow.hpp"
@@ -66,6 +68,10 @@ mapping_result reference(const test::mapping_instance& in, mapping_method method
     std::iota(ranks.begin(), ranks.end(), rank_t{0});
     return detail::result_from_ranks(p, std::move(ranks));
   }
+  if (method == mapping_method::auction)
+    return detail::finish_mapping(
+        p, detail::solve_transport_auction(p.by_node, p.capacity,
+                                           mappers::auction::default_tolerance));
   auto node = detail::solve_transport(p.by_node, p.capacity);
   if (method == mapping_method::bottleneck)
     detail::bottleneck_local_search(p, node, detail::bottleneck_step_budget(in.topo.num_ranks()));
@@ -110,8 +116,8 @@ TEST_CASE("built-in mapper types equal the mapping_method path and the detail al
     const auto in = test::random_mapping_instance(rng, random_topology(rng, d),
                                                   rep % 3 == 0 ? 4 : 1000);
     INFO("rep ", rep, ", d = ", d, ", nodes = ", in.topo.num_nodes());
-    for (const auto method :
-         {mapping_method::identity, mapping_method::transport, mapping_method::bottleneck}) {
+    for (const auto method : {mapping_method::identity, mapping_method::transport,
+                              mapping_method::bottleneck, mapping_method::auction}) {
       const auto by_enum = map_bins(in.binned, in.bytes, in.topo, method);
       check_same(by_enum, reference(in, method));
       visit_mapper(method, [&](const auto& m) {
@@ -127,7 +133,22 @@ TEST_CASE("built-in mapper types equal the mapping_method path and the detail al
                map_bins(in.binned, in.bytes, in.topo, mapping_method::bottleneck));
     check_same(map_bins(in.binned, in.bytes, in.topo, mappers::bottleneck{0}),
                map_bins(in.binned, in.bytes, in.topo, mapping_method::transport));
+    // An auction with its own tolerance: the detail solver with that tolerance.
+    const auto p = detail::build_mapping_problem(in.binned, in.bytes, in.topo);
+    check_same(map_bins(in.binned, in.bytes, in.topo, mappers::auction{.tolerance = 0.25}),
+               detail::finish_mapping(
+                   p, detail::solve_transport_auction(p.by_node, p.capacity, 0.25)));
   }
+}
+
+TEST_CASE("mappers::auction rejects a tolerance outside (0, 1]") {
+  std::mt19937_64 rng(5);
+  const auto in = test::random_mapping_instance(rng, topology::uniform(8, 2), 100);
+  for (const double bad : {0.0, -0.5, 1.5, std::numeric_limits<double>::quiet_NaN()})
+    test::expect_invalid(
+        [&] { (void)map_bins(in.binned, in.bytes, in.topo, mappers::auction{.tolerance = bad}); },
+        {"mappers::auction: tolerance", "outside (0, 1]"});
+  (void)map_bins(in.binned, in.bytes, in.topo, mappers::auction{.tolerance = 1.0});
 }
 
 TEST_CASE("bin_mapping_problem: the view agrees with the instance, evaluate with map_bins") {
@@ -259,8 +280,8 @@ TEST_CASE("a mapper's answer is checked: wrong size, out of range, not a permuta
 }
 
 TEST_CASE("visit_mapper names every method and rejects values outside the enum") {
-  for (const auto method :
-       {mapping_method::identity, mapping_method::transport, mapping_method::bottleneck})
+  for (const auto method : {mapping_method::identity, mapping_method::transport,
+                            mapping_method::bottleneck, mapping_method::auction})
     CHECK(visit_mapper(method, [](const auto& m) { return m.method(); }) == method);
   test::expect_invalid(
       [] { (void)visit_mapper(static_cast<mapping_method>(9), [](const auto&) { return 0; }); },

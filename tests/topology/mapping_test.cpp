@@ -9,6 +9,7 @@
 //  - bottleneck: never worse than transport on the worst node's bytes, at least the brute-force
 //    optimum, a local optimum (no improving swap through the first critical node), node figures
 //    recomputed here;
+//  - auction: a full, consistent mapping within its bound (tolerance · U, or d) of transport;
 //  - determinism, names, and bad input.
 
 #include "orchmllm/topology/mapping.hpp"
@@ -207,6 +208,30 @@ TEST_CASE("transport matches a dense assignment oracle for inter-node bytes (d u
   }
 }
 
+TEST_CASE("auction: within tolerance · U of transport's inter-node bytes (d up to 200)") {
+  // U = total − inter_node_bytes_lower_bound (the bytes any mapping can keep); the bound is
+  // max(tolerance · U, d) above the minimum (detail/topology/auction.hpp). Small byte ranges
+  // (many ties) and uneven topologies included; every result is a full, consistent mapping.
+  std::mt19937_64 rng(404);
+  for (int rep = 0; rep < 120; ++rep) {
+    const auto d = static_cast<rank_t>(rep < 100 ? uniform(rng, 1, 60) : uniform(rng, 61, 200));
+    const auto in = random_instance(rng, d, rep % 2 == 1, rep % 3 == 0 ? 3 : 1000);
+    INFO("d = ", d, ", rep = ", rep, ", nodes = ", in.topo.num_nodes());
+    const auto exact = map_bins(in.binned, in.bytes, in.topo, mapping_method::transport);
+    const auto fast = map_bins(in.binned, in.bytes, in.topo, mapping_method::auction);
+    check_result(fast, in);
+    std::int64_t total = 0;
+    for (const auto b : in.bytes) total += b;
+    const auto keep = total - exact.inter_node_bytes_lower_bound;
+    CHECK(fast.inter_node_bytes_lower_bound == exact.inter_node_bytes_lower_bound);
+    CHECK(fast.inter_node_bytes >= exact.inter_node_bytes);
+    const auto slack = std::max<std::int64_t>(
+        static_cast<std::int64_t>(mappers::auction::default_tolerance * static_cast<double>(keep)),
+        d);
+    CHECK(fast.inter_node_bytes <= exact.inter_node_bytes + slack);
+  }
+}
+
 TEST_CASE("bottleneck: between the brute-force optimum and transport on the worst node (d <= 8)") {
   std::mt19937_64 rng(4242);
   int cases = 0, optimal = 0, improved = 0, tight = 0;
@@ -309,7 +334,7 @@ TEST_CASE("deterministic: same input, same result") {
   std::mt19937_64 rng(11);
   for (int rep = 0; rep < 4; ++rep) {
     const auto in = random_instance(rng, static_cast<rank_t>(uniform(rng, 20, 200)), rep % 2 == 0);
-    for (auto m : {mapping_method::transport, mapping_method::bottleneck}) {
+    for (auto m : {mapping_method::transport, mapping_method::bottleneck, mapping_method::auction}) {
       const auto a = map_bins(in.binned, in.bytes, in.topo, m);
       const auto b = map_bins(in.binned, in.bytes, in.topo, m);
       CHECK(a.rank_of_bin == b.rank_of_bin);
@@ -351,8 +376,10 @@ TEST_CASE("names and parsing") {
   CHECK(parse_mapping("transport") == mapping_method::transport);
   CHECK(to_string(mapping_method::bottleneck) == "bottleneck");
   CHECK(parse_mapping("bottleneck") == mapping_method::bottleneck);
+  CHECK(to_string(mapping_method::auction) == "auction");
+  CHECK(parse_mapping("auction") == mapping_method::auction);
   test::expect_invalid([] { (void)parse_mapping("Transport"); },
-                       {"Transport", "identity", "transport", "bottleneck"});
+                       {"Transport", "identity", "transport", "bottleneck", "auction"});
 }
 
 TEST_CASE("bad input") {
@@ -381,7 +408,7 @@ TEST_CASE("bad input") {
   test::expect_invalid([&] { (void)map_bins(square, split, topo); }, {"bin 0", "at item 1"});
   const std::vector<std::int64_t> at_limit{limit / 2, limit - limit / 2, limit, 0};
   for (const auto method : {mapping_method::identity, mapping_method::transport,
-                            mapping_method::bottleneck}) {
+                            mapping_method::bottleneck, mapping_method::auction}) {
     const auto m = map_bins(square, at_limit, topo, method);
     CHECK(m.moved_bytes == 0);  // the identity plan is already optimal: nothing moves
     CHECK(m.inter_node_bytes == 0);

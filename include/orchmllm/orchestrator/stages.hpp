@@ -179,7 +179,8 @@ class stage_balancer {
 ///
 /// A built-in object replaces the stage's `mapping` (it sets the equivalent method; a
 /// `mappers::bottleneck` with a non-default `step_budget` is kept as an object instead, named
-/// "bottleneck(step_budget=N)"). Any other mapper is held type-erased (one std::function call
+/// "bottleneck(step_budget=N)"; likewise a `mappers::auction` with a non-default `tolerance`,
+/// named "auction(tolerance=T)"). Any other mapper is held type-erased (one std::function call
 /// per mapping, from the compiled library too) and enters the declarations' fingerprint by its
 /// name: the `name` argument, else the mapper's own `name()` if it has one (the GLPK mapper
 /// does), else "custom". Give two different mappers different names.
@@ -202,9 +203,15 @@ class stage_mapper {
       if (m.step_budget != -1 && name_.empty())
         name_ = detail::concat("bottleneck(step_budget=", m.step_budget, ")");
     }
+    if constexpr (std::is_same_v<M, mappers::auction>) {
+      if (m.tolerance != mappers::auction::default_tolerance && name_.empty())
+        name_ = detail::concat("auction(tolerance=", m.tolerance, ")");
+    }
     if constexpr (is_builtin_mapper_v<M>) {
       bool selectable = true;  // a method selects the same mapper
       if constexpr (std::is_same_v<M, mappers::bottleneck>) selectable = m.step_budget == -1;
+      if constexpr (std::is_same_v<M, mappers::auction>)
+        selectable = m.tolerance == mappers::auction::default_tolerance;
       if (selectable) {
         builtin_ = m.method();
         name_ = std::string(to_string(m.method()));

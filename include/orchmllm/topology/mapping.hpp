@@ -19,6 +19,12 @@
 ///    improves it by swapping bins between nodes (detail/topology/bottleneck.hpp): never worse
 ///    than `transport` on F, a local optimum, not a proven one. The exact integer program with
 ///    a time limit lives in the opt-in GLPK backend (backend/glpk/mapping.hpp).
+///  * `auction`: the `transport` problem solved to within a tolerance by an auction
+///    (detail/topology/auction.hpp), for large clusters: inter-node bytes at most the minimum
+///    + 1 % of U, U = Σ_b max_m w[b][m] = total − `inter_node_bytes_lower_bound` (the bytes any
+///    mapping can keep; `mappers::auction{.tolerance = t}` sets the fraction), measured
+///    0.0001–0.011 % of U above the minimum on the benchmark workloads, 10–30 times faster than
+///    `transport` from 10,240 ranks (docs/results.md). Then the same per-node GPU placement.
 ///
 /// What `transport` guarantees: (1) `inter_node_bytes` is the minimum over all d! bijections;
 /// (2) given the bin → node assignment it chose, `moved_bytes` is the minimum over all
@@ -50,26 +56,28 @@
 namespace orchmllm {
 
 /// How `map_bins` maps bins to ranks (see the file comment).
-enum class mapping_method : std::uint8_t { identity, transport, bottleneck };
+enum class mapping_method : std::uint8_t { identity, transport, bottleneck, auction };
 
-/// Name of a mapping method as used by the command-line tool: "identity", "transport" or
-/// "bottleneck".
+/// Name of a mapping method as used by the command-line tool: "identity", "transport",
+/// "bottleneck" or "auction".
 constexpr std::string_view to_string(mapping_method m) noexcept {
   switch (m) {
     case mapping_method::identity: return "identity";
     case mapping_method::transport: return "transport";
     case mapping_method::bottleneck: return "bottleneck";
+    case mapping_method::auction: return "auction";
   }
   return "?";
 }
 
-/// Parses "identity", "transport" or "bottleneck". Throws `invalid_argument_error` naming the
-/// unknown name and listing the valid ones.
+/// Parses "identity", "transport", "bottleneck" or "auction". Throws `invalid_argument_error`
+/// naming the unknown name and listing the valid ones.
 inline mapping_method parse_mapping_method(std::string_view name) {
-  for (auto m : {mapping_method::identity, mapping_method::transport, mapping_method::bottleneck})
+  for (auto m : {mapping_method::identity, mapping_method::transport, mapping_method::bottleneck,
+                 mapping_method::auction})
     if (to_string(m) == name) return m;
   detail::raise<invalid_argument_error>(detail::concat(
-      "unknown mapping '", name, "' (expected identity, transport or bottleneck)"));
+      "unknown mapping '", name, "' (expected identity, transport, bottleneck or auction)"));
 }
 
 /// `parse_mapping_method` under its former name.
@@ -88,7 +96,9 @@ inline mapping_method parse_mapping(std::string_view name) { return parse_mappin
 /// + N arcs with nnz ≤ min(n, d·N) the non-zero (bin, node) pairs, V = d + N + 2) but usually
 /// far fewer steps thanks to early stopping, plus O(Σ_m G_m³) for the per-node assignments (so
 /// a topology with one huge node costs O(d³)). `bottleneck` adds at most `2·d + 64` swap steps
-/// of O(G·(d + N)) each. Memory O(n + d + nnz + max_m G_m²).
+/// of O(G·(d + N)) each. `auction` replaces the flow by bids of O(deg + log G) each, a few per
+/// bin in practice (at most d + d·⌈C/ε⌉, detail/topology/auction.hpp). Memory O(n + d + nnz +
+/// max_m G_m²).
 ///
 /// The same mappers as objects: `map_bins(binned, item_bytes, topo, mappers::transport{})` and
 /// the others of topology/mapper.hpp give bit-identical results (the same code), and take the

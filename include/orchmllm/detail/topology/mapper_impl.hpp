@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "orchmllm/core/error.hpp"
+#include "orchmllm/detail/topology/auction.hpp"
 #include "orchmllm/detail/topology/bottleneck.hpp"
 #include "orchmllm/detail/topology/mapping_problem.hpp"
 #include "orchmllm/detail/topology/min_cost_flow.hpp"
@@ -25,14 +26,18 @@ namespace detail {
 
 // The rank of every bin under a built-in method: what `map_bins(..., method)` and the mapper
 // types of topology/mapper.hpp (mappers::identity, transport, bottleneck) compute, one code for
-// both. `step_budget`: the bottleneck local search's swap budget.
-inline std::vector<rank_t> builtin_rank_of_bin(const mapping_problem& problem,
-                                               mapping_method method, std::int64_t step_budget) {
+// both. `step_budget`: the bottleneck local search's swap budget; `tolerance`: the auction's.
+inline std::vector<rank_t> builtin_rank_of_bin(
+    const mapping_problem& problem, mapping_method method, std::int64_t step_budget,
+    double tolerance = mappers::auction::default_tolerance) {
   if (method == mapping_method::identity) {
     std::vector<rank_t> ranks(static_cast<std::size_t>(problem.num_bins()));
     std::iota(ranks.begin(), ranks.end(), rank_t{0});
     return ranks;
   }
+  if (method == mapping_method::auction)
+    return place_on_gpus(problem,
+                         solve_transport_auction(problem.by_node, problem.capacity, tolerance));
   auto node_of_bin = solve_transport(problem.by_node, problem.capacity);
   if (method == mapping_method::bottleneck)
     bottleneck_local_search(problem, node_of_bin, step_budget);
@@ -124,6 +129,13 @@ ORCHMLLM_FUNC std::vector<rank_t> mappers::bottleneck::operator()(
   const std::int64_t budget =
       step_budget == -1 ? detail::bottleneck_step_budget(p.num_bins()) : step_budget;
   return detail::builtin_rank_of_bin(p.internal(), method(), budget);
+}
+
+ORCHMLLM_FUNC std::vector<rank_t> mappers::auction::operator()(
+    const bin_mapping_problem& p) const {
+  ORCHMLLM_REQUIRE(tolerance > 0.0 && tolerance <= 1.0, invalid_argument_error,
+                   "mappers::auction: tolerance ", tolerance, " is outside (0, 1]");
+  return detail::builtin_rank_of_bin(p.internal(), method(), 0, tolerance);
 }
 
 }  // namespace orchmllm
