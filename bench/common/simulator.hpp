@@ -290,12 +290,23 @@ inline std::vector<std::int64_t> permuted(std::span<const std::int64_t> values,
   return out;
 }
 
-/// Collects the all-to-alls of one scenario and times the building of their routes.
+/// Collects the all-to-alls of one scenario and times the building of their routes (those it
+/// builds itself: `add`; `plan_step`'s prebuilt ones come in through `add_built`).
 class transfer_log {
  public:
   transfer_log(const topology& topo, schedule s) : topo_(topo), sched_(s) {}
 
   void add(std::string name, const rearrangement& plan, std::span<const std::int64_t> bytes) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto rt = route::build(plan, bytes, topo_, 0, sched_);
+    route_seconds_ +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    add_built(std::move(name), plan, bytes, rt);
+  }
+
+  /// A transfer whose route (rank 0's) was built already, e.g. by `plan_step`.
+  void add_built(std::string name, const rearrangement& plan,
+                 std::span<const std::int64_t> bytes, const route& rt) {
     transfer_figures t;
     t.name = std::move(name);
     const auto src = plan.src_offsets();
@@ -308,10 +319,6 @@ class transfer_log {
         if (!topo_.same_node(static_cast<rank_t>(r), to))
           t.inter_node_bytes += bytes[static_cast<std::size_t>(g)];
       }
-    const auto start = std::chrono::steady_clock::now();
-    const auto rt = route::build(plan, bytes, topo_, 0, sched_);
-    route_seconds_ +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     t.seconds = rt.predicted_seconds();
     t.used = rt.used();
     transfers_.push_back(std::move(t));
@@ -455,9 +462,15 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
     for (std::size_t k = 0; k < 2; ++k) enc_plans[k] = rearrangement::identity(enc_layouts[k]);
     llm_plan = rearrangement::identity(llm_layout);
   } else {
+    // The composed scenarios move data along plan_step's own routes (rank 0's, built on the
+    // planner's threads); the others along routes of their own (the log builds them).
+    const bool composed = options.which == scenario::full || options.which == scenario::beyond;
+    plan_options popt;
+    popt.sched = options.sched;
+    if (composed) popt.routes_for = 0;
     const auto start = std::chrono::steady_clock::now();
-    auto step = plan_step(decl, meta, topo);
-    const double plan_step_seconds = sim_detail::seconds_since(start);
+    auto step = plan_step(decl, meta, topo, popt);
+    const double plan_step_seconds = sim_detail::seconds_since(start) - step.routes_seconds;
     for (std::size_t k : present) {
       const auto& er = step.encoders[k];
       const auto& name = decl.encoders[k].name;
@@ -475,23 +488,31 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
           log.add(name + ".gradient.to_origin", er.lifted.inverse(), l_order);
           log.add(name + ".gradient.to_encoder", er.input, out_bytes[k]);
           break;
-        default:  // full, beyond: composed routes
-          log.add(name + ".input", er.input, in_bytes[k]);
-          log.add(name + ".output", er.output, e_order);
-          log.add(name + ".gradient", er.gradient, l_order);
+        default: {  // full, beyond: composed routes, step_routes' order (inputs, text,
+                    // outputs, gradients)
+          const auto kc = step.encoders.size();
+          const auto& rts = step.routes.all;
+          log.add_built(name + ".input", er.input, in_bytes[k], rts[k]);
+          log.add_built(name + ".output", er.output, e_order, rts[kc + 1 + k]);
+          log.add_built(name + ".gradient", er.gradient, l_order, rts[2 * kc + 1 + k]);
           break;
+        }
       }
     }
-    log.add("text", step.llm, text_bytes);
+    if (composed) {
+      log.add_built("text", step.llm, text_bytes, step.routes.all[step.encoders.size()]);
+    } else {
+      log.add("text", step.llm, text_bytes);
+    }
     res.plan_step_seconds = plan_step_seconds;
-    res.route_seconds = log.route_seconds();
+    res.route_seconds = log.route_seconds() + step.routes_seconds;
     res.planner.layout_seconds = step.layout_seconds;
     res.planner.stages_seconds = step.stages_seconds;
     res.planner.compose_seconds = step.compose_seconds;
     for (const auto& st : step.stages)
       res.planner.stages.push_back({st.name, st.balance_seconds, st.map_seconds,
                                     st.report_seconds});
-    res.plan_seconds = plan_step_seconds + log.route_seconds();
+    res.plan_seconds = plan_step_seconds + res.route_seconds;
     for (std::size_t k = 0; k < 2; ++k) enc_plans[k] = std::move(step.encoders[k].input);
     llm_plan = std::move(step.llm);
 

@@ -90,6 +90,8 @@
 
 #if !ORCHMLLM_USE_COMPILED
 #include <future>  // plan_step's body (compiled mode: in the library)
+
+#include "orchmllm/detail/core/parallel.hpp"  // its route building, likewise
 #endif
 
 namespace orchmllm {
@@ -298,8 +300,9 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
 /// Options of `plan_step`.
 struct plan_options {
   /// Balance and map the K encoder stages on K extra threads while the calling thread plans the
-  /// LLM (the stages are independent). The plans are the same either way; false plans them one
-  /// after another on the calling thread.
+  /// LLM (the stages are independent), and build the routes (`routes_for`) on up to
+  /// `std::thread::hardware_concurrency()` threads. The plans and routes are the same either
+  /// way; false does everything one after another on the calling thread.
   bool parallel_stages = true;
   /// Also build the prebuilt routes of every transfer of the step for this rank
   /// (`step_plan::routes`); -1 (the default): none. The rest of the plan does not depend on it.
@@ -312,37 +315,52 @@ struct plan_options {
 #if !ORCHMLLM_USE_COMPILED
 namespace detail {
 
-// This rank's 3K + 1 routes (step_routes' order).
+// This rank's 3K + 1 routes (step_routes' order). The routes are independent: with
+// `parallel`, they are built on up to planning_threads() threads (the same routes either way).
 inline step_routes build_step_routes(const stage_declarations& decl, const step_metadata& meta,
                                      const step_plan& plan, const topology& topo, rank_t me,
-                                     schedule sched) {
+                                     schedule sched, bool parallel) {
   const auto kc = plan.encoders.size();
-  step_routes out;
-  out.rank = me;
-  out.all.reserve(3 * kc + 1);
-  std::vector<std::vector<std::int64_t>> output_bytes(kc);
+  // Every transfer's plan and item bytes, in step_routes' order: inputs, text, outputs,
+  // gradients.
+  std::vector<std::vector<std::int64_t>> output_bytes(kc), gradient_bytes(kc);
   for (std::size_t k = 0; k < kc; ++k) {
-    const auto& er = plan.encoders[k];
-    out.all.push_back(route::build(er.input, er.layout.explicit_bytes(), topo, me, sched));
     // Output bytes in Π_E_k's destination order (the composed route's sources).
     const auto& tokens = meta.modalities[k].llm_tokens;
     std::vector<std::int64_t> origin(tokens.size());
     for (std::size_t i = 0; i < tokens.size(); ++i)
       origin[i] = detail::checked_mul(tokens[i], decl.encoders[k].output_row_bytes, "stage '",
                                       decl.encoders[k].name, "': output bytes of item ", i);
-    output_bytes[k] = orchmllm::apply(er.input, origin);  // an item keeps its bytes along a plan
+    // An item keeps its bytes along a plan.
+    output_bytes[k] = orchmllm::apply(plan.encoders[k].input, origin);
+    gradient_bytes[k] = orchmllm::apply(plan.encoders[k].output, output_bytes[k]);
   }
   std::vector<std::int64_t> text(meta.text_tokens.size());
   for (std::size_t g = 0; g < text.size(); ++g)
     text[g] = detail::checked_mul(meta.text_tokens[g], decl.llm.text_row_bytes,
                                   "text bytes of sample ", g);
-  out.all.push_back(route::build(plan.llm, text, topo, me, sched));
+  struct transfer {
+    const rearrangement* plan;
+    std::span<const std::int64_t> bytes;
+  };
+  std::vector<transfer> transfers;
+  transfers.reserve(3 * kc + 1);
   for (std::size_t k = 0; k < kc; ++k)
-    out.all.push_back(route::build(plan.encoders[k].output, output_bytes[k], topo, me, sched));
+    transfers.push_back({&plan.encoders[k].input, plan.encoders[k].layout.explicit_bytes()});
+  transfers.push_back({&plan.llm, text});
   for (std::size_t k = 0; k < kc; ++k)
-    out.all.push_back(route::build(plan.encoders[k].gradient,
-                                   orchmllm::apply(plan.encoders[k].output, output_bytes[k]), topo,
-                                   me, sched));
+    transfers.push_back({&plan.encoders[k].output, output_bytes[k]});
+  for (std::size_t k = 0; k < kc; ++k)
+    transfers.push_back({&plan.encoders[k].gradient, gradient_bytes[k]});
+
+  step_routes out;
+  out.rank = me;
+  out.all.resize(transfers.size());
+  detail::run_indexed(transfers.size(), parallel ? detail::planning_threads() : 1,
+                      [&](std::size_t i) {
+                        out.all[i] = route::build(*transfers[i].plan, transfers[i].bytes, topo,
+                                                  me, sched);
+                      });
   return out;
 }
 
@@ -508,7 +526,8 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
   out.compose_seconds = lap();
   if (options.routes_for >= 0)
     out.routes =
-        detail::build_step_routes(decl, meta, out, topo, options.routes_for, options.sched);
+        detail::build_step_routes(decl, meta, out, topo, options.routes_for, options.sched,
+                                  options.parallel_stages);
   out.routes_seconds = lap();
   out.plan_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
