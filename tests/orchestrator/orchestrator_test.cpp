@@ -766,7 +766,7 @@ TEST_CASE("plan_step: byte and token sizes past 2^63 are errors, not wrapped siz
       {"sequence length of sample 0"});
 }
 
-TEST_CASE("plan_step: stages planned in parallel give the serial plans") {
+TEST_CASE("plan_step: stages and routes planned in parallel give the serial ones") {
   std::mt19937_64 rng(777);
   for (int trial = 0; trial < 60; ++trial) {
     const auto d = static_cast<rank_t>(uniform(rng, 1, 16));
@@ -775,10 +775,29 @@ TEST_CASE("plan_step: stages planned in parallel give the serial plans") {
     const auto meta = orchmllm::make_step_metadata(random_batches(rng, d, k_count), k_count);
     const auto topo = random_topology(rng, d);
     INFO("trial ", trial, ", d = ", d, ", K = ", k_count);
-    orchmllm::plan_options serial;
+    // Routes too: built on threads by default, one after another when serial.
+    const auto me = static_cast<rank_t>(uniform(rng, 0, d - 1));
+    orchmllm::plan_options serial, parallel;
     serial.parallel_stages = false;
-    const auto a = orchmllm::plan_step(decl, meta, topo);
+    serial.routes_for = parallel.routes_for = me;
+    const auto a = orchmllm::plan_step(decl, meta, topo, parallel);
     const auto b = orchmllm::plan_step(decl, meta, topo, serial);
+    REQUIRE(a.routes.all.size() == b.routes.all.size());
+    CHECK(a.routes.all.size() == 3 * a.encoders.size() + 1);
+    for (std::size_t i = 0; i < a.routes.all.size(); ++i) {
+      const auto& x = a.routes.all[i];
+      const auto& y = b.routes.all[i];
+      CHECK(x.fingerprint() == y.fingerprint());
+      CHECK(x.used() == y.used());
+      CHECK(x.sent() == y.sent());
+      CHECK(x.input_bytes() == y.input_bytes());
+      CHECK(x.output_bytes() == y.output_bytes());
+      REQUIRE(x.hops().size() == y.hops().size());
+      for (std::size_t h = 0; h < x.hops().size(); ++h) {
+        CHECK(x.hops()[h].send_counts == y.hops()[h].send_counts);
+        CHECK(x.hops()[h].recv_counts == y.hops()[h].recv_counts);
+      }
+    }
     CHECK(a.llm == b.llm);
     REQUIRE(a.encoders.size() == b.encoders.size());
     for (std::size_t k = 0; k < a.encoders.size(); ++k) {
