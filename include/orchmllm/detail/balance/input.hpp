@@ -41,6 +41,12 @@ inline std::int64_t item_footprint(const batch_layout& layout, std::int64_t g,
 template <class Cost>
 bool satisfies(const balance_input<Cost>& in, std::span<const rank_t> assignment) {
   const auto d = static_cast<std::size_t>(in.d);
+  if (!in.limits.cap && in.limits.min_items <= 0 &&
+      in.limits.max_items >= static_cast<std::int64_t>(assignment.size())) {
+    // No limit can bind: only the ranks need checking (the common, unconstrained case).
+    return std::all_of(assignment.begin(), assignment.end(),
+                       [d](rank_t r) { return r >= 0 && static_cast<std::size_t>(r) < d; });
+  }
   using tally = rank_load<Cost, rank_load_mode::add_only>;
   std::vector<tally> acc(d, tally(in.policy));
   for (std::size_t g = 0; g < assignment.size(); ++g) {
