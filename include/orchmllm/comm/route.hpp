@@ -175,8 +175,8 @@ inline item_paths node_wise_paths(const rearrangement& plan, std::span<const std
   const auto n = static_cast<std::size_t>(plan.num_items());
   p.at.resize(4 * n);
   // Items that change node, with their sort key (source node, destination node, source local
-  // rank, destination id) computed once: the sort then compares contiguous integers instead of
-  // looking the topology up per comparison (~4x faster at 10^6 items).
+  // rank, destination id) computed once: the sort compares contiguous integers instead of
+  // looking the topology up per comparison.
   struct remote_item {
     rank_t ns, nt, ls;
     std::int64_t id, g;
@@ -195,12 +195,28 @@ inline item_paths node_wise_paths(const rearrangement& plan, std::span<const std
                         plan.destination_id(gi), gi});
     }
   }
-  std::sort(remote.begin(), remote.end(), [](const remote_item& a, const remote_item& b) {
-    if (a.ns != b.ns) return a.ns < b.ns;
-    if (a.nt != b.nt) return a.nt < b.nt;
-    if (a.ls != b.ls) return a.ls < b.ls;
-    return a.id < b.id;
-  });
+  {
+    // Bucketed by source node (a counting sort), then each node's bucket sorted on the rest:
+    // N small sorts instead of one of every remote item (keys are distinct: the same order).
+    const auto nodes = static_cast<std::size_t>(topo.num_nodes());
+    std::vector<std::size_t> start(nodes + 1, 0);
+    for (const auto& r : remote) ++start[static_cast<std::size_t>(r.ns) + 1];
+    for (std::size_t m = 0; m < nodes; ++m) start[m + 1] += start[m];
+    std::vector<remote_item> sorted(remote.size());
+    {
+      std::vector<std::size_t> at(start.begin(), start.end() - 1);
+      for (const auto& r : remote) sorted[at[static_cast<std::size_t>(r.ns)]++] = r;
+    }
+    for (std::size_t m = 0; m < nodes; ++m)
+      std::sort(sorted.begin() + static_cast<std::ptrdiff_t>(start[m]),
+                sorted.begin() + static_cast<std::ptrdiff_t>(start[m + 1]),
+                [](const remote_item& a, const remote_item& b) {
+                  if (a.nt != b.nt) return a.nt < b.nt;
+                  if (a.ls != b.ls) return a.ls < b.ls;
+                  return a.id < b.id;
+                });
+    remote = std::move(sorted);
+  }
   for (std::size_t i = 0; i < remote.size();) {
     const rank_t ns = remote[i].ns;
     const rank_t nt = remote[i].nt;
