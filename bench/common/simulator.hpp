@@ -44,7 +44,7 @@
 ///    to their origin (Π_E⁻¹) and then to the LLM ranks (L_k), gradients the reverse way
 ///    (L_k⁻¹ then Π_E): 5K + 1 all-to-alls — what existing open systems do.
 ///  * `full`: `plan_step` with automatic + auction mapping (the transport problem to within
-///    1 % of the keepable bytes, measured ≤ 0.011 %) on every stage, composed routes
+///    1 % of the keepable bytes, measured ≤ 0.014 %) on every stage, composed routes
 ///    (Π_E → Π_M directly): 3K + 1 — the published system.
 ///  * `beyond`: `plan_step` with the `locality` balancer (tolerance 0.001) and the `bottleneck`
 ///    mapping on every stage: 3K + 1.

@@ -21,7 +21,7 @@ Usage (from the repository root, after building the tool):
   cmake --preset default && cmake --build --preset default --target orchmllm-bench
   python3 -m pip install matplotlib      # the only dependency, for the plots
   python3 bench/report/simulation_grid.py [--tool build/default/bench/orchmllm-bench]
-      [--ranks 128,512,2560,10240] [--workloads vl-sft,...] [--model 7b] [--no-plots]
+      [--ranks 128,512,2560,10240,40960,102400] [--workloads vl-sft,...] [--model 7b] [--no-plots]
       [--from-jsonl docs/results/simulation.jsonl]   (redraw without rerunning)
 """
 
@@ -188,7 +188,7 @@ def plots(rows, args, outdir):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--tool", default=os.path.join(ROOT, "build/default/bench/orchmllm-bench"))
-    p.add_argument("--ranks", default="128,512,2560,10240")
+    p.add_argument("--ranks", default="128,512,2560,10240,40960,102400")
     p.add_argument("--workloads", default=",".join(WORKLOADS))
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--model", default="7b")

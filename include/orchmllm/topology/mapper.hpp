@@ -184,8 +184,8 @@ struct bottleneck {
 /// The `transport` problem to within a tolerance, by an auction (`mapping_method::auction`):
 /// inter-node bytes at most the minimum + tolerance · U, U = Σ_b max_m w[b][m] (the bytes any
 /// mapping can keep, `total − inter_node_bytes_lower_bound`), or the minimum + d bytes when
-/// that is larger; then per-node GPU placement as `transport`. For large clusters: 10–30 times
-/// faster than `transport` from 10,240 ranks, measured 0.0001–0.011 % of U above the minimum
+/// that is larger; then per-node GPU placement as `transport`. For large clusters: 8–53 times
+/// faster than `transport` from 10,240 ranks, measured 0.005–0.014 % of U above the minimum
 /// (docs/results.md). Complexity: O(nnz) plus bids of O(deg + log G) each, a few per bin in
 /// practice (at most d + d·⌈C/ε⌉, ε = max(1, ⌊tolerance·U/d⌋), C the largest w[b][m]).
 /// Throws `invalid_argument_error` unless 0 < tolerance ≤ 1.

@@ -23,7 +23,7 @@
 ///    (detail/topology/auction.hpp), for large clusters: inter-node bytes at most the minimum
 ///    + 1 % of U, U = Σ_b max_m w[b][m] = total − `inter_node_bytes_lower_bound` (the bytes any
 ///    mapping can keep; `mappers::auction{.tolerance = t}` sets the fraction), measured
-///    0.0001–0.011 % of U above the minimum on the benchmark workloads, 10–30 times faster than
+///    0.005–0.014 % of U above the minimum on the benchmark workloads, 8–53 times faster than
 ///    `transport` from 10,240 ranks (docs/results.md). Then the same per-node GPU placement.
 ///
 /// What `transport` guarantees: (1) `inter_node_bytes` is the minimum over all d! bijections;
