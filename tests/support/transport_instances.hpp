@@ -1,7 +1,10 @@
 #pragma once
 // Random sparse transportation instances (bins × nodes with capacities, sparse positive
 // profits) and their exact optimum by the dense Hungarian method over capacity slots, for the
-// tests of the bin → node solvers (tests/topology/min_cost_flow_test.cpp, auction_test.cpp).
+// tests of the bin → node solvers (tests/topology/min_cost_flow_test.cpp, auction_test.cpp),
+// and the check that a solver fills every node to its capacity.
+
+#include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -78,6 +81,19 @@ inline std::int64_t oracle(const instance& in) {
     node_of_bin[static_cast<std::size_t>(b)] =
         node_of_slot[static_cast<std::size_t>(col[static_cast<std::size_t>(b)])];
   return profit_of(in, node_of_bin);
+}
+
+// Checks that a solver's node_of_bin has one entry per bin and gives every node exactly its
+// capacity.
+inline void check_fills_capacities(const instance& in, const std::vector<std::int32_t>& got) {
+  REQUIRE(got.size() + 1 == in.prof.offsets.size());
+  std::vector<std::int32_t> load(in.capacity.size(), 0);
+  for (auto m : got) {
+    REQUIRE(m >= 0);
+    REQUIRE(static_cast<std::size_t>(m) < in.capacity.size());
+    ++load[static_cast<std::size_t>(m)];
+  }
+  CHECK(load == in.capacity);
 }
 
 }  // namespace orchmllm::test

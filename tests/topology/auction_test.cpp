@@ -39,14 +39,7 @@ std::int64_t keep_bound(const instance& in) {
 std::int64_t check(const instance& in, double tolerance) {
   const auto d = static_cast<std::int64_t>(in.prof.offsets.size() - 1);
   const auto got = orchmllm::detail::solve_transport_auction(in.prof, in.capacity, tolerance);
-  REQUIRE(static_cast<std::int64_t>(got.size()) == d);
-  std::vector<std::int32_t> load(in.capacity.size(), 0);
-  for (auto m : got) {
-    REQUIRE(m >= 0);
-    REQUIRE(static_cast<std::size_t>(m) < in.capacity.size());
-    ++load[static_cast<std::size_t>(m)];
-  }
-  CHECK(load == in.capacity);
+  orchmllm::test::check_fills_capacities(in, got);
   const auto eps = std::max<std::int64_t>(
       1, static_cast<std::int64_t>(tolerance * static_cast<double>(keep_bound(in)) /
                                    static_cast<double>(std::max<std::int64_t>(1, d))));

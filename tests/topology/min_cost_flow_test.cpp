@@ -22,14 +22,7 @@ using orchmllm::test::profit_of;
 
 void check(const instance& in) {
   const auto got = orchmllm::detail::solve_transport(in.prof, in.capacity);
-  REQUIRE(got.size() + 1 == in.prof.offsets.size());
-  std::vector<std::int32_t> load(in.capacity.size(), 0);
-  for (auto m : got) {
-    REQUIRE(m >= 0);
-    REQUIRE(static_cast<std::size_t>(m) < in.capacity.size());
-    ++load[static_cast<std::size_t>(m)];
-  }
-  CHECK(load == in.capacity);
+  orchmllm::test::check_fills_capacities(in, got);
   CHECK(profit_of(in, got) == oracle(in));
   CHECK(orchmllm::detail::solve_transport(in.prof, in.capacity) == got);  // deterministic
 }
