@@ -65,6 +65,7 @@
 #include <bit>
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -187,9 +188,12 @@ struct step_plan {
   // Wall times of the phases around the stages (each stage's are in its report; with
   // `parallel_stages` the stages overlap, so the phases need not add up to plan_seconds).
   double layout_seconds = 0;   ///< building the K + 1 layouts from the metadata
-  double stages_seconds = 0;   ///< balancing and mapping all stages (wall, threads included)
-  double compose_seconds = 0;  ///< lifts, composed routes and their inverses
-  double routes_seconds = 0;   ///< this rank's routes (`plan_options::routes_for`)
+  double stages_seconds = 0;   ///< balancing and mapping all stages (wall, threads included;
+                               ///< with `routes_for`, the text route overlaps it)
+  double compose_seconds = 0;  ///< lifts, composed routes and their inverses (the input routes
+                               ///< are built meanwhile)
+  double routes_seconds = 0;   ///< the rest of this rank's routes (`plan_options::routes_for`):
+                               ///< outputs, gradients, and waiting for the inputs
 
   /// 3K + 1.
   [[nodiscard]] int alltoalls_per_step() const noexcept {
@@ -300,9 +304,11 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
 /// Options of `plan_step`.
 struct plan_options {
   /// Balance and map the K encoder stages on K extra threads while the calling thread plans the
-  /// LLM (the stages are independent), and build the routes (`routes_for`) on up to
-  /// `std::thread::hardware_concurrency()` threads. The plans and routes are the same either
-  /// way; false does everything one after another on the calling thread.
+  /// LLM (the stages are independent), and build the routes (`routes_for`) as soon as their
+  /// plans exist: the text route while the encoders are planned, the input routes during the
+  /// composition, the rest on up to `std::thread::hardware_concurrency()` threads. The plans
+  /// and routes are the same either way; false does everything one after another on the
+  /// calling thread.
   bool parallel_stages = true;
   /// Also build the prebuilt routes of every transfer of the step for this rank
   /// (`step_plan::routes`); -1 (the default): none. The rest of the plan does not depend on it.
@@ -315,54 +321,96 @@ struct plan_options {
 #if !ORCHMLLM_USE_COMPILED
 namespace detail {
 
-// This rank's 3K + 1 routes (step_routes' order). The routes are independent: with
-// `parallel`, they are built on up to planning_threads() threads (the same routes either way).
-inline step_routes build_step_routes(const stage_declarations& decl, const step_metadata& meta,
-                                     const step_plan& plan, const topology& topo, rank_t me,
-                                     schedule sched, bool parallel) {
-  const auto kc = plan.encoders.size();
-  // Every transfer's plan and item bytes, in step_routes' order: inputs, text, outputs,
-  // gradients.
-  std::vector<std::vector<std::int64_t>> output_bytes(kc), gradient_bytes(kc);
-  for (std::size_t k = 0; k < kc; ++k) {
-    // Output bytes in Π_E_k's destination order (the composed route's sources).
-    const auto& tokens = meta.modalities[k].llm_tokens;
-    std::vector<std::int64_t> origin(tokens.size());
-    for (std::size_t i = 0; i < tokens.size(); ++i)
-      origin[i] = detail::checked_mul(tokens[i], decl.encoders[k].output_row_bytes, "stage '",
-                                      decl.encoders[k].name, "': output bytes of item ", i);
-    // An item keeps its bytes along a plan.
-    output_bytes[k] = orchmllm::apply(plan.encoders[k].input, origin);
-    gradient_bytes[k] = orchmllm::apply(plan.encoders[k].output, output_bytes[k]);
-  }
-  std::vector<std::int64_t> text(meta.text_tokens.size());
-  for (std::size_t g = 0; g < text.size(); ++g)
-    text[g] = detail::checked_mul(meta.text_tokens[g], decl.llm.text_row_bytes,
-                                  "text bytes of sample ", g);
-  struct transfer {
-    const rearrangement* plan;
-    std::span<const std::int64_t> bytes;
-  };
-  std::vector<transfer> transfers;
-  transfers.reserve(3 * kc + 1);
-  for (std::size_t k = 0; k < kc; ++k)
-    transfers.push_back({&plan.encoders[k].input, plan.encoders[k].layout.explicit_bytes()});
-  transfers.push_back({&plan.llm, text});
-  for (std::size_t k = 0; k < kc; ++k)
-    transfers.push_back({&plan.encoders[k].output, output_bytes[k]});
-  for (std::size_t k = 0; k < kc; ++k)
-    transfers.push_back({&plan.encoders[k].gradient, gradient_bytes[k]});
+// This rank's 3K + 1 routes (step_routes' order: K inputs, text, K outputs, K gradients),
+// built as soon as their plans exist so that they overlap the rest of the planning: the text
+// route on the calling thread while the encoder stages are still being planned (`text`), the
+// input routes on their own threads during the composition (`start_inputs`), the output and
+// gradient routes on up to planning_threads() threads at the end (`finish`). Without
+// `parallel` everything runs on the calling thread, in order. The routes are the same either
+// way; an error is rethrown from `finish`, the first in step_routes' order.
+class step_route_builder {
+ public:
+  step_route_builder(const stage_declarations& decl, const step_metadata& meta,
+                     const topology& topo, rank_t me, schedule sched, bool parallel)
+      : decl_(decl), meta_(meta), topo_(topo), me_(me), sched_(sched), parallel_(parallel),
+        kc_(meta.modalities.size()), routes_(3 * kc_ + 1), errors_(3 * kc_ + 1) {}
 
-  step_routes out;
-  out.rank = me;
-  out.all.resize(transfers.size());
-  detail::run_indexed(transfers.size(), parallel ? detail::planning_threads() : 1,
-                      [&](std::size_t i) {
-                        out.all[i] = route::build(*transfers[i].plan, transfers[i].bytes, topo,
-                                                  me, sched);
-                      });
-  return out;
-}
+  // Builds the text route (Π_M) here.
+  void text(const rearrangement& llm) {
+    run(kc_, [&] {
+      std::vector<std::int64_t> bytes(meta_.text_tokens.size());
+      for (std::size_t g = 0; g < bytes.size(); ++g)
+        bytes[g] = detail::checked_mul(meta_.text_tokens[g], decl_.llm.text_row_bytes,
+                                       "text bytes of sample ", g);
+      return route::build(llm, bytes, topo_, me_, sched_);
+    });
+  }
+
+  // Starts the input routes (Π_E_k); `plan`'s encoder plans and layouts must stay put.
+  void start_inputs(const step_plan& plan) {
+    for (std::size_t k = 0; k < kc_; ++k)
+      inputs_.push_back(std::async(parallel_ ? std::launch::async : std::launch::deferred,
+                                   [this, &plan, k] {
+                                     run(k, [&] {
+                                       const auto& er = plan.encoders[k];
+                                       return route::build(er.input, er.layout.explicit_bytes(),
+                                                           topo_, me_, sched_);
+                                     });
+                                   }));
+  }
+
+  // Builds the output and gradient routes, waits for the inputs, returns all.
+  step_routes finish(const step_plan& plan) {
+    detail::run_indexed(2 * kc_, parallel_ ? detail::planning_threads() : 1, [&](std::size_t t) {
+      const std::size_t k = t % kc_;
+      const bool output = t < kc_;
+      run(output ? kc_ + 1 + k : 2 * kc_ + 1 + k, [&] {
+        // Encoder output bytes by sub-item, carried along a plan (an item keeps its bytes):
+        // into Π_E_k's destination order for the output route, into Π_M's (the lift L_k) for
+        // the gradient route.
+        const auto& tokens = meta_.modalities[k].llm_tokens;
+        std::vector<std::int64_t> origin(tokens.size());
+        for (std::size_t i = 0; i < tokens.size(); ++i)
+          origin[i] = detail::checked_mul(tokens[i], decl_.encoders[k].output_row_bytes,
+                                          "stage '", decl_.encoders[k].name,
+                                          "': output bytes of item ", i);
+        const auto& er = plan.encoders[k];
+        return output ? route::build(er.output, orchmllm::apply(er.input, origin), topo_, me_,
+                                     sched_)
+                      : route::build(er.gradient, orchmllm::apply(er.lifted, origin), topo_,
+                                     me_, sched_);
+      });
+    });
+    for (auto& f : inputs_) f.get();
+    for (auto& e : errors_)
+      if (e) std::rethrow_exception(e);
+    step_routes out;
+    out.rank = me_;
+    out.all = std::move(routes_);
+    return out;
+  }
+
+ private:
+  template <class F>
+  void run(std::size_t slot, F&& build) {
+    try {
+      routes_[slot] = build();
+    } catch (...) {
+      errors_[slot] = std::current_exception();
+    }
+  }
+
+  const stage_declarations& decl_;
+  const step_metadata& meta_;
+  const topology& topo_;
+  rank_t me_;
+  schedule sched_;
+  bool parallel_;
+  std::size_t kc_;
+  std::vector<route> routes_;
+  std::vector<std::exception_ptr> errors_;
+  std::vector<std::future<void>> inputs_;
+};
 
 }  // namespace detail
 #endif
@@ -467,11 +515,16 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
                                                                      topo, out.stages[k]);
                                          });
                                        }));
+  std::optional<detail::step_route_builder> routes;
+  if (options.routes_for >= 0)
+    routes.emplace(decl, meta, topo, options.routes_for, options.sched, options.parallel_stages);
   std::exception_ptr first_error;
   try {
     out.llm = in_stage(decl.llm.name, [&] {
       return detail::plan_stage(decl.llm, out.llm_layout, topo, out.stages[kc]);
     });
+    // The text route needs Π_M only: built here while the encoder stages are still planned.
+    if (routes) routes->text(out.llm);
   } catch (...) {
     first_error = std::current_exception();
   }
@@ -484,6 +537,7 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
   }
   if (first_error) std::rethrow_exception(first_error);
   out.stages_seconds = lap();
+  if (routes) routes->start_inputs(out);  // Π_E_k's routes, during the composition
 
   const auto moff = out.llm.dst_offsets();
   for (std::size_t k = 0; k < kc; ++k) {
@@ -524,10 +578,7 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     er.gradient = er.output.inverse();
   }
   out.compose_seconds = lap();
-  if (options.routes_for >= 0)
-    out.routes =
-        detail::build_step_routes(decl, meta, out, topo, options.routes_for, options.sched,
-                                  options.parallel_stages);
+  if (routes) out.routes = routes->finish(out);
   out.routes_seconds = lap();
   out.plan_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
