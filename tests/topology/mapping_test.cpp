@@ -334,7 +334,8 @@ TEST_CASE("deterministic: same input, same result") {
   std::mt19937_64 rng(11);
   for (int rep = 0; rep < 4; ++rep) {
     const auto in = random_instance(rng, static_cast<rank_t>(uniform(rng, 20, 200)), rep % 2 == 0);
-    for (auto m : {mapping_method::transport, mapping_method::bottleneck, mapping_method::auction}) {
+    for (auto m :
+         {mapping_method::transport, mapping_method::bottleneck, mapping_method::auction}) {
       const auto a = map_bins(in.binned, in.bytes, in.topo, m);
       const auto b = map_bins(in.binned, in.bytes, in.topo, m);
       CHECK(a.rank_of_bin == b.rank_of_bin);

@@ -187,7 +187,7 @@ struct bottleneck {
 /// that is larger; then per-node GPU placement as `transport`. For large clusters: 8–53 times
 /// faster than `transport` from 10,240 ranks, measured 0.005–0.014 % of U above the minimum
 /// (docs/results.md). Complexity: O(nnz) plus bids of O(deg + log G) each, a few per bin in
-/// practice (at most d + d·⌈C/ε⌉, ε = max(1, ⌊tolerance·U/d⌋), C the largest w[b][m]).
+/// practice (at most d·⌈C/ε⌉ + 2d, ε = max(1, ⌊tolerance·U/d⌋), C the largest w[b][m]).
 /// Throws `invalid_argument_error` unless 0 < tolerance ≤ 1.
 struct auction {
   /// What `mapping_method::auction` uses: at most 1 % of U lost against `transport`.

@@ -97,7 +97,7 @@ inline mapping_method parse_mapping(std::string_view name) { return parse_mappin
 /// far fewer steps thanks to early stopping, plus O(Σ_m G_m³) for the per-node assignments (so
 /// a topology with one huge node costs O(d³)). `bottleneck` adds at most `2·d + 64` swap steps
 /// of O(G·(d + N)) each. `auction` replaces the flow by bids of O(deg + log G) each, a few per
-/// bin in practice (at most d + d·⌈C/ε⌉, detail/topology/auction.hpp). Memory O(n + d + nnz +
+/// bin in practice (at most d·⌈C/ε⌉ + 2d, detail/topology/auction.hpp). Memory O(n + d + nnz +
 /// max_m G_m²).
 ///
 /// The same mappers as objects: `map_bins(binned, item_bytes, topo, mappers::transport{})` and

@@ -27,9 +27,11 @@
 /// optimum − tolerance · U (or optimum − d when that is larger, i.e. when tolerance · U < d).
 ///
 /// Complexity: O(nnz) to start; each bid costs O(deg(b) + log capacity[m1]). Each bid on a full
-/// node raises a held bid by at least ε and bids never exceed C = the largest profit, so there
-/// are at most d + d·⌈C/ε⌉ bids; in practice a few per bin (measured 1 to 18 per bin on the
-/// benchmark workloads at 10,240–102,400 bins, docs/results.md). Memory O(d + N + Σ capacity).
+/// node replaces a held bid by one at least ε higher (p − v2 + ε ≥ λ + ε as v1 ≥ v2), and no
+/// bid exceeds C + ε (C = the largest profit), so the ≤ d held bids allow at most d·⌈C/ε⌉ + d
+/// displacements and there are at most d·⌈C/ε⌉ + 2d bids; in practice a few per bin (measured
+/// 1 to 18 per bin on the benchmark workloads at 10,240–102,400 bins, docs/results.md).
+/// Memory O(d + N + Σ capacity).
 ///
 /// Determinism: integer arithmetic, FIFO bid order, fixed tie-breaks (lowest node among equal
 /// values, arcs scanned in stored order; lowest (bid, bin) displaced). Same input → same output
