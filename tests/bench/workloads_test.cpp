@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "support/scratch_dir.hpp"
 #include "support/test_support.hpp"
 #include "tool/items_csv.hpp"
 #include "tool/workload.hpp"
@@ -60,25 +61,9 @@ std::vector<double> draws(std::uint64_t seed, int n, F&& f) {
   return out;
 }
 
-/// A fresh, empty directory for one test case, removed at the end.
-class scratch_dir {
- public:
-  scratch_dir() {
-    std::random_device rd;  // only makes the name unique; never affects results
-    path_ = fs::temp_directory_path() / ("orchmllm_workloads_test_" + std::to_string(rd()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~scratch_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  scratch_dir(const scratch_dir&) = delete;
-  scratch_dir& operator=(const scratch_dir&) = delete;
-  [[nodiscard]] const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+// A fresh directory per test case, named after this test.
+struct scratch_dir : orchmllm::test::scratch_dir {
+  scratch_dir() : orchmllm::test::scratch_dir("orchmllm_workloads_test_") {}
 };
 
 }  // namespace

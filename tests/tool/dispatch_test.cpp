@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "support/scratch_dir.hpp"
 #include "support/test_support.hpp"
 #include "tool/tool.hpp"
 
@@ -33,27 +34,9 @@ using orchmllm::rearrangement;
 
 namespace {
 
-/// A fresh directory for one test case, removed at the end.
-class scratch_dir {
- public:
-  scratch_dir() {
-    static int counter = 0;
-    std::random_device rd;  // only makes the name unique; never affects results
-    path_ = fs::temp_directory_path() /
-            ("orchmllm_dispatch_test_" + std::to_string(rd()) + "_" + std::to_string(++counter));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~scratch_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  scratch_dir(const scratch_dir&) = delete;
-  scratch_dir& operator=(const scratch_dir&) = delete;
-  [[nodiscard]] std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
+// A fresh directory per test case, named after this test.
+struct scratch_dir : orchmllm::test::scratch_dir {
+  scratch_dir() : orchmllm::test::scratch_dir("orchmllm_dispatch_test_") {}
 };
 
 void write_text(const std::string& path, const std::string& text) {

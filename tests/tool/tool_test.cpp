@@ -24,6 +24,7 @@
 #include <variant>
 #include <vector>
 
+#include "support/scratch_dir.hpp"
 #include "support/test_support.hpp"
 
 #if __has_include(<sys/stat.h>) && __has_include(<sys/wait.h>) && __has_include(<unistd.h>)
@@ -44,34 +45,9 @@ namespace {
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
-/// A fresh, empty directory for one test case, removed at the end.
-class scratch_dir {
- public:
-  scratch_dir() {
-    static int counter = 0;
-    std::random_device rd;  // only makes the directory name unique; never affects results
-    path_ = fs::temp_directory_path() /
-            ("orchmllm_tool_test_" + std::to_string(rd()) + "_" + std::to_string(++counter));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~scratch_dir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  scratch_dir(const scratch_dir&) = delete;
-  scratch_dir& operator=(const scratch_dir&) = delete;
-
-  [[nodiscard]] std::string file(const std::string& name) const { return (path_ / name).string(); }
-  /// Names of all entries (to prove no temporary or partial file was left behind).
-  [[nodiscard]] std::set<std::string> entries() const {
-    std::set<std::string> out;
-    for (const auto& e : fs::directory_iterator(path_)) out.insert(e.path().filename().string());
-    return out;
-  }
-
- private:
-  fs::path path_;
+// A fresh directory per test case, named after this test.
+struct scratch_dir : orchmllm::test::scratch_dir {
+  scratch_dir() : orchmllm::test::scratch_dir("orchmllm_tool_test_") {}
 };
 
 void write_text(const std::string& path, const std::string& text) {
