@@ -304,11 +304,11 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
 /// Options of `plan_step`.
 struct plan_options {
   /// Balance and map the K encoder stages on K extra threads while the calling thread plans the
-  /// LLM (the stages are independent), and build the routes (`routes_for`) as soon as their
-  /// plans exist: the text route while the encoders are planned, the input routes during the
-  /// composition, the rest on up to `std::thread::hardware_concurrency()` threads. The plans
-  /// and routes are the same either way; false does everything one after another on the
-  /// calling thread.
+  /// LLM (the stages are independent), compose the encoders' routes side by side, and build
+  /// the routes (`routes_for`) as soon as their plans exist: the text route while the encoders
+  /// are planned, the input routes during the composition, the rest on up to
+  /// `std::thread::hardware_concurrency()` threads. The plans and routes are the same either
+  /// way; false does everything one after another on the calling thread.
   bool parallel_stages = true;
   /// Also build the prebuilt routes of every transfer of the step for this rank
   /// (`step_plan::routes`); -1 (the default): none. The rest of the plan does not depend on it.
@@ -539,8 +539,10 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
   out.stages_seconds = lap();
   if (routes) routes->start_inputs(out);  // Π_E_k's routes, during the composition
 
+  // The encoders' compositions are independent (each writes only its own routes): on
+  // threads as the stages are.
   const auto moff = out.llm.dst_offsets();
-  for (std::size_t k = 0; k < kc; ++k) {
+  const auto compose = [&](std::size_t k) {
     const auto& mod = meta.modalities[k];
     auto& er = out.encoders[k];
 
@@ -576,7 +578,8 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     er.lifted = rearrangement::from_placements(mod.offsets, lifted, d);
     er.output = rearrangement::from_placements(eoff, composed, d);
     er.gradient = er.output.inverse();
-  }
+  };
+  detail::run_indexed(kc, options.parallel_stages ? detail::planning_threads() : 1, compose);
   out.compose_seconds = lap();
   if (routes) out.routes = routes->finish(out);
   out.routes_seconds = lap();
