@@ -335,13 +335,13 @@ class step_route_builder {
       : decl_(decl), meta_(meta), topo_(topo), me_(me), sched_(sched), parallel_(parallel),
         kc_(meta.modalities.size()), routes_(3 * kc_ + 1), errors_(3 * kc_ + 1) {}
 
-  // Builds the text route (Π_M) here.
+  // Builds the text route (Π_M) here. The byte products cannot overflow: plan_step's LLM
+  // layout checked each of them ("text bytes of sample").
   void text(const rearrangement& llm) {
     run(kc_, [&] {
       std::vector<std::int64_t> bytes(meta_.text_tokens.size());
       for (std::size_t g = 0; g < bytes.size(); ++g)
-        bytes[g] = detail::checked_mul(meta_.text_tokens[g], decl_.llm.text_row_bytes,
-                                       "text bytes of sample ", g);
+        bytes[g] = meta_.text_tokens[g] * decl_.llm.text_row_bytes;
       return route::build(llm, bytes, topo_, me_, sched_);
     });
   }
@@ -361,23 +361,25 @@ class step_route_builder {
 
   // Builds the output and gradient routes, waits for the inputs, returns all.
   step_routes finish(const step_plan& plan) {
+    // Encoder output bytes by sub-item, once per encoder. The products cannot overflow:
+    // plan_step's LLM layout checked each of them ("encoder output bytes of sample").
+    std::vector<std::vector<std::int64_t>> origin(kc_);
+    for (std::size_t k = 0; k < kc_; ++k) {
+      const auto& tokens = meta_.modalities[k].llm_tokens;
+      origin[k].resize(tokens.size());
+      for (std::size_t i = 0; i < tokens.size(); ++i)
+        origin[k][i] = tokens[i] * decl_.encoders[k].output_row_bytes;
+    }
     detail::run_indexed(2 * kc_, parallel_ ? detail::planning_threads() : 1, [&](std::size_t t) {
       const std::size_t k = t % kc_;
       const bool output = t < kc_;
       run(output ? kc_ + 1 + k : 2 * kc_ + 1 + k, [&] {
-        // Encoder output bytes by sub-item, carried along a plan (an item keeps its bytes):
-        // into Π_E_k's destination order for the output route, into Π_M's (the lift L_k) for
-        // the gradient route.
-        const auto& tokens = meta_.modalities[k].llm_tokens;
-        std::vector<std::int64_t> origin(tokens.size());
-        for (std::size_t i = 0; i < tokens.size(); ++i)
-          origin[i] = detail::checked_mul(tokens[i], decl_.encoders[k].output_row_bytes,
-                                          "stage '", decl_.encoders[k].name,
-                                          "': output bytes of item ", i);
+        // The bytes carried along a plan (an item keeps its bytes): into Π_E_k's destination
+        // order for the output route, into Π_M's (the lift L_k) for the gradient route.
         const auto& er = plan.encoders[k];
-        return output ? route::build(er.output, orchmllm::apply(er.input, origin), topo_, me_,
-                                     sched_)
-                      : route::build(er.gradient, orchmllm::apply(er.lifted, origin), topo_,
+        return output ? route::build(er.output, orchmllm::apply(er.input, origin[k]), topo_,
+                                     me_, sched_)
+                      : route::build(er.gradient, orchmllm::apply(er.lifted, origin[k]), topo_,
                                      me_, sched_);
       });
     });

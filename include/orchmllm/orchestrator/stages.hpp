@@ -199,24 +199,24 @@ class stage_mapper {
     requires(!std::is_same_v<std::remove_cvref_t<M>, stage_mapper> && mapper<M>)
   stage_mapper(M m, std::string name = {})  // NOLINT(google-explicit-constructor): `.mapper = my_mapper{}`
       : name_(std::move(name)) {
-    if constexpr (std::is_same_v<M, mappers::bottleneck>) {
-      if (m.step_budget != -1 && name_.empty())
-        name_ = detail::concat("bottleneck(step_budget=", m.step_budget, ")");
-    }
-    if constexpr (std::is_same_v<M, mappers::auction>) {
-      if (m.tolerance != mappers::auction::default_tolerance && name_.empty())
-        name_ = detail::concat("auction(tolerance=", m.tolerance, ")");
-    }
     if constexpr (is_builtin_mapper_v<M>) {
-      bool selectable = true;  // a method selects the same mapper
-      if constexpr (std::is_same_v<M, mappers::bottleneck>) selectable = m.step_budget == -1;
-      if constexpr (std::is_same_v<M, mappers::auction>)
+      // A method selects the same mapper unless a knob is off its default; such an object is
+      // held as a custom mapper named by the knob.
+      bool selectable = true;
+      std::string knob;
+      if constexpr (std::is_same_v<M, mappers::bottleneck>) {
+        selectable = m.step_budget == -1;
+        knob = detail::concat("bottleneck(step_budget=", m.step_budget, ")");
+      } else if constexpr (std::is_same_v<M, mappers::auction>) {
         selectable = m.tolerance == mappers::auction::default_tolerance;
+        knob = detail::concat("auction(tolerance=", m.tolerance, ")");
+      }
       if (selectable) {
         builtin_ = m.method();
         name_ = std::string(to_string(m.method()));
         return;
       }
+      if (name_.empty()) name_ = std::move(knob);
     }
     if (name_.empty()) {
       if constexpr (requires { std::string(m.name()); }) {

@@ -25,8 +25,9 @@ namespace orchmllm {
 namespace detail {
 
 // The rank of every bin under a built-in method: what `map_bins(..., method)` and the mapper
-// types of topology/mapper.hpp (mappers::identity, transport, bottleneck) compute, one code for
-// both. `step_budget`: the bottleneck local search's swap budget; `tolerance`: the auction's.
+// types of topology/mapper.hpp (mappers::identity, transport, bottleneck, auction) compute, one
+// code for both. `step_budget`: the bottleneck local search's swap budget; `tolerance`: the
+// auction's.
 inline std::vector<rank_t> builtin_rank_of_bin(
     const mapping_problem& problem, mapping_method method, std::int64_t step_budget,
     double tolerance = mappers::auction::default_tolerance) {
