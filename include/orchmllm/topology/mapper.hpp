@@ -149,7 +149,8 @@ concept mapper = requires(const M& m, const bin_mapping_problem& p) {
 /// The built-in mappers as types (see topology/mapping.hpp for the algorithms and guarantees).
 /// Each returns the rank of every bin; `method()` is the `mapping_method` that selects the same
 /// mapper, and `map_bins(..., m)` with one of them is bit-identical to `map_bins(...,
-/// m.method())` (same code). Deterministic; never throw on a problem `map_bins` built.
+/// m.method())` (same code). Deterministic; never throw on a problem `map_bins` built, except
+/// `auction` with a tolerance outside (0, 1].
 namespace mappers {
 
 /// Bin k → rank k (`mapping_method::identity`). O(d).
