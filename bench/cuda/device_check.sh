@@ -9,7 +9,15 @@
 #                                                and Google Benchmark installed: copies their
 #                                                headers, CMake package files and libraries into
 #                                                the prefix DIR, for a GPU machine that lacks them
-#                                                (carry DIR there; set ORCHMLLM_DEVICE_DEPS=DIR)
+#                                                (carry DIR there; set ORCHMLLM_DEVICE_DEPS=DIR);
+#                                                with Debian's OpenMPI installed, also its runtime
+#                                                files (DIR/mpiroot) and the CUDA runtime library
+#
+# On the GPU machine, when mpirun is missing and DEPS/mpiroot exists, the staged OpenMPI runtime
+# is copied into / without overwriting anything (cp -n; meant for a bare, throw-away machine),
+# and the NCCL library is looked up on the machine (e.g. the PyTorch wheel's) for the loader.
+# With ORCHMLLM_PREBUILT=1 and BUILD_DIR pointing at binaries built elsewhere (same layout:
+# tests/backend/cuda/*, bench/cuda/cuda_gather_bench), nothing is compiled there.
 #
 # Environment: OUT (results folder), ORCHMLLM_DEVICE_DEPS (prefix from --stage-deps, added to
 # CMAKE_PREFIX_PATH; default <repo>/.device-deps when that folder exists), CUDA_HOME (default /usr/local/cuda), BUILD_DIR (default
@@ -39,6 +47,24 @@ if [[ "${1:-}" == "--stage-deps" ]]; then
   for f in /usr/lib/x86_64-linux-gnu/libbenchmark.so* /usr/lib/x86_64-linux-gnu/libbenchmark_main.a; do
     cp -L "$f" "$DEST/lib/x86_64-linux-gnu/"
   done
+  if dpkg -L libopenmpi3 >/dev/null 2>&1; then
+    for p in libopenmpi3 openmpi-bin openmpi-common libpmix2 libhwloc15 libevent-core-2.1-7 \
+      libevent-pthreads-2.1-7; do
+      dpkg -L "$p" | while read -r f; do
+        [[ -f "$f" || -L "$f" ]] || continue
+        case "$f" in /usr/share/doc/* | /usr/share/man/* | /usr/share/lintian/*) continue ;; esac
+        mkdir -p "$DEST/mpiroot$(dirname "$f")"
+        cp -a "$f" "$DEST/mpiroot$f"
+      done
+    done
+    # Libraries MPI needs that a minimal image may lack; used only when the loader finds none.
+    mkdir -p "$DEST/lib/fallback"
+    for f in libmunge.so.2 libudev.so.1 libz.so.1; do
+      [[ -e /lib/x86_64-linux-gnu/$f ]] && cp -L "/lib/x86_64-linux-gnu/$f" "$DEST/lib/fallback/"
+    done
+    cp -L "${CUDA_HOME:-/usr/local/cuda}"/lib*/libcudart.so.1[0-9]* "$DEST/lib/fallback/" \
+      2>/dev/null
+  fi
   du -sh "$DEST"
   echo "staged doctest and Google Benchmark in $DEST; on the GPU machine: ORCHMLLM_DEVICE_DEPS=$DEST"
   exit 0
@@ -59,6 +85,15 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if [[ -n "$DEPS" ]]; then
   DEPS=$(cd "$DEPS" && pwd)
   export LD_LIBRARY_PATH="$DEPS/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  if ! command -v mpirun >/dev/null && [[ -d "$DEPS/mpiroot" ]]; then
+    cp -an "$DEPS/mpiroot/." /
+    [[ -e /usr/bin/mpirun ]] || ln -s mpirun.openmpi /usr/bin/mpirun
+    export OMPI_MCA_mca_base_component_show_load_errors=0
+  fi
+  NCCL_SO=$(find / -xdev \( -path /proc -o -path /sys \) -prune -o -name 'libnccl.so.2*' -print \
+    2>/dev/null | head -1)
+  export LD_LIBRARY_PATH="$LD_LIBRARY_PATH${NCCL_SO:+:$(dirname "$NCCL_SO")}:$CUDA_HOME/lib64"
+  [[ -d "$DEPS/lib/fallback" ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$DEPS/lib/fallback"
 fi
 
 say() { echo "== $*" | tee -a "$LOG"; }

@@ -4,7 +4,7 @@
 //   BM_cub_batched       cuda::device_mover, gather_method::cub_batched (host staging of the
 //                        segment table + upload + cub::DeviceMemcpy::Batched)
 //   BM_cub_kernel        cub::DeviceMemcpy::Batched alone, segment table already on the device
-//   BM_thrust_chunked    cuda::device_mover, gather_method::thrust_chunked (chunk size: arg 2)
+//   BM_thrust_chunked    cuda::device_mover, gather_method::thrust_chunked (chunk size: arg 3)
 //   BM_memcpy_batch      cudaMemcpyBatchAsync of the same segments (CUDA >= 13)
 //   BM_d2d_copy          one cudaMemcpyAsync device-to-device of the same total bytes: the
 //                        ceiling a gather can approach
@@ -19,6 +19,7 @@
 #include <thrust/iterator/transform_iterator.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -42,8 +43,10 @@ bool have_device() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-// rows lognormal(0, 1.25) lengths scaled to about `total` bytes; segment i reads row i of a
-// row-ordered input and writes it to a shuffled position of the output.
+// rows lognormal(0, 1.25) lengths scaled to about `total` bytes, each a multiple of `unit` bytes
+// (1: any length, so sources and destinations have unrelated alignments, the worst case; 16:
+// rows of 16-byte multiples, as every bf16/fp32 activation row of a real model is); segment i
+// reads row i of a row-ordered input and writes it to a shuffled position of the output.
 struct workload {
   std::int64_t rows = 0;
   std::int64_t bytes = 0;
@@ -63,9 +66,9 @@ struct workload {
   }
 };
 
-workload& get_workload(std::int64_t rows, std::int64_t total) {
-  static std::map<std::pair<std::int64_t, std::int64_t>, std::unique_ptr<workload>> cache;
-  auto& slot = cache[{rows, total}];
+workload& get_workload(std::int64_t rows, std::int64_t total, std::int64_t unit) {
+  static std::map<std::array<std::int64_t, 3>, std::unique_ptr<workload>> cache;
+  auto& slot = cache[{rows, total, unit}];
   if (slot) return *slot;
   slot = std::make_unique<workload>();
   workload& w = *slot;
@@ -75,8 +78,9 @@ workload& get_workload(std::int64_t rows, std::int64_t total) {
   double sum = 0;
   for (auto& x : raw) sum += (x = dist(rng));
   std::vector<std::int64_t> len(static_cast<std::size_t>(rows));
+  const double units = static_cast<double>(total) / static_cast<double>(unit);
   for (std::size_t i = 0; i < raw.size(); ++i) {
-    len[i] = std::max<std::int64_t>(1, std::llround(raw[i] / sum * static_cast<double>(total)));
+    len[i] = unit * std::max<std::int64_t>(1, std::llround(raw[i] / sum * units));
     w.bytes += len[i];
   }
   std::vector<std::int64_t> src(len.size()), order(len.size()), dst(len.size());
@@ -163,19 +167,20 @@ void run(benchmark::State& state, workload& w, Op&& op,
   state.counters["rows"] = static_cast<double>(w.rows);
   state.counters["segments"] = static_cast<double>(w.segments.size());
   state.counters["MiB"] = static_cast<double>(w.bytes) / (1 << 20);
+  state.counters["unit"] = static_cast<double>(state.range(2));
   state.SetBytesProcessed(w.bytes * state.iterations());
 }
 
 void BM_cub_batched(benchmark::State& state) {
   if (!have_device()) return state.SkipWithError("no CUDA device");
-  workload& w = get_workload(state.range(0), state.range(1));
+  workload& w = get_workload(state.range(0), state.range(1), state.range(2));
   device_mover mover(get_timing().stream, gather_method::cub_batched);
   run(state, w, [&](cudaStream_t) { mover.gather(w.d_in, w.d_out, w.segments); });
 }
 
 void BM_cub_kernel(benchmark::State& state) {
   if (!have_device()) return state.SkipWithError("no CUDA device");
-  workload& w = get_workload(state.range(0), state.range(1));
+  workload& w = get_workload(state.range(0), state.range(1), state.range(2));
   const auto n = static_cast<std::int64_t>(w.segments.size());
   const auto first = thrust::counting_iterator<std::int64_t>(0);
   const auto srcs = thrust::make_transform_iterator(
@@ -195,16 +200,16 @@ void BM_cub_kernel(benchmark::State& state) {
 
 void BM_thrust_chunked(benchmark::State& state) {
   if (!have_device()) return state.SkipWithError("no CUDA device");
-  workload& w = get_workload(state.range(0), state.range(1));
-  device_mover mover(get_timing().stream, gather_method::thrust_chunked, state.range(2));
+  workload& w = get_workload(state.range(0), state.range(1), state.range(2));
+  device_mover mover(get_timing().stream, gather_method::thrust_chunked, state.range(3));
   run(state, w, [&](cudaStream_t) { mover.gather(w.d_in, w.d_out, w.segments); });
-  state.counters["chunk_bytes"] = static_cast<double>(state.range(2));
+  state.counters["chunk_bytes"] = static_cast<double>(state.range(3));
 }
 
 #if CUDART_VERSION >= 13000
 void BM_memcpy_batch(benchmark::State& state) {
   if (!have_device()) return state.SkipWithError("no CUDA device");
-  workload& w = get_workload(state.range(0), state.range(1));
+  workload& w = get_workload(state.range(0), state.range(1), state.range(2));
   const std::size_t n = w.segments.size();
   std::vector<void*> dsts(n);
   std::vector<const void*> srcs(n);
@@ -226,7 +231,7 @@ void BM_memcpy_batch(benchmark::State& state) {
 
 void BM_d2d_copy(benchmark::State& state) {
   if (!have_device()) return state.SkipWithError("no CUDA device");
-  workload& w = get_workload(state.range(0), state.range(1));
+  workload& w = get_workload(state.range(0), state.range(1), state.range(2));
   run(
       state, w,
       [&](cudaStream_t s) {
@@ -236,19 +241,26 @@ void BM_d2d_copy(benchmark::State& state) {
       &w.input);
 }
 
-// {rows, total bytes}: ~6.7 KB and ~54 KB mean rows.
+// {rows, total bytes, unit}: ~6.7 KB and ~54 KB mean rows, of any length (unit 1) or of
+// 16-byte multiples (unit 16).
+constexpr std::int64_t kSmall = std::int64_t{64} << 20, kLarge = std::int64_t{512} << 20;
 void sizes(benchmark::internal::Benchmark* b) {
-  b->Args({10000, std::int64_t{64} << 20})->Args({10000, std::int64_t{512} << 20});
+  for (std::int64_t unit : {1, 16})
+    for (std::int64_t total : {kSmall, kLarge}) b->Args({10000, total, unit});
+}
+void sizes_aligned(benchmark::internal::Benchmark* b) {
+  for (std::int64_t total : {kSmall, kLarge}) b->Args({10000, total, 16});
 }
 void sizes_and_chunks(benchmark::internal::Benchmark* b) {
-  for (std::int64_t total : {std::int64_t{64} << 20, std::int64_t{512} << 20})
-    for (std::int64_t chunk : {std::int64_t{4096}, std::int64_t{16384}})
-      b->Args({10000, total, chunk});
+  for (std::int64_t unit : {1, 16})
+    for (std::int64_t total : {kSmall, kLarge})
+      for (std::int64_t chunk : {std::int64_t{4096}, std::int64_t{16384}, std::int64_t{65536}})
+        b->Args({10000, total, unit, chunk});
 }
 
 }  // namespace
 
-BENCHMARK(BM_d2d_copy)->Apply(sizes)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_d2d_copy)->Apply(sizes_aligned)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cub_batched)->Apply(sizes)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_cub_kernel)->Apply(sizes)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_thrust_chunked)
@@ -256,5 +268,5 @@ BENCHMARK(BM_thrust_chunked)
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond);
 #if CUDART_VERSION >= 13000
-BENCHMARK(BM_memcpy_batch)->Apply(sizes)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_memcpy_batch)->Apply(sizes_aligned)->UseManualTime()->Unit(benchmark::kMicrosecond);
 #endif

@@ -63,8 +63,8 @@ std::vector<std::byte> run_device_mover(device_mover& mover, const problem& p) {
 TEST_CASE("device_mover: CUB batched and Thrust chunked match the host reference") {
   CHECK(orchmllm::test::cuda_device_count > 0);
   test_stream stream;
-  device_mover cub(stream.get());
-  device_mover chunked(stream.get(), gather_method::thrust_chunked);
+  device_mover cub(stream.get(), gather_method::cub_batched);
+  device_mover chunked(stream.get());  // the default method
   device_mover chunked_small(stream.get(), gather_method::thrust_chunked, 256);
   CHECK(cub.method() == gather_method::cub_batched);
   CHECK(chunked.method() == gather_method::thrust_chunked);

@@ -1,7 +1,7 @@
 // GPU runtime test of nccl::communicator and nccl::communicator_ref (over an ncclComm_t the
-// test creates itself, as a trainer's framework would), run under mpiexec (one rank in ctest; the device
-// check script also runs it on one GPU). The conformance suite of the communicator concept runs
-// with device payload buffers (cuda_staging): self send/recv, zero counts, gapped
+// test creates itself, as a trainer's framework would), run under mpiexec (one rank in ctest;
+// the device check script also runs it on one GPU). The conformance suite of the communicator
+// concept runs with device payload buffers (cuda_staging): self send/recv, zero counts, gapped
 // displacements, 1 MiB, bad spans. Exits with 77 (ctest: skipped) when no CUDA device is
 // present. Uses the MPI doctest main (tests/backend/mpi/mpi_main.cpp).
 #include <doctest/doctest.h>
@@ -73,7 +73,8 @@ TEST_CASE("nccl communicator: verify_counts catches a count mismatch before send
   orchmllm::nccl::communicator comm(MPI_COMM_WORLD, stream.get(), opts);
   CHECK_NOTHROW(orchmllm::test::check_communicator_conformance(
       comm, orchmllm::test::cuda_staging{stream.get()}));
-  // Every rank expects one byte more from rank 0 than rank 0 sends.
+  // Every rank expects one byte more from rank 0 than rank 0 sends: each one sees the mismatch
+  // in the count exchange itself and names it.
   const auto n = static_cast<std::size_t>(comm.size());
   orchmllm::test::cuda_staging staging{stream.get()};
   std::byte* buf = staging.alloc(1024);
@@ -82,7 +83,7 @@ TEST_CASE("nccl communicator: verify_counts catches a count mismatch before send
   recv_counts[0] = 6;
   orchmllm::test::expect_error<orchmllm::communication_error>(
       [&] { comm.all_to_allv(buf, send_counts, displs, buf + 512, recv_counts, displs); },
-      {"disagree"});
+      {"expects recv_counts[0] = 6 bytes but rank 0 sends 5", "nothing was sent"});
   CHECK_FALSE(comm.aborted());  // nothing was posted: still usable
   CHECK_NOTHROW(orchmllm::test::check_communicator_conformance(comm, staging));
   staging.free(buf);

@@ -1,8 +1,8 @@
 #pragma once
 /// @file mover.cuh
 /// CUDA backend of the `byte_mover` concept (comm/mover.hpp): `orchmllm::cuda::device_mover`
-/// packs and unpacks byte segments in device memory on a CUDA stream, with CUB's batched
-/// memcpy (default) or the chunked Thrust gather (backend/thrust/gather.hpp). Also the CUDA
+/// packs and unpacks byte segments in device memory on a CUDA stream, with the chunked Thrust
+/// gather (backend/thrust/gather.hpp; the default) or CUB's batched memcpy. Also the CUDA
 /// error type `orchmllm::cuda::cuda_error` and the check macro ORCHMLLM_CUDA_CHECK.
 ///
 /// Needs nvcc (C++20) and the CUDA runtime: CMake target orchmllm::cuda (option
@@ -68,10 +68,12 @@ namespace orchmllm::cuda {
 /// How `device_mover::gather` copies segments.
 enum class gather_method {
   /// cub::DeviceMemcpy::Batched: one batched copy of all segments (CUB balances small and
-  /// large buffers across warps and blocks). The default.
+  /// large buffers across warps and blocks). Measured on an H200 (docs/results.md, "GPU
+  /// gather"), it only wins for rows of arbitrary byte lengths above ~0.5 GB.
   cub_batched,
   /// orchmllm::gather_segments' chunked kernel (thrust::for_each over chunks of
-  /// `chunk_bytes`), on the same stream without synchronisation.
+  /// `chunk_bytes`), on the same stream without synchronisation. The default: 1.7-3.2x
+  /// cub_batched on an H200 for rows of 16-byte multiples (every bf16/fp32 activation row).
   thrust_chunked,
 };
 
@@ -145,9 +147,9 @@ class device_buffer {
 ///   destructor; growing waits for the stream first (the old buffer may still be in use).
 /// - `gather(in, out, segments)`: copies the host segment list into a pinned staging buffer,
 ///   uploads it with one cudaMemcpyAsync on the stream, then enqueues the copy on the same
-///   stream: `cub::DeviceMemcpy::Batched` over iterators that produce in + src[i],
-///   out + dst[i] and bytes[i] (gather_method::cub_batched), or the chunked Thrust kernel
-///   (gather_method::thrust_chunked). It returns without waiting for the copy: work queued on
+///   stream: the chunked Thrust kernel (gather_method::thrust_chunked), or
+///   `cub::DeviceMemcpy::Batched` over iterators that produce in + src[i], out + dst[i] and
+///   bytes[i] (gather_method::cub_batched). It returns without waiting for the copy: work queued on
 ///   the stream afterwards (the NCCL communicator's all_to_allv) sees its result. Before the
 ///   pinned staging buffer is reused, the previous upload is awaited (an event), so the host
 ///   list may be changed or destroyed as soon as gather returns.
@@ -164,7 +166,7 @@ class device_mover {
   /// Work is enqueued on `stream` (may be the legacy default stream 0). `chunk_bytes` is the
   /// chunk size of gather_method::thrust_chunked (a positive multiple of 16, else
   /// invalid_argument_error). Allocates nothing until first used.
-  explicit device_mover(cudaStream_t stream, gather_method method = gather_method::cub_batched,
+  explicit device_mover(cudaStream_t stream, gather_method method = gather_method::thrust_chunked,
                         std::int64_t chunk_bytes = default_gather_chunk_bytes)
       : stream_(stream), method_(method), chunk_bytes_(chunk_bytes) {
     ::orchmllm::detail::thrust_gather::check_chunk(chunk_bytes);
@@ -316,7 +318,7 @@ class device_mover {
   }
 
   cudaStream_t stream_ = nullptr;
-  gather_method method_ = gather_method::cub_batched;
+  gather_method method_ = gather_method::thrust_chunked;
   std::int64_t chunk_bytes_ = default_gather_chunk_bytes;
   detail::device_buffer scratch_[2];
   detail::device_buffer table_;      // segment table on the device
