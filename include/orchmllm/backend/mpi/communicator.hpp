@@ -34,6 +34,10 @@
 /// of G ranks whenever `communicator_options::ranks_per_node` is 0; unset, empty or "0" means
 /// real nodes. Anything else (not a non-negative integer) raises invalid_argument_error from
 /// the constructor on every rank.
+///
+/// Headers (this one includes them all): backend/mpi/environment.hpp (`mpi::environment`,
+/// ORCHMLLM_RANKS_PER_NODE) and, under backend/mpi/detail/, error_and_wait.hpp (MPI error
+/// checks, deadline waits) and agreement.hpp (the agreement step's helpers).
 
 #include <mpi.h>
 
@@ -57,6 +61,9 @@
 #include <utility>
 #include <vector>
 
+#include "orchmllm/backend/mpi/detail/agreement.hpp"
+#include "orchmllm/backend/mpi/detail/error_and_wait.hpp"
+#include "orchmllm/backend/mpi/environment.hpp"
 #include "orchmllm/comm/communicator.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
@@ -65,209 +72,7 @@
 #include "orchmllm/detail/comm/segments.hpp"
 #include "orchmllm/detail/core/fnv.hpp"
 
-namespace orchmllm::detail::mpi_backend {
-
-// Text for an MPI error code: the implementation's string plus the code itself.
-inline std::string error_string(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  std::string out;
-  if (MPI_Error_string(code, text, &len) == MPI_SUCCESS && len > 0)
-    out.assign(text, len);
-  else
-    out = "unknown MPI error";
-  return out + " (MPI error code " + std::to_string(code) + ")";
-}
-
-// Throws communication_error naming the MPI call and the error. The location is the caller's.
-inline void check(int rc, std::string_view call,
-                  source_location where = source_location::current()) {
-  if (rc != MPI_SUCCESS) [[unlikely]]
-    throw communication_error(std::string(call) + " failed: " + error_string(rc), where);
-}
-
-// Past its deadline a wait aborts the whole job: a peer that failed, returned early or called
-// another operation will never arrive, and MPI cannot cancel a collective. Prints which
-// operation on which rank did not complete (stderr, one line), then MPI_Abort.
-[[noreturn]] inline void abort_after_deadline(const char* what, int rank,
-                                              std::chrono::milliseconds timeout, MPI_Comm comm) {
-  std::fprintf(stderr,
-               "orchmllm: mpi::communicator: %s on rank %d did not complete within %lld ms (a "
-               "peer failed, returned early or called another operation); aborting the job\n",
-               what, rank, static_cast<long long>(timeout.count()));
-  std::fflush(stderr);
-  MPI_Abort(comm, 1);
-  std::abort();  // MPI_Abort does not return; this only satisfies [[noreturn]]
-}
-
-// Between two polls of a deadline wait: yield the processor, then sleep briefly, so that
-// oversubscribed ranks (CI runs 8 on 2 cores) still progress.
-inline void pause_between_polls(unsigned polls) {
-  if (polls < 64)
-    std::this_thread::yield();
-  else
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-}
-
-// Polls `req` until it completes (`done` set) or `deadline` passes (`done` false). Returns the
-// MPI error code of the last MPI_Test.
-inline int poll_until(MPI_Request& req, std::chrono::steady_clock::time_point deadline,
-                      bool& done) {
-  done = false;
-  for (unsigned polls = 0;; ++polls) {
-    int flag = 0;
-    const int rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
-    done = flag != 0;
-    if (rc != MPI_SUCCESS || done || std::chrono::steady_clock::now() >= deadline) return rc;
-    pause_between_polls(polls);
-  }
-}
-
-// Polls `req` (posted with return code `posted`) until it completes; past `deadline` aborts the
-// job (abort_after_deadline). Returns the MPI error code.
-inline int wait_until(int posted, MPI_Request& req,
-                      std::chrono::steady_clock::time_point deadline,
-                      std::chrono::milliseconds timeout, const char* what, int rank,
-                      MPI_Comm comm) {
-  if (posted != MPI_SUCCESS) return posted;
-  bool done = false;
-  const int rc = poll_until(req, deadline, done);
-  if (rc == MPI_SUCCESS && !done) abort_after_deadline(what, rank, timeout, comm);
-  return rc;
-}
-
-// One MPI collective: `blocking()` without a timeout (timeout <= 0), else `posting(&request)`
-// (its non-blocking form) completed by wait_until. Returns the MPI error code.
-template <class Blocking, class Posting>
-int run_collective(std::chrono::milliseconds timeout, int rank, MPI_Comm comm, const char* what,
-                   Blocking&& blocking, Posting&& posting) {
-  if (timeout.count() <= 0) return blocking();
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  MPI_Request req = MPI_REQUEST_NULL;
-  const int posted = posting(&req);
-  return wait_until(posted, req, deadline, timeout, what, rank, comm);
-}
-
-// The outcome of a local transfer attempt that must be agreed on before anyone throws.
-struct outcome {
-  int rc = MPI_SUCCESS;
-  std::string what;  // empty when rc == MPI_SUCCESS
-  void fail(int code, std::string text) {
-    if (rc != MPI_SUCCESS) return;  // keep the first failure
-    rc = code == MPI_SUCCESS ? MPI_ERR_OTHER : code;
-    what = std::move(text);
-  }
-  [[nodiscard]] bool ok() const noexcept { return rc == MPI_SUCCESS; }
-};
-
-// A deterministic digest for "do all ranks pass the same counts".
-inline std::int64_t digest(std::span<const std::int64_t> v) {
-  ::orchmllm::detail::fnv f;
-  f.mix_all(v);
-  return std::bit_cast<std::int64_t>(f.h);
-}
-
-// Parses ORCHMLLM_RANKS_PER_NODE; nullopt when unset or empty.
-inline std::optional<std::int64_t> ranks_per_node_from_env() {
-  const char* text = std::getenv("ORCHMLLM_RANKS_PER_NODE");
-  if (text == nullptr || *text == '\0') return std::nullopt;
-  std::string_view s(text);
-  std::int64_t value = -1;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  ORCHMLLM_REQUIRE(ec == std::errc() && end == s.data() + s.size() && value >= 0 &&
-                       value <= std::numeric_limits<rank_t>::max(),
-                   invalid_argument_error, "ORCHMLLM_RANKS_PER_NODE='", s,
-                   "' is not an integer in [0, ", std::numeric_limits<rank_t>::max(), "]");
-  return value;
-}
-
-using ::orchmllm::detail::check_all_to_allv_args;
-
-// The optional pairwise count check (`verify_counts`): one MPI_Alltoall of the send counts
-// tells every rank what its peers are about to send. A rank with invalid arguments (`invalid`)
-// still takes part, sending -1s, so nobody blocks. Returns the mismatch this rank sees.
-inline std::optional<communication_error> exchange_and_compare_counts(
-    MPI_Comm comm, const char* op, rank_t me, bool invalid,
-    std::span<const std::int64_t> send_counts, std::span<const std::int64_t> recv_counts,
-    std::size_t p, std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {
-  std::vector<std::int64_t> mine(p, -1);
-  if (!invalid) std::copy(send_counts.begin(), send_counts.end(), mine.begin());
-  std::vector<std::int64_t> theirs(p, -1);
-  check(run_collective(
-            timeout, me, comm, "MPI_Alltoall (all_to_allv count check)",
-            [&] {
-              return MPI_Alltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T,
-                                  comm);
-            },
-            [&](MPI_Request* r) {
-              return MPI_Ialltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T,
-                                   comm, r);
-            }),
-        std::string("MPI_Alltoall (") + op + " count check)");
-  for (std::size_t q = 0; q < p && !invalid; ++q) {
-    if (theirs[q] >= 0 && theirs[q] != recv_counts[q])
-      return communication_error(concat(op, ": rank ", me, " expects recv_counts[", q, "] = ",
-                                        recv_counts[q], " bytes but rank ", q, " sends ",
-                                        theirs[q], "; nothing was sent"));
-  }
-  return std::nullopt;
-}
-
-}  // namespace orchmllm::detail::mpi_backend
-
 namespace orchmllm::mpi {
-
-/// RAII owner of the MPI library's lifetime for programs that do not manage it themselves.
-///
-/// The constructor calls MPI_Init_thread(argc, argv, required) unless MPI is already
-/// initialised (then it only records the thread level); the destructor calls MPI_Finalize only
-/// if this object initialised MPI and MPI is not finalised yet. Destroy every
-/// `mpi::communicator` before it. Not copyable or movable. Throws communication_error when
-/// MPI_Init_thread fails and invalid_argument_error when MPI was already finalised.
-class environment {
- public:
-  /// Initialises MPI without command-line arguments.
-  explicit environment(int required = MPI_THREAD_FUNNELED)
-      : environment(nullptr, nullptr, required) {}
-
-  /// Initialises MPI with main's arguments (MPI may strip its own from them).
-  environment(int* argc, char*** argv, int required = MPI_THREAD_FUNNELED) {
-    int finalized = 0;
-    detail::mpi_backend::check(MPI_Finalized(&finalized), "MPI_Finalized");
-    ORCHMLLM_REQUIRE(!finalized, invalid_argument_error,
-                     "MPI was already finalised; it cannot be initialised again");
-    int initialized = 0;
-    detail::mpi_backend::check(MPI_Initialized(&initialized), "MPI_Initialized");
-    if (initialized) {
-      detail::mpi_backend::check(MPI_Query_thread(&provided_), "MPI_Query_thread");
-    } else {
-      detail::mpi_backend::check(MPI_Init_thread(argc, argv, required, &provided_),
-                                 "MPI_Init_thread");
-      owns_ = true;
-    }
-  }
-
-  environment(const environment&) = delete;
-  environment& operator=(const environment&) = delete;
-  environment(environment&&) = delete;
-  environment& operator=(environment&&) = delete;
-
-  ~environment() {
-    if (!owns_) return;
-    int finalized = 0;
-    if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Finalize();
-  }
-
-  /// True when this object called MPI_Init_thread (and will call MPI_Finalize).
-  [[nodiscard]] bool initialised_here() const noexcept { return owns_; }
-  /// The thread support level MPI provides (MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE); may be
-  /// below the requested one, which the caller should check if it matters.
-  [[nodiscard]] int thread_level() const noexcept { return provided_; }
-
- private:
-  bool owns_ = false;
-  int provided_ = MPI_THREAD_SINGLE;
-};
 
 /// Construction options of `mpi::communicator`. Every rank must pass the same values (checked:
 /// invalid_argument_error on every rank otherwise).
