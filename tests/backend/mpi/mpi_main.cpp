@@ -20,7 +20,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "orchmllm/backend/mpi/communicator.hpp"
+#include "orchmllm/backend/mpi/environment.hpp"
 
 namespace {
 

@@ -34,240 +34,42 @@
 /// of G ranks whenever `communicator_options::ranks_per_node` is 0; unset, empty or "0" means
 /// real nodes. Anything else (not a non-negative integer) raises invalid_argument_error from
 /// the constructor on every rank.
+///
+/// Headers (this one includes them all): backend/mpi/environment.hpp (`mpi::environment`,
+/// ORCHMLLM_RANKS_PER_NODE) and, under backend/mpi/detail/, error_and_wait.hpp (MPI error
+/// checks, deadline waits), agreement.hpp (argument and outcome agreement), exchange.hpp (the
+/// transfers: one MPI collective or the chunked point-to-point path), gather_datatypes.hpp
+/// (all_to_allv_gather's datatype path), comm_handle.hpp (the MPI_Comm's owner).
 
 #include <mpi.h>
 
 #include <algorithm>
 #include <array>
-#include <bit>
-#include <charconv>
 #include <chrono>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <optional>
 #include <span>
 #include <string>
-#include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
+#include "orchmllm/backend/mpi/detail/agreement.hpp"
+#include "orchmllm/backend/mpi/detail/comm_handle.hpp"
+#include "orchmllm/backend/mpi/detail/error_and_wait.hpp"
+#include "orchmllm/backend/mpi/detail/exchange.hpp"
+#include "orchmllm/backend/mpi/detail/gather_datatypes.hpp"
+#include "orchmllm/backend/mpi/environment.hpp"
 #include "orchmllm/comm/communicator.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/detail/comm/chunking.hpp"
 #include "orchmllm/detail/comm/node_shape.hpp"
 #include "orchmllm/detail/comm/segments.hpp"
-#include "orchmllm/detail/core/fnv.hpp"
-
-namespace orchmllm::detail::mpi_backend {
-
-// Text for an MPI error code: the implementation's string plus the code itself.
-inline std::string error_string(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  std::string out;
-  if (MPI_Error_string(code, text, &len) == MPI_SUCCESS && len > 0)
-    out.assign(text, len);
-  else
-    out = "unknown MPI error";
-  return out + " (MPI error code " + std::to_string(code) + ")";
-}
-
-// Throws communication_error naming the MPI call and the error. The location is the caller's.
-inline void check(int rc, std::string_view call,
-                  source_location where = source_location::current()) {
-  if (rc != MPI_SUCCESS) [[unlikely]]
-    throw communication_error(std::string(call) + " failed: " + error_string(rc), where);
-}
-
-// Past its deadline a wait aborts the whole job: a peer that failed, returned early or called
-// another operation will never arrive, and MPI cannot cancel a collective. Prints which
-// operation on which rank did not complete (stderr, one line), then MPI_Abort.
-[[noreturn]] inline void abort_after_deadline(const char* what, int rank,
-                                              std::chrono::milliseconds timeout, MPI_Comm comm) {
-  std::fprintf(stderr,
-               "orchmllm: mpi::communicator: %s on rank %d did not complete within %lld ms (a "
-               "peer failed, returned early or called another operation); aborting the job\n",
-               what, rank, static_cast<long long>(timeout.count()));
-  std::fflush(stderr);
-  MPI_Abort(comm, 1);
-  std::abort();  // MPI_Abort does not return; this only satisfies [[noreturn]]
-}
-
-// Between two polls of a deadline wait: yield the processor, then sleep briefly, so that
-// oversubscribed ranks (CI runs 8 on 2 cores) still progress.
-inline void pause_between_polls(unsigned polls) {
-  if (polls < 64)
-    std::this_thread::yield();
-  else
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-}
-
-// Polls `req` until it completes (`done` set) or `deadline` passes (`done` false). Returns the
-// MPI error code of the last MPI_Test.
-inline int poll_until(MPI_Request& req, std::chrono::steady_clock::time_point deadline,
-                      bool& done) {
-  done = false;
-  for (unsigned polls = 0;; ++polls) {
-    int flag = 0;
-    const int rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
-    done = flag != 0;
-    if (rc != MPI_SUCCESS || done || std::chrono::steady_clock::now() >= deadline) return rc;
-    pause_between_polls(polls);
-  }
-}
-
-// Polls `req` (posted with return code `posted`) until it completes; past `deadline` aborts the
-// job (abort_after_deadline). Returns the MPI error code.
-inline int wait_until(int posted, MPI_Request& req,
-                      std::chrono::steady_clock::time_point deadline,
-                      std::chrono::milliseconds timeout, const char* what, int rank,
-                      MPI_Comm comm) {
-  if (posted != MPI_SUCCESS) return posted;
-  bool done = false;
-  const int rc = poll_until(req, deadline, done);
-  if (rc == MPI_SUCCESS && !done) abort_after_deadline(what, rank, timeout, comm);
-  return rc;
-}
-
-// One MPI collective: `blocking()` without a timeout (timeout <= 0), else `posting(&request)`
-// (its non-blocking form) completed by wait_until. Returns the MPI error code.
-template <class Blocking, class Posting>
-int run_collective(std::chrono::milliseconds timeout, int rank, MPI_Comm comm, const char* what,
-                   Blocking&& blocking, Posting&& posting) {
-  if (timeout.count() <= 0) return blocking();
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  MPI_Request req = MPI_REQUEST_NULL;
-  const int posted = posting(&req);
-  return wait_until(posted, req, deadline, timeout, what, rank, comm);
-}
-
-// The outcome of a local transfer attempt that must be agreed on before anyone throws.
-struct outcome {
-  int rc = MPI_SUCCESS;
-  std::string what;  // empty when rc == MPI_SUCCESS
-  void fail(int code, std::string text) {
-    if (rc != MPI_SUCCESS) return;  // keep the first failure
-    rc = code == MPI_SUCCESS ? MPI_ERR_OTHER : code;
-    what = std::move(text);
-  }
-  [[nodiscard]] bool ok() const noexcept { return rc == MPI_SUCCESS; }
-};
-
-// A deterministic digest for "do all ranks pass the same counts".
-inline std::int64_t digest(std::span<const std::int64_t> v) {
-  ::orchmllm::detail::fnv f;
-  f.mix_all(v);
-  return std::bit_cast<std::int64_t>(f.h);
-}
-
-// Parses ORCHMLLM_RANKS_PER_NODE; nullopt when unset or empty.
-inline std::optional<std::int64_t> ranks_per_node_from_env() {
-  const char* text = std::getenv("ORCHMLLM_RANKS_PER_NODE");
-  if (text == nullptr || *text == '\0') return std::nullopt;
-  std::string_view s(text);
-  std::int64_t value = -1;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  ORCHMLLM_REQUIRE(ec == std::errc() && end == s.data() + s.size() && value >= 0 &&
-                       value <= std::numeric_limits<rank_t>::max(),
-                   invalid_argument_error, "ORCHMLLM_RANKS_PER_NODE='", s,
-                   "' is not an integer in [0, ", std::numeric_limits<rank_t>::max(), "]");
-  return value;
-}
-
-using ::orchmllm::detail::check_all_to_allv_args;
-
-// The optional pairwise count check (`verify_counts`): one MPI_Alltoall of the send counts
-// tells every rank what its peers are about to send. A rank with invalid arguments (`invalid`)
-// still takes part, sending -1s, so nobody blocks. Returns the mismatch this rank sees.
-inline std::optional<communication_error> exchange_and_compare_counts(
-    MPI_Comm comm, const char* op, rank_t me, bool invalid,
-    std::span<const std::int64_t> send_counts, std::span<const std::int64_t> recv_counts,
-    std::size_t p, std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {
-  std::vector<std::int64_t> mine(p, -1);
-  if (!invalid) std::copy(send_counts.begin(), send_counts.end(), mine.begin());
-  std::vector<std::int64_t> theirs(p, -1);
-  check(run_collective(
-            timeout, me, comm, "MPI_Alltoall (all_to_allv count check)",
-            [&] {
-              return MPI_Alltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T,
-                                  comm);
-            },
-            [&](MPI_Request* r) {
-              return MPI_Ialltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T,
-                                   comm, r);
-            }),
-        std::string("MPI_Alltoall (") + op + " count check)");
-  for (std::size_t q = 0; q < p && !invalid; ++q) {
-    if (theirs[q] >= 0 && theirs[q] != recv_counts[q])
-      return communication_error(concat(op, ": rank ", me, " expects recv_counts[", q, "] = ",
-                                        recv_counts[q], " bytes but rank ", q, " sends ",
-                                        theirs[q], "; nothing was sent"));
-  }
-  return std::nullopt;
-}
-
-}  // namespace orchmllm::detail::mpi_backend
 
 namespace orchmllm::mpi {
-
-/// RAII owner of the MPI library's lifetime for programs that do not manage it themselves.
-///
-/// The constructor calls MPI_Init_thread(argc, argv, required) unless MPI is already
-/// initialised (then it only records the thread level); the destructor calls MPI_Finalize only
-/// if this object initialised MPI and MPI is not finalised yet. Destroy every
-/// `mpi::communicator` before it. Not copyable or movable. Throws communication_error when
-/// MPI_Init_thread fails and invalid_argument_error when MPI was already finalised.
-class environment {
- public:
-  /// Initialises MPI without command-line arguments.
-  explicit environment(int required = MPI_THREAD_FUNNELED)
-      : environment(nullptr, nullptr, required) {}
-
-  /// Initialises MPI with main's arguments (MPI may strip its own from them).
-  environment(int* argc, char*** argv, int required = MPI_THREAD_FUNNELED) {
-    int finalized = 0;
-    detail::mpi_backend::check(MPI_Finalized(&finalized), "MPI_Finalized");
-    ORCHMLLM_REQUIRE(!finalized, invalid_argument_error,
-                     "MPI was already finalised; it cannot be initialised again");
-    int initialized = 0;
-    detail::mpi_backend::check(MPI_Initialized(&initialized), "MPI_Initialized");
-    if (initialized) {
-      detail::mpi_backend::check(MPI_Query_thread(&provided_), "MPI_Query_thread");
-    } else {
-      detail::mpi_backend::check(MPI_Init_thread(argc, argv, required, &provided_),
-                                 "MPI_Init_thread");
-      owns_ = true;
-    }
-  }
-
-  environment(const environment&) = delete;
-  environment& operator=(const environment&) = delete;
-  environment(environment&&) = delete;
-  environment& operator=(environment&&) = delete;
-
-  ~environment() {
-    if (!owns_) return;
-    int finalized = 0;
-    if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Finalize();
-  }
-
-  /// True when this object called MPI_Init_thread (and will call MPI_Finalize).
-  [[nodiscard]] bool initialised_here() const noexcept { return owns_; }
-  /// The thread support level MPI provides (MPI_THREAD_SINGLE ... MPI_THREAD_MULTIPLE); may be
-  /// below the requested one, which the caller should check if it matters.
-  [[nodiscard]] int thread_level() const noexcept { return provided_; }
-
- private:
-  bool owns_ = false;
-  int provided_ = MPI_THREAD_SINGLE;
-};
 
 /// Construction options of `mpi::communicator`. Every rank must pass the same values (checked:
 /// invalid_argument_error on every rank otherwise).
@@ -454,7 +256,8 @@ class communicator : public ::orchmllm::detail::node_shape {
     v[1] = ~count;
     if (values.size() <= max_values) std::copy(values.begin(), values.end(), v.begin() + 2);
     std::array<std::int64_t, 2 + max_values> r{};
-    max_reduce("all_max", v, r, opts_.timeout, "");
+    ::orchmllm::detail::mpi_backend::max_reduce(comm(), rank_, "all_max", v, r, opts_.timeout,
+                                                "");
     ORCHMLLM_REQUIRE(r[0] != std::numeric_limits<std::int64_t>::max(), invalid_argument_error,
                      "all_max: some rank passes more than ", max_values, " values");
     ORCHMLLM_REQUIRE(r[0] == ~r[1], invalid_argument_error,
@@ -470,7 +273,6 @@ class communicator : public ::orchmllm::detail::node_shape {
   /// the others'; communication_error on every rank when the transfer fails.
   void all_gather(const std::byte* send, std::int64_t bytes, std::byte* recv) {
     static constexpr const char* op = "all_gather";
-    const auto p = static_cast<std::size_t>(size_);
     std::optional<invalid_argument_error> local;
     try {
       ORCHMLLM_REQUIRE(bytes >= 0, invalid_argument_error, op, ": bytes = ", bytes, " is negative");
@@ -492,26 +294,9 @@ class communicator : public ::orchmllm::detail::node_shape {
                      a.key_max[0],
                      " (all_gather needs the same count everywhere; use "
                      "all_gatherv)");
-    ::orchmllm::detail::mpi_backend::outcome out;
-    if (!a.chunked) {
-      const int n = static_cast<int>(bytes);
-      const int rc = collective(
-          op, [&] { return MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm()); },
-          [&](MPI_Request* r) {
-            return MPI_Iallgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm(), r);
-          });
-      if (rc != MPI_SUCCESS)
-        out.fail(rc, "MPI_Allgather failed: " + ::orchmllm::detail::mpi_backend::error_string(rc));
-    } else {
-      ++chunked_calls_;
-      std::vector<std::int64_t> send_counts(p, bytes);
-      std::vector<std::int64_t> send_displs(p, 0);
-      std::vector<std::int64_t> recv_counts(p, bytes);
-      std::vector<std::int64_t> recv_displs(p);
-      for (std::size_t q = 0; q < p; ++q) recv_displs[q] = static_cast<std::int64_t>(q) * bytes;
-      exchange_chunked(op, send, send_counts, send_displs, recv, recv_counts, recv_displs, out);
-    }
-    finish(op, out, a.chunked);
+    if (a.chunked) ++chunked_calls_;
+    ::orchmllm::detail::mpi_backend::move_all_gather(comm(), rank_, size_, limit(), opts_.timeout,
+                                                     op, send, bytes, recv, a.chunked);
   }
 
   /// Rank r contributes counts[r] bytes (`bytes` must equal counts[rank()]), written at
@@ -549,33 +334,9 @@ class communicator : public ::orchmllm::detail::node_shape {
     ORCHMLLM_REQUIRE(a.key_min[0] == a.key_max[0], invalid_argument_error, op,
                      ": ranks pass different counts (all_gatherv needs the same counts on "
                      "every rank)");
-    ::orchmllm::detail::mpi_backend::outcome out;
-    if (!a.chunked) {
-      std::vector<int> c(p);
-      std::vector<int> o(p);
-      for (std::size_t q = 0; q < p; ++q) {
-        c[q] = static_cast<int>(counts[q]);
-        o[q] = static_cast<int>(displs[q]);
-      }
-      const int rc = collective(
-          op,
-          [&] {
-            return MPI_Allgatherv(send, static_cast<int>(bytes), MPI_BYTE, recv, c.data(),
-                                  o.data(), MPI_BYTE, comm());
-          },
-          [&](MPI_Request* r) {
-            return MPI_Iallgatherv(send, static_cast<int>(bytes), MPI_BYTE, recv, c.data(),
-                                   o.data(), MPI_BYTE, comm(), r);
-          });
-      if (rc != MPI_SUCCESS)
-        out.fail(rc, "MPI_Allgatherv failed: " + d::mpi_backend::error_string(rc));
-    } else {
-      ++chunked_calls_;
-      std::vector<std::int64_t> send_counts(p, bytes);
-      std::vector<std::int64_t> send_displs(p, 0);
-      exchange_chunked(op, send, send_counts, send_displs, recv, counts, displs, out);
-    }
-    finish(op, out, a.chunked);
+    if (a.chunked) ++chunked_calls_;
+    d::mpi_backend::move_all_gatherv(comm(), rank_, size_, limit(), opts_.timeout, op, send,
+                                     bytes, recv, counts, displs, a.chunked);
   }
 
   /// Optional capability used by `orchmllm::execute`: an all_to_allv whose send buffer is the
@@ -705,44 +466,11 @@ class communicator : public ::orchmllm::detail::node_shape {
 
  private:
   // Owns the duplicated MPI_Comm; moves leave MPI_COMM_NULL behind.
-  struct comm_handle {
-    MPI_Comm comm = MPI_COMM_NULL;
-    bool owned = true;  // false: the caller's communicator (communicator_ref), never freed
-    comm_handle() = default;
-    comm_handle(const comm_handle&) = delete;
-    comm_handle& operator=(const comm_handle&) = delete;
-    comm_handle(comm_handle&& o) noexcept
-        : comm(std::exchange(o.comm, MPI_COMM_NULL)), owned(o.owned) {}
-    comm_handle& operator=(comm_handle&& o) noexcept {
-      if (this != &o) {
-        release();
-        comm = std::exchange(o.comm, MPI_COMM_NULL);
-        owned = o.owned;
-      }
-      return *this;
-    }
-    ~comm_handle() { release(); }
-    void release() noexcept {
-      if (comm == MPI_COMM_NULL) return;
-      if (!owned) {
-        comm = MPI_COMM_NULL;
-        return;
-      }
-      // Freeing after MPI_Finalize is an error; a communicator outliving MPI just leaks.
-      int finalized = 0;
-      if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Comm_free(&comm);
-      comm = MPI_COMM_NULL;
-    }
-  };
+  using comm_handle = ::orchmllm::detail::mpi_backend::comm_handle;
 
-  // What the ranks agreed on before a transfer.
-  struct agreement {
-    std::int64_t bad_rank = -1;       // highest rank with invalid arguments, -1 if none
-    std::int64_t mismatch_rank = -1;  // highest rank that saw a count mismatch, -1 if none
-    bool chunked = false;             // some rank needs the chunked path
-    std::array<std::int64_t, 4> key_min{};
-    std::array<std::int64_t, 4> key_max{};
-  };
+  // What the ranks agreed on before a transfer; one all_to_allv_gather call's MPI arguments.
+  using agreement = ::orchmllm::detail::mpi_backend::agreement;
+  using gather_call = ::orchmllm::detail::mpi_backend::gather_call;
 
   [[nodiscard]] MPI_Comm comm() const {
     ORCHMLLM_REQUIRE(handle_.comm != MPI_COMM_NULL, invalid_argument_error,
@@ -760,153 +488,22 @@ class communicator : public ::orchmllm::detail::node_shape {
   }
 
   // The transfer of an all_to_allv whose arguments were agreed (or are agreed by construction):
-  // one MPI_Alltoallv, or the chunked point-to-point path.
+  // one MPI_Alltoallv, or the chunked point-to-point path (detail::mpi_backend).
   void move_all_to_allv(const char* op, const std::byte* send,
                         std::span<const std::int64_t> send_counts,
                         std::span<const std::int64_t> send_displs, std::byte* recv,
                         std::span<const std::int64_t> recv_counts,
                         std::span<const std::int64_t> recv_displs, bool chunked) {
-    namespace d = ::orchmllm::detail;
-    const auto p = static_cast<std::size_t>(size_);
-    d::mpi_backend::outcome out;
-    if (!chunked) {
-      std::vector<int> sc(p);
-      std::vector<int> sd(p);
-      std::vector<int> rc(p);
-      std::vector<int> rd(p);
-      for (std::size_t q = 0; q < p; ++q) {
-        sc[q] = static_cast<int>(send_counts[q]);
-        sd[q] = static_cast<int>(send_displs[q]);
-        rc[q] = static_cast<int>(recv_counts[q]);
-        rd[q] = static_cast<int>(recv_displs[q]);
-      }
-      const int code = collective(
-          op,
-          [&] {
-            return MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(),
-                                 rd.data(), MPI_BYTE, comm());
-          },
-          [&](MPI_Request* r) {
-            return MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(),
-                                  rd.data(), MPI_BYTE, comm(), r);
-          });
-      if (code != MPI_SUCCESS)
-        out.fail(code, "MPI_Alltoallv failed: " + d::mpi_backend::error_string(code));
-    } else {
-      ++chunked_calls_;
-      exchange_chunked(op, send, send_counts, send_displs, recv, recv_counts, recv_displs, out);
-    }
-    finish(op, out, chunked);
+    if (chunked) ++chunked_calls_;
+    ::orchmllm::detail::mpi_backend::move_all_to_allv(comm(), rank_, size_, limit(), opts_.timeout,
+                                                      op, send, send_counts, send_displs, recv,
+                                                      recv_counts, recv_displs, chunked);
   }
-
-  // One all_to_allv_gather call's MPI arguments: one hindexed type per peer over `in`.
-  struct gather_call {
-    std::vector<MPI_Datatype> stypes, rtypes;
-    std::vector<int> sc, sd, rc, rd;
-    bool fits = false;  // MPI's int counts hold everything (this rank's call)
-
-    explicit gather_call(rank_t size)
-        : stypes(static_cast<std::size_t>(size), MPI_BYTE),
-          rtypes(static_cast<std::size_t>(size), MPI_BYTE),
-          sc(static_cast<std::size_t>(size), 0),
-          sd(static_cast<std::size_t>(size), 0),
-          rc(static_cast<std::size_t>(size), 0),
-          rd(static_cast<std::size_t>(size), 0) {}
-    gather_call(const gather_call&) = delete;
-    gather_call& operator=(const gather_call&) = delete;
-
-    void free_types() noexcept {
-      for (auto& t : stypes)
-        if (t != MPI_BYTE) MPI_Type_free(&t);
-    }
-
-    // Checks the arguments and, when they fit, builds the types: one per peer with the
-    // segments (sorted by packed offset) that fall in its packed range [send_displs[q],
-    // send_displs[q] + send_counts[q]); segments merged across a peer boundary are split
-    // there. The error, or nullopt; never throws but bad_alloc.
-    std::optional<invalid_argument_error> build(
-        const char* op, const std::byte* in, const ::orchmllm::detail::segment_list& segments,
-        std::span<const std::int64_t> send_counts, std::span<const std::int64_t> send_displs,
-        const std::byte* recv, std::span<const std::int64_t> recv_counts,
-        std::span<const std::int64_t> recv_displs, std::int64_t limit) {
-      namespace d = ::orchmllm::detail;
-      const auto p = stypes.size();
-      // `in` plays the send buffer: the packed counts must be backed by it.
-      std::optional<invalid_argument_error> local = d::mpi_backend::check_all_to_allv_args(
-          op, p, in, send_counts, send_displs, recv, recv_counts, recv_displs);
-      bool seg_fits = segments.size() <= static_cast<std::size_t>(INT_MAX);
-      for (std::size_t k = 0; k < segments.size() && !local; ++k) {
-        if (segments.bytes[k] < 0 || segments.src[k] < 0 || segments.dst[k] < 0)
-          local.emplace(d::concat(op, ": segment ", k, " is negative"));
-        seg_fits = seg_fits && segments.bytes[k] <= INT_MAX;
-      }
-      fits = !local && seg_fits && d::fits_in_int_call(send_counts, send_displs, limit) &&
-             d::fits_in_int_call(recv_counts, recv_displs, limit);
-      if (!fits) return local;
-      std::vector<int> lens;
-      std::vector<MPI_Aint> disps;
-      std::size_t k = 0;
-      for (std::size_t q = 0; q < p && !local; ++q) {
-        rc[q] = static_cast<int>(recv_counts[q]);
-        rd[q] = static_cast<int>(recv_displs[q]);
-        if (send_counts[q] == 0) continue;
-        const std::int64_t begin = send_displs[q], end = begin + send_counts[q];
-        while (k < segments.size() && segments.dst[k] + segments.bytes[k] <= begin) ++k;
-        lens.clear();
-        disps.clear();
-        std::int64_t covered = 0;
-        for (std::size_t j = k; j < segments.size() && segments.dst[j] < end; ++j) {
-          const std::int64_t lo = std::max(segments.dst[j], begin);
-          const std::int64_t hi = std::min(segments.dst[j] + segments.bytes[j], end);
-          disps.push_back(static_cast<MPI_Aint>(segments.src[j] + (lo - segments.dst[j])));
-          lens.push_back(static_cast<int>(hi - lo));
-          covered += hi - lo;
-        }
-        if (covered != send_counts[q]) {
-          local.emplace(d::concat(op, ": the segments cover ", covered, " of the ",
-                                  send_counts[q], " bytes for rank ", q,
-                                  " (segments must be sorted by packed offset and tile it)"));
-          break;
-        }
-        // One contiguous run with an int offset needs no datatype: bytes at a displacement
-        // (the collective stays MPI_Alltoallw on every rank; only this peer's type differs).
-        if (lens.size() == 1 && disps[0] <= static_cast<MPI_Aint>(INT_MAX)) {
-          sc[q] = lens[0];
-          sd[q] = static_cast<int>(disps[0]);
-          continue;
-        }
-        int code = MPI_Type_create_hindexed(static_cast<int>(lens.size()), lens.data(),
-                                            disps.data(), MPI_BYTE, &stypes[q]);
-        if (code == MPI_SUCCESS) code = MPI_Type_commit(&stypes[q]);
-        if (code != MPI_SUCCESS) {
-          local.emplace(d::concat(op, ": MPI_Type_create_hindexed for rank ", q,
-                                  " failed: ", d::mpi_backend::error_string(code)));
-          break;
-        }
-        sc[q] = 1;
-      }
-      return local;
-    }
-  };
 
   // The transfer of a built gather call: one MPI_Alltoallw straight from `in`; frees the types.
   void send_gathered(const char* op, const std::byte* in, std::byte* recv, gather_call& call) {
-    namespace d = ::orchmllm::detail;
-    d::mpi_backend::outcome out;
-    const int code = collective(
-        op,
-        [&] {
-          return MPI_Alltoallw(in, call.sc.data(), call.sd.data(), call.stypes.data(), recv,
-                               call.rc.data(), call.rd.data(), call.rtypes.data(), comm());
-        },
-        [&](MPI_Request* r) {
-          return MPI_Ialltoallw(in, call.sc.data(), call.sd.data(), call.stypes.data(), recv,
-                                call.rc.data(), call.rd.data(), call.rtypes.data(), comm(), r);
-        });
-    call.free_types();
-    if (code != MPI_SUCCESS)
-      out.fail(code, "MPI_Alltoallw failed: " + d::mpi_backend::error_string(code));
-    finish(op, out, false);
+    ::orchmllm::detail::mpi_backend::send_gathered(comm(), rank_, opts_.timeout, op, in, recv,
+                                                   call);
   }
 
   // One MPI collective under the options' timeout (detail::mpi_backend::run_collective).
@@ -916,227 +513,18 @@ class communicator : public ::orchmllm::detail::node_shape {
                                                            blocking, posting);
   }
 
-  // r = element-wise MPI_MAX of v over the ranks, under `timeout` (0: blocking). Throws
-  // communication_error "MPI_Allreduce (<op><what>) failed: ..." when MPI fails.
-  template <std::size_t N>
-  void max_reduce(const char* op, const std::array<std::int64_t, N>& v,
-                  std::array<std::int64_t, N>& r, std::chrono::milliseconds timeout,
-                  const char* what) {
-    ::orchmllm::detail::mpi_backend::check(
-        ::orchmllm::detail::mpi_backend::run_collective(
-            timeout, rank_, comm(), op,
-            [&] {
-              return MPI_Allreduce(v.data(), r.data(), static_cast<int>(N), MPI_INT64_T, MPI_MAX,
-                                   comm());
-            },
-            [&](MPI_Request* req) {
-              return MPI_Iallreduce(v.data(), r.data(), static_cast<int>(N), MPI_INT64_T,
-                                    MPI_MAX, comm(), req);
-            }),
-        std::string("MPI_Allreduce (") + op + what + ")");
-  }
-
-  // One MPI_Allreduce(MAX) over [bad rank+1, mismatch rank+1, chunked, k0, ~k0, k1, ~k1, ...]:
-  // ~k is monotone decreasing and never overflows, so max(~k) gives ~min(k).
+  // The argument agreement (detail::mpi_backend::agree) on this communicator.
   template <std::size_t K>
   agreement agree(const char* op, bool invalid, const std::array<std::int64_t, K>& keys,
                   bool chunked, bool mismatch) {
-    static_assert(K <= 4);
-    std::array<std::int64_t, 3 + 2 * K> v{};
-    v[0] = invalid ? rank_ + 1 : 0;
-    v[1] = mismatch ? rank_ + 1 : 0;
-    v[2] = chunked ? 1 : 0;
-    if constexpr (K > 0) {
-      for (std::size_t k = 0; k < K; ++k) {
-        v[3 + 2 * k] = invalid ? std::numeric_limits<std::int64_t>::min() : keys[k];
-        v[4 + 2 * k] = invalid ? std::numeric_limits<std::int64_t>::min() : ~keys[k];
-      }
-    }
-    std::array<std::int64_t, 3 + 2 * K> r{};
     // The constructor agrees before the timeout itself is agreed: only the operations use it.
-    max_reduce(op, v, r, constructed_ ? opts_.timeout : std::chrono::milliseconds(0),
-               " argument agreement");
-    agreement a;
-    a.bad_rank = r[0] - 1;
-    a.mismatch_rank = r[1] - 1;
-    a.chunked = r[2] != 0;
-    if constexpr (K > 0) {
-      for (std::size_t k = 0; k < K; ++k) {
-        a.key_max[k] = r[3 + 2 * k];
-        a.key_min[k] = ~r[4 + 2 * k];
-      }
-    }
-    return a;
+    return ::orchmllm::detail::mpi_backend::agree(
+        comm(), rank_, constructed_ ? opts_.timeout : std::chrono::milliseconds(0), op, invalid,
+        keys, chunked, mismatch);
   }
 
   static void throw_if_invalid(const char* op, const agreement& a) {
-    ORCHMLLM_REQUIRE(a.bad_rank < 0, invalid_argument_error, op, ": rank ", a.bad_rank,
-                     " passed invalid arguments (its own error names them); nothing was sent");
-  }
-
-  // After a point-to-point (chunked) transfer: agrees on the outcome, then throws on every rank
-  // if any rank failed (a short message is seen by its receiver only). After a single MPI
-  // collective there is nothing to agree on: MPI reports a failed collective on the ranks it
-  // fails on and leaves the communicator's state undefined (Open MPI aborts the job), so the
-  // rank that sees the error throws and the fast path costs no extra round trip.
-  void finish(const char* op, const ::orchmllm::detail::mpi_backend::outcome& out, bool chunked) {
-    if (!chunked) {
-      if (!out.ok())
-        throw communication_error(
-            ::orchmllm::detail::concat(op, " on rank ", rank_, ": ", out.what));
-      return;
-    }
-    const std::int64_t mine = out.ok() ? 0 : rank_ + 1;
-    std::int64_t worst = 0;
-    const int rc = collective(
-        op, [&] { return MPI_Allreduce(&mine, &worst, 1, MPI_INT64_T, MPI_MAX, comm()); },
-        [&](MPI_Request* r) {
-          return MPI_Iallreduce(&mine, &worst, 1, MPI_INT64_T, MPI_MAX, comm(), r);
-        });
-    if (!out.ok())
-      throw communication_error(::orchmllm::detail::concat(op, " on rank ", rank_, ": ", out.what));
-    ::orchmllm::detail::mpi_backend::check(
-        rc, std::string("MPI_Allreduce (") + op + " outcome agreement)");
-    ORCHMLLM_REQUIRE(worst == 0, communication_error, op, ": the transfer failed on rank ",
-                     worst - 1, " (its own error names the cause)");
-  }
-
-  // Point-to-point exchange in messages of at most limit() bytes, with a sliding window of
-  // `lane_window` messages in flight per (peer, direction) lane: posting every message of a call
-  // at once (hundreds of thousands with a tiny limit) drowns the engine: Open MPI's shared
-  // memory transport ran 1 MiB per rank in 7-byte chunks for minutes. MPI_Waitsome refills a
-  // lane's slot as soon as one of its messages completes. Lanes progress independently (a
-  // lane's next message only waits for its own earlier ones), so the window cannot deadlock.
-  // Failures are recorded in `out` (not thrown) so that finish() can agree on them; a short
-  // message does not stop the protocol (the peers still expect the remaining messages), an MPI
-  // call that fails does.
-  void exchange_chunked(const char* op, const std::byte* send,
-                        std::span<const std::int64_t> send_counts,
-                        std::span<const std::int64_t> send_displs, std::byte* recv,
-                        std::span<const std::int64_t> recv_counts,
-                        std::span<const std::int64_t> recv_displs,
-                        ::orchmllm::detail::mpi_backend::outcome& out) {
-    namespace d = ::orchmllm::detail;
-    constexpr std::size_t lane_window = 4;
-    // Chunks of one (source, tag, communicator) are matched in posting order (MPI's
-    // non-overtaking rule), so one tag suffices, also across consecutive calls.
-    constexpr int tag = 0x0c4d;
-    const auto p = static_cast<std::size_t>(size_);
-    const auto me = static_cast<std::size_t>(rank_);
-    // One lane per peer and direction with data; the own block never goes through MPI. Chunks
-    // are computed on the fly (nth_chunk), so memory stays O(size()) whatever the limit.
-    struct lane {
-      int peer;
-      bool receive;
-      std::int64_t count;
-      std::int64_t displ;
-      std::int64_t next = 0;  // first chunk not posted yet
-    };
-    std::vector<lane> lanes;
-    lanes.reserve(2 * p);
-    // Receive from rank - k and send to rank + k, k = 1..p-1: spreads the first messages over
-    // all peers instead of every rank starting with rank 0.
-    for (std::size_t k = 1; k < p; ++k) {
-      const std::size_t from = (me + p - k) % p;
-      if (recv_counts[from] > 0)
-        lanes.push_back({static_cast<int>(from), true, recv_counts[from], recv_displs[from]});
-      const std::size_t to = (me + k) % p;
-      if (send_counts[to] > 0)
-        lanes.push_back({static_cast<int>(to), false, send_counts[to], send_displs[to]});
-    }
-    const std::size_t slots = lanes.size() * lane_window;
-    std::vector<MPI_Request> requests(slots, MPI_REQUEST_NULL);
-    std::vector<std::int64_t> expected(slots, 0);  // bytes of the receive in each slot
-
-    // Posts the lane's next message into `slot` (which is free); false after an MPI failure.
-    auto post = [&](std::size_t slot) {
-      lane& l = lanes[slot / lane_window];
-      if (l.next == d::chunk_count(l.count, limit())) return true;
-      const d::chunk c = d::nth_chunk(l.count, l.displ, limit(), l.next++);
-      const int code = l.receive ? MPI_Irecv(recv + c.offset, static_cast<int>(c.bytes), MPI_BYTE,
-                                             l.peer, tag, comm(), &requests[slot])
-                                 : MPI_Isend(send + c.offset, static_cast<int>(c.bytes), MPI_BYTE,
-                                             l.peer, tag, comm(), &requests[slot]);
-      if (code != MPI_SUCCESS) {
-        out.fail(code, d::concat(l.receive ? "MPI_Irecv from rank " : "MPI_Isend to rank ", l.peer,
-                                 " failed: ", d::mpi_backend::error_string(code)));
-        requests[slot] = MPI_REQUEST_NULL;
-        return false;
-      }
-      expected[slot] = c.bytes;
-      return true;
-    };
-    bool posting = true;
-    for (std::size_t slot = 0; slot < slots && posting; ++slot) posting = post(slot);
-
-    // Own block, overlapped with the first messages in flight.
-    if (posting) {
-      const std::int64_t n = std::min(send_counts[me], recv_counts[me]);
-      if (n > 0)  // memcpy with a null pointer is undefined even for 0 bytes
-        std::memcpy(recv + recv_displs[me], send + send_displs[me], static_cast<std::size_t>(n));
-      if (send_counts[me] != recv_counts[me])
-        out.fail(MPI_ERR_COUNT, d::concat("own block: send_counts[", me, "] = ", send_counts[me],
-                                          " but recv_counts[", me, "] = ", recv_counts[me]));
-    }
-
-    std::vector<int> done(slots);
-    std::vector<MPI_Status> statuses(slots);
-    const auto deadline = std::chrono::steady_clock::now() + opts_.timeout;
-    while (posting) {
-      int count = 0;
-      int code = MPI_SUCCESS;
-      if (opts_.timeout.count() <= 0) {
-        code = MPI_Waitsome(static_cast<int>(slots), requests.data(), &count, done.data(),
-                            statuses.data());
-      } else {
-        // MPI_Testsome until something completes (count != 0; MPI_UNDEFINED: nothing left).
-        for (unsigned polls = 0;; ++polls) {
-          code = MPI_Testsome(static_cast<int>(slots), requests.data(), &count, done.data(),
-                              statuses.data());
-          if ((code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) || count != 0) break;
-          if (std::chrono::steady_clock::now() >= deadline)
-            d::mpi_backend::abort_after_deadline(op, rank_, opts_.timeout, comm());
-          d::mpi_backend::pause_between_polls(polls);
-        }
-      }
-      if (code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) {
-        out.fail(code, "MPI_Waitsome failed: " + d::mpi_backend::error_string(code));
-        posting = false;
-        break;
-      }
-      if (count == MPI_UNDEFINED) break;  // every slot is empty: all messages completed
-      for (int i = 0; i < count && posting; ++i) {
-        const auto slot = static_cast<std::size_t>(done[static_cast<std::size_t>(i)]);
-        const MPI_Status& st = statuses[static_cast<std::size_t>(i)];
-        const lane& l = lanes[slot / lane_window];
-        if (code == MPI_ERR_IN_STATUS && st.MPI_ERROR != MPI_SUCCESS) {
-          out.fail(st.MPI_ERROR,
-                   d::concat(l.receive ? "receive from rank " : "send to rank ", l.peer,
-                             " failed: ", d::mpi_backend::error_string(st.MPI_ERROR)));
-          posting = false;
-          break;
-        }
-        if (l.receive) {
-          // A short message means the sender's count was smaller than ours: the bytes after
-          // it would silently stay stale.
-          int got = 0;
-          MPI_Get_count(&st, MPI_BYTE, &got);
-          if (got != expected[slot])
-            out.fail(
-                MPI_ERR_TRUNCATE,
-                d::concat("received a message of ", got, " bytes from rank ", l.peer, " where ",
-                          expected[slot], " were expected (send and receive counts disagree)"));
-        }
-        posting = post(slot);
-      }
-    }
-    // After an MPI failure: the buffers must not be released with requests in flight.
-    if (!posting) {
-      std::vector<MPI_Request> left;
-      for (MPI_Request r : requests)
-        if (r != MPI_REQUEST_NULL) left.push_back(r);
-      MPI_Waitall(static_cast<int>(left.size()), left.data(), MPI_STATUSES_IGNORE);
-    }
+    ::orchmllm::detail::mpi_backend::throw_if_invalid(op, a);
   }
 
   void real_nodes() {
