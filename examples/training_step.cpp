@@ -1,27 +1,27 @@
-// One orchestrated training step over MPI, on the trainer's own communicator.
+// One orchestrated training step on the trainer's own communicator: the in-process local
+// backend (N ranks as threads) or, built with ORCHMLLM_EXAMPLE_MPI, MPI. The step is one
+// template: any type that models orchmllm::communicator plugs in. Each rank holds its own
+// samples; the step gathers their sizes, plans every stage and this rank's routes
+// (`plan_step`), moves pixels, mel frames and text to the balanced ranks, the encoder outputs
+// to the LLM ranks and their gradients back. Every row carries its sample's key, so the LLM
+// ranks check that each row reached its sample.
 //
-// Each rank holds its own samples (text, images, optional audio). The step:
-//   1. adopts the trainer's MPI communicator (`mpi::communicator_ref`: no duplicate);
-//   2. gathers the step's metadata (one all-gather and one all-gatherv);
-//   3. plans every stage and builds this rank's prebuilt routes (`plan_step` over the
-//      communicator: pure planning, then one small agreement);
-//   4. moves pixels, mel frames and text to the balanced ranks, the encoder outputs straight to
-//      the LLM ranks and their gradients back, each transfer its route's all-to-all(s) only.
-// Every row carries its sample's key, so the LLM ranks check that each row reached its sample.
-//
-//   mpirun -np 8 mpi_training_step [--ranks-per-node G]     (exit 0: every row arrived)
+//   training_step [--ranks N] [--ranks-per-node G]            (local; exit 0: every row arrived)
+//   mpirun -np 8 mpi_training_step [--ranks-per-node G]       (MPI, on MPI_COMM_WORLD)
 
+#include <orchmllm/orchmllm.hpp>
+#if defined(ORCHMLLM_EXAMPLE_MPI)
 #include <mpi.h>
 
 #include <orchmllm/backend/mpi/communicator.hpp>
-#include <orchmllm/orchmllm.hpp>
+#endif
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -61,11 +61,9 @@ orchmllm::stage_declarations declarations() {
 // One item of `rows` rows of 8 bytes, each holding `key`.
 void append(orchmllm::ragged_payload& p, std::int64_t rows, std::int64_t key) {
   p.rows.push_back(rows);
-  for (std::int64_t i = 0; i < rows; ++i) {
-    const auto at = p.data.size();
-    p.data.resize(at + sizeof key);
-    std::memcpy(p.data.data() + at, &key, sizeof key);
-  }
+  for (std::int64_t i = 0; i < rows; ++i)
+    p.data.insert(p.data.end(), reinterpret_cast<const std::byte*>(&key),
+                  reinterpret_cast<const std::byte*>(&key + 1));
 }
 std::int64_t row_key(const orchmllm::ragged_payload& p, std::int64_t row) {
   std::int64_t key = 0;
@@ -73,17 +71,14 @@ std::int64_t row_key(const orchmllm::ragged_payload& p, std::int64_t row) {
   return key;
 }
 
-int main(int argc, char** argv) {
-  orchmllm::mpi::environment env(&argc, &argv);
-  orchmllm::rank_t per_node = 0;
-  if (argc == 3 && std::string(argv[1]) == "--ranks-per-node") per_node = std::atoi(argv[2]);
-  // 1. The trainer's communicator (here MPI_COMM_WORLD), adopted.
-  orchmllm::mpi::communicator_ref comm(MPI_COMM_WORLD, {.ranks_per_node = per_node});
-  const int me = comm.rank();
+// The step on one rank; returns whether every row on every rank reached its sample.
+template <class Comm>
+bool train_step(Comm& comm) {
+  const int me = static_cast<int>(comm.rank());
   const auto samples = my_samples(me);
   const auto decl = declarations();
 
-  // 2. Metadata: the sizes every rank sampled.
+  // Metadata: the sizes every rank sampled.
   const auto topo = orchmllm::gather_topology(comm);
   const auto batch = orchmllm::make_local_batch(
       samples, [](const Sample& s) { return s.text_tokens; },
@@ -96,11 +91,10 @@ int main(int argc, char** argv) {
       }));
   const auto meta = orchmllm::gather_step_metadata(comm, decl, batch, topo);
 
-  // 3. Plans and this rank's routes, agreed on once.
+  // Plans and this rank's routes, agreed on once.
   const auto step = orchmllm::plan_step(comm, decl, meta, topo);
   const auto& routes = step.routes;
-
-  // 4. Inputs to the encoder ranks, text to the LLM ranks (local_batch order: sample by sample).
+  // Inputs to the encoder ranks, text to the LLM ranks (local_batch order: sample by sample).
   orchmllm::ragged_payload in[2] = {{.row_bytes = 8}, {.row_bytes = 8}}, text{.row_bytes = 8};
   for (const auto& s : samples) {
     for (const auto& i : s.images) append(in[0], i.patches, s.key);
@@ -122,7 +116,7 @@ int main(int argc, char** argv) {
     outputs[k] = orchmllm::dispatch(comm, routes.encoder_output(k), out);
   }
 
-  // 5. On the LLM rank: every output row of a sample carries that sample's key.
+  // On the LLM rank: every output row of a sample carries that sample's key.
   const auto view = step.llm_view(meta, me);
   std::int64_t text_row = 0;
   for (std::size_t s = 0; s < view.samples.size(); ++s) {
@@ -141,14 +135,44 @@ int main(int argc, char** argv) {
     ok = ok && grads.rows.size() == routes.encoder_input(k).output_item_bytes().size();
   }
 
-  std::int64_t bad = ok ? 0 : 1;
-  comm.all_max(std::span<std::int64_t>(&bad, 1));
+  // Every rank's verdict, through the communicator's all_gather.
+  const char mine = ok ? 1 : 0;
+  std::vector<char> oks(static_cast<std::size_t>(comm.size()));
+  comm.all_gather(reinterpret_cast<const std::byte*>(&mine), 1,
+                  reinterpret_cast<std::byte*>(oks.data()));
+  ok = std::count(oks.begin(), oks.end(), 1) == comm.size();
   if (me == 0) {
     for (const auto& st : step.stages)
       std::printf("%-6s imbalance %.2f -> %.2f\n", st.name.c_str(), st.imbalance_before,
                   st.imbalance_after);
     std::printf("%d transfers along prebuilt routes on %d nodes: %s\n", step.alltoalls_per_step(),
-                topo.num_nodes(), bad == 0 ? "every row reached its sample" : "MISMATCH");
+                topo.num_nodes(), ok ? "every row reached its sample" : "MISMATCH");
   }
-  return bad == 0 ? 0 : 1;
+  return ok;
+}
+
+int main(int argc, char** argv) {
+#if defined(ORCHMLLM_EXAMPLE_MPI)
+  orchmllm::mpi::environment env(&argc, &argv);
+#endif
+  [[maybe_unused]] orchmllm::rank_t ranks = 8;
+  orchmllm::rank_t per_node = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--ranks") ranks = std::atoi(argv[i + 1]);
+    if (flag == "--ranks-per-node") per_node = std::atoi(argv[i + 1]);
+  }
+#if defined(ORCHMLLM_EXAMPLE_MPI)
+  // The trainer's communicator (here MPI_COMM_WORLD), adopted: no duplicate.
+  orchmllm::mpi::communicator_ref comm(MPI_COMM_WORLD, {.ranks_per_node = per_node});
+  return train_step(comm) ? 0 : 1;
+#else
+  bool ok = true;  // rank 0 writes it; every rank computes the same value
+  orchmllm::local::run(
+      ranks, [&](orchmllm::local::communicator& comm) {
+        if (const bool mine = train_step(comm); comm.rank() == 0) ok = mine;
+      },
+      {.ranks_per_node = per_node});
+  return ok ? 0 : 1;
+#endif
 }
