@@ -13,6 +13,7 @@
 # find_library / find_path (hints: GLPK_ROOT, or CMAKE_PREFIX_PATH) and wrapped in an imported
 # target GLPK::GLPK, created again by the deps fragment in consumer projects.
 include_guard(GLOBAL)
+include("${CMAKE_CURRENT_LIST_DIR}/orchmllm_backend_target.cmake")
 
 option(ORCHMLLM_ENABLE_GLPK
   "Build the GLPK backend (target orchmllm::glpk, GPL-3.0 dependency) and its tests" OFF)
@@ -38,20 +39,6 @@ if(NOT TARGET GLPK::GLPK)
 endif()
 message(STATUS "orchmllm: GLPK backend enabled (${GLPK_LIBRARY}); note GLPK is GPL-3.0")
 
-add_library(orchmllm_glpk INTERFACE)
-add_library(orchmllm::glpk ALIAS orchmllm_glpk)
-set_target_properties(orchmllm_glpk PROPERTIES EXPORT_NAME glpk)
-target_link_libraries(orchmllm_glpk INTERFACE orchmllm::orchmllm GLPK::GLPK)
-target_compile_definitions(orchmllm_glpk INTERFACE ORCHMLLM_HAS_GLPK=1)
-install(TARGETS orchmllm_glpk EXPORT orchmllmTargets)
-
-# ORCHMLLM_INSTALL_CMAKEDIR is defined after the backend includes (as a cache variable with this
-# default); use the same default here unless the user already set it.
-if(DEFINED ORCHMLLM_INSTALL_CMAKEDIR)
-  set(_orchmllm_glpk_cmakedir "${ORCHMLLM_INSTALL_CMAKEDIR}")
-else()
-  set(_orchmllm_glpk_cmakedir "${CMAKE_INSTALL_LIBDIR}/cmake/orchmllm")
-endif()
 # The exported orchmllm::glpk names GLPK::GLPK, so the fragment (run before orchmllmTargets.cmake
 # by orchmllmConfig.cmake) must define it in the consumer. It searches again rather than storing
 # this machine's paths; GLPK_ROOT / GLPK_INCLUDE_DIR / GLPK_LIBRARY steer it as here.
@@ -72,6 +59,4 @@ if(NOT TARGET GLPK::GLPK)
     INTERFACE_INCLUDE_DIRECTORIES \"\${GLPK_INCLUDE_DIR}\")
 endif()
 " @ONLY)
-install(FILES "${PROJECT_BINARY_DIR}/orchmllm_glpk_deps.cmake"
-  DESTINATION "${_orchmllm_glpk_cmakedir}")
-list(APPEND ORCHMLLM_BACKEND_COMPONENTS glpk)
+orchmllm_add_backend(glpk DEFINE ORCHMLLM_HAS_GLPK LINK GLPK::GLPK)
