@@ -58,6 +58,7 @@
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/detail/comm/agreement.hpp"
 #include "orchmllm/detail/comm/segments.hpp"
+#include "orchmllm/detail/core/csr.hpp"
 #include "orchmllm/detail/core/fnv.hpp"
 #include "orchmllm/topology/topology.hpp"
 
@@ -135,11 +136,7 @@ inline void check_route_inputs(const rearrangement& plan, std::span<const std::i
 
 // Source rank of every item (n entries).
 inline std::vector<rank_t> source_ranks(const rearrangement& plan) {
-  std::vector<rank_t> src(static_cast<std::size_t>(plan.num_items()));
-  const auto off = plan.src_offsets();
-  for (std::size_t r = 0; r + 1 < off.size(); ++r)
-    std::fill(src.begin() + off[r], src.begin() + off[r + 1], static_cast<rank_t>(r));
-  return src;
+  return ranks_of_items(plan.src_offsets());
 }
 
 // Where every item is before and after each hop: at[g·(hops+1) + k], k = 0..hops.

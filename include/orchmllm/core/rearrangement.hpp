@@ -29,6 +29,7 @@
 
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
+#include "orchmllm/detail/core/csr.hpp"
 #include "orchmllm/detail/core/fnv.hpp"
 
 namespace orchmllm {
@@ -111,11 +112,8 @@ class rearrangement {
   /// The plan that leaves every item where it is (d_dst = d_src). O(n + d).
   static rearrangement identity(std::span<const std::int64_t> src_offsets) {
     check_offsets(src_offsets, "source");
-    std::vector<rank_t> ranks(static_cast<std::size_t>(src_offsets.back()));
-    for (std::size_t r = 0; r + 1 < src_offsets.size(); ++r)
-      std::fill(ranks.begin() + src_offsets[r], ranks.begin() + src_offsets[r + 1],
-                static_cast<rank_t>(r));
-    return from_destinations(src_offsets, ranks, static_cast<rank_t>(src_offsets.size() - 1));
+    return from_destinations(src_offsets, detail::ranks_of_items(src_offsets),
+                             static_cast<rank_t>(src_offsets.size() - 1));
   }
   /// Identity plan of a layout.
   static rearrangement identity(const batch_layout& layout) { return identity(layout.offsets()); }
@@ -363,10 +361,7 @@ apply_by_rank(const rearrangement& plan, R&& ranks) {
       detail::owns_elements_v<R> && !std::ranges::view<std::remove_cvref_t<inner>>;
   std::vector<std::vector<std::ranges::range_value_t<inner>>> out(
       static_cast<std::size_t>(plan.num_dst_ranks()));
-  std::vector<rank_t> src_rank(static_cast<std::size_t>(plan.num_items()));
-  for (rank_t r = 0; r < plan.num_src_ranks(); ++r)
-    std::fill(src_rank.begin() + plan.src_offsets()[static_cast<std::size_t>(r)],
-              src_rank.begin() + plan.src_offsets()[static_cast<std::size_t>(r) + 1], r);
+  const std::vector<rank_t> src_rank = detail::ranks_of_items(plan.src_offsets());
   for (rank_t r = 0; r < plan.num_dst_ranks(); ++r) {
     auto& dst = out[static_cast<std::size_t>(r)];
     const auto begin = plan.dst_offsets()[static_cast<std::size_t>(r)];
