@@ -135,9 +135,8 @@ vision_input make_vision(rank_t d) {
   bench::multimodal_spec spec;
   spec.ranks = d;
   auto batch = bench::make_multimodal_batch(spec);
-  std::vector<std::int64_t> bytes(static_cast<std::size_t>(batch.vision.num_items()));
-  for (std::int64_t g = 0; g < batch.vision.num_items(); ++g)
-    bytes[static_cast<std::size_t>(g)] = batch.vision.bytes(g);
+  const auto item_bytes = batch.vision.item_bytes();
+  std::vector<std::int64_t> bytes(item_bytes.begin(), item_bytes.end());
   return {std::move(batch.vision), std::move(bytes), topology::uniform(d, k_gpus_per_node),
           vit_cost()};
 }

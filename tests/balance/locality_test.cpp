@@ -287,9 +287,7 @@ TEST_CASE("locality: multimodal LLM stage, bytes against automatic + transport (
   const auto batch = bench::make_multimodal_batch(spec);
   const auto& layout = batch.llm;
   const auto topo = topology::uniform(64, 8);
-  std::vector<std::int64_t> item_bytes(static_cast<std::size_t>(layout.num_items()));
-  for (std::int64_t g = 0; g < layout.num_items(); ++g)
-    item_bytes[static_cast<std::size_t>(g)] = layout.bytes(g);
+  const auto item_bytes = layout.item_bytes();
   const auto base = balance(layout, linear_cost{}, packed);
   const auto mapped = map_bins(base.plan, item_bytes, topo, mapping_method::transport);
   const std::vector<rank_t> nodes(topo.node_map().begin(), topo.node_map().end());

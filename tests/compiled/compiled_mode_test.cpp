@@ -206,9 +206,7 @@ TEST_CASE("compiled mode: map_bins and plan_step run in the library") {
   std::mt19937_64 rng(99);
   const auto layout = random_layout(rng, 8, 200);
   const auto balanced = balance(layout, linear_cost{});
-  std::vector<std::int64_t> bytes(static_cast<std::size_t>(layout.num_items()));
-  for (std::int64_t g = 0; g < layout.num_items(); ++g)
-    bytes[static_cast<std::size_t>(g)] = layout.bytes(g);
+  const auto bytes = layout.item_bytes();
   const auto topo = topology::uniform(8, 4);
   const auto mapped = map_bins(balanced.plan, bytes, topo);
   CHECK(mapped.inter_node_bytes >= mapped.inter_node_bytes_lower_bound);
@@ -246,9 +244,7 @@ TEST_CASE("compiled mode: mappers, built-in and the application's, run through t
     const rank_t d = static_cast<rank_t>(uniform(rng, 1, 24));
     const auto layout = random_layout(rng, d, uniform(rng, 0, 200));
     const auto balanced = balance(layout, linear_cost{});
-    std::vector<std::int64_t> bytes(static_cast<std::size_t>(layout.num_items()));
-    for (std::int64_t g = 0; g < layout.num_items(); ++g)
-      bytes[static_cast<std::size_t>(g)] = layout.bytes(g);
+    const auto bytes = layout.item_bytes();
     const auto topo = topology::uniform(d, static_cast<rank_t>(uniform(rng, 1, d)));
     CAPTURE(trial);
     for (const auto method :

@@ -46,6 +46,7 @@ TEST_CASE("batch_layout: hand example with empty ranks") {
   CHECK_FALSE(a.has_bytes());
   CHECK(a.explicit_bytes().empty());
   for (std::int64_t g = 0; g < a.num_items(); ++g) CHECK(a.bytes(g) == a.length(g));
+  CHECK(vec(a.item_bytes().begin(), a.item_bytes().end()) == vec{3, 1, 5, 0, 2, 0});
   CHECK(a.total_length() == 11);
   CHECK(a.total_bytes() == 11);
   // no parents
@@ -76,6 +77,7 @@ TEST_CASE("batch_layout: explicit bytes and parents") {
   CHECK(a.total_bytes() == 47);
   CHECK(a.total_length() == 9);
   CHECK(vec(a.explicit_bytes().begin(), a.explicit_bytes().end()) == vec{30, 10, 7});
+  CHECK(vec(a.item_bytes().begin(), a.item_bytes().end()) == vec{30, 10, 7});
   // bytes equal to the lengths are still "explicit": the layouts differ.
   CHECK(batch_layout({0, 1}, {4}, {4}) != batch_layout({0, 1}, {4}));
 

@@ -380,9 +380,7 @@ void check_report(const Stage& st, const batch_layout& layout, const rearrangeme
     opt.node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
   // The stage is balanced in its model's own value type: exact std::int64_t for integral
   // models, double otherwise.
-  vec bytes(static_cast<std::size_t>(layout.num_items()));
-  for (std::int64_t g = 0; g < layout.num_items(); ++g)
-    bytes[static_cast<std::size_t>(g)] = layout.bytes(g);
+  const auto bytes = layout.item_bytes();
   st.cost.visit([&](const auto& cost) {
     using value = decltype(cost(0));
     CHECK(std::is_integral_v<value> == st.cost.integral());
@@ -1403,9 +1401,7 @@ TEST_CASE("a trainer's topology model passes wherever a topology does, with the 
     CHECK(a.encoders[k].output == b.encoders[k].output);
     CHECK(a.stages[k].inter_node_bytes == b.stages[k].inter_node_bytes);
   }
-  std::vector<std::int64_t> bytes;
-  for (std::int64_t g = 0; g < a.llm_layout.num_items(); ++g)
-    bytes.push_back(a.llm_layout.bytes(g));
+  const auto bytes = a.llm_layout.item_bytes();
   const auto mapped = orchmllm::map_bins(a.llm, bytes, pairs_model{});
   CHECK(mapped.rank_of_bin == orchmllm::map_bins(a.llm, bytes, shipped).rank_of_bin);
   // The routes.

@@ -229,9 +229,7 @@ TEST_CASE("plan_step: an application's mapper in a stage declaration") {
     const auto got = plan_step(custom, in.meta, in.topo);
     CHECK(calls == 1);
     // The identity mapping's plan is the balanced bins; the custom stage maps exactly those.
-    std::vector<std::int64_t> bytes(static_cast<std::size_t>(got.llm_layout.num_items()));
-    for (std::int64_t g = 0; g < got.llm_layout.num_items(); ++g)
-      bytes[static_cast<std::size_t>(g)] = got.llm_layout.bytes(g);
+    const auto bytes = got.llm_layout.item_bytes();
     const auto want = map_bins(base.llm, bytes, in.topo, reverse_bins{&calls});
     test::check_mapping_result(want, base.llm, bytes, in.topo);
     CHECK(got.llm == want.plan);

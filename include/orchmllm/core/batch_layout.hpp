@@ -104,6 +104,11 @@ class batch_layout {
   [[nodiscard]] std::span<const std::int64_t> lengths() const noexcept { return lengths_; }
   /// Explicit byte sizes (empty when not given).
   [[nodiscard]] std::span<const std::int64_t> explicit_bytes() const noexcept { return bytes_; }
+  /// Payload bytes of all items in global-id order: `bytes(g)` for every g (the explicit byte
+  /// sizes, or the lengths when none were given). O(1), no copy.
+  [[nodiscard]] std::span<const std::int64_t> item_bytes() const noexcept {
+    return bytes_.empty() ? std::span<const std::int64_t>(lengths_) : bytes_;
+  }
   /// Parent ids (empty when not given).
   [[nodiscard]] std::span<const std::int64_t> parents() const noexcept { return parents_; }
   /// Lengths of rank r's items.

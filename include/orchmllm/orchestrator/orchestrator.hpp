@@ -251,9 +251,7 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
                    opt.node_of_rank.size(), " entries for ", topo.num_ranks(), " ranks");
   if (opt.method == balance_method::locality && opt.node_of_rank.empty())
     opt.node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
-  std::vector<std::int64_t> bytes(static_cast<std::size_t>(layout.num_items()));
-  for (std::int64_t g = 0; g < layout.num_items(); ++g)
-    bytes[static_cast<std::size_t>(g)] = layout.bytes(g);
+  const std::span<const std::int64_t> bytes = layout.item_bytes();
   // Balance in the model's own computation type (exact integers for integral models); the
   // report carries the figures as double.
   mapping_result mapped = stage.cost.visit([&](const auto& cost) {

@@ -352,9 +352,7 @@ TEST_CASE("glpk::bottleneck_ilp in a stage declaration: plan_step maps the LLM s
     CHECK_NOTHROW(decl.validate());
     const auto base = plan_step(identity, meta, topo);  // the balanced bins
     const auto got = plan_step(decl, meta, topo);
-    std::vector<std::int64_t> bytes(static_cast<std::size_t>(got.llm_layout.num_items()));
-    for (std::int64_t g = 0; g < got.llm_layout.num_items(); ++g)
-      bytes[static_cast<std::size_t>(g)] = got.llm_layout.bytes(g);
+    const auto bytes = got.llm_layout.item_bytes();
     const auto want = map_bins(base.llm, bytes, topo, glpk::bottleneck_ilp{.node_limit = 20});
     test::check_mapping_result(want, base.llm, bytes, topo);
     CHECK(got.llm == want.plan);
