@@ -7,7 +7,7 @@
 // ranks check that each row reached its sample.
 //
 //   training_step [--ranks N] [--ranks-per-node G]            (local; exit 0: every row arrived)
-//   mpirun -np 8 mpi_training_step [--ranks-per-node G]       (MPI, on MPI_COMM_WORLD)
+//   mpirun [--oversubscribe] -np 8 mpi_training_step [--ranks-per-node G]   (MPI)
 
 #include <orchmllm/orchmllm.hpp>
 #if defined(ORCHMLLM_EXAMPLE_MPI)

@@ -206,11 +206,8 @@ class device_mover {
   /// the class comment. Nothing is enqueued for an empty list or one of zero-byte segments.
   void gather(const std::byte* in, std::byte* out,
               const ::orchmllm::detail::segment_list& segments) {
+    ::orchmllm::detail::thrust_gather::check_segment_list(segments, "device_mover::gather");
     const auto n = static_cast<std::int64_t>(segments.size());
-    ORCHMLLM_REQUIRE(
-        segments.dst.size() == segments.src.size() && segments.bytes.size() == segments.src.size(),
-        invalid_argument_error, "device_mover::gather: segment arrays differ in size (src ",
-        segments.src.size(), ", dst ", segments.dst.size(), ", bytes ", segments.bytes.size(), ")");
     if (n == 0) return;
     const bool use_thrust = method_ == gather_method::thrust_chunked;
     const std::int64_t columns = use_thrust ? 4 : 3;  // src | dst | bytes [| chunk ends]
@@ -220,10 +217,6 @@ class device_mover {
     std::int64_t total_chunks = 0;
     for (std::int64_t i = 0; i < n; ++i) {
       const auto k = static_cast<std::size_t>(i);
-      ORCHMLLM_REQUIRE(segments.src[k] >= 0 && segments.dst[k] >= 0 && segments.bytes[k] >= 0,
-                       invalid_argument_error, "device_mover::gather: segment ", i, " has src ",
-                       segments.src[k], ", dst ", segments.dst[k], ", bytes ", segments.bytes[k],
-                       " (all must be >= 0)");
       host[i] = segments.src[k];
       host[n + i] = segments.dst[k];
       host[2 * n + i] = segments.bytes[k];

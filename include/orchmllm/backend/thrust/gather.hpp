@@ -166,6 +166,20 @@ constexpr std::int64_t lanes_for() {
   return 1;
 }
 
+// Checks a host segment list before a mover stages it: the three arrays of one size, every
+// entry >= 0; else invalid_argument_error naming `who` and the first bad segment. O(n).
+inline void check_segment_list(const segment_list& segments, const char* who) {
+  ORCHMLLM_REQUIRE(
+      segments.dst.size() == segments.src.size() && segments.bytes.size() == segments.src.size(),
+      invalid_argument_error, who, ": segment arrays differ in size (src ", segments.src.size(),
+      ", dst ", segments.dst.size(), ", bytes ", segments.bytes.size(), ")");
+  for (std::size_t k = 0; k < segments.size(); ++k)
+    ORCHMLLM_REQUIRE(segments.src[k] >= 0 && segments.dst[k] >= 0 && segments.bytes[k] >= 0,
+                     invalid_argument_error, who, ": segment ", k, " has src ", segments.src[k],
+                     ", dst ", segments.dst[k], ", bytes ", segments.bytes[k],
+                     " (all must be >= 0)");
+}
+
 inline void check_chunk(std::int64_t chunk_bytes) {
   ORCHMLLM_REQUIRE(chunk_bytes >= 16 && chunk_bytes % 16 == 0, invalid_argument_error,
                    "gather_segments: chunk_bytes = ", chunk_bytes,
@@ -331,21 +345,14 @@ class thrust_mover {
   /// Throws `invalid_argument_error` for a malformed list (arrays of different sizes, a
   /// negative offset or size), naming the segment; the system's errors.
   void gather(const std::byte* in, std::byte* out, const detail::segment_list& segments) {
+    detail::thrust_gather::check_segment_list(segments, "thrust_mover::gather");
     const auto n = static_cast<std::int64_t>(segments.size());
-    ORCHMLLM_REQUIRE(
-        segments.dst.size() == segments.src.size() && segments.bytes.size() == segments.src.size(),
-        invalid_argument_error, "thrust_mover::gather: segment arrays differ in size (src ",
-        segments.src.size(), ", dst ", segments.dst.size(), ", bytes ", segments.bytes.size(), ")");
     if (n == 0) return;
     const detail::thrust_gather::chunk_count count{chunk_bytes_};
     host_.resize(static_cast<std::size_t>(4 * n));
     std::int64_t total = 0;
     for (std::int64_t i = 0; i < n; ++i) {
       const auto k = static_cast<std::size_t>(i);
-      ORCHMLLM_REQUIRE(segments.src[k] >= 0 && segments.dst[k] >= 0 && segments.bytes[k] >= 0,
-                       invalid_argument_error, "thrust_mover::gather: segment ", i, " has src ",
-                       segments.src[k], ", dst ", segments.dst[k], ", bytes ", segments.bytes[k],
-                       " (all must be >= 0)");
       host_[k] = segments.src[k];
       host_[static_cast<std::size_t>(n) + k] = segments.dst[k];
       host_[static_cast<std::size_t>(2 * n) + k] = segments.bytes[k];
