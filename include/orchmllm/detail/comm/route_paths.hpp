@@ -1,0 +1,284 @@
+#pragma once
+// The route builder's global computations (comm/route.hpp): where every item is after each hop
+// (direct and node-wise paths), the time model that picks between them, and each hop's group
+// figures. Pure functions of the global view (plan, item bytes, topology), identical on every
+// rank.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "orchmllm/comm/communicator.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/detail/core/csr.hpp"
+#include "orchmllm/topology/topology.hpp"
+
+namespace orchmllm {
+
+namespace detail {
+
+// Checks that item_bytes has one non-negative entry per item and the topology matches the plan.
+inline void check_route_inputs(const rearrangement& plan, std::span<const std::int64_t> item_bytes,
+                               const topology& topo) {
+  ORCHMLLM_REQUIRE(plan.num_src_ranks() == plan.num_dst_ranks(), invalid_argument_error,
+                   "a route needs a plan between equal rank counts, got ", plan.num_src_ranks(),
+                   " source and ", plan.num_dst_ranks(), " destination ranks");
+  ORCHMLLM_REQUIRE(topo.num_ranks() == plan.num_src_ranks(), invalid_argument_error,
+                   "the topology has ", topo.num_ranks(), " ranks but the plan ",
+                   plan.num_src_ranks());
+  ORCHMLLM_REQUIRE(static_cast<std::int64_t>(item_bytes.size()) == plan.num_items(),
+                   invalid_argument_error, item_bytes.size(), " item sizes for a plan of ",
+                   plan.num_items(), " items");
+  for (std::size_t g = 0; g < item_bytes.size(); ++g)
+    ORCHMLLM_REQUIRE(item_bytes[g] >= 0, invalid_argument_error, "item ", g, " has ",
+                     item_bytes[g], " bytes");
+}
+
+// Source rank of every item (n entries).
+inline std::vector<rank_t> source_ranks(const rearrangement& plan) {
+  return ranks_of_items(plan.src_offsets());
+}
+
+// Where every item is before and after each hop: at[g·(hops+1) + k], k = 0..hops.
+struct item_paths {
+  int hops = 0;
+  std::vector<rank_t> at;
+
+  [[nodiscard]] rank_t where(std::int64_t g, int k) const noexcept {
+    return at[static_cast<std::size_t>(g) * static_cast<std::size_t>(hops + 1) +
+              static_cast<std::size_t>(k)];
+  }
+};
+
+inline item_paths direct_paths(const rearrangement& plan, std::span<const rank_t> src) {
+  item_paths p;
+  p.hops = 1;
+  const auto n = static_cast<std::size_t>(plan.num_items());
+  p.at.resize(2 * n);
+  for (std::size_t g = 0; g < n; ++g) {
+    p.at[2 * g] = src[g];
+    p.at[2 * g + 1] = plan.dst_ranks()[g];
+  }
+  return p;
+}
+
+// Node-wise paths [s, rail in source node, same rail in destination node, t]; see route.hpp's
+// file comment. Rails split each node pair's bytes evenly, walking its items in (source local
+// rank, destination id) order.
+inline item_paths node_wise_paths(const rearrangement& plan, std::span<const std::int64_t> bytes,
+                                  const topology& topo, std::span<const rank_t> src) {
+  item_paths p;
+  p.hops = 3;
+  const auto n = static_cast<std::size_t>(plan.num_items());
+  p.at.resize(4 * n);
+  // Items that change node, with their sort key (source node, destination node, source local
+  // rank, destination id) computed once: the sort compares contiguous integers instead of
+  // looking the topology up per comparison.
+  struct remote_item {
+    rank_t ns, nt, ls;
+    std::int64_t id, g;
+  };
+  std::vector<remote_item> remote;
+  for (std::size_t g = 0; g < n; ++g) {
+    const rank_t s = src[g];
+    const rank_t t = plan.dst_ranks()[g];
+    p.at[4 * g] = s;
+    if (topo.same_node(s, t)) {
+      p.at[4 * g + 1] = p.at[4 * g + 2] = p.at[4 * g + 3] = t;
+    } else {
+      p.at[4 * g + 3] = t;
+      const auto gi = static_cast<std::int64_t>(g);
+      remote.push_back({topo.node_of(s), topo.node_of(t), topo.local_rank(s),
+                        plan.destination_id(gi), gi});
+    }
+  }
+  {
+    // Bucketed by source node (a counting sort), then each node's bucket sorted on the rest:
+    // N small sorts instead of one of every remote item (keys are distinct: the same order).
+    const auto nodes = static_cast<std::size_t>(topo.num_nodes());
+    std::vector<std::size_t> start(nodes + 1, 0);
+    for (const auto& r : remote) ++start[static_cast<std::size_t>(r.ns) + 1];
+    for (std::size_t m = 0; m < nodes; ++m) start[m + 1] += start[m];
+    std::vector<remote_item> sorted(remote.size());
+    {
+      std::vector<std::size_t> at(start.begin(), start.end() - 1);
+      for (const auto& r : remote) sorted[at[static_cast<std::size_t>(r.ns)]++] = r;
+    }
+    for (std::size_t m = 0; m < nodes; ++m)
+      std::sort(sorted.begin() + static_cast<std::ptrdiff_t>(start[m]),
+                sorted.begin() + static_cast<std::ptrdiff_t>(start[m + 1]),
+                [](const remote_item& a, const remote_item& b) {
+                  if (a.nt != b.nt) return a.nt < b.nt;
+                  if (a.ls != b.ls) return a.ls < b.ls;
+                  return a.id < b.id;
+                });
+    remote = std::move(sorted);
+  }
+  for (std::size_t i = 0; i < remote.size();) {
+    const rank_t ns = remote[i].ns;
+    const rank_t nt = remote[i].nt;
+    std::size_t j = i;
+    std::int64_t total = 0;
+    while (j < remote.size() && remote[j].ns == ns && remote[j].nt == nt) {
+      total += bytes[static_cast<std::size_t>(remote[j].g)];
+      ++j;
+    }
+    const rank_t rails = std::min(topo.node_size(ns), topo.node_size(nt));
+    const auto count = static_cast<std::int64_t>(j - i);
+    std::int64_t cum = 0;
+    for (std::size_t k = i; k < j; ++k) {
+      const auto g = static_cast<std::size_t>(remote[k].g);
+      const std::int64_t b = bytes[g];
+      rank_t rail;
+      if (total > 0) {
+        // Midpoint of the item's byte range, scaled to [0, rails): an even byte split.
+        const double mid = (static_cast<double>(cum) + 0.5 * static_cast<double>(b)) /
+                           static_cast<double>(total);
+        rail = static_cast<rank_t>(std::min<double>(rails - 1, std::floor(mid * rails)));
+      } else {
+        rail = static_cast<rank_t>(static_cast<std::int64_t>(k - i) * rails / count);
+      }
+      cum += b;
+      p.at[4 * g + 1] = topo.rank_at(ns, rail);
+      p.at[4 * g + 2] = topo.rank_at(nt, rail);
+    }
+    i = j;
+  }
+  return p;
+}
+
+// Drops hops in which no item changes rank (the same decision on every rank).
+inline item_paths drop_idle_hops(const item_paths& p, std::int64_t n) {
+  std::vector<int> keep{0};
+  for (int k = 1; k <= p.hops; ++k) {
+    bool moves = false;
+    for (std::int64_t g = 0; g < n && !moves; ++g) moves = p.where(g, k - 1) != p.where(g, k);
+    if (moves) keep.push_back(k);
+  }
+  if (static_cast<int>(keep.size()) == p.hops + 1) return p;
+  item_paths q;
+  q.hops = static_cast<int>(keep.size()) - 1;
+  q.at.reserve(static_cast<std::size_t>(n) * keep.size());
+  for (std::int64_t g = 0; g < n; ++g) {
+    // A dropped hop moves nothing (column k equals column k-1), so the kept columns still end
+    // at each item's final rank.
+    for (const int k : keep) q.at.push_back(p.where(g, k));
+  }
+  return q;
+}
+
+// Time model of a set of paths (see route.hpp's file comment). Per hop, the bandwidth terms are
+// added in item order and the latency terms in increasing (sender, receiver) order, so the
+// floating-point sums (and with them `automatic`'s choice) are the same on every rank and
+// platform. O(hops · (n + d) + Σ distinct receivers of a sender · log of their count): the
+// moving items are bucketed by sender (a counting sort), each sender's distinct receivers
+// marked in a d-sized table and sorted.
+inline double predict_seconds(const item_paths& p, std::span<const std::int64_t> bytes,
+                              const topology& topo) {
+  const auto d = static_cast<std::size_t>(topo.num_ranks());
+  const auto n = static_cast<std::int64_t>(bytes.size());
+  const auto& L = topo.links;
+  double total = 0;
+  std::vector<double> send_t(d), recv_t(d);
+  std::vector<std::int64_t> first(d + 1), by_sender;
+  std::vector<char> seen(d, 0);
+  std::vector<rank_t> peers;
+  for (int k = 1; k <= p.hops; ++k) {
+    std::fill(send_t.begin(), send_t.end(), 0.0);
+    std::fill(recv_t.begin(), recv_t.end(), 0.0);
+    std::fill(first.begin(), first.end(), 0);
+    for (std::int64_t g = 0; g < n; ++g) {
+      const rank_t a = p.where(g, k - 1), b = p.where(g, k);
+      // Zero-byte items post no message (zero counts are skipped on both sides): no latency.
+      if (a == b || bytes[static_cast<std::size_t>(g)] == 0) continue;
+      const double secs = static_cast<double>(bytes[static_cast<std::size_t>(g)]) /
+                          (topo.same_node(a, b) ? L.intra_bandwidth : L.inter_bandwidth);
+      send_t[static_cast<std::size_t>(a)] += secs;
+      recv_t[static_cast<std::size_t>(b)] += secs;
+      ++first[static_cast<std::size_t>(a) + 1];
+    }
+    for (std::size_t r = 0; r < d; ++r) first[r + 1] += first[r];
+    by_sender.resize(static_cast<std::size_t>(first[d]));
+    {
+      std::vector<std::int64_t> at(first.begin(), first.end() - 1);
+      for (std::int64_t g = 0; g < n; ++g) {
+        const rank_t a = p.where(g, k - 1);
+        if (a == p.where(g, k) || bytes[static_cast<std::size_t>(g)] == 0) continue;
+        by_sender[static_cast<std::size_t>(at[static_cast<std::size_t>(a)]++)] = g;
+      }
+    }
+    for (std::size_t a = 0; a < d; ++a) {
+      peers.clear();
+      for (auto i = first[a]; i < first[a + 1]; ++i) {
+        const rank_t b = p.where(by_sender[static_cast<std::size_t>(i)], k);
+        if (seen[static_cast<std::size_t>(b)] == 0) {
+          seen[static_cast<std::size_t>(b)] = 1;
+          peers.push_back(b);
+        }
+      }
+      std::sort(peers.begin(), peers.end());
+      for (const rank_t b : peers) {
+        seen[static_cast<std::size_t>(b)] = 0;
+        const double lat =
+            topo.same_node(static_cast<rank_t>(a), b) ? L.intra_latency : L.inter_latency;
+        send_t[a] += lat;
+        recv_t[static_cast<std::size_t>(b)] += lat;
+      }
+    }
+    double hop = 0;
+    for (std::size_t r = 0; r < d; ++r) hop = std::max({hop, send_t[r], recv_t[r]});
+    total += hop;
+  }
+  return total;
+}
+
+// The group's figures of hop k (see `agreed_exchange`): every rank's send and receive buffer,
+// and every block between two ranks, from where the items are before and after the hop.
+// O(n + d): items bucketed by sending rank, blocks summed per destination with a touched list.
+inline agreed_exchange hop_group_figures(const item_paths& p, std::span<const std::int64_t> bytes,
+                                         int k, rank_t d) {
+  const auto ud = static_cast<std::size_t>(d);
+  const auto n = bytes.size();
+  agreed_exchange a;
+  std::vector<std::int64_t> send(ud, 0), recv(ud, 0), items(ud + 1, 0);
+  for (std::size_t g = 0; g < n; ++g) {
+    const auto from = static_cast<std::size_t>(p.where(static_cast<std::int64_t>(g), k - 1));
+    send[from] += bytes[g];
+    recv[static_cast<std::size_t>(p.where(static_cast<std::int64_t>(g), k))] += bytes[g];
+    ++items[from + 1];
+  }
+  for (std::size_t r = 0; r < ud; ++r) {
+    a.max_buffer = std::max({a.max_buffer, send[r], recv[r]});
+    a.max_items = std::max(a.max_items, items[r + 1]);
+    items[r + 1] += items[r];
+  }
+  std::vector<std::int64_t> by_sender(n);
+  for (std::size_t g = 0; g < n; ++g)
+    by_sender[static_cast<std::size_t>(
+        items[static_cast<std::size_t>(p.where(static_cast<std::int64_t>(g), k - 1))]++)] =
+        static_cast<std::int64_t>(g);
+  std::vector<std::int64_t> block(ud, 0);
+  std::vector<rank_t> touched;
+  for (std::size_t i = 0; i < n;) {
+    const rank_t from = p.where(by_sender[i], k - 1);
+    touched.clear();
+    for (; i < n && p.where(by_sender[i], k - 1) == from; ++i) {
+      const auto to = p.where(by_sender[i], k);
+      if (block[static_cast<std::size_t>(to)] == 0) touched.push_back(to);
+      block[static_cast<std::size_t>(to)] += bytes[static_cast<std::size_t>(by_sender[i])];
+    }
+    for (const auto to : touched) {
+      a.max_block = std::max(a.max_block, block[static_cast<std::size_t>(to)]);
+      block[static_cast<std::size_t>(to)] = 0;
+    }
+  }
+  return a;
+}
+
+}  // namespace detail
+
+}  // namespace orchmllm
