@@ -60,7 +60,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/workload.hpp"
+#include "bench/support/workload.hpp"
 #include "tool/args.hpp"
 #include "tool/command.hpp"
 #include "tool/file_io.hpp"

@@ -1,9 +1,9 @@
-// Tests of the step simulator (bench/common/simulator.hpp) and of `orchmllm-bench simulate`
+// Tests of the step simulator (bench/support/simulator.hpp) and of `orchmllm-bench simulate`
 // (bench/tool/simulate.hpp): exact compute figures on a hand-made batch, the all-to-all count
 // and the guarantees each scenario has (and only those), determinism, bad options, and the
 // subcommand's JSON keys and exit codes.
 
-#include "common/simulator.hpp"
+#include "bench/support/simulator.hpp"
 
 #include <doctest/doctest.h>
 

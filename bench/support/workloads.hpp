@@ -94,7 +94,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/workload.hpp"
+#include "bench/support/workload.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/orchestrator/stages.hpp"
