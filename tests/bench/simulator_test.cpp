@@ -1,5 +1,5 @@
 // Tests of the step simulator (bench/support/simulator.hpp) and of `orchmllm-bench simulate`
-// (bench/tool/simulate.hpp): exact compute figures on a hand-made batch, the all-to-all count
+// (bench/cli/simulate.hpp): exact compute figures on a hand-made batch, the all-to-all count
 // and the guarantees each scenario has (and only those), determinism, bad options, and the
 // subcommand's JSON keys and exit codes.
 
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "tool/simulate.hpp"
+#include "bench/cli/simulate.hpp"
 
 using namespace orchmllm;
 using namespace orchmllm::bench;

@@ -15,10 +15,10 @@
 #include <string>
 
 #include "bench/support/simulator.hpp"
-#include "tool/args.hpp"
-#include "tool/command.hpp"
-#include "tool/json.hpp"
-#include "tool/problem.hpp"
+#include "bench/cli/args.hpp"
+#include "bench/cli/command.hpp"
+#include "bench/cli/json.hpp"
+#include "bench/cli/problem.hpp"
 
 namespace orchmllm::tool {
 
