@@ -1,4 +1,5 @@
 // Google Benchmark suite for orchmllm::balance (include/orchmllm/balance/balancer.hpp).
+// (Above 600 lines on purpose: one suite, one grid, every balancer family side by side.)
 //
 // Input: d ranks × k items per rank, lengths LN(mu 7, sigma 1) clipped to [16, 32768]
 // (bench/support/workload.hpp, seed 1), cost(l) = l + 1e-4·l² (quadratic_cost{0, 1, 1e-4}).
