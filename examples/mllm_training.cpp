@@ -81,7 +81,7 @@
 
 #include <Eigen/Dense>
 
-#include "common/workload.hpp"
+#include "bench/support/workload.hpp"
 #include "orchmllm/orchmllm.hpp"
 
 #if defined(ORCHMLLM_HAS_MPI)

@@ -38,8 +38,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/models.hpp"
-#include "common/workload.hpp"
+#include "bench/support/models.hpp"
+#include "bench/support/workload.hpp"
 #include "orchmllm/backend/mpi/communicator.hpp"
 #include "orchmllm/comm/dispatch.hpp"
 #include "orchmllm/comm/metadata.hpp"

@@ -24,8 +24,8 @@
 #include <string>
 #include <string_view>
 
-#include "common/models.hpp"
-#include "common/workload.hpp"
+#include "bench/support/models.hpp"
+#include "bench/support/workload.hpp"
 #include "orchmllm/orchmllm.hpp"
 
 namespace {

@@ -1,7 +1,8 @@
 // Google Benchmark suite for orchmllm::balance (include/orchmllm/balance/balancer.hpp).
+// (Above 600 lines on purpose: one suite, one grid, every balancer family side by side.)
 //
 // Input: d ranks × k items per rank, lengths LN(mu 7, sigma 1) clipped to [16, 32768]
-// (bench/common/workload.hpp, seed 1), cost(l) = l + 1e-4·l² (quadratic_cost{0, 1, 1e-4}).
+// (bench/support/workload.hpp, seed 1), cost(l) = l + 1e-4·l² (quadratic_cost{0, 1, 1e-4}).
 // Grid: d ∈ {8, 64, 512, 2560, 10240} × k ∈ {1, 4, 16, 64}; names are BM_<family>/<d>/<k>.
 //
 // Families (all end to end through orchmllm::balance unless said otherwise):
@@ -68,7 +69,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/workload.hpp"
+#include "bench/support/workload.hpp"
 #include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/core/statistics.hpp"
 

@@ -20,8 +20,8 @@
 //    describe GPUs and NICs, not this machine's threads), predicted_direct_seconds,
 //    predicted_node_wise_seconds, sent_intra_node_bytes, sent_inter_node_bytes, execute_seconds.
 //
-// Every run's output is checked (tool/dispatch.hpp's content checks); a wrong byte aborts the
-// benchmark with an error. Times are measured inside one `local::run` per benchmark (thread
+// Every run's output is checked (bench/support/payload.hpp's content checks); a wrong byte
+// aborts the benchmark with an error. Times are measured inside one `local::run` per benchmark (thread
 // start-up is not timed) and replayed into Google Benchmark with UseManualTime, one iteration
 // per run. Results: docs/results.md.
 
@@ -39,13 +39,15 @@
 #include "orchmllm/comm/collectives.hpp"
 #include "orchmllm/comm/dispatch.hpp"
 #include "orchmllm/comm/local.hpp"
-#include "tool/dispatch.hpp"
+#include "bench/support/collectives.hpp"
+#include "bench/support/dispatch_driver.hpp"
+#include "bench/support/payload.hpp"
 
 namespace {
 
 using orchmllm::rank_t;
 
-using orchmllm::tool::uniform_all_to_all;
+using orchmllm::bench::uniform_all_to_all;
 
 /// Medians and per-run dispatch times of one measurement.
 struct measurement {
@@ -62,15 +64,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 /// Runs the measurement described in the file comment on d threads.
-measurement measure(const orchmllm::tool::dispatch_inputs& c, rank_t d, rank_t ranks_per_node,
+measurement measure(const orchmllm::bench::dispatch_inputs& c, rank_t d, rank_t ranks_per_node,
                     orchmllm::schedule sched, int repeats, bool with_memcpy) {
-  namespace tool = orchmllm::tool;
+  namespace bench = orchmllm::bench;
   measurement m;
   orchmllm::local::run(
       d,
       [&](orchmllm::local::communicator& comm) {
         const rank_t me = comm.rank();
-        const auto mine = tool::make_source_payload(c.layout, me);
+        const auto mine = bench::make_source_payload(c.layout, me);
         orchmllm::dispatch_options opts;
         opts.sched = sched;
         const auto my_bytes = mine.rows;  // row_bytes = 1
@@ -89,7 +91,7 @@ measurement measure(const orchmllm::tool::dispatch_inputs& c, rank_t d, rank_t r
           auto t0 = std::chrono::steady_clock::now();
           const auto moved = orchmllm::dispatch(comm, c.plan, mine, opts, &report);
           const double d_s = seconds_since(t0);
-          if (!failure) failure = tool::check_delivered(moved, c.layout, c.plan, me, "dispatch");
+          if (!failure) failure = bench::check_delivered(moved, c.layout, c.plan, me, "dispatch");
 
           comm.barrier();
           t0 = std::chrono::steady_clock::now();
@@ -120,11 +122,11 @@ measurement measure(const orchmllm::tool::dispatch_inputs& c, rank_t d, rank_t r
             tm.push_back(m_s);
           }
         }
-        const auto problems = tool::gather_problems(comm, failure);
-        const auto all_d = tool::max_over_ranks(comm, td);
-        const auto all_e = tool::max_over_ranks(comm, te);
-        const auto all_r = tool::max_over_ranks(comm, tr);
-        const auto all_m = tool::max_over_ranks(comm, tm);
+        const auto problems = bench::gather_problems(comm, failure);
+        const auto all_d = bench::max_over_ranks(comm, td);
+        const auto all_e = bench::max_over_ranks(comm, te);
+        const auto all_r = bench::max_over_ranks(comm, tr);
+        const auto all_m = bench::max_over_ranks(comm, tm);
         const std::int64_t sent[2] = {report.sent.intra_node_bytes, report.sent.inter_node_bytes};
         const auto sent_all = orchmllm::all_gather(comm, std::span<const std::int64_t>(sent));
         if (me != 0) return;
@@ -132,9 +134,9 @@ measurement measure(const orchmllm::tool::dispatch_inputs& c, rank_t d, rank_t r
           m.error = "rank " + std::to_string(problems.front().first) + ": " +
                     problems.front().second;
         m.dispatch = all_d;
-        m.execute = tool::median(all_e);
-        m.routed = tool::median(all_r);
-        m.memcpy_ = tool::median(all_m);
+        m.execute = bench::median(all_e);
+        m.routed = bench::median(all_r);
+        m.memcpy_ = bench::median(all_m);
         m.report = report;
         for (std::size_t q = 0; q < static_cast<std::size_t>(d); ++q) {
           m.sent.intra_node_bytes += sent_all[2 * q];
@@ -172,7 +174,7 @@ void BM_local_dispatch(benchmark::State& state) {
   }
   replay(state, m.dispatch);
   const double total = static_cast<double>(per_rank) * local_ranks;
-  const double dispatch = orchmllm::tool::median(m.dispatch);
+  const double dispatch = orchmllm::bench::median(m.dispatch);
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
                           static_cast<std::int64_t>(total));
   state.counters["memcpy_bytes_per_second"] = total / m.memcpy_;
@@ -196,7 +198,7 @@ void BM_local_memcpy(benchmark::State& state) {
       benchmark::ClobberMemory();
       if (k >= 0) t.push_back(seconds_since(t0));
     }
-    const auto all = orchmllm::tool::max_over_ranks(comm, t);
+    const auto all = orchmllm::bench::max_over_ranks(comm, t);
     if (comm.rank() == 0) times = all;
   });
   replay(state, times);

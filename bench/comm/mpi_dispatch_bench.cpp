@@ -8,8 +8,9 @@
 //
 // For every size S (bytes per rank) the ranks hold 2·P items of S / (2·P) bytes and item j of
 // rank r goes to rank (r + j) mod P: a uniform all-to-all in which every rank sends S / P bytes
-// to every rank, itself included. The measurement is the tool's (bench/tool/dispatch.hpp,
-// `run_dispatch_rank`, the same code as `orchmllm-bench dispatch --backend mpi`): after a
+// to every rank, itself included. The measurement is the support library's
+// (bench/support/dispatch_driver.hpp, `run_dispatch_rank`, the same code as
+// `orchmllm-bench dispatch --backend mpi`): after a
 // warm-up, each of --repeat runs times, after a barrier and as the slowest rank,
 //   dispatch   orchmllm::dispatch, the whole call (metadata agreement: one all-gather and one
 //              all-gatherv; route build; pack; all-to-all(s); unpack),
@@ -37,7 +38,8 @@
 
 #include "orchmllm/backend/mpi/communicator.hpp"
 #include "orchmllm/comm/dispatch.hpp"
-#include "tool/dispatch.hpp"
+#include "bench/support/dispatch_driver.hpp"
+#include "bench/support/mpi_alltoallv_baseline.hpp"
 
 namespace {
 
@@ -104,7 +106,7 @@ std::string parse(int argc, char** argv, options& o) {
   return "";
 }
 
-using orchmllm::tool::uniform_all_to_all;  // the uniform all-to-all of the file comment
+using orchmllm::bench::uniform_all_to_all;  // the uniform all-to-all of the file comment
 
 std::string human_bytes(std::int64_t b) {
   char buf[32];
@@ -150,12 +152,12 @@ int main(int argc, char** argv) {
     }
     for (const auto size : o.sizes) {
       const auto in = uniform_all_to_all(d, size);
-      orchmllm::tool::dispatch_run_settings rs;
+      orchmllm::bench::dispatch_run_settings rs;
       rs.sched = o.sched;
       rs.repeat = o.repeat;
       rs.gpus_per_node = o.ranks_per_node;
-      orchmllm::tool::mpi_alltoallv_baseline baseline(comm.native_handle());
-      const auto s = orchmllm::tool::run_dispatch_rank(comm, in.layout, in.plan, rs, baseline);
+      orchmllm::bench::mpi_alltoallv_baseline baseline(comm.native_handle());
+      const auto s = orchmllm::bench::run_dispatch_rank(comm, in.layout, in.plan, rs, baseline);
       if (!s.verified) status = 1;
       if (world_rank == 0) {
         const double a2a = s.alltoallv_seconds.value_or(0.0);

@@ -3,7 +3,7 @@
 
 Grid: workloads x DP sizes x scenarios at 8 GPUs per node, one `orchmllm-bench simulate` call
 each (every figure SIMULATED except plan_seconds, measured on the machine that runs this
-script; see bench/common/simulator.hpp for the model). Writes
+script; see bench/support/simulator.hpp for the model). Writes
 
   docs/results/simulation.jsonl          one JSON object per run (the tool's output)
   docs/results/imbalance.png             per-stage imbalance per scenario (at --focus-ranks)
@@ -112,7 +112,7 @@ def plots(rows, args, outdir):
               "full": "#1f77b4", "beyond": "#d62728"}
     ws = args.workloads
     n = len(ws)
-    note = "SIMULATED (bench/common/simulator.hpp); planner time measured"
+    note = "SIMULATED (bench/support/simulator.hpp); planner time measured"
 
     def grid(title):
         fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)

@@ -1,7 +1,7 @@
 // Google Benchmark suite for orchmllm::map_bins (include/orchmllm/topology/mapping.hpp).
 //
 // Input: d ranks × 64 items per rank, lengths LN(mu 7, sigma 1) clipped to [16, 32768]
-// (bench/common/workload.hpp, seed 1); bytes = 4096 per token (lognormal bytes); topology of
+// (bench/support/workload.hpp, seed 1); bytes = 4096 per token (lognormal bytes); topology of
 // consecutive nodes of 8 GPUs. Two kinds of binned plan:
 //   lpt:   the balancer's plan (balance_method::lpt, cost l + 1e-4·l²): bins mix items from all
 //          over the cluster, the usual case after balancing;
@@ -16,7 +16,7 @@
 // item bytes. Target (issue 4): transport at d = 2560 in under 50 ms on one core.
 //
 // Second family, the results table of docs/results.md: BM_vision/<row>/<d>, the vision stage of
-// bench/common/workload.hpp's `make_multimodal_batch` (workloads.md images: Qwen2-VL dynamic
+// bench/support/workload.hpp's `make_multimodal_batch` (workloads.md images: Qwen2-VL dynamic
 // resolution, 8 samples per rank, seed 1; bytes = ViT patches × 1176 B of bf16 pixels; cost =
 // ViT-600M-like transformer FLOPs, packed), 8 GPUs per node. Rows:
 //   identity / transport / bottleneck:  balance(auto) + map_bins(method);
@@ -39,8 +39,8 @@
 #include <random>
 #include <vector>
 
-#include "common/models.hpp"
-#include "common/workload.hpp"
+#include "bench/support/models.hpp"
+#include "bench/support/workload.hpp"
 #include "orchmllm/comm/route.hpp"
 #include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/core/cost_model.hpp"

@@ -17,7 +17,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "common/workload.hpp"
+#include "bench/support/workload.hpp"
 #include "orchmllm/core/statistics.hpp"
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"

@@ -1,9 +1,9 @@
-// Tests of the step simulator (bench/common/simulator.hpp) and of `orchmllm-bench simulate`
-// (bench/tool/simulate.hpp): exact compute figures on a hand-made batch, the all-to-all count
+// Tests of the step simulator (bench/support/simulator.hpp) and of `orchmllm-bench simulate`
+// (bench/cli/simulate.hpp): exact compute figures on a hand-made batch, the all-to-all count
 // and the guarantees each scenario has (and only those), determinism, bad options, and the
 // subcommand's JSON keys and exit codes.
 
-#include "common/simulator.hpp"
+#include "bench/support/simulator.hpp"
 
 #include <doctest/doctest.h>
 
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "tool/simulate.hpp"
+#include "bench/cli/simulate.hpp"
 
 using namespace orchmllm;
 using namespace orchmllm::bench;

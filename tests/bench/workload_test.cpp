@@ -1,4 +1,4 @@
-// Tests of the benchmark workload generators (bench/common/workload.hpp): the encoder token rule
+// Tests of the benchmark workload generators (bench/support/workload.hpp): the encoder token rule
 // against the worked examples of the workload reference, determinism, and the consistency of
 // the per-stage layouts with the samples they come from.
 
@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "common/workload.hpp"
+#include "bench/support/workload.hpp"
 
 using namespace orchmllm;
 using namespace orchmllm::bench;

@@ -1,11 +1,11 @@
-// Tests of the four benchmark workloads (bench/common/workloads.hpp) and of the
-// `orchmllm-bench workload` subcommand (bench/tool/workload.hpp): the §1 encoder token rules
+// Tests of the four benchmark workloads (bench/support/workloads.hpp) and of the
+// `orchmllm-bench workload` subcommand (bench/cli/workload.hpp): the §1 encoder token rules
 // against the worked examples of /work/shared/reference/workloads.md, determinism and rank-count
 // independence, the §4–§8 distributions on large draws (fixed seeds, tolerances a few standard
 // errors wide or the reference's own fit tolerance), validity of every local batch, the
 // omni-pretrain packing against a reference re-implementation, and the ITEMS.csv round trip.
 
-#include "common/workloads.hpp"
+#include "bench/support/workloads.hpp"
 
 #include <doctest/doctest.h>
 
@@ -21,8 +21,8 @@
 
 #include "support/scratch_dir.hpp"
 #include "support/test_support.hpp"
-#include "tool/items_csv.hpp"
-#include "tool/workload.hpp"
+#include "bench/cli/items_csv.hpp"
+#include "bench/cli/workload.hpp"
 
 using namespace orchmllm;
 using namespace orchmllm::bench;

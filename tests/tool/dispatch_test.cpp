@@ -1,11 +1,16 @@
-// Tests of `orchmllm-bench dispatch` (bench/tool/dispatch.hpp): flag parsing, rank-count
-// inference, the payload content and its checks, the direct byte matrix, the collective
-// helpers and the per-rank driver on the local backend (including a transport that corrupts a
-// byte, which must turn into verified = false), and the subcommand end to end in-process.
+// Tests of `orchmllm-bench dispatch` (bench/cli/dispatch*.hpp): flag parsing, rank-count
+// inference; of the dispatch measurement it shares with the benchmarks (bench/support/:
+// payload.hpp, collectives.hpp, dispatch_driver.hpp): the payload content and its checks, the
+// direct byte matrix, the collective helpers and the per-rank driver on the local backend
+// (including a transport that corrupts a byte, which must turn into verified = false); and the
+// subcommand end to end in-process.
 // tests/tool/cli_check.cmake (ctest tool.cli_dispatch, tool.cli_dispatch_mpi) drives the real
 // binary, MPI included.
 
-#include "tool/dispatch.hpp"
+#include "bench/cli/dispatch.hpp"
+#include "bench/support/collectives.hpp"
+#include "bench/support/dispatch_driver.hpp"
+#include "bench/support/payload.hpp"
 
 #include <doctest/doctest.h>
 
@@ -23,10 +28,11 @@
 
 #include "support/scratch_dir.hpp"
 #include "support/test_support.hpp"
-#include "tool/tool.hpp"
+#include "bench/cli/tool.hpp"
 
 namespace fs = std::filesystem;
 namespace tool = orchmllm::tool;
+namespace bench = orchmllm::bench;
 using orchmllm::batch_layout;
 using orchmllm::rank_t;
 using orchmllm::ragged_payload;
@@ -90,7 +96,7 @@ ragged_payload reference_delivery(const batch_layout& layout, const rearrangemen
     const auto g = plan.source_of(h);
     const rank_t src = layout.rank_of(g);
     std::vector<std::byte> item(static_cast<std::size_t>(layout.bytes(g)));
-    tool::fill_content(src, g - layout.offset(src), item);
+    bench::fill_content(src, g - layout.offset(src), item);
     out.rows.push_back(layout.bytes(g));
     out.data.insert(out.data.end(), item.begin(), item.end());
   }
@@ -227,40 +233,40 @@ TEST_CASE("rank count inferred from both files") {
 TEST_CASE("payload content: fill, byte function and mismatch finder agree") {
   for (const std::int64_t n : {0, 1, 7, 8, 9, 64, 1000}) {
     std::vector<std::byte> a(static_cast<std::size_t>(n));
-    tool::fill_content(3, 11, a);
+    bench::fill_content(3, 11, a);
     for (std::int64_t i = 0; i < n; ++i)
-      REQUIRE(a[static_cast<std::size_t>(i)] == tool::content_byte(3, 11, i));
-    CHECK(tool::first_wrong_byte(3, 11, a) == -1);
+      REQUIRE(a[static_cast<std::size_t>(i)] == bench::content_byte(3, 11, i));
+    CHECK(bench::first_wrong_byte(3, 11, a) == -1);
     if (n == 0) continue;
     // Another item's content is detected at once (for all but astronomically rare ties).
     if (n >= 8) {
-      CHECK(tool::first_wrong_byte(3, 12, a) >= 0);
-      CHECK(tool::first_wrong_byte(4, 11, a) >= 0);
+      CHECK(bench::first_wrong_byte(3, 12, a) >= 0);
+      CHECK(bench::first_wrong_byte(4, 11, a) >= 0);
     }
     const auto flip = static_cast<std::size_t>(n / 2);
     a[flip] ^= std::byte{1};
-    CHECK(tool::first_wrong_byte(3, 11, a) == static_cast<std::int64_t>(flip));
+    CHECK(bench::first_wrong_byte(3, 11, a) == static_cast<std::int64_t>(flip));
   }
   // Pinned values: the content is a fixed function (portable across platforms and runs).
   std::vector<std::byte> a(4), b(4);
-  tool::fill_content(0, 0, a);
-  tool::fill_content(0, 0, b);
+  bench::fill_content(0, 0, a);
+  bench::fill_content(0, 0, b);
   CHECK(a == b);
-  CHECK(tool::content_key(0, 1) != tool::content_key(1, 0));
+  CHECK(bench::content_key(0, 1) != bench::content_key(1, 0));
 }
 
 TEST_CASE("source payloads and the delivery checks") {
   const small_case c;
   const auto& L = c.layout;
   for (rank_t r = 0; r < L.num_ranks(); ++r) {
-    const auto p = tool::make_source_payload(L, r);
+    const auto p = bench::make_source_payload(L, r);
     CHECK_NOTHROW(p.validate());
     CHECK(p.row_bytes == 1);
     REQUIRE(p.num_items() == L.rank_size(r));
     std::int64_t at = 0;
     for (std::int64_t s = 0; s < p.num_items(); ++s) {
       CHECK(p.rows[static_cast<std::size_t>(s)] == L.bytes(L.offset(r) + s));
-      CHECK(tool::first_wrong_byte(r, s,
+      CHECK(bench::first_wrong_byte(r, s,
                                    std::span<const std::byte>(p.data).subspan(
                                        static_cast<std::size_t>(at),
                                        static_cast<std::size_t>(p.rows[static_cast<std::size_t>(s)]))) ==
@@ -268,17 +274,17 @@ TEST_CASE("source payloads and the delivery checks") {
       at += p.rows[static_cast<std::size_t>(s)];
     }
     // The identity plan delivers the source payload itself.
-    CHECK_FALSE(tool::check_delivered(p, L, rearrangement::identity(L), r, "x").has_value());
-    CHECK_FALSE(tool::check_same_payload(p, p, "x").has_value());
+    CHECK_FALSE(bench::check_delivered(p, L, rearrangement::identity(L), r, "x").has_value());
+    CHECK_FALSE(bench::check_same_payload(p, p, "x").has_value());
   }
 
   for (rank_t r = 0; r < L.num_ranks(); ++r) {
     const ragged_payload good = reference_delivery(L, c.plan, r);
-    CHECK_FALSE(tool::check_delivered(good, L, c.plan, r, "dispatch").has_value());
+    CHECK_FALSE(bench::check_delivered(good, L, c.plan, r, "dispatch").has_value());
     if (good.data.empty()) continue;
 
     auto msg = [&](const ragged_payload& p) {
-      const auto m = tool::check_delivered(p, L, c.plan, r, "dispatch");
+      const auto m = bench::check_delivered(p, L, c.plan, r, "dispatch");
       REQUIRE(m.has_value());
       return *m;
     };
@@ -310,17 +316,17 @@ TEST_CASE("source payloads and the delivery checks") {
     CHECK(msg(wide).find("row width 2") != std::string::npos);
 
     // Compared with the original: sizes and bytes.
-    CHECK(tool::check_same_payload(flipped, good, "combine").value().find("combine: byte 0 of") ==
+    CHECK(bench::check_same_payload(flipped, good, "combine").value().find("combine: byte 0 of") ==
           0);
-    CHECK(tool::check_same_payload(fewer, good, "combine").has_value());
+    CHECK(bench::check_same_payload(fewer, good, "combine").has_value());
   }
 
   // Two items of equal size swapped on one rank: the content gives it away.
   const batch_layout twins(std::vector<std::int64_t>{0, 2, 2}, std::vector<std::int64_t>{16, 16});
   const auto id = rearrangement::identity(twins);
-  ragged_payload swapped = tool::make_source_payload(twins, 0);
+  ragged_payload swapped = bench::make_source_payload(twins, 0);
   std::swap_ranges(swapped.data.begin(), swapped.data.begin() + 16, swapped.data.begin() + 16);
-  const auto m = tool::check_delivered(swapped, twins, id, 0, "dispatch");
+  const auto m = bench::check_delivered(swapped, twins, id, 0, "dispatch");
   REQUIRE(m.has_value());
   CHECK(m->find("slot 0 (item rank 0 slot 0): byte") != std::string::npos);
 }
@@ -330,7 +336,7 @@ TEST_CASE("direct byte matrix: rows and columns agree and match a direct route")
   const auto d = c.layout.num_ranks();
   std::vector<std::vector<std::int64_t>> send, recv;
   for (rank_t r = 0; r < d; ++r) {
-    auto [s, v] = tool::direct_byte_counts(c.layout, c.plan, r);
+    auto [s, v] = bench::direct_byte_counts(c.layout, c.plan, r);
     send.push_back(s);
     recv.push_back(v);
   }
@@ -354,10 +360,10 @@ TEST_CASE("direct byte matrix: rows and columns agree and match a direct route")
 }
 
 TEST_CASE("median") {
-  CHECK(std::isnan(tool::median({})));
-  CHECK(tool::median({3.0}) == 3.0);
-  CHECK(tool::median({5.0, 1.0, 3.0}) == 3.0);
-  CHECK(tool::median({4.0, 1.0, 3.0, 2.0}) == 2.5);
+  CHECK(std::isnan(bench::median({})));
+  CHECK(bench::median({3.0}) == 3.0);
+  CHECK(bench::median({5.0, 1.0, 3.0}) == 3.0);
+  CHECK(bench::median({4.0, 1.0, 3.0, 2.0}) == 2.5);
 }
 
 TEST_CASE("collective helpers on the local backend: problems, shared files, maxima") {
@@ -369,8 +375,8 @@ TEST_CASE("collective helpers on the local backend: problems, shared files, maxi
   std::vector<std::vector<double>> maxima(d);
   orchmllm::local::run(d, [&](orchmllm::local::communicator& comm) {
     const auto r = static_cast<std::size_t>(comm.rank());
-    none[r] = tool::gather_problems(comm, std::nullopt);
-    problems[r] = tool::gather_problems(
+    none[r] = bench::gather_problems(comm, std::nullopt);
+    problems[r] = bench::gather_problems(
         comm, comm.rank() % 2 == 1 ? std::optional<std::string>("bad " + std::to_string(r))
                                    : std::nullopt);
     text[r] = tool::share_file(comm, dir.file("f.txt"));
@@ -379,7 +385,7 @@ TEST_CASE("collective helpers on the local backend: problems, shared files, maxi
     } catch (const tool::io_error& e) {
       missing[r] = e.what();
     }
-    maxima[r] = tool::max_over_ranks(comm, {static_cast<double>(r), -static_cast<double>(r)});
+    maxima[r] = bench::max_over_ranks(comm, {static_cast<double>(r), -static_cast<double>(r)});
   });
   for (std::size_t r = 0; r < d; ++r) {
     CHECK(none[r].empty());
@@ -403,16 +409,16 @@ TEST_CASE("driver on the local backend: every schedule verifies; accounting matc
     for (const rank_t g : {rank_t{1}, rank_t{2}, rank_t{4}, d}) {
       CAPTURE(orchmllm::to_string(sched));
       CAPTURE(g);
-      tool::dispatch_run_settings rs;
+      bench::dispatch_run_settings rs;
       rs.sched = sched;
       rs.repeat = 2;
-      std::vector<tool::dispatch_summary> got(static_cast<std::size_t>(d));
+      std::vector<bench::dispatch_summary> got(static_cast<std::size_t>(d));
       orchmllm::local::run(
           d,
           [&](orchmllm::local::communicator& comm) {
-            tool::no_alltoallv_baseline none;
+            bench::no_alltoallv_baseline none;
             got[static_cast<std::size_t>(comm.rank())] =
-                tool::run_dispatch_rank(comm, c.layout, c.plan, rs, none);
+                bench::run_dispatch_rank(comm, c.layout, c.plan, rs, none);
           },
           {.ranks_per_node = g});
       const auto& s = got[0];
@@ -454,15 +460,15 @@ TEST_CASE("driver: a transport that corrupts one byte on one rank fails verifica
   const rank_t d = c.layout.num_ranks();
   // Rank 3 receives data in every exchange of this plan.
   REQUIRE(c.plan.dst_offsets()[4] > c.plan.dst_offsets()[3]);
-  tool::dispatch_run_settings rs;
+  bench::dispatch_run_settings rs;
   rs.sched = orchmllm::schedule::direct;
   rs.repeat = 1;
-  std::vector<tool::dispatch_summary> got(static_cast<std::size_t>(d));
+  std::vector<bench::dispatch_summary> got(static_cast<std::size_t>(d));
   orchmllm::local::run(d, [&](orchmllm::local::communicator& inner) {
     corrupting_communicator comm(inner, 3);
-    tool::no_alltoallv_baseline none;
+    bench::no_alltoallv_baseline none;
     got[static_cast<std::size_t>(comm.rank())] =
-        tool::run_dispatch_rank(comm, c.layout, c.plan, rs, none);
+        bench::run_dispatch_rank(comm, c.layout, c.plan, rs, none);
   });
   for (const auto& s : got) {
     CHECK_FALSE(s.verified);
@@ -495,13 +501,13 @@ TEST_CASE("driver: empty batches and plans that move nothing") {
         batch_layout(std::vector<std::int64_t>{0, 2, 2, 3}, {0, 0, 0}),
         batch_layout(std::vector<std::int64_t>{0, 1, 2, 3}, {5, 6, 7})}) {
     const auto plan = rearrangement::identity(layout);
-    std::vector<tool::dispatch_summary> got(3);
+    std::vector<bench::dispatch_summary> got(3);
     orchmllm::local::run(3, [&](orchmllm::local::communicator& comm) {
-      tool::dispatch_run_settings rs;
+      bench::dispatch_run_settings rs;
       rs.repeat = 1;
-      tool::no_alltoallv_baseline none;
+      bench::no_alltoallv_baseline none;
       got[static_cast<std::size_t>(comm.rank())] =
-          tool::run_dispatch_rank(comm, layout, plan, rs, none);
+          bench::run_dispatch_rank(comm, layout, plan, rs, none);
     });
     CHECK(got[0].verified);
     CHECK(got[0].planned.moved_bytes() == 0);

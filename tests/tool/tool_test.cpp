@@ -1,8 +1,8 @@
-// Tests of the orchmllm-bench command-line tool (bench/tool/): flag parsing, the ITEMS.csv and
+// Tests of the orchmllm-bench command-line tool (bench/cli/): flag parsing, the ITEMS.csv and
 // PLAN.csv formats, every bad-input error, the plan/compare/generate subcommands end to end
 // through orchmllm::tool::run (in-process; tests/tool/cli_check.cmake drives the real binary).
 
-#include "tool/tool.hpp"
+#include "bench/cli/tool.hpp"
 
 #include <doctest/doctest.h>
 
@@ -1280,7 +1280,7 @@ TEST_CASE("generate: the sampler is pinned and has the requested log-moments") {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Output files (bench/tool/file_io.hpp)
+// Output files (bench/cli/file_io.hpp)
 // ---------------------------------------------------------------------------------------------
 
 #if ORCHMLLM_TEST_POSIX

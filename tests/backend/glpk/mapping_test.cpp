@@ -26,7 +26,7 @@
 #include <span>
 #include <vector>
 
-#include "common/workload.hpp"
+#include "bench/support/workload.hpp"
 #include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/error.hpp"

@@ -1,6 +1,6 @@
-// orchmllm-bench: command-line front end (see bench/tool/tool.hpp and docs/tool.md).
+// orchmllm-bench: command-line front end (see bench/cli/tool.hpp and docs/tool.md).
 #include <iostream>
 
-#include "tool/tool.hpp"
+#include "bench/cli/tool.hpp"
 
 int main(int argc, char** argv) { return orchmllm::tool::run(argc, argv, std::cout, std::cerr); }

@@ -64,8 +64,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/models.hpp"
-#include "common/workloads.hpp"
+#include "bench/support/models.hpp"
+#include "bench/support/workloads.hpp"
 #include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/comm/route.hpp"
 #include "orchmllm/core/batch_layout.hpp"

@@ -17,12 +17,12 @@
 #include <variant>
 #include <vector>
 
-#include "tool/args.hpp"
-#include "tool/command.hpp"
-#include "tool/file_io.hpp"
-#include "tool/json.hpp"
-#include "tool/plan_csv.hpp"
-#include "tool/problem.hpp"
+#include "bench/cli/args.hpp"
+#include "bench/cli/command.hpp"
+#include "bench/cli/file_io.hpp"
+#include "bench/cli/json.hpp"
+#include "bench/cli/plan_csv.hpp"
+#include "bench/cli/problem.hpp"
 
 #if defined(ORCHMLLM_HAS_GLPK)
 #include <orchmllm/backend/glpk/mapping.hpp>

@@ -23,9 +23,9 @@
 #include <string_view>
 #include <vector>
 
-#include "tool/args.hpp"
-#include "tool/file_io.hpp"
-#include "tool/quote.hpp"
+#include "bench/cli/args.hpp"
+#include "bench/cli/file_io.hpp"
+#include "bench/cli/quote.hpp"
 
 namespace orchmllm::tool {
 

@@ -14,10 +14,10 @@
 #include <variant>
 #include <vector>
 
-#include "tool/args.hpp"
-#include "tool/command.hpp"
-#include "tool/json.hpp"
-#include "tool/problem.hpp"
+#include "bench/cli/args.hpp"
+#include "bench/cli/command.hpp"
+#include "bench/cli/json.hpp"
+#include "bench/cli/problem.hpp"
 
 namespace orchmllm::tool {
 

@@ -1,6 +1,6 @@
 #pragma once
 // orchmllm-bench workload: write the per-stage ITEMS.csv files of one of the four benchmark
-// workloads (bench/common/workloads.hpp, from /work/shared/reference/workloads.md §8).
+// workloads (bench/support/workloads.hpp, from /work/shared/reference/workloads.md §8).
 //
 //   orchmllm-bench workload --name vl-sft --ranks 512 --out-dir w/
 //     -> w/vision.csv, w/audio.csv, w/llm.csv (rank,slot,length,bytes; rank, slot order)
@@ -21,13 +21,13 @@
 #include <utility>
 #include <vector>
 
-#include "common/workloads.hpp"
-#include "tool/args.hpp"
-#include "tool/command.hpp"
-#include "tool/file_io.hpp"
-#include "tool/items_csv.hpp"
-#include "tool/json.hpp"
-#include "tool/problem.hpp"
+#include "bench/support/workloads.hpp"
+#include "bench/cli/args.hpp"
+#include "bench/cli/command.hpp"
+#include "bench/cli/file_io.hpp"
+#include "bench/cli/items_csv.hpp"
+#include "bench/cli/json.hpp"
+#include "bench/cli/problem.hpp"
 
 namespace orchmllm::tool {
 

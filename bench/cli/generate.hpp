@@ -18,12 +18,12 @@
 #include <string>
 #include <vector>
 
-#include "tool/args.hpp"
-#include "tool/command.hpp"
-#include "tool/file_io.hpp"
-#include "tool/items_csv.hpp"
-#include "tool/json.hpp"
-#include "tool/problem.hpp"
+#include "bench/cli/args.hpp"
+#include "bench/cli/command.hpp"
+#include "bench/cli/file_io.hpp"
+#include "bench/cli/items_csv.hpp"
+#include "bench/cli/json.hpp"
+#include "bench/cli/problem.hpp"
 
 namespace orchmllm::tool {
 

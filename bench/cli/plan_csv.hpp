@@ -20,9 +20,9 @@
 #include <string_view>
 #include <vector>
 
-#include "tool/file_io.hpp"
-#include "tool/items_csv.hpp"
-#include "tool/quote.hpp"
+#include "bench/cli/file_io.hpp"
+#include "bench/cli/items_csv.hpp"
+#include "bench/cli/quote.hpp"
 
 namespace orchmllm::tool {
 

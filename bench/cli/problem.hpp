@@ -20,9 +20,9 @@
 #include <variant>
 #include <vector>
 
-#include "tool/args.hpp"
-#include "tool/items_csv.hpp"
-#include "tool/json.hpp"
+#include "bench/cli/args.hpp"
+#include "bench/cli/items_csv.hpp"
+#include "bench/cli/json.hpp"
 
 namespace orchmllm::tool {
 

@@ -27,8 +27,8 @@
 #include <system_error>
 #include <vector>
 
-#include "tool/file_io.hpp"
-#include "tool/quote.hpp"
+#include "bench/cli/file_io.hpp"
+#include "bench/cli/quote.hpp"
 
 namespace orchmllm::tool {
 

@@ -1,6 +1,6 @@
 #pragma once
 // orchmllm-bench simulate: one SIMULATED training step of a benchmark workload under one
-// rearrangement scenario (bench/common/simulator.hpp states the model), printed as one JSON
+// rearrangement scenario (bench/support/simulator.hpp states the model), printed as one JSON
 // object.
 //
 //   orchmllm-bench simulate --workload vl-sft --ranks 512 --gpus-per-node 8 --scenario full
@@ -14,11 +14,11 @@
 #include <ostream>
 #include <string>
 
-#include "common/simulator.hpp"
-#include "tool/args.hpp"
-#include "tool/command.hpp"
-#include "tool/json.hpp"
-#include "tool/problem.hpp"
+#include "bench/support/simulator.hpp"
+#include "bench/cli/args.hpp"
+#include "bench/cli/command.hpp"
+#include "bench/cli/json.hpp"
+#include "bench/cli/problem.hpp"
 
 namespace orchmllm::tool {
 

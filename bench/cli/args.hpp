@@ -19,7 +19,7 @@
 #include <system_error>
 #include <vector>
 
-#include "tool/quote.hpp"
+#include "bench/cli/quote.hpp"
 
 namespace orchmllm::tool {
 

@@ -17,14 +17,14 @@
 #include <string>
 #include <vector>
 
-#include "tool/args.hpp"
-#include "tool/command.hpp"
-#include "tool/compare.hpp"
-#include "tool/dispatch.hpp"
-#include "tool/generate.hpp"
-#include "tool/plan.hpp"
-#include "tool/simulate.hpp"
-#include "tool/workload.hpp"
+#include "bench/cli/args.hpp"
+#include "bench/cli/command.hpp"
+#include "bench/cli/compare.hpp"
+#include "bench/cli/dispatch.hpp"
+#include "bench/cli/generate.hpp"
+#include "bench/cli/plan.hpp"
+#include "bench/cli/simulate.hpp"
+#include "bench/cli/workload.hpp"
 
 namespace orchmllm::tool {
 
@@ -71,7 +71,8 @@ inline std::string general_help() {
 inline int run(std::span<const std::string> args, std::ostream& out, std::ostream& err) {
   const std::string prefix = std::string(program_name) + ": ";
   const std::string usage = "usage: " + std::string(program_name) +
-                            " generate|workload|plan|compare|dispatch|simulate|help [FLAGS] (see '" +
+                            " generate|workload|plan|compare|dispatch|simulate|help"
+                            " [FLAGS] (see '" +
                             std::string(program_name) + " help')";
   if (args.empty()) {
     err << prefix << "missing subcommand\n" << usage << "\n";

@@ -1,0 +1,98 @@
+#pragma once
+// orchmllm-bench dispatch: move the payload of ITEMS.csv along PLAN.csv over a real transport
+// (the in-process `local` backend or MPI), check every byte, time it, print the figures as JSON.
+//
+//   orchmllm-bench dispatch --backend local|mpi --items ITEMS.csv --plan PLAN.csv [--ranks D]
+//                           [--gpus-per-node G] [--schedule direct|node-wise|auto] [--repeat K]
+//
+// Every item carries `bytes` bytes (the ITEMS.csv bytes column, else its length) whose content
+// is a function of (source rank, source slot, byte index) (`content_byte`); rows are bytes
+// (row_bytes = 1). Each rank:
+//   1. builds its source payload (its items in slot order);
+//   2. once untimed (warm-up), then K times, each timed step preceded by a barrier:
+//      `orchmllm::dispatch` (the whole call: metadata agreement, route build, all-to-alls),
+//      `orchmllm::execute` of a route built once beforehand (the data movement alone),
+//      `orchmllm::combine` of what dispatch delivered, and with MPI a plain MPI_Alltoallv of
+//      the direct schedule's byte matrix (the baseline);
+//   3. checks after every step that it holds exactly its planned items, in dst_slot order, with
+//      the right sizes and content, and after combine exactly its original payload.
+// A step's time is the slowest rank's; the reported time is the median over the K runs. The
+// ranks' verdicts are shared (all-gather), so every rank returns the same exit status and rank
+// 0 prints one JSON object (keys: `dispatch_command().details`, docs/tool.md).
+//
+// MPI: run under `mpirun -np D`. The world size must equal the files' rank count. Rank 0 reads
+// both files and shares their text, so the other ranks need not see the same file system; every
+// rank parses the same text and so fails (or not) identically. Only rank 0 writes to stdout and
+// stderr, except for usage errors found before MPI starts (each process reports those). The
+// mpi branch is compiled only where the tool links orchmllm::mpi (ORCHMLLM_HAS_MPI); MPI is
+// initialised only when --backend mpi is chosen.
+//
+// The parts: dispatch_settings.hpp (flags), dispatch_inputs.hpp (files), dispatch_report.hpp
+// (JSON, failures), dispatch_mpi.hpp (the MPI launcher); the measurement itself is the support
+// library's (bench/support/dispatch_driver.hpp, payload.hpp), shared with the benchmarks.
+
+#include <orchmllm/comm/local.hpp>
+#include <orchmllm/core/error.hpp>
+#include <ostream>
+#include <string>
+#include <utility>
+
+#include "bench/cli/args.hpp"
+#include "bench/cli/command.hpp"
+#include "bench/cli/dispatch_inputs.hpp"
+#include "bench/cli/dispatch_mpi.hpp"
+#include "bench/cli/dispatch_report.hpp"
+#include "bench/cli/dispatch_settings.hpp"
+#include "bench/cli/file_io.hpp"
+#include "bench/support/dispatch_driver.hpp"
+
+namespace orchmllm::tool {
+
+// ---------------------------------------------------------------------------------------------
+// Backends
+// ---------------------------------------------------------------------------------------------
+
+/// The local backend: parse in this thread, one thread per rank, rank 0's summary printed here.
+inline int run_dispatch_local(const dispatch_settings& s, std::ostream& out, std::ostream& err) {
+  const std::string items_text = read_file(s.items_path);
+  const std::string plan_text = read_file(s.plan_path);
+  const dispatch_inputs in =
+      parse_dispatch_inputs(items_text, plan_text, s.items_path, s.plan_path, s.ranks);
+  ORCHMLLM_REQUIRE(in.ranks <= dispatch_max_local_ranks, invalid_argument_error,
+                   "the files describe ", in.ranks, " ranks; the local backend runs one thread "
+                   "per rank and stops at ", dispatch_max_local_ranks);
+  bench::dispatch_run_settings rs;
+  rs.sched = s.sched;
+  rs.repeat = s.repeat;
+  rs.gpus_per_node = s.gpus_per_node > 0 ? s.gpus_per_node : in.ranks;
+  dispatch_summary summary;
+  local::run(
+      in.ranks,
+      [&](local::communicator& comm) {
+        bench::no_alltoallv_baseline none;
+        auto result = bench::run_dispatch_rank(comm, in.layout, in.plan, rs, none);
+        if (comm.rank() == 0) summary = std::move(result);  // read after run() joins
+      },
+      local::run_options{s.gpus_per_node, s.timeout});
+  report_failures(summary, err);
+  out << dispatch_json(summary, "local", s.items_path, s.plan_path) << "\n";
+  return summary.verified ? exit_ok : exit_internal;
+}
+
+
+/// Runs `dispatch`. Returns the exit code (see command.hpp; 1 also when data arrived wrong).
+inline int run_dispatch(const parsed_args& args, std::ostream& out, std::ostream& err) {
+  return guarded(dispatch_command(), err, [&] {
+    const dispatch_settings s = parse_dispatch_settings(args);
+    if (s.backend == dispatch_backend::local) return run_dispatch_local(s, out, err);
+#if ORCHMLLM_TOOL_DISPATCH_MPI
+    return run_dispatch_mpi(s, out, err);
+#else
+    ::orchmllm::detail::raise<invalid_argument_error>(
+        "--backend mpi: this orchmllm-bench was built without MPI support (configure with "
+        "-DORCHMLLM_ENABLE_MPI=ON and an MPI installation)");
+#endif
+  });
+}
+
+}  // namespace orchmllm::tool

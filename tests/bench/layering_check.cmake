@@ -1,0 +1,48 @@
+# ctest bench.layering: the include rules of bench/ (bench/CMakeLists.txt, bench/support/):
+#   * nothing under bench/ outside bench/cli/ (benchmarks, bench/support/) includes the CLI;
+#   * in bench/cli/, a subcommand's files (generate, workload, plan, compare, simulate,
+#     dispatch and its dispatch_*.hpp parts) include only the shared files (args, command,
+#     quote, json, file_io, items_csv, plan_csv, problem), their own parts and bench/support/;
+#     only tool.hpp (the subcommand table) and main.cpp include the subcommands.
+# Usage: cmake -DSOURCE_DIR=<repository root> -P tests/bench/layering_check.cmake
+cmake_minimum_required(VERSION 3.25)
+set(_shared args command quote json file_io items_csv plan_csv problem)
+set(_problems "")
+file(GLOB_RECURSE _files RELATIVE "${SOURCE_DIR}"
+  "${SOURCE_DIR}/bench/*.hpp" "${SOURCE_DIR}/bench/*.cpp" "${SOURCE_DIR}/bench/*.cu"
+  "${SOURCE_DIR}/bench/*.cuh")
+foreach(_f IN LISTS _files)
+  file(STRINGS "${SOURCE_DIR}/${_f}" _includes REGEX "^#include \"bench/cli/")
+  if(NOT _includes)
+    continue()
+  endif()
+  if(NOT _f MATCHES "^bench/cli/")
+    list(APPEND _problems "${_f} includes the CLI: ${_includes}")
+    continue()
+  endif()
+  get_filename_component(_stem "${_f}" NAME_WE)
+  if(_stem STREQUAL "tool" OR _stem STREQUAL "main")
+    continue()
+  endif()
+  string(REGEX REPLACE "_.*$" "" _group "${_stem}")  # dispatch_mpi -> dispatch
+  if(_stem IN_LIST _shared)
+    set(_group "")
+  endif()
+  foreach(_inc IN LISTS _includes)
+    string(REGEX REPLACE "^#include \"bench/cli/([a-z_]+)\\.hpp\".*$" "\\1" _target "${_inc}")
+    string(REGEX REPLACE "_.*$" "" _target_group "${_target}")
+    if(_target IN_LIST _shared)
+      continue()
+    endif()
+    if(NOT _group STREQUAL "" AND _target_group STREQUAL _group)
+      continue()
+    endif()
+    list(APPEND _problems "${_f} includes another subcommand's file: ${_inc}")
+  endforeach()
+endforeach()
+list(LENGTH _files _count)
+if(_problems)
+  list(JOIN _problems "\n  " _text)
+  message(FATAL_ERROR "bench/ include layering broken:\n  ${_text}")
+endif()
+message(STATUS "bench.layering: ${_count} files under bench/ follow the include rules")
