@@ -20,6 +20,7 @@
 #include "bench/cli/args.hpp"
 #include "bench/cli/command.hpp"
 #include "bench/cli/compare.hpp"
+#include "bench/cli/demo.hpp"
 #include "bench/cli/dispatch.hpp"
 #include "bench/cli/generate.hpp"
 #include "bench/cli/plan.hpp"
@@ -32,7 +33,8 @@ namespace orchmllm::tool {
 inline const std::vector<const command*>& commands() {
   static const std::vector<const command*> all = {&generate_command(), &workload_command(),
                                                   &plan_command(), &compare_command(),
-                                                  &dispatch_command(), &simulate_command()};
+                                                  &dispatch_command(), &simulate_command(),
+                                                  &demo_command()};
   return all;
 }
 

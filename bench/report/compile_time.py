@@ -11,7 +11,8 @@ Usage: bench/report/compile_time.py [--cxx g++] [--flags "-O2"] [--rounds 5] [--
                                    [--modes header-only,compiled]
 Run from the repository root. Units: the README example, one `balance` call (runtime selector),
 one `balance` naming its balancer type (lpt), one `plan_step`
-call, the demo (examples/orchmllm_demo.cpp).
+call, the training-step example (examples/training_step.cpp; the tables of docs/results.md
+measured the demo that examples/ held before it became `orchmllm-bench demo`).
 """
 import argparse
 import os
@@ -111,7 +112,7 @@ def main():
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
         units[name] = path
-    units["demo"] = os.path.join(root, "examples", "orchmllm_demo.cpp")
+    units["step example"] = os.path.join(root, "examples", "training_step.cpp")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     runs = [("baseline", [])]
     for name in units:

@@ -1218,6 +1218,31 @@ TEST_CASE("compare: table and JSON lines cover every algorithm") {
 // generate
 // =============================================================================================
 
+TEST_CASE("demo: one row per stage, balanced, deterministic apart from the plan time") {
+  const auto r = run_tool({"demo", "--ranks", "64", "--samples-per-rank", "4", "--seed", "3"});
+  REQUIRE_MESSAGE(r.rc == 0, r.err);
+  CHECK(r.err.empty());
+  CHECK(r.out.find("64 DP ranks x 4 samples = 256 samples (seed 3)") != std::string::npos);
+  for (const char* row : {"\nvision  packed ViT FLOPs", "\naudio   padded linear",
+                          "\nllm     packed 7B FLOPs"})
+    CHECK_MESSAGE(r.out.find(row) != std::string::npos, row);
+  // The LLM row's imbalance after (column 6) is below the one before (column 5).
+  const auto at = r.out.find("\nllm ");
+  REQUIRE(at != std::string::npos);
+  std::istringstream row(r.out.substr(at + 1));
+  std::string stage, policy, cost_a, cost_b;
+  long long items = 0;
+  double before = 0, after = 0;
+  row >> stage >> policy >> cost_a >> cost_b >> items >> before >> after;
+  CHECK(items == 256);
+  CHECK(after < before);
+  CHECK(after >= 1.0);
+  // Usage mistakes exit 2 with a usage line.
+  const auto bad = run_tool({"demo", "--ranks", "0"});
+  CHECK(bad.rc == 2);
+  CHECK(bad.err.find("usage: orchmllm-bench demo") != std::string::npos);
+}
+
 TEST_CASE("generate: deterministic lognormal ITEMS.csv") {
   scratch_dir dir;
   auto gen = [&](const std::string& name, std::vector<std::string> extra) {
