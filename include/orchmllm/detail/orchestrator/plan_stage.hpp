@@ -1,0 +1,87 @@
+#pragma once
+// plan_step's per-stage step (orchestrator/orchestrator.hpp): balance one stage with its
+// balancer, map the bins with its mapper, and fill the stage's report.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+#include <chrono>
+
+#include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/core/statistics.hpp"
+#include "orchmllm/orchestrator/stages.hpp"
+#include "orchmllm/orchestrator/step_plan.hpp"
+#include "orchmllm/topology/mapping.hpp"
+#include "orchmllm/topology/topology.hpp"
+
+namespace orchmllm {
+
+namespace detail {
+
+// Balance + map one stage; fills its report. `bytes` are the layout's item bytes.
+template <class Stage>
+rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const topology& topo,
+                         stage_report& rep) {
+  balance_options opt = detail::stage_options(stage);
+  ORCHMLLM_REQUIRE(opt.node_of_rank.empty() ||
+                       opt.node_of_rank.size() == static_cast<std::size_t>(topo.num_ranks()),
+                   invalid_argument_error, "stage '", stage.name, "': node_of_rank has ",
+                   opt.node_of_rank.size(), " entries for ", topo.num_ranks(), " ranks");
+  if (opt.method == balance_method::locality && opt.node_of_rank.empty())
+    opt.node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
+  const std::span<const std::int64_t> bytes = layout.item_bytes();
+  // Balance in the model's own computation type (exact integers for integral models); the
+  // report carries the figures as double.
+  mapping_result mapped = stage.cost.visit([&](const auto& cost) {
+    using Cost = cost_type_t<std::remove_cvref_t<decltype(cost)>>;
+    // The application's balancer sees the stage's model type-erased (stage_balancer); the
+    // driver around it (checks, fallback) runs on the stage's own model type, so it shares its
+    // instantiations with the built-in path.
+    const auto custom = [&](const auto& p) {
+      const cost_ref<Cost> erased(p.cost_model());
+      return stage.balancer(balance_problem<cost_ref<Cost>>(p.input(), erased, p.lower_bound()));
+    };
+    auto t0 = std::chrono::steady_clock::now();
+    const auto lap = [&t0] {
+      const auto t1 = std::chrono::steady_clock::now();
+      return std::chrono::duration<double>(t1 - std::exchange(t0, t1)).count();
+    };
+    const auto balanced = stage.balancer.custom()
+                              ? balance(layout, cost, stage.policy, custom, opt.limits)
+                              : balance(layout, cost, stage.policy, opt);
+    rep.balance_seconds = lap();
+    // A custom mapper (the application's, GLPK's) runs behind the stage's std::function; every
+    // other stage maps by its method (a built-in mapper object's, or `mapping`).
+    auto m = stage.mapper.custom() ? map_bins(balanced.plan, bytes, topo, stage.mapper)
+                                   : map_bins(balanced.plan, bytes, topo, stage_mapping(stage));
+    rep.map_seconds = lap();
+    const auto after = compute_statistics(layout, m.plan, cost, stage.policy, opt.limits);
+    rep.report_seconds = lap();
+    rep.used = balanced.used;
+    rep.makespan_before = static_cast<double>(after.makespan_before);
+    rep.makespan_after = static_cast<double>(after.makespan);
+    rep.lower_bound = static_cast<double>(after.lower_bound);
+    rep.imbalance_before = after.imbalance_before;
+    rep.imbalance_after = after.imbalance_after;
+    rep.max_tokens_before = after.max_tokens_before;
+    rep.max_tokens_after = after.max_tokens;
+    rep.max_bytes_before = after.max_bytes_before;
+    rep.max_bytes_after = after.max_bytes;
+    return m;
+  });
+  rep.name = stage.name;
+  rep.moved_bytes = mapped.moved_bytes;
+  rep.inter_node_bytes = mapped.inter_node_bytes;
+  return std::move(mapped.plan);
+}
+
+}  // namespace detail
+
+}  // namespace orchmllm

@@ -1,0 +1,183 @@
+#pragma once
+/// @file step_plan.hpp
+/// What `plan_step` (orchestrator/orchestrator.hpp) returns and takes: the per-stage reports,
+/// the encoders' plans and routes, an LLM rank's view, one rank's prebuilt routes of a step,
+/// the step plan itself and `plan_options`. See orchestrator.hpp's file comment for the model.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "orchmllm/comm/route.hpp"
+#include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/orchestrator/stages.hpp"
+#include "orchmllm/topology/topology.hpp"
+
+namespace orchmllm {
+
+/// Balance and memory figures of one stage, before (as sampled) and after the plan. Loads are
+/// stage costs (the stage's cost model and policy).
+struct stage_report {
+  std::string name;
+  balance_method used{};                 ///< the balancer whose plan was kept
+  double makespan_before = 0;       ///< max over ranks of the stage cost, as sampled
+  double makespan_after = 0;
+  double lower_bound = 0;           ///< makespan_lower_bound
+  double imbalance_before = 1;      ///< max / mean of the stage cost over ranks, as sampled
+  double imbalance_after = 1;
+  std::int64_t max_tokens_before = 0;  ///< peak token footprint of a rank (policy's measure)
+  std::int64_t max_tokens_after = 0;
+  std::int64_t max_bytes_before = 0;   ///< peak payload bytes of a rank
+  std::int64_t max_bytes_after = 0;
+  std::int64_t moved_bytes = 0;        ///< payload bytes that change rank along the plan
+  std::int64_t inter_node_bytes = 0;   ///< ... that change node
+  // Wall times of the stage's planning phases (measured, not deterministic; a report only).
+  double balance_seconds = 0;  ///< the balancer (with its checks)
+  double map_seconds = 0;      ///< the mapping onto ranks (`map_bins`)
+  double report_seconds = 0;   ///< the figures of this report (`compute_statistics`)
+};
+
+/// Plans and routes of one encoder stage.
+struct encoder_routes {
+  batch_layout layout;      ///< the stage's layout (origin order; lengths, input bytes, parents)
+  rearrangement input;      ///< Π_E_k: origin sub-items → encoder ranks
+  rearrangement lifted;     ///< L_k: origin sub-items → the LLM rank of their parent sample
+  rearrangement output;     ///< L_k ∘ Π_E_k⁻¹: encoder ranks → LLM ranks (encoder outputs)
+  rearrangement gradient;   ///< output⁻¹: LLM ranks → encoder ranks (gradients of the outputs)
+};
+
+/// What an LLM rank needs to assemble its sequences (see the file comment).
+struct llm_rank_view {
+  std::vector<std::int64_t> samples;  ///< global sample id of every LLM slot, in slot order
+  /// Per modality k: received items [item_offsets[k][s], item_offsets[k][s+1]) belong to slot s.
+  std::vector<std::vector<std::int64_t>> item_offsets;
+  /// Per modality k: first row of every received item in the modality-k payload, plus the end.
+  std::vector<std::vector<std::int64_t>> row_offsets;
+  /// Per slot s: its sub-items across modalities in their original order, entries
+  /// [sub_item_offsets[s], sub_item_offsets[s+1]) of `sub_items`, each (modality, index of the
+  /// item in that modality's received payload).
+  std::vector<std::int64_t> sub_item_offsets{0};
+  std::vector<std::pair<std::int32_t, std::int64_t>> sub_items;
+};
+
+/// One rank's prebuilt routes of every transfer of a step (`plan_options::routes_for`), in the
+/// order a training step runs them: the K encoder inputs (origin → Π_E_k, rows of the stage's
+/// `input_row_bytes`), the text (origin → Π_M, `text_row_bytes`), the K encoder outputs
+/// (Π_E_k → Π_M, `output_row_bytes`) and the K output gradients (Π_M → Π_E_k, the same width as
+/// the outputs; a trainer whose gradients have another width builds that route with
+/// `route::build`). Moving a payload along one is `dispatch(comm, route, ...)`: one
+/// all-to-all(v) per hop and no other collective once the ranks agreed on the step's routes
+/// (`agree_on_routes(comm, routes.all)`, or the collective `plan_step` that does it).
+struct step_routes {
+  rank_t rank = -1;        ///< the rank they were built for; -1: none were built
+  std::vector<route> all;  ///< 3K + 1 routes: inputs, text, outputs, gradients
+
+  /// Whether routes were built.
+  [[nodiscard]] bool empty() const noexcept { return all.empty(); }
+  /// K.
+  [[nodiscard]] int num_encoders() const noexcept {
+    return all.empty() ? 0 : static_cast<int>(all.size() - 1) / 3;
+  }
+  /// The route of stage k's inputs, origin → Π_E_k. No bounds check (k in [0, K)).
+  [[nodiscard]] const route& encoder_input(int k) const noexcept { return at(k); }
+  /// The route of the text rows, origin → Π_M.
+  [[nodiscard]] const route& text() const noexcept { return at(num_encoders()); }
+  /// The route of stage k's outputs, Π_E_k → Π_M (the composed route).
+  [[nodiscard]] const route& encoder_output(int k) const noexcept {
+    return at(num_encoders() + 1 + k);
+  }
+  /// The route of the gradients of stage k's outputs, Π_M → Π_E_k.
+  [[nodiscard]] const route& encoder_gradient(int k) const noexcept {
+    return at(2 * num_encoders() + 1 + k);
+  }
+
+ private:
+  [[nodiscard]] const route& at(int i) const noexcept { return all[static_cast<std::size_t>(i)]; }
+};
+
+/// Everything one step needs (identical on every rank).
+struct step_plan {
+  std::vector<encoder_routes> encoders;  ///< K entries, one per encoder stage
+  batch_layout llm_layout;               ///< samples: sequence lengths, bytes, origin order
+  rearrangement llm;                     ///< Π_M: origin samples → LLM ranks
+  std::vector<stage_report> stages;      ///< K encoder stages, then the LLM stage
+  step_routes routes;  ///< this rank's routes when `plan_options::routes_for` asked for them
+  double plan_seconds = 0;  ///< wall time of `plan_step` (not deterministic; a report only)
+  // Wall times of the phases around the stages (each stage's are in its report; with
+  // `parallel_stages` the stages overlap, so the phases need not add up to plan_seconds).
+  double layout_seconds = 0;   ///< building the K + 1 layouts from the metadata
+  double stages_seconds = 0;   ///< balancing and mapping all stages (wall, threads included;
+                               ///< with `routes_for`, the text route overlaps it)
+  double compose_seconds = 0;  ///< lifts, composed routes and their inverses (the input routes
+                               ///< are built meanwhile)
+  double routes_seconds = 0;   ///< the rest of this rank's routes (`plan_options::routes_for`):
+                               ///< outputs, gradients, and waiting for the inputs
+
+  /// 3K + 1.
+  [[nodiscard]] int alltoalls_per_step() const noexcept {
+    return 3 * static_cast<int>(encoders.size()) + 1;
+  }
+
+  /// The receive layout of LLM rank r (see llm_rank_view). O(its samples and sub-items + d).
+  /// Throws `invalid_argument_error` for r outside [0, d).
+  [[nodiscard]] llm_rank_view llm_view(const step_metadata& meta, rank_t r) const {
+    ORCHMLLM_REQUIRE(r >= 0 && r < llm.num_dst_ranks(), invalid_argument_error, "rank ", r,
+                     " outside [0, ", llm.num_dst_ranks(), ")");
+    llm_rank_view v;
+    const auto k_count = encoders.size();
+    v.item_offsets.assign(k_count, std::vector<std::int64_t>{0});
+    v.row_offsets.assign(k_count, std::vector<std::int64_t>{0});
+    std::vector<std::int64_t> received(k_count, 0);
+    const auto doff = llm.dst_offsets();
+    for (auto h = doff[static_cast<std::size_t>(r)]; h < doff[static_cast<std::size_t>(r) + 1];
+         ++h) {
+      const std::int64_t g = llm.source_of(h);
+      v.samples.push_back(g);
+      // Sub-items of this sample in original order; per modality they are also in increasing
+      // modality id, which is the order the composed route delivers them in.
+      std::vector<std::int64_t> seen(k_count, 0);
+      for (auto k = meta.sample_sub_offsets[static_cast<std::size_t>(g)];
+           k < meta.sample_sub_offsets[static_cast<std::size_t>(g) + 1]; ++k) {
+        const auto& [m, id] = meta.sample_sub_items[static_cast<std::size_t>(k)];
+        const auto um = static_cast<std::size_t>(m);
+        v.sub_items.emplace_back(m, received[um] + seen[um]);
+        ++seen[um];
+        v.row_offsets[um].push_back(
+            v.row_offsets[um].back() +
+            meta.modalities[um].llm_tokens[static_cast<std::size_t>(id)]);
+      }
+      v.sub_item_offsets.push_back(static_cast<std::int64_t>(v.sub_items.size()));
+      for (std::size_t m = 0; m < k_count; ++m) {
+        received[m] += seen[m];
+        v.item_offsets[m].push_back(received[m]);
+      }
+    }
+    return v;
+  }
+};
+
+/// Options of `plan_step`.
+struct plan_options {
+  /// Balance and map the K encoder stages on K extra threads while the calling thread plans the
+  /// LLM (the stages are independent), compose the encoders' routes side by side, and build
+  /// the routes (`routes_for`) as soon as their plans exist: the text route while the encoders
+  /// are planned, the input routes during the composition, the rest on up to
+  /// `std::thread::hardware_concurrency()` threads. The plans and routes are the same either
+  /// way; false does everything one after another on the calling thread.
+  bool parallel_stages = true;
+  /// Also build the prebuilt routes of every transfer of the step for this rank
+  /// (`step_plan::routes`); -1 (the default): none. The rest of the plan does not depend on it.
+  rank_t routes_for = -1;
+  /// The schedule of those routes; `automatic` chooses per transfer with the topology's link
+  /// figures (the same choice on every rank).
+  schedule sched = schedule::automatic;
+};
+
+}  // namespace orchmllm
