@@ -8,6 +8,9 @@
 /// `map_bins(..., mapping_method::bottleneck)` (topology/mapping.hpp) is the method for builds
 /// without GLPK.
 ///
+/// One header (about 600 lines) on purpose: the whole backend is one integer program, and
+/// keeping its formulation, warm start and mapper together keeps the GPL code in one file.
+///
 /// - `orchmllm::glpk::map_bins_bottleneck`: the exact integer program for the `bottleneck`
 ///   mapping (minimum over bin → node assignments of F = max over nodes of max(inter-node
 ///   egress, ingress)), solved by GLPK's branch-and-cut with a time limit, warm-started from the
