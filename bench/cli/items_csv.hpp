@@ -79,6 +79,16 @@ class line_reader {
   std::int64_t line_ = 0;
 };
 
+/// Moves `lines` to the header, the first non-blank line (into `line` and `number`); a file
+/// without one raises parse_error "FILE: empty file (expected <header>)".
+inline void read_header(line_reader& lines, std::string_view& line, std::int64_t& number,
+                        const std::string& file, std::string_view header) {
+  while (lines.next(line, number))
+    if (!trim(line).empty()) return;
+  ::orchmllm::detail::raise<parse_error>(file + ": empty file (expected " + std::string(header) +
+                                         ")");
+}
+
 /// A non-negative 64-bit integer field, or parse_error "FILE:LINE: <column> '<text>' ...".
 inline std::int64_t parse_count(std::string_view text, std::string_view column,
                                 std::string_view file, std::int64_t line) {
@@ -115,17 +125,8 @@ inline batch_layout parse_items(std::string_view text, std::int64_t ranks, std::
   std::string_view line;
   std::int64_t number = 0;
 
-  // Header: the first non-blank line.
-  bool found = false;
-  while (lines.next(line, number))
-    if (!detail::trim(line).empty()) {
-      found = true;
-      break;
-    }
-  if (!found)
-    raise<parse_error>(f +
-                       ": empty file (expected the header 'rank,slot,length' or "
-                       "'rank,slot,length,bytes')");
+  detail::read_header(lines, line, number, f,
+                      "the header 'rank,slot,length' or 'rank,slot,length,bytes'");
   static constexpr std::string_view expected[] = {"rank", "slot", "length", "bytes"};
   const auto header = detail::split_fields(line);
   const std::string at = f + ":" + std::to_string(number) + ": ";

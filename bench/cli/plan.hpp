@@ -187,9 +187,7 @@ inline int run_plan(const parsed_args& args, std::ostream& out, std::ostream& er
     if (!(tolerance >= 0)) throw usage_error("--locality-tolerance must be >= 0");
     const problem p = load_problem(args);
     const topology topo = topology::uniform(p.ranks, gpus_per_node);
-    std::vector<std::int64_t> item_bytes(static_cast<std::size_t>(p.layout.num_items()));
-    for (std::int64_t g = 0; g < p.layout.num_items(); ++g)
-      item_bytes[static_cast<std::size_t>(g)] = p.layout.bytes(g);
+    const std::span<const std::int64_t> item_bytes = p.layout.item_bytes();
     balance_options options;
     options.method = requested;
     options.limits = p.limits;

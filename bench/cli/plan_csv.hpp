@@ -58,14 +58,7 @@ inline rearrangement parse_plan(std::string_view text, std::span<const std::int6
   detail::line_reader lines(text);
   std::string_view line;
   std::int64_t number = 0;
-  bool found = false;
-  while (lines.next(line, number))
-    if (!detail::trim(line).empty()) {
-      found = true;
-      break;
-    }
-  if (!found)
-    raise<parse_error>(f + ": empty file (expected the header 'rank,slot,dst_rank,dst_slot')");
+  detail::read_header(lines, line, number, f, "the header 'rank,slot,dst_rank,dst_slot'");
   const auto header = detail::split_fields(line);
   if (header != std::vector<std::string_view>{"rank", "slot", "dst_rank", "dst_slot"})
     raise<parse_error>(f + ":" + std::to_string(number) + ": header is " +

@@ -155,9 +155,7 @@ dispatch_summary run_dispatch_rank(Comm& comm, const batch_layout& layout,
   const topology topo = orchmllm::gather_topology(comm, s.links);
   sum.nodes = topo.num_nodes();
   sum.gpus_per_node = s.gpus_per_node > 0 ? s.gpus_per_node : topo.node_size(0);
-  std::vector<std::int64_t> item_bytes(static_cast<std::size_t>(layout.num_items()));
-  for (std::int64_t g = 0; g < layout.num_items(); ++g)
-    item_bytes[static_cast<std::size_t>(g)] = layout.bytes(g);
+  const std::span<const std::int64_t> item_bytes = layout.item_bytes();
   for (const auto& t : plan_traffic(plan, item_bytes, topo)) sum.planned += t;
   {
     const route both = route::build(plan, item_bytes, topo, me, schedule::automatic);
@@ -167,7 +165,7 @@ dispatch_summary run_dispatch_rank(Comm& comm, const batch_layout& layout,
 
   host_mover dispatch_scratch;  // reused by dispatch/combine, as a trainer would
   const dispatch_options opts{s.sched, s.links, &dispatch_scratch};
-  const auto my_bytes = std::span<const std::int64_t>(item_bytes).subspan(
+  const auto my_bytes = item_bytes.subspan(
       static_cast<std::size_t>(layout.offset(me)),
       static_cast<std::size_t>(layout.rank_size(me)));
   const route r = build_route(comm, plan, my_bytes, opts);

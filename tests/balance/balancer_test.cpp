@@ -368,8 +368,7 @@ void check_invariants(std::mt19937_64& rng, const batch_layout& layout, const C&
   // A second plan on the delivered layout: (q ∘ p)⁻¹ = p⁻¹ ∘ q⁻¹.
   const auto lengths2 = orchmllm::apply(
       p, std::vector<std::int64_t>(layout.lengths().begin(), layout.lengths().end()));
-  std::vector<std::int64_t> bytes(static_cast<std::size_t>(n));
-  for (std::int64_t g = 0; g < n; ++g) bytes[static_cast<std::size_t>(g)] = layout.bytes(g);
+  const std::vector<std::int64_t> bytes(layout.item_bytes().begin(), layout.item_bytes().end());
   const batch_layout layout2(
       std::vector<std::int64_t>(p.dst_offsets().begin(), p.dst_offsets().end()), lengths2,
       orchmllm::apply(p, bytes));

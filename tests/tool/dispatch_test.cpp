@@ -340,9 +340,7 @@ TEST_CASE("direct byte matrix: rows and columns agree and match a direct route")
     send.push_back(s);
     recv.push_back(v);
   }
-  std::vector<std::int64_t> bytes(static_cast<std::size_t>(c.layout.num_items()));
-  for (std::int64_t g = 0; g < c.layout.num_items(); ++g)
-    bytes[static_cast<std::size_t>(g)] = c.layout.bytes(g);
+  const auto bytes = c.layout.item_bytes();
   const auto topo = orchmllm::topology::uniform(d, 2);
   std::int64_t total = 0;
   for (rank_t r = 0; r < d; ++r) {
