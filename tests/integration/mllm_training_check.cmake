@@ -1,7 +1,7 @@
-# Check of the mllm_training example (ctests examples.mllm_training.local / .mpi, registered in
-# examples/CMakeLists.txt):
+# Check of the mllm_training integration program (ctests integration.mllm_training.local / .mpi,
+# registered in tests/integration/CMakeLists.txt):
 #
-#   cmake -P examples/mllm_training_check.cmake -- <command> [args...]
+#   cmake -P tests/integration/mllm_training_check.cmake -- <command> [args...]
 #
 # Runs the command (the program, or mpiexec ... program) and fails unless it exits 0 and the
 # last line of its standard output is one JSON object with

@@ -1,7 +1,7 @@
 // OrchMLLM over MPI: balance a multimodal batch per stage and move its payloads there and back.
 //
 // Every MPI rank plays one data-parallel rank of a multimodal LLM step:
-//   1. it samples its own training samples (text, images, audio; bench/common/workload.hpp draws
+//   1. it samples its own training samples (text, images, audio; bench/support/workload.hpp draws
 //      them from public dataset statistics, rank r from stream r of the seed);
 //   2. it publishes what it sampled with `orchmllm::gather_layout` (one small all-gather per
 //      stage), after which every rank holds the same global layouts;
@@ -19,9 +19,10 @@
 //   mpirun -np 8 mpi_multimodal_dispatch [--samples-per-rank K] [--seed S]
 //          [--ranks-per-node G] [--schedule direct|node-wise|auto]
 //
-// --ranks-per-node G fakes nodes of G consecutive ranks (ctest examples.mpi_multimodal_dispatch
-// runs 8 ranks as 2 nodes of 4); without it the real nodes are used. Exit status: 0 when every
-// byte arrived, 1 when not (or on an error), 2 for bad arguments.
+// --ranks-per-node G fakes nodes of G consecutive ranks (ctest
+// integration.mpi_multimodal_dispatch runs 8 ranks as 2 nodes of 4); without it the real nodes
+// are used. Exit status: 0 when every byte arrived, 1 when not (or on an error), 2 for bad
+// arguments.
 
 #include <mpi.h>
 
@@ -255,7 +256,7 @@ int main(int argc, char** argv) {
     // Node of every rank, as the communicator sees it (real or faked with --ranks-per-node).
     const orchmllm::topology topo = orchmllm::gather_topology(comm);
 
-    // Cost models as in examples/orchmllm_demo.cpp (bench/common/models.hpp).
+    // Cost models from bench/support/models.hpp.
     const orchmllm::transformer_flops_cost vit_cost(orchmllm::bench::vit_600m());
     const orchmllm::transformer_flops_cost llm_cost(orchmllm::transformer_config{});
 
