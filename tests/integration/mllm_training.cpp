@@ -62,7 +62,6 @@
 // error, 2 for bad arguments.
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -81,6 +80,7 @@
 
 #include <Eigen/Dense>
 
+#include "bench/support/args.hpp"
 #include "bench/support/workload.hpp"
 #include "orchmllm/orchmllm.hpp"
 
@@ -845,40 +845,42 @@ constexpr const char* usage_text =
     "       mllm_training --backend local --ranks N [--ranks-per-node G] [--seed S]\n"
     "       mllm_training --check-gradients [--seed S]";
 
-std::string parse(int argc, char** argv, args& a) {
-  auto integer = [](const char* text, long long lo, long long hi, long long& v) {
-    char* end = nullptr;
-    errno = 0;
-    v = std::strtoll(text, &end, 10);
-    return errno == 0 && end != text && *end == '\0' && v >= lo && v <= hi;
+using orchmllm::tool::flag_spec;
+
+/// The flags, for the shared parser (bench/support/args.hpp).
+const std::vector<flag_spec>& flags() {
+  static const std::vector<flag_spec> specs = {
+      {"backend", "local|mpi", "communicator; default mpi under an MPI launcher, else local",
+       false},
+      {"ranks", "N", "ranks of the local backend, 1 to 4096; default 8", false},
+      {"ranks-per-node", "G", "fake nodes of G consecutive ranks; default 0 (mpi), 4 (local)",
+       false},
+      {"seed", "S", "seed of the synthetic data, >= 0; default 1", false},
+      {"check-gradients", "", "finite-difference check of the gradients, one process", false},
   };
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    if (flag == "-h" || flag == "--help") return "help";
-    if (flag == "--check-gradients") {
-      a.check = true;
-      continue;
+  return specs;
+}
+
+/// Parses argv; returns an error message, "help", or "".
+std::string parse(int argc, char** argv, args& a) {
+  const std::vector<std::string> words(argv + 1, argv + argc);
+  for (const auto& w : words)
+    if (w == "-h" || w == "--help") return "help";
+  try {
+    const auto p = orchmllm::tool::parse_flags(flags(), words);
+    a.check = p.has("check-gradients");
+    if (const auto backend = p.get("backend")) {
+      if (*backend != "local" && *backend != "mpi")
+        return "--backend must be local or mpi, not " + orchmllm::tool::quote_text(*backend);
+      a.backend = *backend;
     }
-    if (i + 1 >= argc) return "missing value after " + std::string(flag);
-    const char* value = argv[++i];
-    long long v = 0;
-    if (flag == "--backend") {
-      if (std::string_view(value) != "local" && std::string_view(value) != "mpi")
-        return "--backend must be local or mpi, not '" + std::string(value) + "'";
-      a.backend = value;
-    } else if (flag == "--ranks") {
-      if (!integer(value, 1, 4096, v)) return "--ranks needs an integer in [1, 4096]";
-      a.ranks = static_cast<rank_t>(v);
-      a.ranks_given = true;
-    } else if (flag == "--ranks-per-node") {
-      if (!integer(value, 0, 1 << 24, v)) return "--ranks-per-node needs an integer >= 0";
-      a.ranks_per_node = static_cast<rank_t>(v);
-    } else if (flag == "--seed") {
-      if (!integer(value, 0, INT64_MAX, v)) return "--seed needs a non-negative integer";
-      a.seed = static_cast<std::uint64_t>(v);
-    } else {
-      return "unknown option " + std::string(flag);
-    }
+    a.ranks_given = p.has("ranks");
+    a.ranks = static_cast<rank_t>(p.get_int("ranks", a.ranks, 1, 4096));
+    if (p.has("ranks-per-node"))
+      a.ranks_per_node = static_cast<rank_t>(p.require_int("ranks-per-node", 0, 1 << 24));
+    a.seed = static_cast<std::uint64_t>(p.get_int("seed", 1, 0));
+  } catch (const orchmllm::tool::usage_error& e) {
+    return e.what();
   }
   return "";
 }
