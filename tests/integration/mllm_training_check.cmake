@@ -23,7 +23,8 @@ foreach(_i RANGE 0 ${_last})
   endif()
 endforeach()
 if(NOT _cmd)
-  message(FATAL_ERROR "mllm_training_check.cmake: usage: cmake -P mllm_training_check.cmake -- <command> [args...]")
+  message(FATAL_ERROR "mllm_training_check.cmake: usage: "
+                      "cmake -P mllm_training_check.cmake -- <command> [args...]")
 endif()
 
 execute_process(COMMAND ${_cmd} RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)

@@ -144,7 +144,8 @@ bool delivered_ok(const orchmllm::ragged_payload& got, const stage_def& s, int s
     const auto n = got.item_bytes(static_cast<std::size_t>(slot));
     if (n != s.layout.bytes(g)) return false;
     for (std::int64_t i = 0; i < n; ++i)
-      if (got.data[static_cast<std::size_t>(at + i)] != content(stage, src, g - s.layout.offset(src), i))
+      if (got.data[static_cast<std::size_t>(at + i)] !=
+          content(stage, src, g - s.layout.offset(src), i))
         return false;
     at += n;
   }
