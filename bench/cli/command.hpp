@@ -23,9 +23,9 @@
 #include <string_view>
 #include <vector>
 
-#include "bench/cli/args.hpp"
 #include "bench/cli/file_io.hpp"
-#include "bench/cli/quote.hpp"
+#include "bench/support/args.hpp"
+#include "bench/support/quote.hpp"
 
 namespace orchmllm::tool {
 

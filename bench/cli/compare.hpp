@@ -14,10 +14,10 @@
 #include <variant>
 #include <vector>
 
-#include "bench/cli/args.hpp"
 #include "bench/cli/command.hpp"
 #include "bench/cli/json.hpp"
 #include "bench/cli/problem.hpp"
+#include "bench/support/args.hpp"
 
 namespace orchmllm::tool {
 

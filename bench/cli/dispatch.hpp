@@ -37,13 +37,13 @@
 #include <string>
 #include <utility>
 
-#include "bench/cli/args.hpp"
 #include "bench/cli/command.hpp"
 #include "bench/cli/dispatch_inputs.hpp"
 #include "bench/cli/dispatch_mpi.hpp"
 #include "bench/cli/dispatch_report.hpp"
 #include "bench/cli/dispatch_settings.hpp"
 #include "bench/cli/file_io.hpp"
+#include "bench/support/args.hpp"
 #include "bench/support/dispatch_driver.hpp"
 
 namespace orchmllm::tool {

@@ -12,9 +12,9 @@
 #include <ostream>
 #include <string>
 
-#include "bench/cli/args.hpp"
 #include "bench/cli/command.hpp"
 #include "bench/cli/problem.hpp"
+#include "bench/support/args.hpp"
 
 // Whether the `mpi` backend is compiled in (dispatch_mpi.hpp): where the tool links
 // orchmllm::mpi, which defines ORCHMLLM_HAS_MPI.

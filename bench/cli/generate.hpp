@@ -18,12 +18,12 @@
 #include <string>
 #include <vector>
 
-#include "bench/cli/args.hpp"
 #include "bench/cli/command.hpp"
 #include "bench/cli/file_io.hpp"
 #include "bench/cli/items_csv.hpp"
 #include "bench/cli/json.hpp"
 #include "bench/cli/problem.hpp"
+#include "bench/support/args.hpp"
 
 namespace orchmllm::tool {
 

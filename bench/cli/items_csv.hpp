@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "bench/cli/file_io.hpp"
-#include "bench/cli/quote.hpp"
+#include "bench/support/quote.hpp"
 
 namespace orchmllm::tool {
 

@@ -17,12 +17,12 @@
 #include <variant>
 #include <vector>
 
-#include "bench/cli/args.hpp"
 #include "bench/cli/command.hpp"
 #include "bench/cli/file_io.hpp"
 #include "bench/cli/json.hpp"
 #include "bench/cli/plan_csv.hpp"
 #include "bench/cli/problem.hpp"
+#include "bench/support/args.hpp"
 
 #if defined(ORCHMLLM_HAS_GLPK)
 #include <orchmllm/backend/glpk/mapping.hpp>

@@ -22,7 +22,7 @@
 
 #include "bench/cli/file_io.hpp"
 #include "bench/cli/items_csv.hpp"
-#include "bench/cli/quote.hpp"
+#include "bench/support/quote.hpp"
 
 namespace orchmllm::tool {
 

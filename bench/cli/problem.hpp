@@ -20,9 +20,9 @@
 #include <variant>
 #include <vector>
 
-#include "bench/cli/args.hpp"
 #include "bench/cli/items_csv.hpp"
 #include "bench/cli/json.hpp"
+#include "bench/support/args.hpp"
 
 namespace orchmllm::tool {
 

@@ -14,11 +14,11 @@
 #include <ostream>
 #include <string>
 
-#include "bench/support/simulator.hpp"
-#include "bench/cli/args.hpp"
 #include "bench/cli/command.hpp"
 #include "bench/cli/json.hpp"
 #include "bench/cli/problem.hpp"
+#include "bench/support/args.hpp"
+#include "bench/support/simulator.hpp"
 
 namespace orchmllm::tool {
 

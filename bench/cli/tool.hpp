@@ -17,7 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "bench/cli/args.hpp"
 #include "bench/cli/command.hpp"
 #include "bench/cli/compare.hpp"
 #include "bench/cli/demo.hpp"
@@ -26,6 +25,7 @@
 #include "bench/cli/plan.hpp"
 #include "bench/cli/simulate.hpp"
 #include "bench/cli/workload.hpp"
+#include "bench/support/args.hpp"
 
 namespace orchmllm::tool {
 

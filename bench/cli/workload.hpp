@@ -21,13 +21,13 @@
 #include <utility>
 #include <vector>
 
-#include "bench/support/workloads.hpp"
-#include "bench/cli/args.hpp"
 #include "bench/cli/command.hpp"
 #include "bench/cli/file_io.hpp"
 #include "bench/cli/items_csv.hpp"
 #include "bench/cli/json.hpp"
 #include "bench/cli/problem.hpp"
+#include "bench/support/args.hpp"
+#include "bench/support/workloads.hpp"
 
 namespace orchmllm::tool {
 

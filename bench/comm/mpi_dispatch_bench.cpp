@@ -27,7 +27,7 @@
 
 #include <mpi.h>
 
-#include <cerrno>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -36,10 +36,11 @@
 #include <string_view>
 #include <vector>
 
-#include "orchmllm/backend/mpi/communicator.hpp"
-#include "orchmllm/comm/dispatch.hpp"
+#include "bench/support/args.hpp"
 #include "bench/support/dispatch_driver.hpp"
 #include "bench/support/mpi_alltoallv_baseline.hpp"
+#include "orchmllm/backend/mpi/communicator.hpp"
+#include "orchmllm/comm/dispatch.hpp"
 
 namespace {
 
@@ -53,55 +54,57 @@ struct options {
   orchmllm::schedule sched = orchmllm::schedule::direct;
 };
 
-constexpr const char* usage_text =
-    "usage: comm_mpi_dispatch_bench [--sizes B1,B2,...] [--repeat K] [--ranks-per-node G] "
-    "[--schedule direct|node-wise|auto]";
+using orchmllm::tool::flag_spec;
+
+/// The flags, for the shared parser (bench/support/args.hpp) and the usage line.
+const std::vector<flag_spec>& flags() {
+  static const std::vector<flag_spec> specs = {
+      {"sizes", "B1,B2,...", "bytes per rank, each in [0, 2^34]; default 65536,1048576,16777216",
+       false},
+      {"repeat", "K", "timed runs per size, 1 to 1000; default 10", false},
+      {"ranks-per-node", "G", "fake nodes of G consecutive ranks; default 0 (real nodes)", false},
+      {"schedule", "direct|node-wise|auto", "all-to-all schedule; default direct", false},
+  };
+  return specs;
+}
+
+std::string usage_text() {
+  std::string s = "usage: comm_mpi_dispatch_bench";
+  for (const auto& f : flags()) s += " " + orchmllm::tool::flag_synopsis(f);
+  return s;
+}
 
 /// Parses the arguments; on a mistake returns the message (every rank parses the same argv).
 std::string parse(int argc, char** argv, options& o) {
-  auto integer = [](std::string_view text, std::int64_t lo, std::int64_t hi, std::int64_t& v) {
-    std::string s(text);
-    char* end = nullptr;
-    errno = 0;
-    const long long x = std::strtoll(s.c_str(), &end, 10);
-    if (s.empty() || errno != 0 || *end != '\0' || x < lo || x > hi) return false;
-    v = x;
-    return true;
-  };
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    if (flag == "-h" || flag == "--help") return "help";
-    if (i + 1 >= argc) return "missing value after " + std::string(flag);
-    const std::string_view value = argv[++i];
-    std::int64_t v = 0;
-    if (flag == "--sizes") {
+  const std::vector<std::string> words(argv + 1, argv + argc);
+  for (const auto& w : words)
+    if (w == "-h" || w == "--help") return "help";
+  try {
+    const auto p = orchmllm::tool::parse_flags(flags(), words);
+    if (const auto sizes = p.get("sizes")) {
       o.sizes.clear();
+      const std::string_view list = *sizes;
       std::size_t start = 0;
-      while (start <= value.size()) {
-        const auto comma = value.find(',', start);
-        const auto part = value.substr(start, comma == std::string_view::npos ? value.npos
-                                                                              : comma - start);
-        if (!integer(part, 0, std::int64_t{1} << 34, v))
-          return "--sizes: '" + std::string(part) + "' is not a byte count in [0, 2^34]";
-        o.sizes.push_back(v);
-        if (comma == std::string_view::npos) break;
+      while (true) {
+        const auto comma = list.find(',', start);
+        const auto part = list.substr(start, comma == list.npos ? list.npos : comma - start);
+        o.sizes.push_back(orchmllm::tool::parsed_args::to_int("sizes", part, 0,
+                                                              std::int64_t{1} << 34));
+        if (comma == list.npos) break;
         start = comma + 1;
       }
-    } else if (flag == "--repeat") {
-      if (!integer(value, 1, 1000, v)) return "--repeat needs an integer in [1, 1000]";
-      o.repeat = static_cast<int>(v);
-    } else if (flag == "--ranks-per-node") {
-      if (!integer(value, 0, 1 << 24, v)) return "--ranks-per-node needs an integer >= 0";
-      o.ranks_per_node = static_cast<rank_t>(v);
-    } else if (flag == "--schedule") {
+    }
+    o.repeat = static_cast<int>(p.get_int("repeat", o.repeat, 1, 1000));
+    o.ranks_per_node = static_cast<rank_t>(p.get_int("ranks-per-node", 0, 0, 1 << 24));
+    if (const auto sched = p.get("schedule")) {
       try {
-        o.sched = orchmllm::parse_schedule(value);
+        o.sched = orchmllm::parse_schedule(*sched);
       } catch (const orchmllm::error& e) {
         return "--schedule: " + e.message();
       }
-    } else {
-      return "unknown option " + std::string(flag);
     }
+  } catch (const orchmllm::tool::usage_error& e) {
+    return e.what();
   }
   return "";
 }
@@ -129,9 +132,10 @@ int main(int argc, char** argv) {
   if (const std::string problem = parse(argc, argv, o); !problem.empty()) {
     if (world_rank == 0) {
       if (problem == "help") {
-        std::printf("%s\n", usage_text);
+        std::printf("%s\n", usage_text().c_str());
       } else {
-        std::fprintf(stderr, "comm_mpi_dispatch_bench: %s\n%s\n", problem.c_str(), usage_text);
+        std::fprintf(stderr, "comm_mpi_dispatch_bench: %s\n%s\n", problem.c_str(),
+                     usage_text().c_str());
       }
     }
     return problem == "help" ? 0 : 2;

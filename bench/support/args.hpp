@@ -1,5 +1,6 @@
 #pragma once
-// orchmllm-bench: the command-line flag parser shared by every subcommand.
+// The command-line flag parser shared by every orchmllm-bench subcommand and by the stand-alone
+// programs (bench/comm/mpi_dispatch_bench.cpp, tests/integration/).
 //
 // Grammar: `--name value` or `--name=value` for flags that take a value, bare `--name` for
 // switches. Every flag a subcommand accepts is declared in a `flag_spec` list, so the parser
@@ -19,7 +20,7 @@
 #include <system_error>
 #include <vector>
 
-#include "bench/cli/quote.hpp"
+#include "bench/support/quote.hpp"
 
 namespace orchmllm::tool {
 

@@ -36,7 +36,8 @@
 //       backward there. Each transfer is its route's all-to-all(s) and nothing else.
 // Both paths all-reduce the parameter gradients (comm.all_gather of the gradient vector, summed
 // in rank order: the communicator concept has no all-reduce) and the loss, and compare:
-//   grad_max_rel_diff = max over every scalar parameter j of |a_j - b_j| / max(|a_j|, |b_j|, 1e-300)
+//   grad_max_rel_diff = max over every scalar parameter j of
+//                       |a_j - b_j| / max(|a_j|, |b_j|, 1e-300)
 //   loss_rel_diff     = |loss_a - loss_b| / max(|loss_a|, |loss_b|, 1e-300)
 // where a and b are the all-reduced gradients (loss) of paths (a) and (b). The two paths add the
 // same per-sample contributions in different groupings, so the differences are rounding only
@@ -62,7 +63,6 @@
 // error, 2 for bad arguments.
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -81,6 +81,7 @@
 
 #include <Eigen/Dense>
 
+#include "bench/support/args.hpp"
 #include "bench/support/workload.hpp"
 #include "orchmllm/orchmllm.hpp"
 
@@ -284,7 +285,8 @@ double llm_sample(const model& m, std::span<const text_row> text,
   MatrixXd u(hidden, len);
   std::vector<int> target(static_cast<std::size_t>(len));
   std::vector<int> token(static_cast<std::size_t>(len), -1);               // text: its id
-  std::vector<std::pair<int, Eigen::Index>> origin(static_cast<std::size_t>(len), {-1, 0});  // sub, col
+  std::vector<std::pair<int, Eigen::Index>> origin(  // sub, col
+      static_cast<std::size_t>(len), {-1, 0});
   Eigen::Index at = 0;
   std::size_t next_sub = 0;
   for (const auto& row : text) {
@@ -293,7 +295,8 @@ double llm_sample(const model& m, std::span<const text_row> text,
     target[static_cast<std::size_t>(at)] = row.target;
     ++at;
     for (int k = 0; k < row.subs_after; ++k, ++next_sub) {
-      if (next_sub >= subs.size()) throw std::runtime_error("text rows announce more sub-items than arrived");
+      if (next_sub >= subs.size())
+        throw std::runtime_error("text rows announce more sub-items than arrived");
       const MatrixXd& s = *subs[next_sub];
       for (Eigen::Index c = 0; c < s.cols(); ++c, ++at) {
         u.col(at) = s.col(c);
@@ -302,7 +305,8 @@ double llm_sample(const model& m, std::span<const text_row> text,
       }
     }
   }
-  if (next_sub != subs.size()) throw std::runtime_error("sub-items arrived that no text row announces");
+  if (next_sub != subs.size())
+    throw std::runtime_error("sub-items arrived that no text row announces");
   u += m.pos_emb.leftCols(len);
 
   // Forward.
@@ -385,7 +389,9 @@ std::vector<sample_data> make_rank_data(std::uint64_t seed, rank_t rank) {
     std::vector<int> kinds(static_cast<std::size_t>(images), vision);
     kinds.insert(kinds.end(), static_cast<std::size_t>(clips), audio);
     for (std::size_t i = kinds.size(); i > 1; --i)  // Fisher–Yates: modalities interleave
-      std::swap(kinds[i - 1], kinds[static_cast<std::size_t>(rng.uniform_int(0, static_cast<std::int64_t>(i) - 1))]);
+      std::swap(
+          kinds[i - 1],
+          kinds[static_cast<std::size_t>(rng.uniform_int(0, static_cast<std::int64_t>(i) - 1))]);
     for (int k : kinds) {
       const auto tokens = k == vision ? clip_round(rng.lognormal_median(6.0, 0.6), 1, 24)
                                       : clip_round(rng.lognormal_median(5.0, 0.6), 1, 16);
@@ -416,7 +422,8 @@ orchmllm::local_batch describe(const std::vector<sample_data>& samples) {
   for (std::size_t s = 0; s < samples.size(); ++s) {
     b.text_tokens.push_back(static_cast<std::int64_t>(samples[s].text.size()));
     for (const auto& d : samples[s].subs)
-      b.sub_items.push_back({d.modality, static_cast<std::int64_t>(s), d.rows(), d.rows(), d.tokens()});
+      b.sub_items.push_back(
+          {d.modality, static_cast<std::int64_t>(s), d.rows(), d.rows(), d.tokens()});
   }
   return b;
 }
@@ -500,7 +507,8 @@ std::vector<double> all_reduce_sum(Comm& comm, const std::vector<double>& mine) 
 
 /// Path (a) on one rank's samples: encoders and LLM locally. Returns the summed cross-entropy;
 /// adds the gradients of loss · inv_n to g.
-double train_local(const model& m, const std::vector<sample_data>& samples, double inv_n, model& g) {
+double train_local(const model& m, const std::vector<sample_data>& samples, double inv_n,
+                   model& g) {
   double loss = 0;
   for (const auto& s : samples) {
     std::vector<MatrixXd> outs;
@@ -684,7 +692,8 @@ step_result run_rank(Comm& comm, std::uint64_t seed) {
     std::size_t at = 0;
     model::visit(grad_a, [&](const char* name, const MatrixXd& x) {
       const auto n = static_cast<std::size_t>(x.size());
-      if (worst >= at && worst < at + n) r.worst_parameter = name + std::string("[") + std::to_string(worst - at) + "]";
+      if (worst >= at && worst < at + n)
+        r.worst_parameter = name + std::string("[") + std::to_string(worst - at) + "]";
       at += n;
     });
   }
@@ -723,8 +732,9 @@ void print(const step_result& r, const char* backend, std::uint64_t seed) {
               "moved B", "inter-node B");
   for (const auto& s : r.stages)
     std::printf("%-7s %-9s %9.4f %9.4f %12lld %12lld\n", s.name.c_str(),
-                std::string(orchmllm::to_string(s.used)).c_str(), s.imbalance_before, s.imbalance_after,
-                static_cast<long long>(s.moved_bytes), static_cast<long long>(s.inter_node_bytes));
+                std::string(orchmllm::to_string(s.used)).c_str(), s.imbalance_before,
+                s.imbalance_after, static_cast<long long>(s.moved_bytes),
+                static_cast<long long>(s.inter_node_bytes));
   std::printf("loss (a) no balancing %.17g, (b) orchestrated %.17g\n", r.loss_a, r.loss_b);
   std::printf("max relative gradient difference %.3e (at %s), loss %.3e: %s (tolerance %.0e)\n",
               r.grad_max_rel_diff, r.worst_parameter.c_str(), r.loss_rel_diff,
@@ -817,13 +827,14 @@ int check_gradients(std::uint64_t seed) {
     }
   });
   const bool ok = worst <= 1e-5;
-  std::printf("{\"check\":\"gradients\",\"samples\":%zu,\"images\":%lld,\"audio_clips\":%lld,"
-              "\"tokens\":%lld,\"checked\":%lld,"
-              "\"max_rel_error\":%.3e,\"worst\":\"%s\",\"worst_gradient\":%.6e,"
-              "\"max_abs_error\":%.3e,\"ok\":%s}\n",
-              samples.size(), static_cast<long long>(subs[vision]),
-              static_cast<long long>(subs[audio]), static_cast<long long>(tokens),
-              static_cast<long long>(checked), worst, worst_name.c_str(), worst_value, worst_abs, ok ? "true" : "false");
+  std::printf(
+      "{\"check\":\"gradients\",\"samples\":%zu,\"images\":%lld,\"audio_clips\":%lld,"
+      "\"tokens\":%lld,\"checked\":%lld,"
+      "\"max_rel_error\":%.3e,\"worst\":\"%s\",\"worst_gradient\":%.6e,"
+      "\"max_abs_error\":%.3e,\"ok\":%s}\n",
+      samples.size(), static_cast<long long>(subs[vision]), static_cast<long long>(subs[audio]),
+      static_cast<long long>(tokens), static_cast<long long>(checked), worst, worst_name.c_str(),
+      worst_value, worst_abs, ok ? "true" : "false");
   return ok ? 0 : 1;
 }
 
@@ -845,40 +856,42 @@ constexpr const char* usage_text =
     "       mllm_training --backend local --ranks N [--ranks-per-node G] [--seed S]\n"
     "       mllm_training --check-gradients [--seed S]";
 
-std::string parse(int argc, char** argv, args& a) {
-  auto integer = [](const char* text, long long lo, long long hi, long long& v) {
-    char* end = nullptr;
-    errno = 0;
-    v = std::strtoll(text, &end, 10);
-    return errno == 0 && end != text && *end == '\0' && v >= lo && v <= hi;
+using orchmllm::tool::flag_spec;
+
+/// The flags, for the shared parser (bench/support/args.hpp).
+const std::vector<flag_spec>& flags() {
+  static const std::vector<flag_spec> specs = {
+      {"backend", "local|mpi", "communicator; default mpi under an MPI launcher, else local",
+       false},
+      {"ranks", "N", "ranks of the local backend, 1 to 4096; default 8", false},
+      {"ranks-per-node", "G", "fake nodes of G consecutive ranks; default 0 (mpi), 4 (local)",
+       false},
+      {"seed", "S", "seed of the synthetic data, >= 0; default 1", false},
+      {"check-gradients", "", "finite-difference check of the gradients, one process", false},
   };
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    if (flag == "-h" || flag == "--help") return "help";
-    if (flag == "--check-gradients") {
-      a.check = true;
-      continue;
+  return specs;
+}
+
+/// Parses argv; returns an error message, "help", or "".
+std::string parse(int argc, char** argv, args& a) {
+  const std::vector<std::string> words(argv + 1, argv + argc);
+  for (const auto& w : words)
+    if (w == "-h" || w == "--help") return "help";
+  try {
+    const auto p = orchmllm::tool::parse_flags(flags(), words);
+    a.check = p.has("check-gradients");
+    if (const auto backend = p.get("backend")) {
+      if (*backend != "local" && *backend != "mpi")
+        return "--backend must be local or mpi, not " + orchmllm::tool::quote_text(*backend);
+      a.backend = *backend;
     }
-    if (i + 1 >= argc) return "missing value after " + std::string(flag);
-    const char* value = argv[++i];
-    long long v = 0;
-    if (flag == "--backend") {
-      if (std::string_view(value) != "local" && std::string_view(value) != "mpi")
-        return "--backend must be local or mpi, not '" + std::string(value) + "'";
-      a.backend = value;
-    } else if (flag == "--ranks") {
-      if (!integer(value, 1, 4096, v)) return "--ranks needs an integer in [1, 4096]";
-      a.ranks = static_cast<rank_t>(v);
-      a.ranks_given = true;
-    } else if (flag == "--ranks-per-node") {
-      if (!integer(value, 0, 1 << 24, v)) return "--ranks-per-node needs an integer >= 0";
-      a.ranks_per_node = static_cast<rank_t>(v);
-    } else if (flag == "--seed") {
-      if (!integer(value, 0, INT64_MAX, v)) return "--seed needs a non-negative integer";
-      a.seed = static_cast<std::uint64_t>(v);
-    } else {
-      return "unknown option " + std::string(flag);
-    }
+    a.ranks_given = p.has("ranks");
+    a.ranks = static_cast<rank_t>(p.get_int("ranks", a.ranks, 1, 4096));
+    if (p.has("ranks-per-node"))
+      a.ranks_per_node = static_cast<rank_t>(p.require_int("ranks-per-node", 0, 1 << 24));
+    a.seed = static_cast<std::uint64_t>(p.get_int("seed", 1, 0));
+  } catch (const orchmllm::tool::usage_error& e) {
+    return e.what();
   }
   return "";
 }

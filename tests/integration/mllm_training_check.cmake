@@ -1,7 +1,7 @@
-# Check of the mllm_training example (ctests examples.mllm_training.local / .mpi, registered in
-# examples/CMakeLists.txt):
+# Check of the mllm_training integration program (ctests integration.mllm_training.local / .mpi,
+# registered in tests/integration/CMakeLists.txt):
 #
-#   cmake -P examples/mllm_training_check.cmake -- <command> [args...]
+#   cmake -P tests/integration/mllm_training_check.cmake -- <command> [args...]
 #
 # Runs the command (the program, or mpiexec ... program) and fails unless it exits 0 and the
 # last line of its standard output is one JSON object with
@@ -23,7 +23,8 @@ foreach(_i RANGE 0 ${_last})
   endif()
 endforeach()
 if(NOT _cmd)
-  message(FATAL_ERROR "mllm_training_check.cmake: usage: cmake -P mllm_training_check.cmake -- <command> [args...]")
+  message(FATAL_ERROR "mllm_training_check.cmake: usage: "
+                      "cmake -P mllm_training_check.cmake -- <command> [args...]")
 endif()
 
 execute_process(COMMAND ${_cmd} RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)

@@ -1,7 +1,7 @@
 // OrchMLLM over MPI: balance a multimodal batch per stage and move its payloads there and back.
 //
 // Every MPI rank plays one data-parallel rank of a multimodal LLM step:
-//   1. it samples its own training samples (text, images, audio; bench/common/workload.hpp draws
+//   1. it samples its own training samples (text, images, audio; bench/support/workload.hpp draws
 //      them from public dataset statistics, rank r from stream r of the seed);
 //   2. it publishes what it sampled with `orchmllm::gather_layout` (one small all-gather per
 //      stage), after which every rank holds the same global layouts;
@@ -19,14 +19,14 @@
 //   mpirun -np 8 mpi_multimodal_dispatch [--samples-per-rank K] [--seed S]
 //          [--ranks-per-node G] [--schedule direct|node-wise|auto]
 //
-// --ranks-per-node G fakes nodes of G consecutive ranks (ctest examples.mpi_multimodal_dispatch
-// runs 8 ranks as 2 nodes of 4); without it the real nodes are used. Exit status: 0 when every
-// byte arrived, 1 when not (or on an error), 2 for bad arguments.
+// --ranks-per-node G fakes nodes of G consecutive ranks (ctest
+// integration.mpi_multimodal_dispatch runs 8 ranks as 2 nodes of 4); without it the real nodes
+// are used. Exit status: 0 when every byte arrived, 1 when not (or on an error), 2 for bad
+// arguments.
 
 #include <mpi.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -35,9 +35,9 @@
 #include <exception>
 #include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "bench/support/args.hpp"
 #include "bench/support/models.hpp"
 #include "bench/support/workload.hpp"
 #include "orchmllm/backend/mpi/communicator.hpp"
@@ -54,42 +54,44 @@ struct args {
   orchmllm::schedule sched = orchmllm::schedule::automatic;
 };
 
-constexpr const char* usage_text =
-    "usage: mpi_multimodal_dispatch [--samples-per-rank K] [--seed S] [--ranks-per-node G] "
-    "[--schedule direct|node-wise|auto]";
+using orchmllm::tool::flag_spec;
+
+/// The flags, for the shared parser (bench/support/args.hpp) and the usage line.
+const std::vector<flag_spec>& flags() {
+  static const std::vector<flag_spec> specs = {
+      {"samples-per-rank", "K", "samples each rank draws, 1 to 100000; default 8", false},
+      {"seed", "S", "seed of the sample streams, >= 0; default 1", false},
+      {"ranks-per-node", "G", "fake nodes of G consecutive ranks; default 0 (real nodes)", false},
+      {"schedule", "direct|node-wise|auto", "all-to-all schedule; default auto", false},
+  };
+  return specs;
+}
+
+std::string usage_text() {
+  std::string s = "usage: mpi_multimodal_dispatch";
+  for (const auto& f : flags()) s += " " + orchmllm::tool::flag_synopsis(f);
+  return s;
+}
 
 /// Parses argv (the same on every rank); returns an error message, "help", or "".
 std::string parse(int argc, char** argv, args& a) {
-  auto integer = [](const char* text, long long lo, long long hi, long long& v) {
-    char* end = nullptr;
-    errno = 0;
-    v = std::strtoll(text, &end, 10);
-    return errno == 0 && end != text && *end == '\0' && v >= lo && v <= hi;
-  };
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view flag = argv[i];
-    if (flag == "-h" || flag == "--help") return "help";
-    if (i + 1 >= argc) return "missing value after " + std::string(flag);
-    const char* value = argv[++i];
-    long long v = 0;
-    if (flag == "--samples-per-rank") {
-      if (!integer(value, 1, 100000, v)) return "--samples-per-rank needs an integer in [1, 1e5]";
-      a.samples_per_rank = v;
-    } else if (flag == "--seed") {
-      if (!integer(value, 0, INT64_MAX, v)) return "--seed needs a non-negative integer";
-      a.seed = static_cast<std::uint64_t>(v);
-    } else if (flag == "--ranks-per-node") {
-      if (!integer(value, 0, 1 << 24, v)) return "--ranks-per-node needs an integer >= 0";
-      a.ranks_per_node = static_cast<orchmllm::rank_t>(v);
-    } else if (flag == "--schedule") {
+  const std::vector<std::string> words(argv + 1, argv + argc);
+  for (const auto& w : words)
+    if (w == "-h" || w == "--help") return "help";
+  try {
+    const auto p = orchmllm::tool::parse_flags(flags(), words);
+    a.samples_per_rank = p.get_int("samples-per-rank", a.samples_per_rank, 1, 100000);
+    a.seed = static_cast<std::uint64_t>(p.get_int("seed", 1, 0));
+    a.ranks_per_node = static_cast<orchmllm::rank_t>(p.get_int("ranks-per-node", 0, 0, 1 << 24));
+    if (const auto sched = p.get("schedule")) {
       try {
-        a.sched = orchmllm::parse_schedule(value);
+        a.sched = orchmllm::parse_schedule(*sched);
       } catch (const orchmllm::error& e) {
         return "--schedule: " + e.message();
       }
-    } else {
-      return "unknown option " + std::string(flag);
     }
+  } catch (const orchmllm::tool::usage_error& e) {
+    return e.what();
   }
   return "";
 }
@@ -142,7 +144,8 @@ bool delivered_ok(const orchmllm::ragged_payload& got, const stage_def& s, int s
     const auto n = got.item_bytes(static_cast<std::size_t>(slot));
     if (n != s.layout.bytes(g)) return false;
     for (std::int64_t i = 0; i < n; ++i)
-      if (got.data[static_cast<std::size_t>(at + i)] != content(stage, src, g - s.layout.offset(src), i))
+      if (got.data[static_cast<std::size_t>(at + i)] !=
+          content(stage, src, g - s.layout.offset(src), i))
         return false;
     at += n;
   }
@@ -215,9 +218,10 @@ int main(int argc, char** argv) {
   if (const auto problem = parse(argc, argv, a); !problem.empty()) {
     if (world_rank == 0) {
       if (problem == "help")
-        std::printf("%s\n", usage_text);
+        std::printf("%s\n", usage_text().c_str());
       else
-        std::fprintf(stderr, "mpi_multimodal_dispatch: %s\n%s\n", problem.c_str(), usage_text);
+        std::fprintf(stderr, "mpi_multimodal_dispatch: %s\n%s\n", problem.c_str(),
+                     usage_text().c_str());
     }
     return problem == "help" ? 0 : 2;
   }
@@ -255,7 +259,7 @@ int main(int argc, char** argv) {
     // Node of every rank, as the communicator sees it (real or faked with --ranks-per-node).
     const orchmllm::topology topo = orchmllm::gather_topology(comm);
 
-    // Cost models as in examples/orchmllm_demo.cpp (bench/common/models.hpp).
+    // Cost models from bench/support/models.hpp.
     const orchmllm::transformer_flops_cost vit_cost(orchmllm::bench::vit_600m());
     const orchmllm::transformer_flops_cost llm_cost(orchmllm::transformer_config{});
 

@@ -1,7 +1,7 @@
 #pragma once
-// orchmllm-bench: user text inside messages. A field, flag value or header line is echoed so the
-// user can find it, but an input is not trusted: a 10 MB header line or binary bytes must not
-// end up whole (or raw) in a one-line error message.
+// User text inside messages (orchmllm-bench, the flag parser bench/support/args.hpp). A field,
+// flag value or header line is echoed so the user can find it, but an input is not trusted: a
+// 10 MB header line or binary bytes must not end up whole (or raw) in a one-line error message.
 
 #include <cstddef>
 #include <string>
