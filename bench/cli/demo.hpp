@@ -21,8 +21,8 @@
 #include <ostream>
 #include <string>
 
-#include "bench/cli/args.hpp"
 #include "bench/cli/command.hpp"
+#include "bench/support/args.hpp"
 #include "bench/support/models.hpp"
 #include "bench/support/workload.hpp"
 

@@ -5,6 +5,7 @@
 #     file_io, items_csv, plan_csv, problem), their own parts and bench/support/ (which holds
 #     the flag parser, args.hpp, and quote.hpp); only tool.hpp (the subcommand table) and
 #     main.cpp include the subcommands.
+#   * examples/*.cpp include only the public headers, the standard library and MPI.
 # Usage: cmake -DSOURCE_DIR=<repository root> -P tests/bench/layering_check.cmake
 cmake_minimum_required(VERSION 3.25)
 set(_shared command json file_io items_csv plan_csv problem)
@@ -39,6 +40,18 @@ foreach(_f IN LISTS _files)
       continue()
     endif()
     list(APPEND _problems "${_f} includes another subcommand's file: ${_inc}")
+  endforeach()
+endforeach()
+# Examples: only the library's public headers (orchmllm/..., not detail/), the standard
+# library and MPI; nothing in quotes but "orchmllm/...".
+file(GLOB _examples RELATIVE "${SOURCE_DIR}" "${SOURCE_DIR}/examples/*.cpp")
+foreach(_f IN LISTS _examples)
+  file(STRINGS "${SOURCE_DIR}/${_f}" _includes REGEX "^#include ")
+  foreach(_inc IN LISTS _includes)
+    if(_inc MATCHES "orchmllm/detail/" OR
+       (_inc MATCHES "^#include \"" AND NOT _inc MATCHES "^#include \"orchmllm/"))
+      list(APPEND _problems "${_f} includes a file outside the public headers: ${_inc}")
+    endif()
   endforeach()
 endforeach()
 list(LENGTH _files _count)
