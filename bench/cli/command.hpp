@@ -49,10 +49,9 @@ struct command {
 /// "usage: orchmllm-bench NAME --flag V [--opt V] ..." (one line).
 inline std::string usage_line(const command& cmd) {
   // Appends rather than chains operator+ (which trips GCC 12's false -Wrestrict, PR 105329).
-  std::string s = "usage: ";
-  s.append(program_name).append(" ").append(cmd.name);
-  for (const auto& f : cmd.flags) s.append(" ").append(flag_synopsis(f));
-  return s;
+  std::string program(program_name);
+  program.append(" ").append(cmd.name);
+  return usage_text(program, cmd.flags);
 }
 
 /// Full help text of one subcommand.

@@ -68,17 +68,12 @@ const std::vector<flag_spec>& flags() {
   return specs;
 }
 
-std::string usage_text() {
-  std::string s = "usage: comm_mpi_dispatch_bench";
-  for (const auto& f : flags()) s += " " + orchmllm::tool::flag_synopsis(f);
-  return s;
-}
+std::string usage_text() { return orchmllm::tool::usage_text("comm_mpi_dispatch_bench", flags()); }
 
 /// Parses the arguments; on a mistake returns the message (every rank parses the same argv).
 std::string parse(int argc, char** argv, options& o) {
   const std::vector<std::string> words(argv + 1, argv + argc);
-  for (const auto& w : words)
-    if (w == "-h" || w == "--help") return "help";
+  if (orchmllm::tool::wants_help(words)) return "help";
   try {
     const auto p = orchmllm::tool::parse_flags(flags(), words);
     if (const auto sizes = p.get("sizes")) {

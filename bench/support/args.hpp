@@ -167,4 +167,19 @@ inline std::string flag_synopsis(const flag_spec& s) {
   return s.required ? t : "[" + t + "]";
 }
 
+/// "usage: PROGRAM --flag V [--opt V] ..." (one line) from the flags a program accepts.
+inline std::string usage_text(std::string_view program, std::span<const flag_spec> specs) {
+  std::string s = "usage: ";
+  s.append(program);
+  for (const auto& f : specs) s.append(" ").append(flag_synopsis(f));
+  return s;
+}
+
+/// Whether the words ask for help: "-h" or "--help" anywhere.
+inline bool wants_help(std::span<const std::string> words) {
+  for (const auto& w : words)
+    if (w == "-h" || w == "--help") return true;
+  return false;
+}
+
 }  // namespace orchmllm::tool

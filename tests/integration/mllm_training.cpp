@@ -875,8 +875,7 @@ const std::vector<flag_spec>& flags() {
 /// Parses argv; returns an error message, "help", or "".
 std::string parse(int argc, char** argv, args& a) {
   const std::vector<std::string> words(argv + 1, argv + argc);
-  for (const auto& w : words)
-    if (w == "-h" || w == "--help") return "help";
+  if (orchmllm::tool::wants_help(words)) return "help";
   try {
     const auto p = orchmllm::tool::parse_flags(flags(), words);
     a.check = p.has("check-gradients");

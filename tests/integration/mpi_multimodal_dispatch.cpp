@@ -67,17 +67,12 @@ const std::vector<flag_spec>& flags() {
   return specs;
 }
 
-std::string usage_text() {
-  std::string s = "usage: mpi_multimodal_dispatch";
-  for (const auto& f : flags()) s += " " + orchmllm::tool::flag_synopsis(f);
-  return s;
-}
+std::string usage_text() { return orchmllm::tool::usage_text("mpi_multimodal_dispatch", flags()); }
 
 /// Parses argv (the same on every rank); returns an error message, "help", or "".
 std::string parse(int argc, char** argv, args& a) {
   const std::vector<std::string> words(argv + 1, argv + argc);
-  for (const auto& w : words)
-    if (w == "-h" || w == "--help") return "help";
+  if (orchmllm::tool::wants_help(words)) return "help";
   try {
     const auto p = orchmllm::tool::parse_flags(flags(), words);
     a.samples_per_rank = p.get_int("samples-per-rank", a.samples_per_rank, 1, 100000);
