@@ -9,8 +9,9 @@ when no mpiexec is given; of their output only the tool's lines count, not the l
 stdout and stderr are read as one stream. Every documented output line must match the real one:
   - a JSON object: the same keys in the same order, and the same values except timings (keys
     `seconds` / `*_seconds` other than `predicted_*`, and `*_vs_alltoallv` ratios of timings);
-  - any other line: equal once every decimal number (d.ddd) is masked on both sides (table
-    columns of timings, ratios); integers, words and messages must match exactly.
+  - any other line: equal once every decimal number (d.ddd) and the blanks before it are
+    masked on both sides (table columns of timings, ratios, whatever their width); integers,
+    words and messages must match exactly.
 Exit status 0 when every documented line matched (a summary line says how many), else 1 with
 the first differences.
 
@@ -27,7 +28,8 @@ import subprocess
 import sys
 
 TIMING_KEY = re.compile(r"(^|_)seconds$|_vs_alltoallv$")
-DECIMAL = re.compile(r"-?\d+\.\d+(e[-+]?\d+)?")
+# A decimal with the blanks before it (table columns of varying width, e.g. times).
+DECIMAL = re.compile(r"\s*-?\d+\.\d+(e[-+]?\d+)?")
 MPIRUN = re.compile(r"^mpirun --oversubscribe -np (\d+) ")
 
 
@@ -109,7 +111,7 @@ def main():
             for want, line in zip(expected, got):
                 if want.startswith("{"):
                     problem = json_diff(want, line)
-                elif DECIMAL.sub("#", want) != DECIMAL.sub("#", line):
+                elif DECIMAL.sub(" #", want) != DECIMAL.sub(" #", line):
                     problem = f"documented: {want}\n  got:        {line}"
                 else:
                     problem = None
