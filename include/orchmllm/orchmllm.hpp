@@ -16,6 +16,7 @@
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/cost_model.hpp"
+#include "orchmllm/core/cost_fit.hpp"
 #include "orchmllm/core/padding.hpp"
 #include "orchmllm/core/projection.hpp"
 #include "orchmllm/core/constraints.hpp"

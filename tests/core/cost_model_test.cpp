@@ -1,6 +1,5 @@
 // Tests for include/orchmllm/core/cost_model.hpp: the cost_model concept, linear_cost,
-// quadratic_cost, transformer_flops_cost (against an independent FLOP count) and
-// fit_quadratic_cost (exact recovery, clamping, NNLS optimality, errors).
+// quadratic_cost and transformer_flops_cost (against an independent FLOP count).
 
 #include "orchmllm/core/cost_model.hpp"
 
@@ -11,7 +10,6 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -22,7 +20,6 @@ namespace {
 
 using orchmllm::cost_model;
 using orchmllm::cost_type_t;
-using orchmllm::fit_quadratic_cost;
 using orchmllm::linear_cost;
 using orchmllm::quadratic_cost;
 using orchmllm::test::expect_invalid;
@@ -140,56 +137,6 @@ double naive_transformer_flops(const transformer_config& c, std::int64_t l) {
   double total = static_cast<double>(c.layers) * layer;
   total += matmul(l, c.hidden, c.vocab);  // LM head
   return c.passes * total;
-}
-
-// Residual Σ (pred - t)² of a model on the data.
-double sse(const quadratic_cost& q, const std::vector<std::int64_t>& l,
-           const std::vector<double>& t) {
-  double s = 0;
-  for (std::size_t i = 0; i < l.size(); ++i) {
-    const double e = q(l[i]) - t[i];
-    s += e * e;
-  }
-  return s;
-}
-
-// Checks the KKT conditions of non-negative least squares for the fitted model, in the scaled
-// variables x = l / max_l the fit uses (so the three gradient components are comparable):
-// gradient 0 where the coefficient is positive, gradient >= 0 where it is 0.
-void check_nnls_kkt(const quadratic_cost& q, const std::vector<std::int64_t>& l,
-                    const std::vector<double>& t, int degree) {
-  double max_l = 0;
-  for (auto v : l) max_l = std::max(max_l, static_cast<double>(v));
-  const double coef[3] = {q.constant, q.linear * max_l, q.quadratic * max_l * max_l};
-  double grad[3] = {0, 0, 0};
-  double scale[3] = {0, 0, 0};
-  for (std::size_t i = 0; i < l.size(); ++i) {
-    const double x = static_cast<double>(l[i]) / max_l;
-    const double phi[3] = {1, x, x * x};
-    const double pred = coef[0] + x * (coef[1] + x * coef[2]);
-    for (int j = 0; j < 3; ++j) {
-      grad[j] += phi[j] * (pred - t[i]);
-      scale[j] += phi[j] * (std::abs(pred) + std::abs(t[i]));
-    }
-  }
-  for (int j = 0; j < 3; ++j) {
-    if (j > degree) {
-      CHECK(coef[j] == 0.0);
-      continue;
-    }
-    const double tol = 1e-9 * (scale[j] + 1e-300);
-    INFO("coefficient ", j, " = ", coef[j], ", gradient ", grad[j], ", tol ", tol);
-    CHECK(coef[j] >= 0.0);
-    if (coef[j] > 0) {
-      CHECK(std::abs(grad[j]) <= tol);
-    } else {
-      CHECK(grad[j] >= -tol);
-    }
-  }
-}
-
-void check_non_decreasing(const quadratic_cost& q, std::int64_t up_to) {
-  for (std::int64_t len = 0; len < up_to; ++len) REQUIRE(q(len + 1) >= q(len));
 }
 
 }  // namespace
@@ -413,215 +360,4 @@ TEST_CASE("cost_model: transformer_config errors") {
                  {"passes is -1"});
   expect_invalid([&] { (void)transformer_flops_cost(with([&](auto& c) { c.passes = nan; })); },
                  {"passes is"});
-}
-
-TEST_CASE("cost_model: fit_quadratic_cost recovers exact coefficients from noiseless data") {
-  SUBCASE("degree 2, lengths spanning 16..32768") {
-    const quadratic_cost truth{2e-3, 3e-6, 4e-10};
-    const std::vector<std::int64_t> l{16, 100, 300, 1000, 4000, 16000, 32768, 77};
-    std::vector<double> t;
-    for (auto v : l) t.push_back(truth(v));
-    const auto q = fit_quadratic_cost(l, t);
-    CHECK(q.constant == doctest::Approx(truth.constant).epsilon(1e-8));
-    CHECK(q.linear == doctest::Approx(truth.linear).epsilon(1e-8));
-    CHECK(q.quadratic == doctest::Approx(truth.quadratic).epsilon(1e-8));
-    CHECK(sse(q, l, t) <= 1e-20);
-    check_nnls_kkt(q, l, t, 2);
-  }
-  SUBCASE("degree 2, exactly three distinct lengths (interpolation), repeated samples") {
-    const quadratic_cost truth{1.0, 0.5, 0.125};
-    const std::vector<std::int64_t> l{0, 4, 4, 8, 0, 8};
-    std::vector<double> t;
-    for (auto v : l) t.push_back(truth(v));
-    const auto q = fit_quadratic_cost(l, t);
-    CHECK(q.constant == doctest::Approx(1.0).epsilon(1e-10));
-    CHECK(q.linear == doctest::Approx(0.5).epsilon(1e-10));
-    CHECK(q.quadratic == doctest::Approx(0.125).epsilon(1e-10));
-  }
-  SUBCASE("degree 1") {
-    const std::vector<std::int64_t> l{0, 1, 2, 3, 5, 8, 13, 21, 34, 55};
-    std::vector<double> t;
-    for (auto v : l) t.push_back(0.5 + 0.25 * static_cast<double>(v));
-    const auto q = fit_quadratic_cost(l, t, 1);
-    CHECK(q.constant == doctest::Approx(0.5).epsilon(1e-12));
-    CHECK(q.linear == doctest::Approx(0.25).epsilon(1e-12));
-    CHECK(q.quadratic == 0.0);
-  }
-  SUBCASE("degree 2 on linear data: no spurious curvature") {
-    const std::vector<std::int64_t> l{10, 20, 40, 80, 160, 320};
-    std::vector<double> t;
-    for (auto v : l) t.push_back(3.0 + 2.0 * static_cast<double>(v));
-    const auto q = fit_quadratic_cost(l, t);
-    CHECK(q.constant == doctest::Approx(3.0).epsilon(1e-9));
-    CHECK(q.linear == doctest::Approx(2.0).epsilon(1e-9));
-    CHECK(q.quadratic >= 0.0);
-    CHECK(q.quadratic * 320 * 320 <= 1e-9 * 643.0);
-  }
-  SUBCASE("pure quadratic data") {
-    const std::vector<std::int64_t> l{1, 2, 3, 4, 5, 6};
-    std::vector<double> t;
-    for (auto v : l) t.push_back(0.75 * static_cast<double>(v * v));
-    const auto q = fit_quadratic_cost(l, t);
-    CHECK(q.quadratic == doctest::Approx(0.75).epsilon(1e-10));
-    CHECK(q.constant == doctest::Approx(0.0).epsilon(1e-10));  // NB: Approx(0) is absolute
-    CHECK(std::abs(q.constant) <= 1e-10);
-    CHECK(std::abs(q.linear) <= 1e-10);
-    CHECK(q.constant >= 0.0);
-    CHECK(q.linear >= 0.0);
-  }
-}
-
-TEST_CASE("cost_model: fit_quadratic_cost clamps negative coefficients") {
-  SUBCASE("data from a decreasing function: a constant model") {
-    std::vector<std::int64_t> l;
-    std::vector<double> t;
-    double mean = 0;
-    for (std::int64_t v = 0; v <= 50; ++v) {
-      l.push_back(v);
-      t.push_back(100.0 - static_cast<double>(v));
-      mean += t.back();
-    }
-    mean /= static_cast<double>(l.size());
-    for (int degree : {1, 2}) {
-      const auto q = fit_quadratic_cost(l, t, degree);
-      CHECK(q.constant == doctest::Approx(mean).epsilon(1e-12));
-      CHECK(q.linear == 0.0);
-      CHECK(q.quadratic == 0.0);
-      check_non_decreasing(q, 200);
-      check_nnls_kkt(q, l, t, degree);
-    }
-  }
-  SUBCASE("a line through the origin when the intercept would be negative") {
-    // t = l² on l = 1..10 fitted with a line: unconstrained intercept is -22, so NNLS drops the
-    // constant and fits t ≈ b·l with b = Σ l³ / Σ l² = 3025 / 385.
-    std::vector<std::int64_t> l;
-    std::vector<double> t;
-    for (std::int64_t v = 1; v <= 10; ++v) {
-      l.push_back(v);
-      t.push_back(static_cast<double>(v * v));
-    }
-    const auto q = fit_quadratic_cost(l, t, 1);
-    CHECK(q.constant == 0.0);
-    CHECK(q.linear == doctest::Approx(3025.0 / 385.0).epsilon(1e-12));
-    CHECK(q.quadratic == 0.0);
-    check_nnls_kkt(q, l, t, 1);
-  }
-  SUBCASE("concave data: degree 2 drops the quadratic term") {
-    std::vector<std::int64_t> l;
-    std::vector<double> t;
-    for (std::int64_t v = 1; v <= 64; v *= 2) {
-      l.push_back(v);
-      t.push_back(std::sqrt(static_cast<double>(v)));
-    }
-    const auto q = fit_quadratic_cost(l, t);
-    CHECK(q.quadratic == 0.0);
-    CHECK(q.linear > 0.0);
-    check_non_decreasing(q, 1000);
-    check_nnls_kkt(q, l, t, 2);
-  }
-  SUBCASE("all-zero timings give the zero model") {
-    const auto q =
-        fit_quadratic_cost(std::vector<std::int64_t>{1, 2, 3}, std::vector<double>{0, 0, 0});
-    CHECK(q == quadratic_cost{0, 0, 0});
-  }
-}
-
-TEST_CASE("cost_model: fit_quadratic_cost is the NNLS optimum on random data") {
-  std::mt19937_64 rng(7);
-  auto unit = [&] { return static_cast<double>(rng() >> 11) * 0x1.0p-53; };  // [0, 1)
-  for (int iter = 0; iter < 300; ++iter) {
-    const int degree = 1 + iter % 2;
-    const int n = 3 + static_cast<int>(rng() % 30);
-    const double max_len = iter % 3 == 0 ? 50.0 : 30000.0;
-    // Shapes: increasing, decreasing, concave, convex, noise only; with noise.
-    const int shape = static_cast<int>(rng() % 5);
-    std::vector<std::int64_t> l;
-    std::vector<double> t;
-    for (int i = 0; i < n; ++i) {
-      const auto v = static_cast<std::int64_t>(unit() * max_len);
-      const double x = static_cast<double>(v) / max_len;
-      double y = 0;
-      switch (shape) {
-        case 0:
-          y = 0.1 + x + 0.5 * x * x;
-          break;
-        case 1:
-          y = 2.0 - x;
-          break;
-        case 2:
-          y = std::sqrt(x);
-          break;
-        case 3:
-          y = x * x * x;
-          break;
-        default:
-          y = 1.0;
-          break;
-      }
-      y += 0.05 * (unit() - 0.5);
-      l.push_back(v);
-      t.push_back(std::max(0.0, y));
-    }
-    // make sure there are enough distinct lengths
-    l[0] = 0;
-    l[1] = static_cast<std::int64_t>(max_len);
-    l[2] = static_cast<std::int64_t>(max_len / 2);
-    INFO("iteration ", iter, " shape ", shape, " degree ", degree);
-    const auto q = fit_quadratic_cost(l, t, degree);
-    CHECK(q.constant >= 0.0);
-    CHECK(q.linear >= 0.0);
-    CHECK(q.quadratic >= 0.0);
-    if (degree == 1) CHECK(q.quadratic == 0.0);
-    check_nnls_kkt(q, l, t, degree);
-    // No non-negative perturbation does better (convexity makes KKT sufficient; this is a
-    // direct cross-check).
-    const double best = sse(q, l, t);
-    for (int k = 0; k < 20; ++k) {
-      quadratic_cost p = q;
-      p.constant = std::max(0.0, p.constant + 0.01 * (unit() - 0.5));
-      p.linear = std::max(0.0, p.linear + 0.01 / max_len * (unit() - 0.5));
-      if (degree == 2)
-        p.quadratic = std::max(0.0, p.quadratic + 0.01 / (max_len * max_len) * (unit() - 0.5));
-      CHECK(sse(p, l, t) >= best * (1 - 1e-9));
-    }
-    // deterministic
-    CHECK(fit_quadratic_cost(l, t, degree) == q);
-  }
-}
-
-TEST_CASE("cost_model: fit_quadratic_cost errors") {
-  using L = std::vector<std::int64_t>;
-  using T = std::vector<double>;
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  const double inf = std::numeric_limits<double>::infinity();
-  expect_invalid(
-      [] {
-        (void)fit_quadratic_cost(L{1, 2, 3}, T{1, 2});
-      },
-      {"3 lengths but 2 timings"});
-  expect_invalid(
-      [] {
-        (void)fit_quadratic_cost(L{5, 5, 7}, T{1, 1, 2});
-      },
-      {"at least 3 distinct lengths, got 2"});
-  expect_invalid(
-      [] {
-        (void)fit_quadratic_cost(L{4, 4, 4}, T{1, 1, 1}, 1);
-      },
-      {"at least 2 distinct lengths, got 1"});
-  expect_invalid([] { (void)fit_quadratic_cost(L{}, T{}); }, {"got 0"});
-  expect_invalid(
-      [] {
-        (void)fit_quadratic_cost(L{1, -3, 5}, T{1, 1, 1});
-      },
-      {"sample 1", "negative length -3"});
-  expect_invalid(
-      [&] {
-        (void)fit_quadratic_cost(L{1, 2, 5}, T{nan, 1, 1});
-      },
-      {"sample 0", "has time", "finite"});
-  expect_invalid([&] { (void)fit_quadratic_cost(L{1, 2, 5}, T{1, inf, 1}); }, {"sample 1", "inf"});
-  expect_invalid([] { (void)fit_quadratic_cost(L{1, 2, 5}, T{1, 1, -0.5}); }, {"sample 2", "-0.5"});
-  expect_invalid([] { (void)fit_quadratic_cost(L{1, 2, 5}, T{1, 1, 1}, 3); }, {"degree is 3"});
-  expect_invalid([] { (void)fit_quadratic_cost(L{1, 2, 5}, T{1, 1, 1}, 0); }, {"degree is 0"});
 }

@@ -13,16 +13,15 @@
 ///   linear_cost            c(l) = w·l (integral)
 ///   quadratic_cost         c(l) = a + b·l + c·l² (attention-aware)
 ///   transformer_flops_cost FLOPs of a decoder/encoder stack from its configuration
-///   fit_quadratic_cost()   least-squares fit of a quadratic_cost to profiled (length, seconds)
+///
+/// Fitting a model to measured times (`fit_quadratic_cost`, `cost_calibration`) is in
+/// core/cost_fit.hpp.
 
-#include <algorithm>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
-#include <span>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #include "orchmllm/core/error.hpp"
 
@@ -258,104 +257,5 @@ class transformer_flops_cost {
   double linear_ = 0;     // FLOPs per token that do not depend on the sequence length
   double attention_ = 0;  // FLOPs per attention-matrix entry
 };
-
-/// Least-squares fit of `quadratic_cost` to profiled (length, seconds) pairs.
-///
-/// `degree` 1 fits constant + linear·l, degree 2 adds quadratic·l². Coefficients that come out
-/// negative are clamped to 0 and the remaining ones refitted (non-negative least squares over
-/// the 2^(degree+1) active sets, tiny), so the fitted model is non-decreasing and usable with
-/// padded policies. Columns are scaled by the largest length before solving for conditioning.
-/// O(n log n) (the distinct-length count sorts), deterministic. Throws `invalid_argument_error`
-/// when sizes differ, fewer than degree + 1 distinct lengths are given, a length is negative, or a
-/// time is not finite or negative.
-inline quadratic_cost fit_quadratic_cost(std::span<const std::int64_t> lengths,
-                                         std::span<const double> seconds, int degree = 2) {
-  ORCHMLLM_REQUIRE(degree == 1 || degree == 2, invalid_argument_error, "degree is ", degree,
-                   ", must be 1 or 2");
-  ORCHMLLM_REQUIRE(lengths.size() == seconds.size(), invalid_argument_error, lengths.size(),
-                   " lengths but ", seconds.size(), " timings");
-  double max_len = 0;
-  for (std::size_t i = 0; i < lengths.size(); ++i) {
-    ORCHMLLM_REQUIRE(lengths[i] >= 0, invalid_argument_error, "sample ", i, " has negative length ",
-                     lengths[i]);
-    ORCHMLLM_REQUIRE(std::isfinite(seconds[i]) && seconds[i] >= 0, invalid_argument_error,
-                     "sample ", i, " has time ", seconds[i], ", must be finite and >= 0");
-    max_len = std::max(max_len, static_cast<double>(lengths[i]));
-  }
-  {
-    std::vector<std::int64_t> distinct(lengths.begin(), lengths.end());
-    std::sort(distinct.begin(), distinct.end());
-    const auto k = std::unique(distinct.begin(), distinct.end()) - distinct.begin();
-    ORCHMLLM_REQUIRE(k >= degree + 1, invalid_argument_error, "fitting degree ", degree,
-                     " needs at least ", degree + 1, " distinct lengths, got ", k);
-  }
-  const double scale = max_len > 0 ? max_len : 1.0;
-  const int m = degree + 1;
-  // Normal equations on scaled powers x = l / scale: G = Σ φφᵀ, r = Σ φ·t.
-  double G[3][3] = {};
-  double r[3] = {};
-  for (std::size_t i = 0; i < lengths.size(); ++i) {
-    const double x = static_cast<double>(lengths[i]) / scale;
-    const double phi[3] = {1.0, x, x * x};
-    for (int a = 0; a < m; ++a) {
-      r[a] += rounded_mul(phi[a], seconds[i]);
-      for (int b = 0; b < m; ++b) G[a][b] += rounded_mul(phi[a], phi[b]);
-    }
-  }
-  // Non-negative least squares by enumerating active sets: solve the unconstrained problem on
-  // every subset of coefficients, keep the feasible (all >= 0) solution of least residual.
-  auto residual = [&](const double* coef) {
-    double s = 0;
-    for (std::size_t i = 0; i < lengths.size(); ++i) {
-      const double x = static_cast<double>(lengths[i]) / scale;
-      const double pred = coef[0] + rounded_mul(x, coef[1] + rounded_mul(x, coef[2]));
-      s += rounded_mul(pred - seconds[i], pred - seconds[i]);
-    }
-    return s;
-  };
-  double best[3] = {0, 0, 0};
-  double best_res = residual(best);
-  for (int mask = 1; mask < (1 << m); ++mask) {
-    int idx[3];
-    int k = 0;
-    for (int a = 0; a < m; ++a)
-      if (mask & (1 << a)) idx[k++] = a;
-    double A[3][4] = {};
-    for (int i = 0; i < k; ++i) {
-      for (int j = 0; j < k; ++j) A[i][j] = G[idx[i]][idx[j]];
-      A[i][k] = r[idx[i]];
-    }
-    bool singular = false;
-    for (int c = 0; c < k && !singular; ++c) {  // Gaussian elimination, partial pivoting
-      int p = c;
-      for (int i = c + 1; i < k; ++i)
-        if (std::abs(A[i][c]) > std::abs(A[p][c])) p = i;
-      if (std::abs(A[p][c]) < 1e-300) {
-        singular = true;
-        break;
-      }
-      for (int j = 0; j <= k; ++j) std::swap(A[c][j], A[p][j]);
-      for (int i = 0; i < k; ++i) {
-        if (i == c) continue;
-        const double f = A[i][c] / A[c][c];
-        for (int j = c; j <= k; ++j) A[i][j] -= rounded_mul(f, A[c][j]);
-      }
-    }
-    if (singular) continue;
-    double coef[3] = {0, 0, 0};
-    bool feasible = true;
-    for (int i = 0; i < k; ++i) {
-      coef[idx[i]] = A[i][k] / A[i][i];
-      if (!(coef[idx[i]] >= 0)) feasible = false;
-    }
-    if (!feasible) continue;
-    const double res = residual(coef);
-    if (res < best_res) {
-      best_res = res;
-      for (int a = 0; a < 3; ++a) best[a] = coef[a];
-    }
-  }
-  return quadratic_cost{best[0], best[1] / scale, best[2] / (scale * scale)};
-}
 
 }  // namespace orchmllm
