@@ -211,3 +211,28 @@ def test_cost_objects():
     assert orchmllm.balance(offsets, lengths, q).cost is None
     assert orchmllm.balance(offsets, lengths, orchmllm.QuadraticCost(0, 1, 0.5)).cost == \
         "quadratic:1,0.5"
+
+
+CALLABLE_CASES = [
+    ("packed", None, "auto"), ("packed", None, "lpt"), ("packed", None, "kk"),
+    ("packed", None, "kk-equal"), ("packed", None, "none"), ("packed", None, "locality"),
+    ("padded", 16, "auto"), ("padded", 16, "padded"), ("padded", None, "lpt"),
+    ("bucketed:256,1024,4096,8192", None, "auto"), ("bucketed:256,1024,4096,8192", None, "lpt"),
+]
+
+
+@pytest.mark.parametrize("policy,pad_multiple,algorithm", CALLABLE_CASES)
+def test_callable_cost_plans_match_every_algorithm(policy, pad_multiple, algorithm):
+    """A callable with QuadraticCost's rounding gives the string cost's plan, for every
+    algorithm and policy (so the table holds every length the library evaluates)."""
+    offsets, lengths, payload = random_batch(14, ranks=6, max_items=7)
+    a, b = 0.5, 2e-4
+    kwargs = dict(policy=policy, pad_multiple=pad_multiple, algorithm=algorithm, bytes=payload,
+                  min_items=1 if algorithm == "auto" else 0)
+    got = orchmllm.balance(offsets, lengths, lambda ls: ls * (a + b * ls.astype(np.float64)),
+                           **kwargs)
+    want = orchmllm.balance(offsets, lengths, f"quadratic:{a},{b}", **kwargs)
+    np.testing.assert_array_equal(got.dst_rank, want.dst_rank)
+    np.testing.assert_array_equal(got.dst_slot, want.dst_slot)
+    assert (got.makespan, got.lower_bound) == (want.makespan, want.lower_bound)
+    assert got.statistics()["imbalance_after"] == want.statistics()["imbalance_after"]
