@@ -65,8 +65,14 @@ def _int64_vector(name: str, values: Any, size: Optional[int] = None) -> np.ndar
 
 
 def _optional_int(name: str, value: Any) -> Optional[int]:
+    """``value`` as an int, or None; TypeError naming ``name`` for anything else."""
     if value is None:
         return None
+    return _int(name, value)
+
+
+def _int(name: str, value: Any) -> int:
+    """``value`` as an int; TypeError naming ``name`` for anything else (bools included)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     return int(value)
@@ -130,8 +136,7 @@ def balance(offsets: Any, lengths: Any, cost: CostArg = "linear", policy: str = 
     for name, value in (("policy", policy), ("algorithm", algorithm)):
         if not isinstance(value, str):
             raise TypeError(f"{name} must be a str, got {type(value).__name__}")
-    multiple = _optional_int("pad_multiple", pad_multiple)
-    multiple = 1 if multiple is None else multiple
+    multiple = 1 if pad_multiple is None else _int("pad_multiple", pad_multiple)
     if isinstance(cost, (str, LinearCost, QuadraticCost)):
         cost_arg: Any = cost
     elif callable(cost):
@@ -143,5 +148,5 @@ def balance(offsets: Any, lengths: Any, cost: CostArg = "linear", policy: str = 
     return _orchmllm._balance(
         offsets, lengths, bytes, cost_arg, policy, multiple, algorithm,
         _optional_int("cap", cap), _optional_int("cap_bytes", cap_bytes),
-        _optional_int("min_items", min_items), _optional_int("max_items", max_items),
-        _optional_int("gpus_per_node", gpus_per_node), float(locality_tolerance))
+        _int("min_items", min_items), _optional_int("max_items", max_items),
+        _int("gpus_per_node", gpus_per_node), float(locality_tolerance))

@@ -324,6 +324,13 @@ np_array<i64> cost_lengths(const i64_in& lengths, const std::string& policy, i64
   return to_numpy(std::move(all));
 }
 
+// `a == b` for a cost object and any Python object (False for another type), as Python's
+// __eq__ takes any object.
+template <class T>
+bool equal(const T& a, nb::handle b) {
+  return nb::isinstance<T>(b) && a == nb::cast<const T&>(b);
+}
+
 // Python classes for the library's exceptions, made once at import.
 struct exception_types {
   nb::handle error, invalid_argument, parse, infeasible, communication;
@@ -384,9 +391,8 @@ NB_MODULE(_orchmllm, m) {
            "weight"_a)
       .def_rw("weight", &orchmllm::linear_cost::weight)
       .def("__call__", &orchmllm::linear_cost::operator(), "length"_a)
-      .def("__eq__", [](const orchmllm::linear_cost& a, const orchmllm::linear_cost& b) {
-        return a == b;
-      })
+      .def("__eq__", &equal<orchmllm::linear_cost>,
+           nb::sig("def __eq__(self, other: object, /) -> bool"))
       .def("__repr__", [](const orchmllm::linear_cost& c) {
         return "LinearCost(weight=" + std::to_string(c.weight) + ")";
       });
@@ -403,9 +409,8 @@ NB_MODULE(_orchmllm, m) {
       .def_ro("linear", &orchmllm::quadratic_cost::linear)
       .def_ro("quadratic", &orchmllm::quadratic_cost::quadratic)
       .def("__call__", &orchmllm::quadratic_cost::operator(), "length"_a)
-      .def("__eq__", [](const orchmllm::quadratic_cost& a, const orchmllm::quadratic_cost& b) {
-        return a == b;
-      })
+      .def("__eq__", &equal<orchmllm::quadratic_cost>,
+           nb::sig("def __eq__(self, other: object, /) -> bool"))
       .def("__repr__", [](const orchmllm::quadratic_cost& c) {
         return "QuadraticCost(constant=" + orchmllm::detail::shortest_text(c.constant) +
                ", linear=" + orchmllm::detail::shortest_text(c.linear) +
@@ -454,7 +459,7 @@ NB_MODULE(_orchmllm, m) {
       .def_prop_ro("pad_multiple", [](const py_plan& p) { return p.policy.multiple(); })
       .def_ro("cost", &py_plan::cost_text)
       .def_ro("plan_seconds", &py_plan::plan_seconds)
-      .def("statistics", &statistics,
+      .def("statistics", &statistics, nb::sig("def statistics(self) -> dict[str, object]"),
            "The figures `orchmllm-bench plan` prints as JSON (same keys) and the per-rank loads\n"
            "(load_before, load_after). O(n log n) (the lower bound sorts), on every call; the GIL\n"
            "is released while it computes.")

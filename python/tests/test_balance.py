@@ -205,6 +205,8 @@ def test_cost_objects():
     assert q(4) == 1.0 + 2.0 * 4 + 0.5 * 16
     assert (q.constant, q.linear, q.quadratic) == (1.0, 2.0, 0.5)
     assert q == orchmllm.QuadraticCost(1.0, 2.0, 0.5) and q != orchmllm.QuadraticCost()
+    assert orchmllm.LinearCost() == orchmllm.LinearCost(1) and orchmllm.LinearCost() != "linear"
+    assert q != orchmllm.LinearCost()
     assert repr(q) == "QuadraticCost(constant=1, linear=2, quadratic=0.5)"
     # A quadratic with a constant has no text form: plan.cost is None.
     offsets, lengths, _ = random_batch(13, ranks=4, max_items=5)
