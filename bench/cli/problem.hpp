@@ -9,11 +9,11 @@
 //   --cap C | --cap-bytes B               per-rank cap in tokens or payload bytes
 //   --min-items M  --max-items M          items per destination rank
 
-#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <optional>
+#include <orchmllm/core/text_forms.hpp>
 #include <orchmllm/orchmllm.hpp>
 #include <string>
 #include <string_view>
@@ -32,7 +32,7 @@ inline constexpr std::int64_t max_ranks = std::int64_t{1} << 24;
 
 /// The cost models the tool offers. Balancing code visits it with a generic lambda, so every
 /// subcommand is written once for both (integral and floating-point) cost types.
-using any_cost = std::variant<linear_cost, quadratic_cost>;
+using any_cost = text_cost_model;
 
 /// Everything a balancing subcommand needs besides the algorithm.
 struct problem {
@@ -66,75 +66,34 @@ inline std::vector<flag_spec> problem_flags() {
   };
 }
 
-/// Name of a policy for output: "packed", "padded" or "bucketed:B1,B2,..." (as --policy reads).
-inline std::string policy_name(padding_policy p) {
-  if (p.policy_kind() != padding_policy::kind::bucketed) return p.is_padded() ? "padded" : "packed";
-  std::string name = "bucketed";
-  for (const auto b : p.buckets()) {
-    name += name.size() == 8 ? ':' : ',';
-    name += std::to_string(b);
-  }
-  return name;
-}
+/// Name of a policy for output: "packed", "padded" or "bucketed:B1,B2,..." (as --policy reads;
+/// `orchmllm::to_text`).
+inline std::string policy_name(padding_policy p) { return to_text(p); }
 
-/// The shortest text that reads back as exactly `v` ("0.0005", not %.17g's
-/// "0.00050000000000000001"): used in the canonical cost name.
-inline std::string shortest(double v) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
-  return std::string(buf, r.ptr);
-}
-
-/// Parses --cost. Throws usage_error naming the flag and the value.
+/// Parses --cost with the library's text form (core/text_forms.hpp) and returns the model and
+/// its canonical spelling. Throws usage_error naming the flag and the value.
 inline std::pair<any_cost, std::string> parse_cost(std::string_view text) {
-  if (text == "linear") return {linear_cost{}, "linear"};
-  constexpr std::string_view prefix = "quadratic:";
-  if (text.substr(0, prefix.size()) == prefix) {
-    const auto rest = text.substr(prefix.size());
-    const auto comma = rest.find(',');
-    if (comma != std::string_view::npos) {
-      const double a = parsed_args::to_double("cost", rest.substr(0, comma));
-      const double b = parsed_args::to_double("cost", rest.substr(comma + 1));
-      try {
-        const auto c = quadratic_cost{0.0, a, b}.validated();
-        return {c, "quadratic:" + shortest(a) + "," + shortest(b)};
-      } catch (const invalid_argument_error& e) {
-        throw usage_error("--cost '" + std::string(text) + "': " + e.message());
-      }
-    }
+  try {
+    const auto cost = parse_cost_model(text);
+    return {cost, to_text(cost)};
+  } catch (const invalid_argument_error& e) {
+    throw usage_error("--" + e.message());  // the library's messages start with "cost"
   }
-  throw usage_error("--cost is '" + std::string(text) +
-                    "', expected 'linear' or 'quadratic:A,B' (cost(l) = A*l + B*l^2)");
 }
 
-/// Parses --policy and --pad-multiple. Throws usage_error.
+/// Parses --policy and --pad-multiple with the library's text form (core/text_forms.hpp).
+/// Throws usage_error.
 inline padding_policy parse_policy(const parsed_args& args) {
   const std::string name = args.get("policy").value_or("packed");
-  if (name == "packed") {
-    if (args.has("pad-multiple")) throw usage_error("--pad-multiple needs --policy padded");
-    return packed;
+  if (args.has("pad-multiple") &&
+      (name == "packed" || std::string_view(name).substr(0, 9) == "bucketed:"))
+    throw usage_error("--pad-multiple needs --policy padded");
+  const std::int64_t multiple = name == "padded" ? args.get_int("pad-multiple", 1, 1) : 1;
+  try {
+    return parse_padding_policy(name, multiple);
+  } catch (const invalid_argument_error& e) {
+    throw usage_error("--" + e.message());  // the library's messages start with "policy"
   }
-  if (name == "padded") return padding_policy::padded(args.get_int("pad-multiple", 1, 1));
-  constexpr std::string_view prefix = "bucketed:";
-  if (std::string_view(name).substr(0, prefix.size()) == prefix) {
-    if (args.has("pad-multiple")) throw usage_error("--pad-multiple needs --policy padded");
-    std::vector<std::int64_t> buckets;
-    std::string_view rest = std::string_view(name).substr(prefix.size());
-    while (true) {
-      const auto comma = rest.find(',');
-      buckets.push_back(parsed_args::to_int("policy", rest.substr(0, comma), 1,
-                                            std::numeric_limits<std::int64_t>::max()));
-      if (comma == std::string_view::npos) break;
-      rest = rest.substr(comma + 1);
-    }
-    try {
-      return padding_policy::bucketed(buckets);
-    } catch (const invalid_argument_error& e) {
-      throw usage_error("--policy '" + name + "': " + e.message());
-    }
-  }
-  throw usage_error("--policy is '" + name +
-                    "', expected 'packed', 'padded' or 'bucketed:B1,B2,...'");
 }
 
 /// "FILE:LINE: item (rank r, slot s)": where item g of the problem came from, for messages.

@@ -1,43 +1,18 @@
 #pragma once
-// User text inside messages (orchmllm-bench, the flag parser bench/support/args.hpp). A field,
-// flag value or header line is echoed so the user can find it, but an input is not trusted: a
-// 10 MB header line or binary bytes must not end up whole (or raw) in a one-line error message.
+// User text inside messages (orchmllm-bench, the flag parser bench/support/args.hpp): the
+// library's own quoting (orchmllm/detail/core/text.hpp), so the tool and the library's text
+// forms (core/text_forms.hpp) echo user text alike. An input is not trusted: a 10 MB header line
+// or binary bytes must not end up whole (or raw) in a one-line error message.
 
-#include <cstddef>
-#include <string>
-#include <string_view>
+#include <orchmllm/detail/core/text.hpp>
 
 namespace orchmllm::tool {
 
-/// Printable form of `text` (no quotes): bytes outside printable ASCII as \xNN, a backslash as
+/// Printable form of text (no quotes): bytes outside printable ASCII as \xNN, a backslash as
 /// \\, cut after `limit` input bytes with "...(N more bytes)". O(min(size, limit)).
-inline std::string printable(std::string_view text, std::size_t limit = 200) {
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out;
-  const std::size_t shown = text.size() < limit ? text.size() : limit;
-  out.reserve(shown + 24);
-  for (std::size_t i = 0; i < shown; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c >= 0x20 && c < 0x7f) {
-      out += static_cast<char>(c);
-    } else {
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  if (shown < text.size()) out += "...(" + std::to_string(text.size() - shown) + " more bytes)";
-  return out;
-}
+using ::orchmllm::detail::printable;
 
 /// `printable(text)` in single quotes: how messages echo what the user wrote.
-inline std::string quote_text(std::string_view text, std::size_t limit = 200) {
-  std::string out(1, '\'');
-  out += printable(text, limit);
-  out += '\'';
-  return out;
-}
+using ::orchmllm::detail::quote_text;
 
 }  // namespace orchmllm::tool

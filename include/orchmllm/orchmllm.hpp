@@ -22,6 +22,7 @@
 #include "orchmllm/core/constraints.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/core/statistics.hpp"
+#include "orchmllm/core/text_forms.hpp"
 #include "orchmllm/balance/options.hpp"
 #include "orchmllm/balance/problem.hpp"
 #include "orchmllm/balance/balancers.hpp"

@@ -1,0 +1,88 @@
+"""Planning time from Python against orchmllm-bench's plan_seconds on the same input.
+
+usage: PYTHONPATH=build/default/python .venv/bin/python3 python/benchmarks/plan_time.py \
+           build/default/bench/orchmllm-bench [--ranks 2560] [--items-per-rank 64] [--repeat 5]
+
+Generates ITEMS.csv with `orchmllm-bench generate --seed 1`, then for each cost and algorithm
+takes the best of --repeat runs of `orchmllm-bench plan` (its JSON plan_seconds: the balance()
+call alone, once per process) and of `orchmllm.balance(...)` timed around the whole Python
+call, both as the first call of a fresh Python process (cold, like the CLI's) and as a repeated
+call in one process (warm, a trainer's steady state), with the binding's overhead (the whole
+call minus the library's own balance() time, plan.plan_seconds), and checks that both give the same
+makespan. Prints a Markdown table (docs/python.md, docs/results.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import orchmllm
+
+
+# The first balance() of a fresh process, as the CLI's plan_seconds is (cold allocator).
+COLD = """
+import sys, time, numpy as np, orchmllm
+a = np.load(sys.argv[1])
+start = time.perf_counter()
+orchmllm.balance(a["offsets"], a["lengths"], sys.argv[2], algorithm=sys.argv[3])
+print(time.perf_counter() - start)
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bench")
+    ap.add_argument("--ranks", type=int, default=2560)
+    ap.add_argument("--items-per-rank", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    d = args.ranks
+    with tempfile.TemporaryDirectory() as tmp:
+        items, plan_csv = Path(tmp) / "items.csv", Path(tmp) / "plan.csv"
+        subprocess.run([args.bench, "generate", "--ranks", str(d), "--items-per-rank",
+                        str(args.items_per_rank), "--seed", "1", "--out", str(items)],
+                       check=True, capture_output=True)
+        rows = np.loadtxt(items, delimiter=",", skiprows=1, dtype=np.int64, ndmin=2)
+        rows = rows[np.lexsort((rows[:, 1], rows[:, 0]))]
+        offsets = np.concatenate([[0], np.cumsum(np.bincount(rows[:, 0], minlength=d))])
+        lengths = np.ascontiguousarray(rows[:, 2])
+        arrays = Path(tmp) / "arrays.npz"
+        np.savez(arrays, offsets=offsets, lengths=lengths)
+        print(f"{len(lengths)} items on {d} ranks, best of {args.repeat}\n")
+        print("| cost | algorithm | CLI `plan_seconds` | Python, first call | ratio |"
+              " Python, repeated | ratio | binding overhead |")
+        print("|---|---|---|---|---|---|---|---|")
+        for cost in ["linear", "quadratic:1,1.3e-5"]:
+            for algorithm in ["auto", "lpt", "kk-equal"]:
+                cli, py, cold, binding = [], [], [], []
+                for _ in range(args.repeat):
+                    out = subprocess.run(
+                        [args.bench, "plan", "--items", str(items), "--ranks", str(d), "--cost",
+                         cost, "--algorithm", algorithm, "--out", str(plan_csv)],
+                        check=True, capture_output=True, text=True)
+                    report = json.loads(out.stdout)
+                    cli.append(report["plan_seconds"])
+                    start = time.perf_counter()
+                    plan = orchmllm.balance(offsets, lengths, cost, algorithm=algorithm)
+                    py.append(time.perf_counter() - start)
+                    binding.append(py[-1] - plan.plan_seconds)  # all but the library's balance()
+                    out = subprocess.run([sys.executable, "-c", COLD, str(arrays), cost, algorithm],
+                                         check=True, capture_output=True, text=True)
+                    cold.append(float(out.stdout))
+                assert plan.makespan == report["makespan"], (plan.makespan, report["makespan"])
+                c, first, warm = min(cli), min(cold), min(py)
+                print(f"| {cost} | {algorithm} | {c * 1e3:.1f} ms | {first * 1e3:.1f} ms | "
+                      f"{first / c:.2f} | {warm * 1e3:.1f} ms | {warm / c:.2f} | "
+                      f"{min(binding) * 1e3:.2f} ms |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""OrchMLLM: batch post-balancing for multimodal-LLM training.
+
+Every data-parallel rank publishes the lengths of what it sampled; every rank then calls
+:func:`balance` on the same global view and gets the same plan: where every item goes. The plan
+gives what ``torch.distributed.all_to_all_single`` needs to move the items there
+(:meth:`Plan.all_to_all`). Arrays in and out are numpy arrays; nothing is a Python object per
+item. See docs/python.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
+
+from . import _orchmllm
+from ._orchmllm import (
+    AllToAll,
+    CommunicationError,
+    Error,
+    InfeasibleError,
+    InvalidArgumentError,
+    LinearCost,
+    ParseError,
+    Plan,
+    QuadraticCost,
+)
+
+__all__ = [
+    "ALGORITHMS",
+    "AllToAll",
+    "CommunicationError",
+    "Error",
+    "InfeasibleError",
+    "InvalidArgumentError",
+    "LinearCost",
+    "ParseError",
+    "Plan",
+    "QuadraticCost",
+    "balance",
+]
+
+#: The algorithms :func:`balance` offers (the values of ``orchmllm-bench plan --algorithm``).
+ALGORITHMS = ("none", "lpt", "kk", "kk-equal", "exact", "padded", "auto", "locality")
+
+CostArg = Union[str, LinearCost, QuadraticCost, Callable[[np.ndarray], Any]]
+
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _int64_vector(name: str, values: Any, size: Optional[int] = None) -> np.ndarray:
+    """``values`` as a 1-D C-contiguous int64 array; TypeError / ValueError naming ``name``."""
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array, got shape {arr.shape}")
+    if arr.size == 0 and arr.dtype == np.float64:
+        arr = arr.astype(np.int64)  # np.asarray([]) is float64: an empty list is fine
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    if arr.dtype == np.uint64 and arr.size and int(arr.max()) > _INT64_MAX:
+        raise ValueError(f"{name} holds {int(arr.max())}, above 2^63 - 1")
+    if size is not None and arr.shape[0] != size:
+        raise ValueError(f"{name} has {arr.shape[0]} entries, expected {size}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _optional_int(name: str, value: Any) -> Optional[int]:
+    """``value`` as an int, or None; TypeError naming ``name`` for anything else."""
+    if value is None:
+        return None
+    return _int(name, value)
+
+
+def _int(name: str, value: Any) -> int:
+    """``value`` as an int; TypeError naming ``name`` for anything else (bools included)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    return int(value)
+
+
+def _cost_table(cost: Callable[[np.ndarray], Any], lengths: np.ndarray, policy: str,
+                pad_multiple: int) -> Any:
+    """Evaluates a cost callable once, on the distinct lengths (and padded lengths)."""
+    at = _orchmllm._cost_lengths(lengths, policy, pad_multiple)
+    values = np.asarray(cost(at.copy()), dtype=np.float64)
+    if values.shape != at.shape:
+        raise ValueError(
+            f"the cost callable returned shape {values.shape} for {at.shape[0]} distinct lengths;"
+            " it must return one cost per length (vectorised over a numpy array)")
+    bad = ~np.isfinite(values) | (values < 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"the cost callable returned {values[i]} for length {at[i]}; costs must be finite"
+            " and >= 0")
+    drops = np.flatnonzero(np.diff(values) < 0)
+    if drops.size:
+        i = int(drops[0])
+        raise ValueError(
+            f"the cost callable must be non-decreasing in the length: cost({at[i]}) = "
+            f"{values[i]} > cost({at[i + 1]}) = {values[i + 1]}")
+    return _orchmllm._CostTable(at, np.ascontiguousarray(values))
+
+
+def balance(offsets: Any, lengths: Any, cost: CostArg = "linear", policy: str = "packed",
+            algorithm: str = "auto", *, bytes: Any = None, pad_multiple: Optional[int] = None,
+            cap: Optional[int] = None, cap_bytes: Optional[int] = None, min_items: int = 0,
+            max_items: Optional[int] = None, gpus_per_node: int = 0,
+            locality_tolerance: float = 0.001) -> Plan:
+    """Balances the items of D ranks over the same D ranks.
+
+    offsets: int64[D+1], the CSR offsets of the ranks' items (rank r holds global ids
+        offsets[r] .. offsets[r+1]-1); lengths: int64[n], every item's length (tokens).
+    cost: "linear" | "quadratic:A,B" (the ``orchmllm-bench --cost`` forms), a
+        :class:`LinearCost` or :class:`QuadraticCost`, or a callable evaluated once on a numpy
+        array of the distinct lengths (and padded lengths) returning their costs (finite,
+        >= 0, non-decreasing in the length).
+    policy: "packed" | "padded" | "bucketed:B1,B2,..."; pad_multiple: with "padded", lengths
+        round up to a multiple of it.
+    algorithm: one of :data:`ALGORITHMS`.
+    bytes: int64[n], every item's payload bytes (default: its length), for ``cap_bytes`` and
+        the moved-bytes figures. cap / cap_bytes: per-rank cap in tokens / bytes (at most one).
+    min_items / max_items: items per destination rank.
+    gpus_per_node: with "locality", nodes are consecutive blocks of that many ranks (0: one
+        node). locality_tolerance: "locality"'s makespan slack over "auto"'s.
+
+    Returns the :class:`Plan` (the same as ``orchmllm-bench plan`` without --gpus-per-node).
+    Raises TypeError / ValueError for malformed arguments (InvalidArgumentError, a ValueError,
+    carries the library's message), InfeasibleError when no plan meets the caps and counts.
+    The GIL is released while the library balances.
+    """
+    offsets = _int64_vector("offsets", offsets)
+    lengths = _int64_vector("lengths", lengths)
+    if bytes is not None:
+        bytes = _int64_vector("bytes", bytes, lengths.shape[0])
+    for name, value in (("policy", policy), ("algorithm", algorithm)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    multiple = 1 if pad_multiple is None else _int("pad_multiple", pad_multiple)
+    if isinstance(cost, (str, LinearCost, QuadraticCost)):
+        cost_arg: Any = cost
+    elif callable(cost):
+        cost_arg = _cost_table(cost, lengths, policy, multiple)
+    else:
+        raise TypeError(
+            "cost must be a str ('linear', 'quadratic:A,B'), a LinearCost, a QuadraticCost or a"
+            f" callable, got {type(cost).__name__}")
+    return _orchmllm._balance(
+        offsets, lengths, bytes, cost_arg, policy, multiple, algorithm,
+        _optional_int("cap", cap), _optional_int("cap_bytes", cap_bytes),
+        _int("min_items", min_items), _optional_int("max_items", max_items),
+        _int("gpus_per_node", gpus_per_node), float(locality_tolerance))

@@ -1,0 +1,480 @@
+// The native module of the `orchmllm` Python package (orchmllm._orchmllm): the planning layer
+// over numpy arrays. python/orchmllm/__init__.py checks and converts the arguments (dtypes,
+// shapes, contiguity, the Python cost callable) and calls `balance` here with exact int64
+// arrays; everything else (the balancers, the statistics, the routes that give the
+// all_to_all_single splits) is the header-only library, called as the C++ API is. The GIL is
+// released while the library runs.
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/variant.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/comm/route.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/core/statistics.hpp"
+#include "orchmllm/core/text_forms.hpp"
+#include "orchmllm/topology/topology.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+using i64 = std::int64_t;
+// What __init__.py hands over: 1-D, C-contiguous int64 (it converted and checked the dtype).
+using i64_in = nb::ndarray<const i64, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using f64_in = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+template <class T>
+using np_array = nb::ndarray<nb::numpy, T, nb::ndim<1>>;
+
+std::vector<i64> to_vector(const i64_in& a) { return {a.data(), a.data() + a.shape(0)}; }
+
+// A fresh numpy array owning `v` (writable: torch.from_numpy takes it without a warning).
+template <class T>
+np_array<T> to_numpy(std::vector<T>&& v) {
+  auto* heap = new std::vector<T>(std::move(v));
+  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return np_array<T>(heap->data(), {heap->size()}, owner);
+}
+
+// A read-only numpy view of `v`, kept alive by `owner` (the Python object holding `v`).
+using np_view = nb::ndarray<nb::numpy, const i64, nb::ndim<1>, nb::ro>;
+np_view view(const std::vector<i64>& v, nb::handle owner) {
+  return np_view(v.data(), {v.size()}, owner);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cost models. Linear costs balance in exact int64; every floating model (quadratic, and a
+// Python callable's table) goes through one double-valued type, so the balancers are compiled
+// twice, not once per model. A quadratic cost evaluates exactly as `quadratic_cost` does, so
+// plans are bit-identical to the C++ API's and the CLI's.
+
+// A Python callable's values on the distinct lengths (and padded lengths) of one input,
+// sorted by length. __init__.py evaluates the callable once and checks the values.
+struct cost_table {
+  std::vector<i64> lengths;
+  std::vector<double> values;
+};
+
+struct double_cost {
+  orchmllm::quadratic_cost quadratic{};
+  const cost_table* table = nullptr;  // set: look the length up instead
+
+  [[nodiscard]] double operator()(i64 length) const {
+    if (table == nullptr) return quadratic(length);
+    const auto it = std::lower_bound(table->lengths.begin(), table->lengths.end(), length);
+    ORCHMLLM_REQUIRE(it != table->lengths.end() && *it == length,
+                     orchmllm::invalid_argument_error, "the cost callable was not evaluated at ",
+                     "length ", length, " (its table holds the items' lengths and padded lengths)");
+    return table->values[static_cast<std::size_t>(it - table->lengths.begin())];
+  }
+};
+
+using model = std::variant<orchmllm::linear_cost, double_cost>;
+
+// The cost argument as Python gives it (after __init__.py): text, a cost object or a table.
+using cost_arg = std::variant<std::string, orchmllm::linear_cost, orchmllm::quadratic_cost,
+                              std::shared_ptr<cost_table>>;
+
+// ---------------------------------------------------------------------------------------------
+// A plan and what Python reads of it.
+
+struct py_plan {
+  orchmllm::batch_layout layout;
+  orchmllm::rearrangement plan;
+  model cost;
+  std::shared_ptr<cost_table> table;  // keeps a callable's table alive for the statistics
+  orchmllm::padding_policy policy = orchmllm::packed;
+  orchmllm::constraints limits{};
+  std::vector<i64> dst_rank, dst_slot;  // int64 copies of the plan's arrays
+  std::string algorithm, requested, policy_text;
+  std::optional<std::string> cost_text;
+  double makespan = 0, lower_bound = 0, plan_seconds = 0;
+  bool proven_optimal = false, fallback = false;
+};
+
+// The figures of `compute_statistics`, as Python floats and ints (makespans in the cost's
+// value type converted to float, as the CLI's JSON prints them).
+nb::dict statistics(const py_plan& p) {
+  nb::dict out;
+  out["algorithm"] = p.algorithm;
+  out["requested"] = p.requested;
+  out["items"] = p.plan.num_items();
+  out["ranks"] = static_cast<i64>(p.plan.num_src_ranks());
+  out["policy"] = p.policy_text;
+  out["pad_multiple"] = p.policy.multiple();
+  out["cost"] = p.cost_text ? nb::cast(*p.cost_text) : nb::none();
+  out["plan_seconds"] = p.plan_seconds;
+  out["proven_optimal"] = p.proven_optimal;
+  std::visit(
+      [&](const auto& c) {
+        auto s = [&] {
+          nb::gil_scoped_release unlocked;
+          return orchmllm::compute_statistics(p.layout, p.plan, c, p.policy, p.limits);
+        }();
+        std::vector<double> before(s.load_before.begin(), s.load_before.end());
+        std::vector<double> after(s.load_after.begin(), s.load_after.end());
+        out["makespan"] = static_cast<double>(s.makespan);
+        out["makespan_before"] = static_cast<double>(s.makespan_before);
+        out["lower_bound"] = static_cast<double>(s.lower_bound);
+        out["ratio"] = s.ratio;
+        out["imbalance_before"] = s.imbalance_before;
+        out["imbalance_after"] = s.imbalance_after;
+        out["mean_load"] = s.mean_after;
+        out["mean_load_before"] = s.mean_before;
+        out["min_load"] = static_cast<double>(s.min_load);
+        out["items_moved"] = s.items_moved;
+        out["bytes_moved"] = s.bytes_moved;
+        out["max_tokens"] = s.max_tokens;
+        out["max_bytes"] = s.max_bytes;
+        out["max_tokens_before"] = s.max_tokens_before;
+        out["max_bytes_before"] = s.max_bytes_before;
+        out["max_items_per_rank"] = s.max_items_per_rank;
+        out["min_items_per_rank"] = s.min_items_per_rank;
+        out["load_before"] = to_numpy(std::move(before));
+        out["load_after"] = to_numpy(std::move(after));
+      },
+      p.cost);
+  return out;
+}
+
+// What rank `rank` passes to torch.distributed.all_to_all_single to move its items (or their
+// rows) along the plan: the library's direct route with every item's size in rows (1 row per
+// item when `rows` is absent). The route orders each peer's block by destination id and the
+// receive buffer by source rank, exactly as all_to_all_single delivers it.
+struct all_to_all_arrays {
+  np_array<i64> send_splits, recv_splits, send_order, recv_order;
+};
+
+// The gather `out[dst + i] = in[src + i]` of a segment list, as an index array.
+std::vector<i64> gather_index(const orchmllm::detail::segment_list& s, i64 total, bool identity) {
+  std::vector<i64> index(static_cast<std::size_t>(total));
+  if (identity) {
+    for (i64 i = 0; i < total; ++i) index[static_cast<std::size_t>(i)] = i;
+    return index;
+  }
+  for (std::size_t k = 0; k < s.size(); ++k)
+    for (i64 i = 0; i < s.bytes[k]; ++i) index[static_cast<std::size_t>(s.dst[k] + i)] = s.src[k] + i;
+  return index;
+}
+
+all_to_all_arrays all_to_all_impl(const py_plan& p, i64 rank, std::optional<i64_in> rows) {
+  const i64 d = p.plan.num_src_ranks();
+  ORCHMLLM_REQUIRE(p.plan.num_dst_ranks() == d, orchmllm::invalid_argument_error,
+                   "all_to_all needs a plan onto the same ranks, got ", d, " -> ",
+                   p.plan.num_dst_ranks());
+  ORCHMLLM_REQUIRE(rank >= 0 && rank < d, orchmllm::invalid_argument_error, "rank is ", rank,
+                   ", must be in [0, ", d, ")");
+  std::vector<i64> sizes = rows ? to_vector(*rows) : std::vector<i64>();
+  for (std::size_t g = 0; g < sizes.size(); ++g)
+    ORCHMLLM_REQUIRE(sizes[g] >= 0, orchmllm::invalid_argument_error, "rows[", g, "] is ",
+                     sizes[g], ", must be >= 0");
+  std::vector<i64> send_splits, recv_splits, send_order, recv_order;
+  {
+    nb::gil_scoped_release unlocked;
+    if (!rows) sizes.assign(static_cast<std::size_t>(p.plan.num_items()), 1);
+    const auto r = static_cast<orchmllm::rank_t>(rank);
+    const auto one_node = orchmllm::topology::uniform(static_cast<orchmllm::rank_t>(d), 0);
+    const auto route = orchmllm::route::build(p.plan, sizes, one_node, r, orchmllm::schedule::direct);
+    if (route.hops().empty()) {
+      // No item changes rank anywhere: every rank sends its rows to itself.
+      send_splits.assign(static_cast<std::size_t>(d), 0);
+      send_splits[static_cast<std::size_t>(rank)] = route.input_bytes();
+      recv_splits = send_splits;
+      send_order = gather_index({}, route.input_bytes(), true);
+    } else {
+      const auto& hop = route.hops()[0];
+      send_splits = hop.send_counts;
+      recv_splits = hop.recv_counts;
+      send_order = gather_index(hop.pack, hop.send_bytes, hop.pack_identity);
+    }
+    recv_order = gather_index(route.unpack(), route.output_bytes(), route.unpack_identity());
+  }
+  return {to_numpy(std::move(send_splits)), to_numpy(std::move(recv_splits)),
+          to_numpy(std::move(send_order)), to_numpy(std::move(recv_order))};
+}
+
+// `rows` checked and converted by the package's own helper (dtype, shape, size), as `balance`
+// checks its arrays.
+all_to_all_arrays all_to_all(const py_plan& p, i64 rank, nb::object rows) {
+  if (rows.is_none()) return all_to_all_impl(p, rank, std::nullopt);
+  nb::object checked = nb::module_::import_("orchmllm").attr("_int64_vector")(
+      "rows", rows, p.plan.num_items());
+  return all_to_all_impl(p, rank, nb::cast<i64_in>(checked));
+}
+
+// ---------------------------------------------------------------------------------------------
+// balance
+
+std::unique_ptr<py_plan> balance(const i64_in& offsets, const i64_in& lengths,
+                                 std::optional<i64_in> bytes, const cost_arg& cost,
+                                 const std::string& policy, i64 pad_multiple,
+                                 const std::string& algorithm, std::optional<i64> cap,
+                                 std::optional<i64> cap_bytes, i64 min_items,
+                                 std::optional<i64> max_items, i64 gpus_per_node,
+                                 double locality_tolerance) {
+  auto out = std::make_unique<py_plan>();
+  auto& p = *out;
+  // The arguments that are text or objects: parsed with the GIL held (cheap).
+  if (const auto* text = std::get_if<std::string>(&cost)) {
+    const auto parsed = orchmllm::parse_cost_model(*text);
+    p.cost_text = orchmllm::to_text(parsed);
+    if (const auto* q = std::get_if<orchmllm::quadratic_cost>(&parsed))
+      p.cost = double_cost{*q, nullptr};
+    else
+      p.cost = std::get<orchmllm::linear_cost>(parsed);
+  } else if (const auto* lin = std::get_if<orchmllm::linear_cost>(&cost)) {
+    ORCHMLLM_REQUIRE(lin->weight >= 1, orchmllm::invalid_argument_error,
+                     "LinearCost weight is ", lin->weight, ", must be >= 1");
+    p.cost = *lin;
+    if (lin->weight == 1) p.cost_text = "linear";
+  } else if (const auto* q = std::get_if<orchmllm::quadratic_cost>(&cost)) {
+    p.cost = double_cost{q->validated(), nullptr};
+    if (q->constant == 0.0) p.cost_text = orchmllm::to_text(*q);
+  } else {
+    p.table = std::get<std::shared_ptr<cost_table>>(cost);
+    p.cost = double_cost{{}, p.table.get()};
+  }
+  p.policy = orchmllm::parse_padding_policy(policy, pad_multiple);
+  p.policy_text = orchmllm::to_text(p.policy);
+  orchmllm::balance_options options;
+  options.method = orchmllm::parse_balance_method(algorithm);
+  p.requested = std::string(orchmllm::to_string(options.method));
+  ORCHMLLM_REQUIRE(!(cap && cap_bytes), orchmllm::invalid_argument_error,
+                   "cap and cap_bytes are exclusive (one per-rank cap)");
+  if (cap)
+    options.limits.cap = orchmllm::capacity{orchmllm::capacity::measure::tokens, *cap};
+  if (cap_bytes)
+    options.limits.cap = orchmllm::capacity{orchmllm::capacity::measure::bytes, *cap_bytes};
+  options.limits.min_items = min_items;
+  options.limits.max_items = max_items.value_or(std::numeric_limits<i64>::max());
+  options.locality_tolerance = locality_tolerance;
+  ORCHMLLM_REQUIRE(gpus_per_node >= 0, orchmllm::invalid_argument_error, "gpus_per_node is ",
+                   gpus_per_node, ", must be >= 0 (0: every rank on one node)");
+  p.limits = options.limits;
+
+  {
+    nb::gil_scoped_release unlocked;
+    p.layout = orchmllm::batch_layout(to_vector(offsets), to_vector(lengths),
+                                      bytes ? to_vector(*bytes) : std::vector<i64>());
+    const auto d = p.layout.num_ranks();
+    if (options.method == orchmllm::balance_method::locality && gpus_per_node > 0) {
+      const auto topo =
+          orchmllm::topology::uniform(d, static_cast<orchmllm::rank_t>(gpus_per_node));
+      options.node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
+    }
+    std::visit(
+        [&](const auto& c) {
+          const auto start = std::chrono::steady_clock::now();
+          auto result = orchmllm::balance(p.layout, c, p.policy, options);
+          p.plan_seconds =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          p.plan = std::move(result.plan);
+          p.algorithm = std::string(orchmllm::to_string(result.used));
+          p.makespan = static_cast<double>(result.makespan);
+          p.lower_bound = static_cast<double>(result.lower_bound);
+          p.proven_optimal = result.proven_optimal;
+          p.fallback = result.fallback;
+        },
+        p.cost);
+    const auto ranks = p.plan.dst_ranks();
+    p.dst_rank.assign(ranks.begin(), ranks.end());
+    const auto slots = p.plan.dst_slots();
+    p.dst_slot.assign(slots.begin(), slots.end());
+  }
+  return out;
+}
+
+// The lengths a callable cost is evaluated at: every distinct item length and padded length
+// under the policy, ascending. Throws as `parse_padding_policy` and `padded_length` do.
+np_array<i64> cost_lengths(const i64_in& lengths, const std::string& policy, i64 pad_multiple) {
+  const auto pol = orchmllm::parse_padding_policy(policy, pad_multiple);
+  std::vector<i64> all;
+  {
+    nb::gil_scoped_release unlocked;
+    all.reserve(2 * lengths.shape(0));
+    for (std::size_t i = 0; i < lengths.shape(0); ++i) {
+      const i64 l = lengths.data()[i];
+      ORCHMLLM_REQUIRE(l >= 0, orchmllm::invalid_argument_error, "item ", i, " has length ", l,
+                       ", must be >= 0");
+      all.push_back(l);
+      all.push_back(pol.padded_length(l));
+    }
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+  }
+  return to_numpy(std::move(all));
+}
+
+// `a == b` for a cost object and any Python object (False for another type), as Python's
+// __eq__ takes any object.
+template <class T>
+bool equal(const T& a, nb::handle b) {
+  return nb::isinstance<T>(b) && a == nb::cast<const T&>(b);
+}
+
+// Python classes for the library's exceptions, made once at import.
+struct exception_types {
+  nb::handle error, invalid_argument, parse, infeasible, communication;
+};
+exception_types exceptions;
+
+nb::handle make_exception(nb::module_& m, const char* name, nb::tuple bases, const char* doc) {
+  nb::dict ns;
+  ns["__module__"] = "orchmllm._orchmllm";
+  ns["__doc__"] = doc;
+  nb::object cls = nb::module_::import_("builtins").attr("type")(name, bases, ns);
+  m.attr(name) = cls;
+  return cls.release();  // held for the life of the process
+}
+
+}  // namespace
+
+NB_MODULE(_orchmllm, m) {
+  m.doc() = "Native part of the orchmllm package (use the orchmllm module).";
+
+  exceptions.error = make_exception(m, "Error", nb::make_tuple(nb::handle(PyExc_Exception)),
+                                    "Base of every error the orchmllm library raises.");
+  exceptions.invalid_argument = make_exception(
+      m, "InvalidArgumentError", nb::make_tuple(exceptions.error, nb::handle(PyExc_ValueError)),
+      "Malformed input: a value outside its domain, sizes that do not match, a bad option.");
+  exceptions.parse =
+      make_exception(m, "ParseError", nb::make_tuple(exceptions.invalid_argument),
+                     "Malformed text input; the message names the line at fault.");
+  exceptions.infeasible = make_exception(
+      m, "InfeasibleError", nb::make_tuple(exceptions.error),
+      "Well-formed input for which no plan satisfies the constraints (caps, item counts).");
+  exceptions.communication = make_exception(m, "CommunicationError",
+                                            nb::make_tuple(exceptions.error),
+                                            "A collective operation failed.");
+  nb::register_exception_translator([](const std::exception_ptr& e, void*) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const orchmllm::parse_error& x) {
+      PyErr_SetString(exceptions.parse.ptr(), x.what());
+    } catch (const orchmllm::invalid_argument_error& x) {
+      PyErr_SetString(exceptions.invalid_argument.ptr(), x.what());
+    } catch (const orchmllm::infeasible_error& x) {
+      PyErr_SetString(exceptions.infeasible.ptr(), x.what());
+    } catch (const orchmllm::communication_error& x) {
+      PyErr_SetString(exceptions.communication.ptr(), x.what());
+    } catch (const orchmllm::error& x) {
+      PyErr_SetString(exceptions.error.ptr(), x.what());
+    }
+  });
+
+  nb::class_<orchmllm::linear_cost>(m, "LinearCost",
+                                    "cost(l) = weight * l, in exact 64-bit integers.")
+      .def(nb::init<>())
+      .def("__init__",
+           [](orchmllm::linear_cost* self, i64 weight) {
+             new (self) orchmllm::linear_cost{weight};
+           },
+           "weight"_a)
+      .def_rw("weight", &orchmllm::linear_cost::weight)
+      .def("__call__", &orchmllm::linear_cost::operator(), "length"_a)
+      .def("__eq__", &equal<orchmllm::linear_cost>,
+           nb::sig("def __eq__(self, other: object, /) -> bool"))
+      .def("__repr__", [](const orchmllm::linear_cost& c) {
+        return "LinearCost(weight=" + std::to_string(c.weight) + ")";
+      });
+
+  nb::class_<orchmllm::quadratic_cost>(
+      m, "QuadraticCost", "cost(l) = constant + linear * l + quadratic * l**2 (coefficients >= 0).")
+      .def("__init__",
+           [](orchmllm::quadratic_cost* self, double constant, double linear, double quadratic) {
+             new (self) orchmllm::quadratic_cost{
+                 orchmllm::quadratic_cost{constant, linear, quadratic}.validated()};
+           },
+           "constant"_a = 0.0, "linear"_a = 1.0, "quadratic"_a = 0.0)
+      .def_ro("constant", &orchmllm::quadratic_cost::constant)
+      .def_ro("linear", &orchmllm::quadratic_cost::linear)
+      .def_ro("quadratic", &orchmllm::quadratic_cost::quadratic)
+      .def("__call__", &orchmllm::quadratic_cost::operator(), "length"_a)
+      .def("__eq__", &equal<orchmllm::quadratic_cost>,
+           nb::sig("def __eq__(self, other: object, /) -> bool"))
+      .def("__repr__", [](const orchmllm::quadratic_cost& c) {
+        return "QuadraticCost(constant=" + orchmllm::detail::shortest_text(c.constant) +
+               ", linear=" + orchmllm::detail::shortest_text(c.linear) +
+               ", quadratic=" + orchmllm::detail::shortest_text(c.quadratic) + ")";
+      });
+
+  nb::class_<cost_table>(m, "_CostTable")
+      .def("__init__", [](cost_table* self, const i64_in& lengths, const f64_in& values) {
+        ORCHMLLM_REQUIRE(lengths.shape(0) == values.shape(0), orchmllm::invalid_argument_error,
+                         "cost table: ", lengths.shape(0), " lengths but ", values.shape(0),
+                         " values");
+        new (self) cost_table{to_vector(lengths),
+                              {values.data(), values.data() + values.shape(0)}};
+      });
+
+  nb::class_<all_to_all_arrays>(m, "AllToAll")
+      .def_prop_ro("send_splits", [](const all_to_all_arrays& a) { return a.send_splits; }, nb::rv_policy::reference)
+      .def_prop_ro("recv_splits", [](const all_to_all_arrays& a) { return a.recv_splits; }, nb::rv_policy::reference)
+      .def_prop_ro("send_order", [](const all_to_all_arrays& a) { return a.send_order; }, nb::rv_policy::reference)
+      .def_prop_ro("recv_order", [](const all_to_all_arrays& a) { return a.recv_order; }, nb::rv_policy::reference);
+
+  nb::class_<py_plan>(m, "Plan")
+      .def_prop_ro("dst_rank", [](nb::handle_t<py_plan> self) {
+        return view(nb::cast<const py_plan&>(self).dst_rank, self);
+      }, nb::rv_policy::reference)
+      .def_prop_ro("dst_slot", [](nb::handle_t<py_plan> self) {
+        return view(nb::cast<const py_plan&>(self).dst_slot, self);
+      }, nb::rv_policy::reference)
+      .def_prop_ro("dst_offsets", [](const py_plan& p) {
+        const auto o = p.plan.dst_offsets();
+        return to_numpy(std::vector<i64>(o.begin(), o.end()));
+      }, nb::rv_policy::reference)
+      .def_prop_ro("sources", [](const py_plan& p) {
+        const auto s = p.plan.sources();
+        return to_numpy(std::vector<i64>(s.begin(), s.end()));
+      }, nb::rv_policy::reference)
+      .def_prop_ro("num_ranks", [](const py_plan& p) { return p.plan.num_src_ranks(); })
+      .def_prop_ro("num_items", [](const py_plan& p) { return p.plan.num_items(); })
+      .def_ro("makespan", &py_plan::makespan)
+      .def_ro("lower_bound", &py_plan::lower_bound)
+      .def_ro("proven_optimal", &py_plan::proven_optimal)
+      .def_ro("fallback", &py_plan::fallback)
+      .def_ro("algorithm", &py_plan::algorithm)
+      .def_ro("requested", &py_plan::requested)
+      .def_ro("policy", &py_plan::policy_text)
+      .def_prop_ro("pad_multiple", [](const py_plan& p) { return p.policy.multiple(); })
+      .def_ro("cost", &py_plan::cost_text)
+      .def_ro("plan_seconds", &py_plan::plan_seconds)
+      .def("statistics", &statistics, nb::sig("def statistics(self) -> dict[str, object]"),
+           "The figures `orchmllm-bench plan` prints as JSON (same keys) and the per-rank loads\n"
+           "(load_before, load_after). O(n log n) (the lower bound sorts), on every call; the GIL\n"
+           "is released while it computes.")
+      .def("all_to_all", &all_to_all, "rank"_a, "rows"_a = nb::none(),
+           nb::sig("def all_to_all(self, rank: int, rows: numpy.typing.ArrayLike | None = None) "
+                   "-> AllToAll"),
+           "What rank `rank` passes to torch.distributed.all_to_all_single to move its items\n"
+           "along the plan. rows: int64[n], the rows (first-dimension entries) of every item by\n"
+           "global id; default one row per item. send_splits / recv_splits: rows to / from every\n"
+           "rank; send_order: indices of the rank's local rows in wire order (send =\n"
+           "local[send_order]); recv_order: indices of the received rows in destination-slot\n"
+           "order (out = received[recv_order]). O(n log n); the GIL is released.");
+
+  m.def("_balance", &balance, "offsets"_a, "lengths"_a, "bytes"_a.none(), "cost"_a, "policy"_a,
+        "pad_multiple"_a, "algorithm"_a, "cap"_a.none(), "cap_bytes"_a.none(), "min_items"_a,
+        "max_items"_a.none(), "gpus_per_node"_a, "locality_tolerance"_a);
+  m.def("_cost_lengths", &cost_lengths, "lengths"_a, "policy"_a, "pad_multiple"_a);
+}

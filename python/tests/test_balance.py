@@ -1,0 +1,240 @@
+"""orchmllm.balance: the contract of issue 15, the options, callable costs, and bad inputs
+raising the right Python exceptions with the library's messages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import orchmllm
+from conftest import random_batch
+
+
+def check_plan(plan, offsets, lengths):
+    """dst_rank / dst_slot are int64[n] and a bijection onto dense slots of D ranks."""
+    n, d = len(lengths), len(offsets) - 1
+    assert plan.dst_rank.dtype == np.int64 and plan.dst_rank.shape == (n,)
+    assert plan.dst_slot.dtype == np.int64 and plan.dst_slot.shape == (n,)
+    assert plan.num_items == n and plan.num_ranks == d
+    counts = np.bincount(plan.dst_rank, minlength=d)
+    np.testing.assert_array_equal(np.diff(plan.dst_offsets), counts)
+    ids = plan.dst_offsets[plan.dst_rank] + plan.dst_slot
+    np.testing.assert_array_equal(np.sort(ids), np.arange(n))
+    np.testing.assert_array_equal(plan.sources[ids], np.arange(n))
+
+
+def test_contract():
+    offsets, lengths, _ = random_batch(5, ranks=32, max_items=16)
+    plan = orchmllm.balance(offsets, lengths, cost="quadratic:1,1.3e-5", policy="packed",
+                            algorithm="auto")
+    check_plan(plan, offsets, lengths)
+    # makespan: the largest destination load under the cost model, recomputed here.
+    cost = lengths * (1.0 + 1.3e-5 * lengths)
+    loads = np.bincount(plan.dst_rank, weights=cost, minlength=len(offsets) - 1)
+    assert plan.makespan == pytest.approx(loads.max(), rel=1e-12)
+    assert plan.lower_bound <= plan.makespan
+    assert plan.algorithm in orchmllm.ALGORITHMS and plan.requested == "auto"
+    stats = plan.statistics()
+    assert stats["makespan"] == plan.makespan and stats["lower_bound"] == plan.lower_bound
+    assert stats["imbalance_after"] < stats["imbalance_before"]
+    np.testing.assert_allclose(stats["load_after"], loads, rtol=1e-12)
+    assert stats["ratio"] == pytest.approx(plan.makespan / plan.lower_bound)
+    # Read-only views: the plan cannot be edited through them.
+    with pytest.raises(ValueError):
+        plan.dst_rank[0] = 1
+
+
+def test_every_algorithm_on_lists_and_narrow_ints():
+    offsets, lengths, _ = random_batch(6, ranks=4, max_items=3, empty_ranks=False)
+    for algorithm in orchmllm.ALGORITHMS:
+        policy = "padded" if algorithm == "padded" else "packed"
+        plan = orchmllm.balance(list(offsets), lengths.astype(np.int32), policy=policy,
+                                algorithm=algorithm)
+        check_plan(plan, offsets, lengths)
+        assert plan.requested == algorithm
+
+
+def test_empty_inputs():
+    plan = orchmllm.balance([0, 0, 0], [])
+    assert plan.num_items == 0 and plan.num_ranks == 2 and plan.makespan == 0
+    assert plan.dst_rank.shape == (0,)
+
+
+def test_callable_cost_is_evaluated_once_on_distinct_lengths():
+    offsets, lengths, _ = random_batch(8, ranks=16, max_items=12)
+    a, b = 1.0, 1.3e-5
+    calls = []
+
+    def cost(ls):
+        calls.append(ls.copy())
+        ls = ls.astype(np.float64)
+        return ls * (a + b * ls)  # the rounding of QuadraticCost(0, a, b)
+
+    plan = orchmllm.balance(offsets, lengths, cost=cost)
+    assert len(calls) == 1
+    np.testing.assert_array_equal(calls[0], np.unique(lengths))
+    same = orchmllm.balance(offsets, lengths, cost=f"quadratic:{a},{b}")
+    np.testing.assert_array_equal(plan.dst_rank, same.dst_rank)
+    np.testing.assert_array_equal(plan.dst_slot, same.dst_slot)
+    assert plan.makespan == same.makespan and plan.cost is None
+    assert plan.statistics()["makespan"] == same.makespan
+
+    # Padded policies: the padded lengths are evaluated too, in the same single call.
+    calls.clear()
+    plan = orchmllm.balance(offsets, lengths, cost=cost, policy="padded", pad_multiple=64,
+                            algorithm="auto")
+    assert len(calls) == 1
+    want = np.unique(np.concatenate([lengths, (lengths + 63) // 64 * 64]))
+    np.testing.assert_array_equal(calls[0], want)
+    same = orchmllm.balance(offsets, lengths, cost=f"quadratic:{a},{b}", policy="padded",
+                            pad_multiple=64)
+    np.testing.assert_array_equal(plan.dst_rank, same.dst_rank)
+    calls.clear()
+    orchmllm.balance(offsets, lengths, cost=cost, policy="bucketed:1024,4096,8192",
+                     algorithm="lpt")
+    assert set(calls[0]) >= {1024, 4096} and len(calls) == 1
+
+
+def test_bad_arrays():
+    offsets, lengths, _ = random_batch(9, ranks=4, max_items=5, empty_ranks=False)
+    with pytest.raises(TypeError, match="lengths must hold integers, got dtype float64"):
+        orchmllm.balance(offsets, lengths.astype(np.float64))
+    with pytest.raises(TypeError, match="offsets must hold integers, got dtype bool"):
+        orchmllm.balance(np.ones(5, bool), lengths)
+    with pytest.raises(ValueError, match=r"lengths must be a 1-D array, got shape \(1, "):
+        orchmllm.balance(offsets, lengths.reshape(1, -1))
+    with pytest.raises(ValueError, match=r"bytes has 2 entries, expected"):
+        orchmllm.balance(offsets, lengths, bytes=[1, 2])
+    with pytest.raises(ValueError, match="above 2\\^63 - 1"):
+        orchmllm.balance(offsets, np.full(len(lengths), 2**63, dtype=np.uint64))
+    bad = offsets.copy()
+    bad[1], bad[2] = bad[2], bad[1]
+    with pytest.raises(orchmllm.InvalidArgumentError, match=r"offsets\[2\] = .* is below"):
+        orchmllm.balance(bad, lengths)
+    with pytest.raises(ValueError, match="offsets end at .* lengths were given"):
+        orchmllm.balance(offsets[:-1], lengths)
+    neg = lengths.copy()
+    neg[3] = -7
+    with pytest.raises(ValueError, match="item 3 has negative length -7"):
+        orchmllm.balance(offsets, neg)
+    with pytest.raises(ValueError, match="negative"):
+        orchmllm.balance(offsets, lengths, bytes=-np.ones(len(lengths), np.int64))
+
+
+def test_bad_cost_policy_algorithm():
+    offsets, lengths, _ = random_batch(10, ranks=4, max_items=5, empty_ranks=False)
+    cases = [
+        (dict(cost="cubic"), "cost is 'cubic', expected 'linear' or 'quadratic:A,B'"),
+        (dict(cost="quadratic:1"), "cost is 'quadratic:1'"),
+        (dict(cost="quadratic:1,x"), "cost expects a finite number, got 'x'"),
+        (dict(cost="quadratic:-1,0"), "linear coefficient is -1"),
+        (dict(policy="ragged"), "policy is 'ragged', expected 'packed', 'padded'"),
+        (dict(policy="bucketed:8,4"), "strictly increasing: 8 then 4"),
+        (dict(policy="bucketed:0"), r"policy is 0, must be in \[1, 2\^63\)"),
+        (dict(policy="packed", pad_multiple=8), "pad multiple 8 needs the padded policy"),
+        (dict(policy="padded", pad_multiple=0), "padding multiple is 0, must be >= 1"),
+        (dict(policy="bucketed:16"), "exceeds the largest bucket 16"),
+        (dict(algorithm="magic"), "unknown algorithm 'magic'"),
+        (dict(algorithm="kk", policy="padded"), "packed"),
+        (dict(cap=10, cap_bytes=10), "cap and cap_bytes are exclusive"),
+        (dict(cap=-1), "capacity -1 is negative"),
+        (dict(min_items=-1), "min_items is -1"),
+        (dict(cost=orchmllm.LinearCost(0)), "LinearCost weight is 0"),
+        (dict(gpus_per_node=-1), "gpus_per_node is -1"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(orchmllm.InvalidArgumentError, match=message) as info:
+            orchmllm.balance(offsets, lengths, **kwargs)
+        # A ValueError too, and the library's message with its source location.
+        assert isinstance(info.value, ValueError) and isinstance(info.value, orchmllm.Error)
+        assert str(info.value).startswith("orchmllm: ") and str(info.value).endswith("]")
+    with pytest.raises(orchmllm.InvalidArgumentError, match="quadratic_cost constant"):
+        orchmllm.QuadraticCost(-1.0)
+    for kwargs in [dict(cost=3.5), dict(policy=None), dict(algorithm=1), dict(cap=1.5),
+                   dict(pad_multiple="8")]:
+        with pytest.raises(TypeError):
+            orchmllm.balance(offsets, lengths, **kwargs)
+
+
+def test_bad_cost_callables():
+    offsets, lengths, _ = random_batch(11, ranks=4, max_items=5, empty_ranks=False)
+    with pytest.raises(ValueError, match="returned shape \\(\\) for"):
+        orchmllm.balance(offsets, lengths, cost=lambda ls: 1.0)
+    with pytest.raises(ValueError, match="costs must be finite and >= 0"):
+        orchmllm.balance(offsets, lengths, cost=lambda ls: -ls.astype(float))
+    with pytest.raises(ValueError, match="costs must be finite and >= 0"):
+        orchmllm.balance(offsets, lengths, cost=lambda ls: np.full(ls.shape, np.inf))
+    with pytest.raises(ValueError, match="must be non-decreasing in the length"):
+        orchmllm.balance(offsets, lengths, cost=lambda ls: 1e6 - ls.astype(float))
+
+    def boom(ls):
+        raise RuntimeError("boom from the cost")
+
+    with pytest.raises(RuntimeError, match="boom from the cost"):
+        orchmllm.balance(offsets, lengths, cost=boom)
+
+
+def test_infeasible_constraints():
+    offsets, lengths, payload = random_batch(12, ranks=4, max_items=5, empty_ranks=False)
+    n = len(lengths)
+    cases = [
+        (dict(cap=int(lengths.max()) - 1), "above the per-rank cap"),
+        (dict(cap_bytes=int(payload.sum()) // 8, bytes=payload), "cap"),
+        (dict(max_items=1), f"{n} items do not fit on 4 ranks of at most 1 items"),
+        (dict(min_items=n), f"{n} items cannot give each of 4 ranks at least {n} items"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(orchmllm.InfeasibleError, match=message) as info:
+            orchmllm.balance(offsets, lengths, **kwargs)
+        assert not isinstance(info.value, ValueError)
+        assert isinstance(info.value, orchmllm.Error)
+
+
+def test_exception_hierarchy():
+    assert issubclass(orchmllm.InvalidArgumentError, ValueError)
+    assert issubclass(orchmllm.ParseError, orchmllm.InvalidArgumentError)
+    for cls in (orchmllm.InvalidArgumentError, orchmllm.InfeasibleError,
+                orchmllm.CommunicationError, orchmllm.ParseError):
+        assert issubclass(cls, orchmllm.Error)
+    assert orchmllm.InfeasibleError.__module__.startswith("orchmllm")
+
+
+def test_cost_objects():
+    assert orchmllm.LinearCost()(7) == 7 and orchmllm.LinearCost(3)(7) == 21
+    q = orchmllm.QuadraticCost(1.0, 2.0, 0.5)
+    assert q(4) == 1.0 + 2.0 * 4 + 0.5 * 16
+    assert (q.constant, q.linear, q.quadratic) == (1.0, 2.0, 0.5)
+    assert q == orchmllm.QuadraticCost(1.0, 2.0, 0.5) and q != orchmllm.QuadraticCost()
+    assert orchmllm.LinearCost() == orchmllm.LinearCost(1) and orchmllm.LinearCost() != "linear"
+    assert q != orchmllm.LinearCost()
+    assert repr(q) == "QuadraticCost(constant=1, linear=2, quadratic=0.5)"
+    # A quadratic with a constant has no text form: plan.cost is None.
+    offsets, lengths, _ = random_batch(13, ranks=4, max_items=5)
+    assert orchmllm.balance(offsets, lengths, q).cost is None
+    assert orchmllm.balance(offsets, lengths, orchmllm.QuadraticCost(0, 1, 0.5)).cost == \
+        "quadratic:1,0.5"
+
+
+CALLABLE_CASES = [
+    ("packed", None, "auto"), ("packed", None, "lpt"), ("packed", None, "kk"),
+    ("packed", None, "kk-equal"), ("packed", None, "none"), ("packed", None, "locality"),
+    ("padded", 16, "auto"), ("padded", 16, "padded"), ("padded", None, "lpt"),
+    ("bucketed:256,1024,4096,8192", None, "auto"), ("bucketed:256,1024,4096,8192", None, "lpt"),
+]
+
+
+@pytest.mark.parametrize("policy,pad_multiple,algorithm", CALLABLE_CASES)
+def test_callable_cost_plans_match_every_algorithm(policy, pad_multiple, algorithm):
+    """A callable with QuadraticCost's rounding gives the string cost's plan, for every
+    algorithm and policy (so the table holds every length the library evaluates)."""
+    offsets, lengths, payload = random_batch(14, ranks=6, max_items=7)
+    a, b = 0.5, 2e-4
+    kwargs = dict(policy=policy, pad_multiple=pad_multiple, algorithm=algorithm, bytes=payload,
+                  min_items=1 if algorithm == "auto" else 0)
+    got = orchmllm.balance(offsets, lengths, lambda ls: ls * (a + b * ls.astype(np.float64)),
+                           **kwargs)
+    want = orchmllm.balance(offsets, lengths, f"quadratic:{a},{b}", **kwargs)
+    np.testing.assert_array_equal(got.dst_rank, want.dst_rank)
+    np.testing.assert_array_equal(got.dst_slot, want.dst_slot)
+    assert (got.makespan, got.lower_bound) == (want.makespan, want.lower_bound)
+    assert got.statistics()["imbalance_after"] == want.statistics()["imbalance_after"]
