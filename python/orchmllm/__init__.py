@@ -16,6 +16,7 @@ import numpy as np
 from . import _orchmllm
 from ._orchmllm import (
     AllToAll,
+    CalibrationResult,
     CommunicationError,
     Error,
     InfeasibleError,
@@ -29,6 +30,8 @@ from ._orchmllm import (
 __all__ = [
     "ALGORITHMS",
     "AllToAll",
+    "CalibrationResult",
+    "CostCalibration",
     "CommunicationError",
     "Error",
     "InfeasibleError",
@@ -38,6 +41,7 @@ __all__ = [
     "Plan",
     "QuadraticCost",
     "balance",
+    "fit_quadratic_cost",
 ]
 
 #: The algorithms :func:`balance` offers (the values of ``orchmllm-bench plan --algorithm``).
@@ -150,3 +154,87 @@ def balance(offsets: Any, lengths: Any, cost: CostArg = "linear", policy: str = 
         _optional_int("cap", cap), _optional_int("cap_bytes", cap_bytes),
         _int("min_items", min_items), _optional_int("max_items", max_items),
         _int("gpus_per_node", gpus_per_node), float(locality_tolerance))
+
+
+def _float64_vector(name: str, values: Any, size: Optional[int] = None) -> np.ndarray:
+    """``values`` as a 1-D C-contiguous float64 array; TypeError / ValueError naming ``name``."""
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D array, got shape {arr.shape}")
+    if arr.dtype == np.bool_ or not (np.issubdtype(arr.dtype, np.integer) or
+                                     np.issubdtype(arr.dtype, np.floating)):
+        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    if size is not None and arr.shape[0] != size:
+        raise ValueError(f"{name} has {arr.shape[0]} entries, expected {size}")
+    return np.ascontiguousarray(arr, dtype=np.float64)
+
+
+def fit_quadratic_cost(lengths: Any, seconds: Any, degree: int = 2) -> QuadraticCost:
+    """Non-negative least-squares fit of a :class:`QuadraticCost` to profiled items.
+
+    lengths: int64[k], seconds: float[k], one pair per profiled item. degree 1 fits
+    constant + linear * l, 2 adds quadratic * l**2. Raises InvalidArgumentError for fewer than
+    degree + 1 distinct lengths, a negative length, or a time that is negative or not finite.
+    """
+    lengths = _int64_vector("lengths", lengths)
+    seconds = _float64_vector("seconds", seconds, lengths.shape[0])
+    return _orchmllm._fit_quadratic_cost(lengths, seconds, _int("degree", degree))
+
+
+class CostCalibration:
+    """Fits a stage's cost model from the per-rank stage times of warmup steps.
+
+    A trainer measures, for every rank, the wall time of a stage (e.g. the vision encoder) and
+    knows the lengths of the items that rank processed; it does not need per-item timings. With
+    policy "packed" a rank's time is modelled as ``overhead + sum(a + b*l + c*l**2)`` over its
+    items, with a padded policy as ``overhead + n * (a + b*p + c*p**2)`` (p: the padded longest
+    length); :meth:`fit` solves the non-negative least-squares problem over all observations,
+    so the model is non-decreasing and valid under every policy. The overhead shifts every rank
+    alike (balancing ignores it) but keeps launch and synchronisation time out of ``a``.
+
+    policy / pad_multiple: as :func:`balance` takes them. degree: 1 (a + b*l) or 2.
+    fit_overhead: fit the per-rank constant too (default). Raises InvalidArgumentError for a
+    bad policy or degree.
+
+    Example (every rank runs this on the all-gathered figures, and gets the same model)::
+
+        calib = orchmllm.CostCalibration()
+        for offsets, lengths, seconds in warmup_steps:   # the layout each rank processed
+            calib.add_step(offsets, lengths, seconds)    # seconds: float[D], one per rank
+        vision = calib.fit().cost                        # a QuadraticCost for balance()
+    """
+
+    def __init__(self, policy: str = "packed", degree: int = 2, fit_overhead: bool = True, *,
+                 pad_multiple: Optional[int] = None) -> None:
+        if not isinstance(policy, str):
+            raise TypeError(f"policy must be a str, got {type(policy).__name__}")
+        if not isinstance(fit_overhead, (bool, np.bool_)):
+            raise TypeError(f"fit_overhead must be a bool, got {type(fit_overhead).__name__}")
+        multiple = 1 if pad_multiple is None else _int("pad_multiple", pad_multiple)
+        self._native = _orchmllm._CostCalibration(policy, multiple, _int("degree", degree),
+                                                  bool(fit_overhead))
+
+    def add_rank(self, lengths: Any, seconds: float) -> None:
+        """One observation: a rank processed items of these lengths in ``seconds``."""
+        self._native.add_rank(_int64_vector("lengths", lengths), float(seconds))
+
+    def add_step(self, offsets: Any, lengths: Any, seconds: Any) -> None:
+        """One step: rank r processed items offsets[r] .. offsets[r+1]-1 of ``lengths`` (the
+        stage's arrangement after balancing) in ``seconds[r]``."""
+        offsets = _int64_vector("offsets", offsets)
+        lengths = _int64_vector("lengths", lengths)
+        if offsets.shape[0] == 0:
+            raise ValueError("offsets must have D + 1 entries, got none")
+        seconds = _float64_vector("seconds", seconds, offsets.shape[0] - 1)
+        self._native.add_step(offsets, lengths, seconds)
+
+    @property
+    def observations(self) -> int:
+        """Rank times added so far."""
+        return int(self._native.observations)
+
+    def fit(self) -> CalibrationResult:
+        """The model: ``.cost`` (QuadraticCost), ``.overhead_seconds``, ``.rms_seconds``,
+        ``.observations``. Raises InvalidArgumentError with fewer observations than unknowns."""
+        return self._native.fit()
+

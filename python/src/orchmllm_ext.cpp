@@ -28,6 +28,7 @@
 
 #include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/comm/route.hpp"
+#include "orchmllm/core/cost_fit.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/statistics.hpp"
 #include "orchmllm/core/text_forms.hpp"
@@ -324,6 +325,30 @@ np_array<i64> cost_lengths(const i64_in& lengths, const std::string& policy, i64
   return to_numpy(std::move(all));
 }
 
+// ---------------------------------------------------------------------------------------------
+// Cost fits: `fit_quadratic_cost` (per item) and `cost_calibration` (per-rank stage times of
+// warmup steps). __init__.py converts the arrays; the library checks the values.
+
+orchmllm::quadratic_cost fit_quadratic(const i64_in& lengths, const f64_in& seconds, int degree) {
+  nb::gil_scoped_release unlocked;
+  return orchmllm::fit_quadratic_cost(std::span<const i64>(lengths.data(), lengths.shape(0)),
+                                      std::span<const double>(seconds.data(), seconds.shape(0)),
+                                      degree);
+}
+
+orchmllm::cost_calibration make_calibration(const std::string& policy, i64 pad_multiple,
+                                            int degree, bool fit_overhead) {
+  return orchmllm::cost_calibration(orchmllm::parse_padding_policy(policy, pad_multiple), degree,
+                                    fit_overhead);
+}
+
+void calibration_add_step(orchmllm::cost_calibration& c, const i64_in& offsets,
+                          const i64_in& lengths, const f64_in& seconds) {
+  nb::gil_scoped_release unlocked;
+  const orchmllm::batch_layout layout(to_vector(offsets), to_vector(lengths));
+  c.add_step(layout, std::span<const double>(seconds.data(), seconds.shape(0)));
+}
+
 // `a == b` for a cost object and any Python object (False for another type), as Python's
 // __eq__ takes any object.
 template <class T>
@@ -473,6 +498,43 @@ NB_MODULE(_orchmllm, m) {
            "local[send_order]); recv_order: indices of the received rows in destination-slot\n"
            "order (out = received[recv_order]). O(n log n); the GIL is released.");
 
+  nb::class_<orchmllm::calibration_result>(m, "CalibrationResult",
+                                           "What CostCalibration.fit returns.")
+      .def_ro("cost", &orchmllm::calibration_result::cost,
+              "The per-item model (QuadraticCost; quadratic = 0 for degree 1).")
+      .def_ro("overhead_seconds", &orchmllm::calibration_result::overhead_seconds,
+              "Per-rank time that does not depend on the items (0 without fit_overhead).")
+      .def_ro("rms_seconds", &orchmllm::calibration_result::rms_seconds,
+              "Root-mean-square residual over the observations, in seconds.")
+      .def_ro("observations", &orchmllm::calibration_result::observations)
+      .def("__repr__", [](const orchmllm::calibration_result& r) {
+        return "CalibrationResult(cost=QuadraticCost(constant=" +
+               orchmllm::detail::shortest_text(r.cost.constant) +
+               ", linear=" + orchmllm::detail::shortest_text(r.cost.linear) +
+               ", quadratic=" + orchmllm::detail::shortest_text(r.cost.quadratic) +
+               "), overhead_seconds=" + orchmllm::detail::shortest_text(r.overhead_seconds) +
+               ", rms_seconds=" + orchmllm::detail::shortest_text(r.rms_seconds) +
+               ", observations=" + std::to_string(r.observations) + ")";
+      });
+
+  nb::class_<orchmllm::cost_calibration>(m, "_CostCalibration")
+      .def("__init__",
+           [](orchmllm::cost_calibration* self, const std::string& policy, i64 pad_multiple,
+              int degree, bool fit_overhead) {
+             new (self) orchmllm::cost_calibration(
+                 make_calibration(policy, pad_multiple, degree, fit_overhead));
+           },
+           "policy"_a, "pad_multiple"_a, "degree"_a, "fit_overhead"_a)
+      .def("add_rank",
+           [](orchmllm::cost_calibration& c, const i64_in& lengths, double seconds) {
+             c.add_rank(std::span<const i64>(lengths.data(), lengths.shape(0)), seconds);
+           },
+           "lengths"_a, "seconds"_a)
+      .def("add_step", &calibration_add_step, "offsets"_a, "lengths"_a, "seconds"_a)
+      .def_prop_ro("observations", &orchmllm::cost_calibration::observations)
+      .def("fit", &orchmllm::cost_calibration::fit, nb::call_guard<nb::gil_scoped_release>());
+
+  m.def("_fit_quadratic_cost", &fit_quadratic, "lengths"_a, "seconds"_a, "degree"_a);
   m.def("_balance", &balance, "offsets"_a, "lengths"_a, "bytes"_a.none(), "cost"_a, "policy"_a,
         "pad_multiple"_a, "algorithm"_a, "cap"_a.none(), "cap_bytes"_a.none(), "min_items"_a,
         "max_items"_a.none(), "gpus_per_node"_a, "locality_tolerance"_a);
