@@ -158,16 +158,16 @@ TEST_CASE("split: brute force over every cut and assignment") {
       // L, or balance's own bound (at least L) when nothing may be split.
       CHECK(lb <= r.lower_bound);
       if (s.max_pieces > 1) CHECK(lb == r.lower_bound);
-      CHECK(r.lower_bound <= opt);         // a valid bound
-      CHECK(r.balance.makespan >= opt);    // a real plan
-      CHECK(r.largest_piece <= lb);        // p_max <= L
+      CHECK(r.lower_bound <= opt);       // a valid bound
+      CHECK(r.balance.makespan >= opt);  // a real plan
+      CHECK(r.largest_piece <= lb);      // p_max <= L
       CHECK(r.balance.makespan <= r.guarantee);
       // makespan − OPT <= (1 − 1/d)·p_max and makespan <= (2 − 1/d)·OPT.
       CHECK(d * (r.balance.makespan - opt) <= (d - 1) * r.largest_piece);
       CHECK(d * r.balance.makespan <= (2 * d - 1) * opt);
       // The makespan matches the loads of the pieces' plan.
-      const auto loads = orchmllm::rank_loads(r.pieces.layout(), r.balance.plan, cost,
-                                              orchmllm::packed);
+      const auto loads =
+          orchmllm::rank_loads(r.pieces.layout(), r.balance.plan, cost, orchmllm::packed);
       CHECK(*std::max_element(loads.begin(), loads.end()) == r.balance.makespan);
       if (method == balance_method::automatic) {
         ++cases;
@@ -180,9 +180,10 @@ TEST_CASE("split: brute force over every cut and assignment") {
     }
   }
   REQUIRE(cases > 100);
-  std::printf("split brute force: %d cases (%d with a split), optimal in %d, mean ratio %.4f, "
-              "worst %.4f\n",
-              cases, split_cases, optimal, sum_ratio / cases, worst_ratio);
+  std::printf(
+      "split brute force: %d cases (%d with a split), optimal in %d, mean ratio %.4f, "
+      "worst %.4f\n",
+      cases, split_cases, optimal, sum_ratio / cases, worst_ratio);
 }
 
 TEST_CASE("split: the smallest largest piece of one item against brute force") {
@@ -261,8 +262,8 @@ TEST_CASE("split: a long video is cut only as much as needed") {
   const auto l = items.with_equal_segments(counts);
   const orchmllm::linear_cost lin{};
   const auto r = orchmllm::balance_split(l, lin, orchmllm::packed, {}, {});
-  CHECK(r.lower_bound == 30);        // (80 + 40) / 4
-  CHECK(r.balance.makespan == 30);   // optimal
+  CHECK(r.lower_bound == 30);             // (80 + 40) / 4
+  CHECK(r.balance.makespan == 30);        // optimal
   CHECK(r.pieces.num_pieces_of(0) == 3);  // 80 -> 30 + 30 + 20: the fewest pieces under 30
   for (std::int64_t g = 1; g < 5; ++g) CHECK(r.pieces.num_pieces_of(g) == 1);
   // Without splitting the video sets the makespan.
@@ -332,7 +333,7 @@ TEST_CASE("split: segmented costs in balance and the statistics") {
   CHECK(orchmllm::makespan_lower_bound(l, 2, sq, orchmllm::packed) == 36);
   CHECK(orchmllm::split_lower_bound(l, 2, sq) == 36);  // item 1 is one segment of cost 36
   const batch_layout l2({0, 1, 2}, {6, 6}, {}, {}, {0, 2, 4}, {3, 3, 3, 3});
-  CHECK(orchmllm::split_lower_bound(l2, 3, sq) == 12);  // average 36 / 3, pieces of 9
+  CHECK(orchmllm::split_lower_bound(l2, 3, sq) == 12);            // average 36 / 3, pieces of 9
   CHECK(orchmllm::balance_split(l2, sq).balance.makespan == 18);  // 4 pieces of 9 on 3 ranks
 }
 
@@ -350,12 +351,19 @@ TEST_CASE("split: bad input raises clear errors") {
   s = {};
   s.rounds = 0;
   expect_invalid([&] { (void)orchmllm::split_lower_bound(l, 1, lin, s); }, {"rounds is 0"});
+  s = {};
+  s.tolerance = -0.5;
+  expect_invalid([&] { (void)orchmllm::balance_split(l, lin, orchmllm::packed, {}, s); },
+                 {"split tolerance is -0.5"});
   expect_invalid([&] { (void)orchmllm::balance_split(l, lin, orchmllm::padded, {}, {}); },
                  {"packed policy only"});
   expect_invalid([&] { (void)orchmllm::balance(l, lin, orchmllm::padded); },
                  {"several segments", "packed policy only"});
-  expect_invalid([&] { (void)orchmllm::rank_loads(l, lin, orchmllm::bucketed({8, 16})); },
-                 {"several segments"});
+  expect_invalid(
+      [&] {
+        (void)orchmllm::rank_loads(l, lin, orchmllm::bucketed({8, 16}));
+      },
+      {"several segments"});
   const auto negative = [](std::int64_t x) { return x == 3 ? -1 : x; };
   expect_invalid([&] { (void)orchmllm::balance(l, negative, orchmllm::packed); },
                  {"cost of segment 0 of item 1", "must be >= 0"});

@@ -89,8 +89,8 @@ TEST_CASE("piece_layout: random cuts reassemble their items exactly, in order") 
         if (uniform(rng, 0, 2) == 0) first.push_back(k);
       piece_off.push_back(static_cast<std::int64_t>(first.size()));
     }
-    const batch_layout items(orchmllm::test::random_offsets(rng, d, n), lengths, bytes, {},
-                             seg_off, segs);
+    const batch_layout items(orchmllm::test::random_offsets(rng, d, n), lengths, bytes, {}, seg_off,
+                             segs);
     const piece_layout p(items, piece_off, first);
     const auto& l = p.layout();
     REQUIRE(l.num_ranks() == d);
@@ -117,20 +117,40 @@ TEST_CASE("piece_layout: random cuts reassemble their items exactly, in order") 
 
 TEST_CASE("piece_layout: validation errors name the offending value") {
   const batch_layout items({0, 2}, {6, 3}, {}, {}, {0, 3, 4}, {2, 2, 2, 3});
-  expect_invalid([&] { (void)piece_layout(items, {0, 2}, {0, 1}); },
-                 {"piece offsets have 2 entries", "expected 3"});
-  expect_invalid([&] { (void)piece_layout(items, {1, 2, 3}, {0, 1, 0}); },
-                 {"piece_offsets[0] is 1"});
-  expect_invalid([&] { (void)piece_layout(items, {0, 2, 4}, {0, 1, 0}); },
-                 {"piece offsets end at 4", "3 pieces"});
-  expect_invalid([&] { (void)piece_layout(items, {0, 0, 1}, {0}); },
-                 {"item 0 has 0 pieces"});
-  expect_invalid([&] { (void)piece_layout(items, {0, 2, 3}, {1, 2, 0}); },
-                 {"first piece of item 0 starts at segment 1"});
-  expect_invalid([&] { (void)piece_layout(items, {0, 2, 3}, {0, 3, 0}); },
-                 {"piece 1 of item 0 starts at segment 3", "(0, 3)"});
-  expect_invalid([&] { (void)piece_layout(items, {0, 3, 4}, {0, 2, 1, 0}); },
-                 {"piece 2 of item 0 starts at segment 1"});
-  expect_invalid([&] { (void)piece_layout(items, {0, 1, 3}, {0, 0, 1}); },
-                 {"piece 1 of item 1 starts at segment 1", "(0, 1)"});
+  expect_invalid(
+      [&] {
+        (void)piece_layout(items, {0, 2}, {0, 1});
+      },
+      {"piece offsets have 2 entries", "expected 3"});
+  expect_invalid(
+      [&] {
+        (void)piece_layout(items, {1, 2, 3}, {0, 1, 0});
+      },
+      {"piece_offsets[0] is 1"});
+  expect_invalid(
+      [&] {
+        (void)piece_layout(items, {0, 2, 4}, {0, 1, 0});
+      },
+      {"piece offsets end at 4", "3 pieces"});
+  expect_invalid([&] { (void)piece_layout(items, {0, 0, 1}, {0}); }, {"item 0 has 0 pieces"});
+  expect_invalid(
+      [&] {
+        (void)piece_layout(items, {0, 2, 3}, {1, 2, 0});
+      },
+      {"first piece of item 0 starts at segment 1"});
+  expect_invalid(
+      [&] {
+        (void)piece_layout(items, {0, 2, 3}, {0, 3, 0});
+      },
+      {"piece 1 of item 0 starts at segment 3", "(0, 3)"});
+  expect_invalid(
+      [&] {
+        (void)piece_layout(items, {0, 3, 4}, {0, 2, 1, 0});
+      },
+      {"piece 2 of item 0 starts at segment 1"});
+  expect_invalid(
+      [&] {
+        (void)piece_layout(items, {0, 1, 3}, {0, 0, 1});
+      },
+      {"piece 1 of item 1 starts at segment 1", "(0, 1)"});
 }

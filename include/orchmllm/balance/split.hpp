@@ -14,7 +14,7 @@
 ///     smallest largest piece for that count), leaves every other item whole, and balances
 ///     the pieces with `balance` and `options` (any built-in method; default automatic);
 ///  3. returns the round with the smallest makespan (ties: the earlier round, fewer pieces);
-///     it stops early once a round meets L.
+///     it stops early once a round is within `tolerance` of L (makespan ≤ L · (1 + tolerance)).
 /// So an item is split only when its cost exceeds the current target: in the first round only
 /// items above the lower bound, which no plan can keep whole without exceeding L.
 ///
@@ -32,15 +32,16 @@
 /// order-fixed arithmetic, ties by id, no randomness).
 ///
 /// Throws `invalid_argument_error` for min_piece_segments < 1, max_pieces < 1, rounds < 1, a
-/// padded policy with a segmented layout (padded policies do not support segments yet), d < 1
-/// with items, and what `balance` throws (negative costs, overflow, options); `infeasible_error`
-/// as `balance`.
+/// negative or non-finite tolerance, a padded policy with a segmented layout (padded policies
+/// do not support segments yet), d < 1 with items, and what `balance` throws (negative costs,
+/// overflow, options); `infeasible_error` as `balance`.
 ///
 /// Zero cost when unused: with no segmented item (or max_pieces = 1) the pieces are the items
 /// (`pieces.layout() == layout`) and the plan is bit-identical to `balance(layout, cost,
 /// policy, options)`.
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -69,6 +70,10 @@ struct split_options {
   /// Targets tried: L, L/2, …, L/2^(rounds−1) (≥ 1). More rounds can lower the makespan by
   /// cutting finer; each costs one `balance` call on the pieces.
   int rounds = 4;
+  /// A round is good enough, and no finer one is tried, once its makespan is within this
+  /// relative slack of the lower bound L (makespan ≤ L · (1 + tolerance), rounded down for
+  /// integral costs). Finite and ≥ 0; 0 tries finer rounds until one meets L exactly.
+  double tolerance = 0.001;
   friend bool operator==(const split_options&, const split_options&) = default;
 };
 
@@ -100,8 +105,9 @@ void check_split_options(const split_options& s) {
                    s.min_piece_segments, ", must be >= 1");
   ORCHMLLM_REQUIRE(s.max_pieces >= 1, invalid_argument_error, "max_pieces is ", s.max_pieces,
                    ", must be >= 1");
-  ORCHMLLM_REQUIRE(s.rounds >= 1, invalid_argument_error, "rounds is ", s.rounds,
-                   ", must be >= 1");
+  ORCHMLLM_REQUIRE(s.rounds >= 1, invalid_argument_error, "rounds is ", s.rounds, ", must be >= 1");
+  ORCHMLLM_REQUIRE(std::isfinite(s.tolerance) && s.tolerance >= 0, invalid_argument_error,
+                   "split tolerance is ", s.tolerance, ", must be finite and >= 0");
 }
 
 /// Every item's segment-cost prefix sums (CSR over `layout.segment_offsets()` shifted by one
@@ -123,9 +129,9 @@ struct segment_costs {
       start[static_cast<std::size_t>(g)] = static_cast<std::int64_t>(prefix.size());
       prefix.push_back(Cost{});
       Cost run{};
-      item[static_cast<std::size_t>(g)] =
-          layout.has_segments() ? checked_item_cost(layout, g, cost)
-                                : static_cast<Cost>(cost(layout.length(g)));
+      item[static_cast<std::size_t>(g)] = layout.has_segments()
+                                              ? checked_item_cost(layout, g, cost)
+                                              : static_cast<Cost>(cost(layout.length(g)));
       ORCHMLLM_REQUIRE(item[static_cast<std::size_t>(g)] >= Cost{}, invalid_argument_error,
                        "cost of item ", g, " (length ", layout.length(g), ") is ",
                        item[static_cast<std::size_t>(g)], ", must be >= 0");
@@ -170,8 +176,8 @@ std::vector<cost_type_t<C>> smallest_pieces(const segment_costs<C>& sc, const sp
 }
 
 template <class C>
-cost_type_t<C> split_lower_bound_from(const segment_costs<C>& sc, const split_options& s,
-                                      rank_t d, std::vector<cost_type_t<C>>* smallest = nullptr) {
+cost_type_t<C> split_lower_bound_from(const segment_costs<C>& sc, const split_options& s, rank_t d,
+                                      std::vector<cost_type_t<C>>* smallest = nullptr) {
   using Cost = cost_type_t<C>;
   if (sc.item.empty()) return Cost{};
   const Cost avg = average_load(sc.total, d);
@@ -235,11 +241,13 @@ split_result<cost_type_t<C>> balance_split_impl(const batch_layout& layout, cons
         // product needs more than 64 bits.
         const Cost q = total / d, r = total % d;
 #if defined(__SIZEOF_INT128__)
-        out.guarantee = q + static_cast<Cost>((static_cast<int128_t>(r) +
-                                               static_cast<int128_t>(d - 1) * largest) / d);
+        out.guarantee =
+            q + static_cast<Cost>(
+                    (static_cast<int128_t>(r) + static_cast<int128_t>(d - 1) * largest) / d);
 #else
-        out.guarantee = q + static_cast<Cost>((static_cast<long double>(r) +
-                                               static_cast<long double>(d - 1) * largest) / d);
+        out.guarantee =
+            q + static_cast<Cost>(
+                    (static_cast<long double>(r) + static_cast<long double>(d - 1) * largest) / d);
 #endif
       } else {
         const auto dd = static_cast<Cost>(d);
@@ -258,6 +266,10 @@ split_result<cost_type_t<C>> balance_split_impl(const batch_layout& layout, cons
   std::vector<Cost> smallest;  // b_g above the average (c_g elsewhere), then filled on demand
   const Cost bound = split_lower_bound_from(sc, split, d, &smallest);
   const Cost avg = average_load(sc.total, d);
+  // The makespan at which no finer round is tried: L · (1 + tolerance).
+  const auto slack = 1 + static_cast<long double>(split.tolerance);
+  const Cost good_enough =
+      std::max(bound, static_cast<Cost>(static_cast<long double>(bound) * slack));
 
   std::optional<split_result<Cost>> best;
   Cost target = bound;
@@ -286,13 +298,14 @@ split_result<cost_type_t<C>> balance_split_impl(const batch_layout& layout, cons
       piece_offsets.push_back(static_cast<std::int64_t>(first.size()));
     }
     std::vector<std::int64_t> sizes(static_cast<std::size_t>(n));
-    for (std::size_t g = 0; g < sizes.size(); ++g) sizes[g] = piece_offsets[g + 1] - piece_offsets[g];
+    for (std::size_t g = 0; g < sizes.size(); ++g)
+      sizes[g] = piece_offsets[g + 1] - piece_offsets[g];
     if (round == 0 || sizes != last_cut_sizes) {  // a new cut: balance it
       piece_layout pieces(layout, std::move(piece_offsets), std::move(first));
       auto res = balance(pieces.layout(), cost, policy, options);
       if (!best || res.makespan < best->balance.makespan) {
         best = finish(std::move(pieces), std::move(res), bound);
-        if (!(best->balance.makespan > bound)) break;  // meets L: optimal
+        if (!(best->balance.makespan > good_enough)) break;  // within the tolerance of L
       }
       last_cut_sizes = std::move(sizes);
     }

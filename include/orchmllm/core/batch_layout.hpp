@@ -44,11 +44,10 @@ using rank_t = std::int32_t;
 /// Σ bytes) that do not fit in 64 bits, so `total_length`/`total_bytes` never overflow; with
 /// segments: segment offsets of the wrong size, not starting at 0 or not ending at the number
 /// of segment lengths, an item with zero segments, a negative segment length, and an item whose
-/// segment lengths do not sum to its length. Parent
-/// ids are not checked against the parent layout (this layout does not know it). Construction
-/// is O(n + d + Σ S_g); accessors are O(1) except `rank_of`, O(log d); accessors taking `r` or `g` do not
-/// check bounds (except `rank_of`). Immutable after construction, so safe to share between
-/// threads.
+/// segment lengths do not sum to its length. Parent ids are not checked against the parent
+/// layout (this layout does not know it). Construction is O(n + d + Σ S_g); accessors are O(1)
+/// except `rank_of`, O(log d); accessors taking `r` or `g` do not check bounds (except
+/// `rank_of`). Immutable after construction, so safe to share between threads.
 class batch_layout {
  public:
   /// Parent index of an item that has none.

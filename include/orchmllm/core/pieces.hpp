@@ -107,7 +107,7 @@ class piece_layout {
   [[nodiscard]] std::int64_t last_segment(std::int64_t p) const noexcept {
     const std::int64_t g = item_of(p);
     return p + 1 < piece_offsets_[static_cast<std::size_t>(g) + 1] ? first_segment(p + 1)
-                                                                     : items_.num_segments(g);
+                                                                   : items_.num_segments(g);
   }
   /// Rows of its item before piece p: the sum of the item's segment lengths before
   /// `first_segment(p)` (where its outputs go in the item's sequence).
@@ -155,8 +155,8 @@ class piece_layout {
       for (std::int64_t p = a + 1; p < b; ++p) {
         const std::int64_t f = first_[static_cast<std::size_t>(p)];
         const std::int64_t prev = first_[static_cast<std::size_t>(p - 1)];
-        ORCHMLLM_REQUIRE(f > prev && f < s, invalid_argument_error, "piece ", p - a, " of item ",
-                         g, " starts at segment ", f, ", must be in (", prev, ", ", s,
+        ORCHMLLM_REQUIRE(f > prev && f < s, invalid_argument_error, "piece ", p - a, " of item ", g,
+                         " starts at segment ", f, ", must be in (", prev, ", ", s,
                          ") (pieces are non-empty runs of the item's ", s, " segments)");
       }
     }
@@ -169,7 +169,8 @@ class piece_layout {
     row_offset_.resize(m);
     std::vector<std::int64_t> offsets(static_cast<std::size_t>(items_.num_ranks()) + 1);
     for (rank_t r = 0; r <= items_.num_ranks(); ++r)
-      offsets[static_cast<std::size_t>(r)] = piece_offsets_[static_cast<std::size_t>(items_.offset(r))];
+      offsets[static_cast<std::size_t>(r)] =
+          piece_offsets_[static_cast<std::size_t>(items_.offset(r))];
     std::vector<std::int64_t> lengths(m), bytes, parents, seg_offsets, seg_lengths;
     if (items_.has_bytes()) bytes.resize(m);
     if (items_.has_parents()) parents.resize(m);

@@ -80,7 +80,8 @@ struct item_cutter {
     const Cost total = this->total();
     if (k <= 1) return total;
     Cost widest{};  // no piece is cheaper than its most expensive segment
-    for (std::size_t i = 1; i < prefix.size(); ++i) widest = std::max(widest, prefix[i] - prefix[i - 1]);
+    for (std::size_t i = 1; i < prefix.size(); ++i)
+      widest = std::max(widest, prefix[i] - prefix[i - 1]);
     Cost lo;
     if constexpr (std::is_integral_v<Cost>) {
       lo = std::max(widest, total / k + (total % k != 0 ? 1 : 0));
