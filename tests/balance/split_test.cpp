@@ -38,23 +38,6 @@ struct square_plus {
   std::int64_t operator()(std::int64_t l) const { return l * l + 3 * l; }
 };
 
-// A random layout of n items of 1..max_s segments each, lengths 0..max_len per segment.
-batch_layout random_segmented(std::mt19937_64& rng, rank_t d, std::int64_t n, std::int64_t max_s,
-                              std::int64_t max_len) {
-  vec lengths, seg_off{0}, segs;
-  for (std::int64_t g = 0; g < n; ++g) {
-    const auto s = uniform(rng, 1, max_s);
-    std::int64_t len = 0;
-    for (std::int64_t k = 0; k < s; ++k) {
-      segs.push_back(uniform(rng, 0, max_len));
-      len += segs.back();
-    }
-    seg_off.push_back(static_cast<std::int64_t>(segs.size()));
-    lengths.push_back(len);
-  }
-  return batch_layout(orchmllm::test::random_offsets(rng, d, n), lengths, {}, {}, seg_off, segs);
-}
-
 // Whether the maximal runs of equal labels of one item form a valid cut: one run (the whole
 // item), or k ≥ 2 runs of ≥ min segments each and k ≤ max pieces. Every valid cut with an
 // assignment gives the loads of the labelling "segment -> its piece's rank", whose maximal runs
@@ -142,7 +125,7 @@ TEST_CASE("split: brute force over every cut and assignment") {
   for (int trial = 0; trial < 400; ++trial) {
     const auto d = static_cast<rank_t>(uniform(rng, 1, 3));
     const auto n = uniform(rng, 1, 4);
-    const auto l = random_segmented(rng, d, n, 4, 6);
+    const auto l = orchmllm::test::random_segmented_layout(rng, d, n, 4, 6);
     if (l.total_segments() > (d == 3 ? 9 : 12)) continue;
     split_options s;
     s.min_piece_segments = uniform(rng, 1, 2);
@@ -234,7 +217,7 @@ TEST_CASE("split: random inputs keep every invariant") {
   for (int trial = 0; trial < 150; ++trial) {
     const auto d = static_cast<rank_t>(uniform(rng, 1, 16));
     const auto n = uniform(rng, 0, 60);
-    const auto l = random_segmented(rng, d, n, 12, 50);
+    const auto l = orchmllm::test::random_segmented_layout(rng, d, n, 12, 50);
     split_options s;
     s.min_piece_segments = uniform(rng, 1, 3);
     s.max_pieces = uniform(rng, 1, 8);
@@ -312,7 +295,7 @@ TEST_CASE("split: S = 1 and no splitting give the plans of balance, bit for bit"
     const auto q = orchmllm::balance(single, qc, orchmllm::padded, {});
     CHECK(p.plan == q.plan);
     // Real segments with splitting disabled: the plan of balance on the segmented layout.
-    const auto seg = random_segmented(rng, d, n, 5, 30);
+    const auto seg = orchmllm::test::random_segmented_layout(rng, d, n, 5, 30);
     split_options off;
     off.max_pieces = 1;
     const auto x = orchmllm::balance_split(seg, qc, orchmllm::packed, {}, off);

@@ -72,25 +72,14 @@ TEST_CASE("piece_layout: random cuts reassemble their items exactly, in order") 
   for (int trial = 0; trial < 300; ++trial) {
     const auto d = static_cast<rank_t>(uniform(rng, 1, 5));
     const auto n = uniform(rng, 0, 12);
-    vec lengths, seg_off{0}, segs, bytes;
+    const auto items = orchmllm::test::random_segmented_layout(rng, d, n, 6, 9, true);
     vec piece_off{0}, first;
     for (std::int64_t g = 0; g < n; ++g) {
-      const auto s = uniform(rng, 1, 6);
-      std::int64_t len = 0;
-      for (std::int64_t k = 0; k < s; ++k) {
-        segs.push_back(uniform(rng, 0, 9));
-        len += segs.back();
-      }
-      seg_off.push_back(static_cast<std::int64_t>(segs.size()));
-      lengths.push_back(len);
-      bytes.push_back(uniform(rng, 0, 1000));
       first.push_back(0);
-      for (std::int64_t k = 1; k < s; ++k)
+      for (std::int64_t k = 1; k < items.num_segments(g); ++k)
         if (uniform(rng, 0, 2) == 0) first.push_back(k);
       piece_off.push_back(static_cast<std::int64_t>(first.size()));
     }
-    const batch_layout items(orchmllm::test::random_offsets(rng, d, n), lengths, bytes, {}, seg_off,
-                             segs);
     const piece_layout p(items, piece_off, first);
     const auto& l = p.layout();
     REQUIRE(l.num_ranks() == d);
