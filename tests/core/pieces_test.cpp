@@ -55,6 +55,20 @@ TEST_CASE("piece_layout: hand example") {
   CHECK(p.row_offset(5) == 6);
   CHECK(p.first_piece(2) == 3);
   CHECK(p.num_pieces_of(2) == 3);
+  // Per-segment LLM tokens (e.g. h·w / 4 per temporal group) -> per-piece output rows.
+  const vec tokens{1, 2, 3, 4, 5, 6, 7, 8};
+  CHECK(p.piece_sums(tokens) == vec{1, 5, 4, 5, 13, 8});
+  CHECK(p.piece_sums(items.segment_lengths()) == as_vec(l.lengths()));
+  expect_invalid(
+      [&] {
+        (void)p.piece_sums(vec{1, 2});
+      },
+      {"2 per-segment values given for 8 segments"});
+  const vec huge{0, INT64_MAX, 1, 0, 0, 0, 0, 0};
+  expect_invalid([&] { (void)p.piece_sums(huge); }, {"sum over piece 1 overflows"});
+  const vec negative{0, 0, 0, 0, 0, -3, 0, 0};
+  expect_invalid([&] { (void)p.piece_sums(negative); },
+                 {"segment 1 of item 2 has the negative value -3"});
 }
 
 TEST_CASE("piece_layout: whole is the layout itself") {

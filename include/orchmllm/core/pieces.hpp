@@ -21,6 +21,13 @@
 ///   - parent = the item's parent (the sample whose sequence the piece's outputs belong to),
 ///     so a piece's output rows go to position `row_offset(p)` of its item's rows in the
 ///     parent sample (the later route wiring of issue 14).
+/// Since the pieces of an item are its rows in order, on its rank, a rank's payload laid out
+/// item by item is the same bytes laid out piece by piece (exactly when an item's bytes are
+/// its length × a row width, where the apportioned bytes are whole rows): a route over
+/// `layout()` moves the pieces' input rows from the items' buffers as they are. With per-piece
+/// output sizes from `piece_sums` (per-segment LLM tokens), the pieces can stand for the
+/// stage's sub-items in the orchestrator's routes (not wired yet): consecutive ids of one
+/// parent in segment order, so their outputs land in order in the parent's sequence.
 /// A cut where every item is one piece (`whole`) has `layout() == items`.
 ///
 /// Construction validates the cut and throws `invalid_argument_error` naming the value:
@@ -30,6 +37,7 @@
 /// memory; accessors O(1). Immutable, deterministic, safe to share between threads.
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <utility>
 #include <vector>
@@ -128,6 +136,39 @@ class piece_layout {
   }
   /// First segment of every piece.
   [[nodiscard]] std::span<const std::int64_t> first_segments() const noexcept { return first_; }
+
+  /// Per-piece sums of a per-segment figure: `per_segment` holds one value per segment of
+  /// `items()`, item by item in segment order (`items().total_segments()` values; one per item
+  /// without segments), and the result one per piece, the sum over its segments. What turns the
+  /// LLM tokens (output rows) or input rows of every segment into those of every piece, the
+  /// per-item sizes a route over `layout()` is built from. O(Σ S_g), deterministic. Throws
+  /// `invalid_argument_error` for the wrong number of values, a negative value or a sum above
+  /// 2^63 − 1.
+  [[nodiscard]] std::vector<std::int64_t> piece_sums(
+      std::span<const std::int64_t> per_segment) const {
+    ORCHMLLM_REQUIRE(static_cast<std::int64_t>(per_segment.size()) == items_.total_segments(),
+                     invalid_argument_error, per_segment.size(), " per-segment values given for ",
+                     items_.total_segments(), " segments");
+    std::vector<std::int64_t> out(first_.size());
+    std::size_t base = 0;  // the item's first segment in per_segment
+    for (std::int64_t g = 0; g < items_.num_items(); ++g) {
+      for (std::int64_t p = first_piece(g); p < first_piece(g + 1); ++p) {
+        std::int64_t sum = 0;
+        for (std::int64_t s = first_segment(p); s < last_segment(p); ++s) {
+          const std::int64_t v = per_segment[base + static_cast<std::size_t>(s)];
+          ORCHMLLM_REQUIRE(v >= 0, invalid_argument_error, "segment ", s, " of item ", g,
+                           " has the negative value ", v);
+          ORCHMLLM_REQUIRE(sum <= std::numeric_limits<std::int64_t>::max() - v,
+                           invalid_argument_error, "the sum over piece ", p,
+                           " overflows at segment ", s, " of item ", g);
+          sum += v;
+        }
+        out[static_cast<std::size_t>(p)] = sum;
+      }
+      base += static_cast<std::size_t>(items_.num_segments(g));
+    }
+    return out;
+  }
 
   friend bool operator==(const piece_layout& a, const piece_layout& b) {
     return a.items_ == b.items_ && a.piece_offsets_ == b.piece_offsets_ && a.first_ == b.first_;
