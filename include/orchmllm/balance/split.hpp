@@ -128,17 +128,9 @@ struct segment_costs {
     for (std::int64_t g = 0; g < n; ++g) {
       start[static_cast<std::size_t>(g)] = static_cast<std::int64_t>(prefix.size());
       prefix.push_back(Cost{});
-      Cost run{};
-      item[static_cast<std::size_t>(g)] = layout.has_segments()
-                                              ? checked_item_cost(layout, g, cost)
-                                              : static_cast<Cost>(cost(layout.length(g)));
-      ORCHMLLM_REQUIRE(item[static_cast<std::size_t>(g)] >= Cost{}, invalid_argument_error,
-                       "cost of item ", g, " (length ", layout.length(g), ") is ",
-                       item[static_cast<std::size_t>(g)], ", must be >= 0");
-      for (const auto l : layout.segments(g)) {
-        run += static_cast<Cost>(cost(l));
-        prefix.push_back(run);
-      }
+      // One evaluation per segment: the checked sum's running values are the prefix sums.
+      item[static_cast<std::size_t>(g)] =
+          checked_item_cost(layout, g, cost, [&](const Cost& run) { prefix.push_back(run); });
     }
     start[static_cast<std::size_t>(n)] = static_cast<std::int64_t>(prefix.size());
     check_headroom(layout, std::span<const Cost>(item), cost, policy);
@@ -301,7 +293,9 @@ split_result<cost_type_t<C>> balance_split_impl(const batch_layout& layout, cons
     for (std::size_t g = 0; g < sizes.size(); ++g)
       sizes[g] = piece_offsets[g + 1] - piece_offsets[g];
     if (round == 0 || sizes != last_cut_sizes) {  // a new cut: balance it
-      piece_layout pieces(layout, std::move(piece_offsets), std::move(first));
+      piece_layout pieces = first.size() == static_cast<std::size_t>(n)
+                                ? piece_layout::whole(layout)  // nothing cut: no validation
+                                : piece_layout(layout, std::move(piece_offsets), std::move(first));
       auto res = balance(pieces.layout(), cost, policy, options);
       if (!best || res.makespan < best->balance.makespan) {
         best = finish(std::move(pieces), std::move(res), bound);

@@ -85,12 +85,20 @@ class piece_layout {
     build();
   }
 
-  /// Every item one piece: `layout() == items`. O(n + d).
+  /// Every item one piece: `layout() == items`. O(n + d + Σ S_g) (copies, no validation).
   static piece_layout whole(batch_layout items) {
     const auto n = static_cast<std::size_t>(items.num_items());
-    std::vector<std::int64_t> offsets(n + 1);
-    for (std::size_t g = 0; g <= n; ++g) offsets[g] = static_cast<std::int64_t>(g);
-    return piece_layout(std::move(items), std::move(offsets), std::vector<std::int64_t>(n, 0));
+    piece_layout p;
+    p.piece_offsets_.resize(n + 1);
+    p.item_of_.resize(n);
+    for (std::size_t g = 0; g < n; ++g)
+      p.piece_offsets_[g] = p.item_of_[g] = static_cast<std::int64_t>(g);
+    p.piece_offsets_[n] = static_cast<std::int64_t>(n);
+    p.first_.assign(n, 0);
+    p.row_offset_.assign(n, 0);
+    p.pieces_ = items;
+    p.items_ = std::move(items);
+    return p;
   }
 
   /// The layout that was cut.

@@ -39,9 +39,16 @@ inline void check_padding_rule(const batch_layout& layout, padding_policy policy
 
 /// `item_cost` of item g of a layout with segments, every segment's cost checked: >= 0
 /// (finite is checked with the item's sum by `check_headroom`) and, for integral costs, a sum
-/// that fits in 64 bits. Throws `invalid_argument_error` naming the item and the segment.
-template <class C>
-cost_type_t<C> checked_item_cost(const batch_layout& layout, std::int64_t g, const C& cost) {
+/// that fits in 64 bits. `running(sum)` (optional) sees the sum after every segment, in order:
+/// the item's prefix sums, the last of which is the result. Throws `invalid_argument_error`
+/// naming the item and the segment.
+struct ignore_running {
+  template <class T>
+  constexpr void operator()(const T&) const noexcept {}
+};
+template <class C, class Running = ignore_running>
+cost_type_t<C> checked_item_cost(const batch_layout& layout, std::int64_t g, const C& cost,
+                                 Running running = {}) {
   using Cost = cost_type_t<C>;
   Cost sum{};
   return item_cost<Cost>(layout, g, cost, [&](std::int64_t s, const Cost& c) {
@@ -54,6 +61,7 @@ cost_type_t<C> checked_item_cost(const batch_layout& layout, std::int64_t g, con
                        ", sum so far ", sum, ", limit 2^63 - 1)");
     }
     sum += c;
+    running(sum);
   });
 }
 
