@@ -123,6 +123,8 @@ TEST_CASE("split: brute force over every cut and assignment") {
   const square_plus cost;
   int cases = 0, optimal = 0, split_cases = 0;
   double worst_ratio = 1, sum_ratio = 0;
+  int default_optimal = 0;  // the default options (m = 1, P unlimited, 4 rounds), automatic
+  double default_worst = 1, default_sum = 0;
   for (int trial = 0; trial < 400; ++trial) {
     const auto d = static_cast<rank_t>(uniform(rng, 1, 3));
     const auto n = uniform(rng, 1, 4);
@@ -133,6 +135,18 @@ TEST_CASE("split: brute force over every cut and assignment") {
     s.max_pieces = uniform(rng, 1, 4);
     s.rounds = static_cast<int>(uniform(rng, 1, 4));
     const auto opt = brute_optimum(l, cost, s);
+    {
+      const auto best = brute_optimum(l, cost, split_options{});
+      const auto r = orchmllm::balance_split(l, cost);
+      check_pieces(l, r, split_options{});
+      CHECK(r.lower_bound <= best);
+      CHECK(r.balance.makespan >= best);
+      CHECK(r.balance.makespan <= r.guarantee);
+      default_optimal += r.balance.makespan == best;
+      const double ratio = best > 0 ? static_cast<double>(r.balance.makespan) / best : 1.0;
+      default_worst = std::max(default_worst, ratio);
+      default_sum += ratio;
+    }
     for (auto method : {balance_method::lpt, balance_method::automatic}) {
       balance_options o;
       o.method = method;
@@ -166,8 +180,9 @@ TEST_CASE("split: brute force over every cut and assignment") {
   REQUIRE(cases > 100);
   std::printf(
       "split brute force: %d cases (%d with a split), optimal in %d, mean ratio %.4f, "
-      "worst %.4f\n",
-      cases, split_cases, optimal, sum_ratio / cases, worst_ratio);
+      "worst %.4f; default options: optimal in %d, mean ratio %.4f, worst %.4f\n",
+      cases, split_cases, optimal, sum_ratio / cases, worst_ratio, default_optimal,
+      default_sum / cases, default_worst);
 }
 
 TEST_CASE("split: the smallest largest piece of one item against brute force") {

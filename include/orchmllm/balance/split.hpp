@@ -10,16 +10,20 @@
 ///     be cut into under the rules (`split_options`); L ≤ the optimum over every cut at
 ///     segment boundaries and every assignment;
 ///  2. for targets τ = L, L/2, …, L/2^(rounds−1): cuts every item whose cost exceeds τ into
-///     the fewest valid pieces of cost ≤ max(τ, b_g), as even as that count allows (the
-///     smallest largest piece for that count), leaves every other item whole, and balances
-///     the pieces with `balance` and `options` (any built-in method; default automatic);
-///  3. returns the round with the smallest makespan (ties: the earlier round, fewer pieces);
-///     it stops early once a round is within `tolerance` of L (makespan ≤ L · (1 + tolerance)).
+///     the fewest valid pieces of cost ≤ max(τ, b_g) — two cuts per round: the most even one
+///     with that many pieces, and the one that fills pieces up to the target — leaves every
+///     other item whole, and balances the pieces with `balance` and `options` (any built-in
+///     method; default automatic); then shifts boundaries between adjacent pieces of one item
+///     on different ranks while that lowers the larger of the two loads (kept only when the
+///     makespan drops; not with a cap or `none`);
+///  3. returns the cut with the smallest makespan (ties: the earlier, which cuts less); it
+///     stops early once one is within `tolerance` of L (makespan ≤ L · (1 + tolerance)).
 /// So an item is split only when its cost exceeds the current target: in the first round only
 /// items above the lower bound, which no plan can keep whole without exceeding L.
 ///
 /// Guarantee (packed policy, no constraints, method lpt or automatic; proof in
-/// docs/algorithms.md, "Splitting segmented items"): with p_max the largest returned piece,
+/// docs/algorithms.md, "Splitting segmented items"): with p_max the largest piece of the cut
+/// the balancer placed (before boundary shifts, which only lower the makespan),
 ///     makespan ≤ Σ c_g / d + (1 − 1/d) · p_max ≤ L + (1 − 1/d) · p_max ≤ (2 − 1/d) · OPT,
 /// where OPT is the optimum over all cuts and assignments (p_max ≤ L ≤ OPT), reported as
 /// `split_result::guarantee`. For floating costs the piece costs used for cutting are prefix
@@ -90,7 +94,8 @@ struct split_result {
   /// The splitting-aware lower bound L (≤ the optimum over every cut and assignment); when
   /// nothing may be split (no segments, max_pieces = 1), `balance`'s own bound (≥ L).
   Cost lower_bound{};
-  /// The largest piece's cost, p_max.
+  /// p_max: the largest piece's cost in the cut the balancer placed (before boundary shifts;
+  /// ≤ `lower_bound` whenever an item was cut).
   Cost largest_piece{};
   /// Σ c_g / d + (1 − 1/d) · p_max (rounded down for integral costs): the makespan bound of
   /// lpt and automatic without constraints.
@@ -215,11 +220,14 @@ split_result<cost_type_t<C>> balance_split_impl(const batch_layout& layout, cons
   ORCHMLLM_REQUIRE(!(policy.is_padded() && layout.has_segments()), invalid_argument_error,
                    "splitting balances the packed policy only: padded policies do not support "
                    "segments yet");
-  auto finish = [&](piece_layout pieces, balance_result<Cost> res, Cost bound) {
+  // `placed`: the cut the balancer placed (before boundary shifts), whose largest piece the
+  // guarantee is stated with.
+  auto finish = [&](piece_layout pieces, balance_result<Cost> res, Cost bound,
+                    const batch_layout& placed) {
     split_result<Cost> out;
     out.balance = std::move(res);
     out.lower_bound = bound;
-    const batch_layout& pl = pieces.layout();
+    const batch_layout& pl = placed;
     Cost total{}, largest{};
     for (std::int64_t p = 0; p < pl.num_items(); ++p) {
       const Cost c = item_cost<Cost>(pl, p, cost);
@@ -252,7 +260,7 @@ split_result<cost_type_t<C>> balance_split_impl(const batch_layout& layout, cons
   if (!layout.has_segments() || split.max_pieces == 1 || n == 0 || d <= 0) {
     auto res = balance(layout, cost, policy, options);
     const Cost bound = res.lower_bound;
-    return finish(piece_layout::whole(layout), std::move(res), bound);
+    return finish(piece_layout::whole(layout), std::move(res), bound, layout);
   }
   const segment_costs<C> sc(layout, cost, policy);
   std::vector<Cost> smallest;  // b_g above the average (c_g elsewhere), then filled on demand
@@ -263,52 +271,93 @@ split_result<cost_type_t<C>> balance_split_impl(const batch_layout& layout, cons
   const Cost good_enough =
       std::max(bound, static_cast<Cost>(static_cast<long double>(bound) * slack));
 
+  // Boundary shifts after balancing (detail::shift_boundaries): kept when the makespan, evaluated
+  // afresh on the shifted pieces, drops.
+  auto shift = [&](piece_layout& pieces, balance_result<Cost>& res, const segment_costs<C>& s) {
+    const auto m = static_cast<std::size_t>(pieces.num_pieces());
+    std::vector<rank_t> rank(m);
+    std::vector<Cost> load(static_cast<std::size_t>(d));
+    for (std::size_t p = 0; p < m; ++p) {
+      rank[p] = res.plan.destination_of(static_cast<std::int64_t>(p)).rank;
+      const auto g = static_cast<std::size_t>(pieces.item_of(static_cast<std::int64_t>(p)));
+      const Cost* pre = s.prefix.data() + s.start[g];
+      load[static_cast<std::size_t>(rank[p])] +=
+          pre[pieces.last_segment(static_cast<std::int64_t>(p))] -
+          pre[pieces.first_segment(static_cast<std::int64_t>(p))];
+    }
+    std::vector<std::int64_t> first(pieces.first_segments().begin(), pieces.first_segments().end());
+    if (!shift_boundaries<Cost>(s.prefix, s.start, pieces.piece_offsets(), first, rank, load,
+                                split.min_piece_segments))
+      return;
+    piece_layout shifted(
+        layout,
+        std::vector<std::int64_t>(pieces.piece_offsets().begin(), pieces.piece_offsets().end()),
+        std::move(first));
+    auto plan = rearrangement::from_destinations(shifted.layout().offsets(), rank, d);
+    const auto loads = rank_loads(shifted.layout(), plan, cost, policy);
+    const Cost makespan = *std::max_element(loads.begin(), loads.end());
+    if (!(makespan < res.makespan)) return;
+    res.plan = std::move(plan);
+    res.makespan = makespan;
+    res.lower_bound = makespan_lower_bound(shifted.layout(), d, cost, policy, options.limits);
+    res.proven_optimal = !(res.makespan > res.lower_bound);
+    pieces = std::move(shifted);
+  };
+
   std::optional<split_result<Cost>> best;
   Cost target = bound;
-  std::vector<std::int64_t> last_cut_sizes;  // pieces per item of the previous round
+  // The cuts balanced so far (first segments per piece; the offsets follow from them and the
+  // items' segment counts): a cut is balanced once.
+  std::vector<std::vector<std::int64_t>> tried;
   std::vector<std::int64_t> cut;
-  for (int round = 0; round < split.rounds; ++round) {
-    std::vector<std::int64_t> piece_offsets{0};
-    std::vector<std::int64_t> first;
-    piece_offsets.reserve(static_cast<std::size_t>(n) + 1);
-    first.reserve(static_cast<std::size_t>(n));
-    for (std::int64_t g = 0; g < n; ++g) {
-      const auto gi = static_cast<std::size_t>(g);
-      const auto cutter = sc.cutter(g, split);
-      if (!(sc.item[gi] > target) || cutter.piece_limit() == 1) {
-        first.push_back(0);
-      } else {
-        if (!(sc.item[gi] > avg)) {  // b_g not computed by the bound (c_g <= average)
-          smallest[gi] = cutter.smallest_largest(cutter.piece_limit());
+  bool done = false;
+  for (int round = 0; round < split.rounds && !done; ++round) {
+    // Two cuts per round: `even` = the fewest pieces under the target, as even as that count
+    // allows; `fill` = the DP's own cut at the target (pieces filled up to it, the last one
+    // smaller), which packs better where the even pieces leave gaps.
+    for (const bool even : {true, false}) {
+      std::vector<std::int64_t> piece_offsets{0};
+      std::vector<std::int64_t> first;
+      piece_offsets.reserve(static_cast<std::size_t>(n) + 1);
+      first.reserve(static_cast<std::size_t>(n));
+      for (std::int64_t g = 0; g < n; ++g) {
+        const auto gi = static_cast<std::size_t>(g);
+        const auto cutter = sc.cutter(g, split);
+        if (!(sc.item[gi] > target) || cutter.piece_limit() == 1) {
+          first.push_back(0);
+        } else {
+          if (!(sc.item[gi] > avg)) {  // b_g not computed by the bound (c_g <= average)
+            smallest[gi] = cutter.smallest_largest(cutter.piece_limit());
+          }
+          // The fewest pieces under the target (at least b_g: always a valid cut).
+          const Cost t = std::max(target, smallest[gi]);
+          const std::int64_t k = cutter.fewest(t, &cut);
+          if (even) cutter.fewest(cutter.smallest_largest(k), &cut);
+          first.insert(first.end(), cut.begin(), cut.end());
         }
-        // The fewest pieces under the target (at least b_g: always a valid cut), then the most
-        // even cut into that many.
-        const std::int64_t k = cutter.fewest(std::max(target, smallest[gi]));
-        cutter.fewest(cutter.smallest_largest(k), &cut);
-        first.insert(first.end(), cut.begin(), cut.end());
+        piece_offsets.push_back(static_cast<std::int64_t>(first.size()));
       }
-      piece_offsets.push_back(static_cast<std::int64_t>(first.size()));
-    }
-    std::vector<std::int64_t> sizes(static_cast<std::size_t>(n));
-    for (std::size_t g = 0; g < sizes.size(); ++g)
-      sizes[g] = piece_offsets[g + 1] - piece_offsets[g];
-    if (round == 0 || sizes != last_cut_sizes) {  // a new cut: balance it
+      if (std::find(tried.begin(), tried.end(), first) != tried.end()) continue;
+      tried.push_back(first);
       piece_layout pieces = first.size() == static_cast<std::size_t>(n)
                                 ? piece_layout::whole(layout)  // nothing cut: no validation
                                 : piece_layout(layout, std::move(piece_offsets), std::move(first));
       auto res = balance(pieces.layout(), cost, policy, options);
+      const batch_layout placed = pieces.layout();
+      if (!pieces.is_whole() && !options.limits.cap && options.method != balance_method::none)
+        shift(pieces, res, sc);
       if (!best || res.makespan < best->balance.makespan) {
-        best = finish(std::move(pieces), std::move(res), bound);
-        if (!(best->balance.makespan > good_enough)) break;  // within the tolerance of L
+        best = finish(std::move(pieces), std::move(res), bound, placed);
+        if (!(best->balance.makespan > good_enough)) {  // within the tolerance of L
+          done = true;
+          break;
+        }
       }
-      last_cut_sizes = std::move(sizes);
     }
     if constexpr (std::is_integral_v<Cost>) {
       if (target <= 1) break;
-      target /= 2;
-    } else {
-      target /= 2;
     }
+    target /= 2;
   }
   return std::move(*best);
 }

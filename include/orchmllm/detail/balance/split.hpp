@@ -12,6 +12,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "orchmllm/core/batch_layout.hpp"
+
 namespace orchmllm::detail {
 
 /// The segment costs of one item as prefix sums `prefix[0..S]` (prefix[0] = 0), with the
@@ -109,5 +111,59 @@ struct item_cutter {
     return hi;
   }
 };
+
+/// Shifts the boundaries between adjacent pieces of cut items that sit on different ranks:
+/// while moving the boundary segment from the piece on the more loaded rank to its neighbour on
+/// the other rank lowers the larger of the two loads (B + c < A), it moves, keeping every piece
+/// at ≥ `min_segments` segments and the number of pieces unchanged. `prefix`/`start` are the
+/// items' segment prefix sums (as in `item_cutter`), `piece_offsets`/`first` the cut (first is
+/// updated), `rank` every piece's rank, `load` every rank's load (updated). Each move lowers
+/// Σ load² strictly, so it ends; passes are capped at 64 (each O(pieces + moves)). Returns
+/// whether a boundary moved. Deterministic (items, then boundaries, in order).
+template <class Cost>
+bool shift_boundaries(std::span<const Cost> prefix, std::span<const std::int64_t> start,
+                      std::span<const std::int64_t> piece_offsets, std::vector<std::int64_t>& first,
+                      std::span<const rank_t> rank, std::vector<Cost>& load,
+                      std::int64_t min_segments) {
+  bool moved_any = false;
+  for (int pass = 0; pass < 64; ++pass) {
+    bool moved = false;
+    for (std::size_t g = 0; g + 1 < piece_offsets.size(); ++g) {
+      const std::int64_t a = piece_offsets[g], b = piece_offsets[g + 1];
+      if (b - a < 2) continue;
+      const Cost* pre = prefix.data() + start[g];  // pre[i]: cost of the item's first i segments
+      const std::int64_t segments = start[g + 1] - start[g] - 1;
+      for (std::int64_t p = a; p + 1 < b; ++p) {
+        const auto pi = static_cast<std::size_t>(p);
+        const rank_t ra = rank[pi], rb = rank[pi + 1];
+        if (ra == rb) continue;
+        std::int64_t& f = first[pi + 1];  // the boundary: first segment of piece p + 1
+        const std::int64_t lo = first[pi] + min_segments;
+        const std::int64_t hi = (p + 2 < b ? first[pi + 2] : segments) - min_segments;
+        Cost& la = load[static_cast<std::size_t>(ra)];
+        Cost& lb = load[static_cast<std::size_t>(rb)];
+        while (f > lo && la > lb) {  // piece p's last segment to piece p + 1
+          const Cost c = pre[f] - pre[f - 1];
+          if (!(c > Cost{}) || !(lb + c < la)) break;
+          la -= c;
+          lb += c;
+          --f;
+          moved = true;
+        }
+        while (f < hi && lb > la) {  // piece p + 1's first segment to piece p
+          const Cost c = pre[f + 1] - pre[f];
+          if (!(c > Cost{}) || !(la + c < lb)) break;
+          la += c;
+          lb -= c;
+          ++f;
+          moved = true;
+        }
+      }
+    }
+    moved_any = moved_any || moved;
+    if (!moved) break;
+  }
+  return moved_any;
+}
 
 }  // namespace orchmllm::detail
