@@ -354,15 +354,13 @@ TEST_CASE("split: S = 1 and no splitting give the plans of balance, bit for bit"
   }
 }
 
-TEST_CASE("split: segmented costs in balance and the statistics") {
-  // Item costs are sums over segments: 2 segments of 3 cost 2·9 under l², not 36.
+TEST_CASE("split: segmented costs in balance and the splitting-aware bound") {
+  // Item costs are sums over segments: 2 segments of 3 cost 2·9 under l², not 36 (the
+  // statistics' side is in tests/core/statistics_test.cpp).
   const batch_layout l({0, 1, 2}, {6, 6}, {}, {}, {0, 2, 3}, {3, 3, 6});
   const auto sq = [](std::int64_t x) { return x * x; };
-  const auto loads = orchmllm::rank_loads(l, sq, orchmllm::packed);
-  CHECK(loads == vec{18, 36});
   const auto r = orchmllm::balance(l, sq, orchmllm::packed);
   CHECK(r.makespan == 36);
-  CHECK(orchmllm::makespan_lower_bound(l, 2, sq, orchmllm::packed) == 36);
   CHECK(orchmllm::split_lower_bound(l, 2, sq) == 36);  // item 1 is one segment of cost 36
   const batch_layout l2({0, 1, 2}, {6, 6}, {}, {}, {0, 2, 4}, {3, 3, 3, 3});
   CHECK(orchmllm::split_lower_bound(l2, 3, sq) == 12);            // average 36 / 3, pieces of 9
@@ -391,11 +389,6 @@ TEST_CASE("split: bad input raises clear errors") {
                  {"packed policy only"});
   expect_invalid([&] { (void)orchmllm::balance(l, lin, orchmllm::padded); },
                  {"several segments", "packed policy only"});
-  expect_invalid(
-      [&] {
-        (void)orchmllm::rank_loads(l, lin, orchmllm::bucketed({8, 16}));
-      },
-      {"several segments"});
   const auto negative = [](std::int64_t x) { return x == 3 ? -1 : x; };
   expect_invalid([&] { (void)orchmllm::balance(l, negative, orchmllm::packed); },
                  {"cost of segment 0 of item 1", "must be >= 0"});
