@@ -8,6 +8,7 @@
 // (map_bins and a stage declaration in plan_step).
 
 #include <orchmllm/balance/balancer.hpp>
+#include <orchmllm/balance/split.hpp>
 #include <orchmllm/orchestrator/orchestrator.hpp>
 #include <orchmllm/topology/mapper.hpp>
 #include <orchmllm/topology/mapping.hpp>
@@ -126,6 +127,28 @@ TEST_CASE("compiled mode: balance and statistics equal the header-only algorithm
   check_model(unsigned_cost{}, "a trainer's unsigned model");
   check_model(float_cost{}, "a trainer's float model");
   check_model(long_double_cost{}, "a trainer's long double model");
+}
+
+TEST_CASE("compiled mode: segmented items balance and split through the library") {
+  std::mt19937_64 rng(77);
+  for (int trial = 0; trial < 20; ++trial) {
+    const rank_t d = static_cast<rank_t>(uniform(rng, 1, 12));
+    const auto n = uniform(rng, 0, 80);
+    const auto layout = orchmllm::test::random_segmented_layout(rng, d, n, 8, 200);
+    // with_equal_segments is defined in the library.
+    const std::vector<std::int64_t> ones(static_cast<std::size_t>(n), 1);
+    CHECK(layout.with_equal_segments(ones).has_segments() == false);
+    const quadratic_cost cost{1.0, 1.0, 0.01};
+    const auto got = balance(layout, cost);
+    const auto want = detail::balance_impl(layout, cost, packed, balance_options{});
+    CHECK(got.plan == want.plan);
+    CHECK(got.makespan == want.makespan);
+    const auto s = balance_split(layout, cost);
+    CHECK(s.balance.makespan <= s.guarantee * (1 + 1e-9));
+    CHECK(s.balance.makespan >= s.lower_bound * (1 - 1e-9));
+    for (std::int64_t g = 0; g < n; ++g)
+      CHECK(s.pieces.last_segment(s.pieces.first_piece(g + 1) - 1) == layout.num_segments(g));
+  }
 }
 
 TEST_CASE("compiled mode: typed and user balancers run in the library with the same plans") {

@@ -271,3 +271,94 @@ TEST_CASE("batch_layout: validation errors name the offending value") {
     CHECK_THROWS_AS((void)batch_layout({0, 1}, {-1}), orchmllm::error);
   }
 }
+
+TEST_CASE("batch_layout: segments in CSR form") {
+  // rank 0: {6 = 2+4, 3}; rank 1: {8 = 2+2+2+2}
+  const batch_layout plain({0, 2, 3}, {6, 3, 8});
+  const auto a = plain.with_segments({0, 2, 3, 7}, {2, 4, 3, 2, 2, 2, 2});
+  CHECK(a.has_segments());
+  CHECK(a.total_segments() == 7);
+  CHECK(a.num_segments(0) == 2);
+  CHECK(a.num_segments(1) == 1);
+  CHECK(a.num_segments(2) == 4);
+  CHECK(vec(a.segments(0).begin(), a.segments(0).end()) == vec{2, 4});
+  CHECK(vec(a.segments(2).begin(), a.segments(2).end()) == vec{2, 2, 2, 2});
+  CHECK(a.lengths().size() == 3);
+  CHECK(a != plain);
+  // Equal segments: the same as listing them.
+  const std::vector<std::int64_t> counts{2, 1, 4};
+  const auto b = batch_layout({0, 2, 3}, {6, 3, 8}).with_equal_segments(counts);
+  CHECK(vec(b.segments(0).begin(), b.segments(0).end()) == vec{3, 3});
+  CHECK(b == batch_layout({0, 2, 3}, {6, 3, 8}, {}, {}, {0, 2, 3, 7}, {3, 3, 3, 2, 2, 2, 2}));
+  // Cost: the sum over the segments.
+  const auto sq = [](std::int64_t l) { return l * l; };
+  CHECK(orchmllm::item_cost<std::int64_t>(a, 0, sq) == 4 + 16);
+  CHECK(orchmllm::item_cost<std::int64_t>(a, 1, sq) == 9);
+  CHECK(orchmllm::item_cost<std::int64_t>(plain, 0, sq) == 36);
+}
+
+TEST_CASE("batch_layout: all-single segments are stored as none (bit-identical layouts)") {
+  std::mt19937_64 rng(41);
+  for (int trial = 0; trial < 50; ++trial) {
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 6));
+    const auto n = uniform(rng, 0, 20);
+    vec lengths(static_cast<std::size_t>(n));
+    for (auto& l : lengths) l = uniform(rng, 0, 100);
+    const batch_layout plain(orchmllm::test::random_offsets(rng, d, n), lengths);
+    vec seg_offsets(static_cast<std::size_t>(n) + 1);
+    for (std::size_t g = 0; g <= static_cast<std::size_t>(n); ++g)
+      seg_offsets[g] = static_cast<std::int64_t>(g);
+    const auto single = plain.with_segments(seg_offsets, lengths);
+    CHECK(single == plain);
+    CHECK_FALSE(single.has_segments());
+    CHECK(single.segment_offsets().empty());
+    CHECK(single.segment_lengths().empty());
+    const vec ones(static_cast<std::size_t>(n), 1);
+    CHECK(plain.with_equal_segments(ones) == plain);
+    CHECK(single.total_segments() == n);
+    for (std::int64_t g = 0; g < n; ++g) {
+      CHECK(single.num_segments(g) == 1);
+      REQUIRE(single.segments(g).size() == 1);
+      CHECK(single.segments(g)[0] == single.length(g));
+    }
+  }
+}
+
+TEST_CASE("batch_layout: segment validation errors name the offending value") {
+  const batch_layout plain({0, 2}, {6, 3});
+  SUBCASE("zero segments") {
+    expect_invalid([&] { (void)plain.with_segments({0, 0, 2}, {3, 3}); },
+                   {"item 0 has 0 segments", "at least 1"});
+    const vec counts{0, 1};
+    expect_invalid([&] { (void)plain.with_equal_segments(counts); },
+                   {"item 0 has 0 segments"});
+  }
+  SUBCASE("lengths not summing to the item's length") {
+    expect_invalid([&] { (void)plain.with_segments({0, 2, 3}, {2, 3, 3}); },
+                   {"segments of item 0 sum to 5", "length is 6"});
+    expect_invalid([&] { (void)plain.with_segments({0, 2, 3}, {2, 9, 3}); },
+                   {"segments of item 0 exceed its length 6"});
+  }
+  SUBCASE("negative segment length") {
+    expect_invalid([&] { (void)plain.with_segments({0, 2, 3}, {4, -2, 3}); },
+                   {"segment 1 of item 0", "negative length -2"});
+  }
+  SUBCASE("offsets of the wrong shape") {
+    expect_invalid([&] { (void)plain.with_segments({0, 2}, {3, 3}); },
+                   {"segment offsets have 2 entries", "expected 3"});
+    expect_invalid([&] { (void)plain.with_segments({1, 2, 3}, {3, 3, 3}); },
+                   {"segment_offsets[0] is 1"});
+    expect_invalid([&] { (void)plain.with_segments({0, 2, 4}, {3, 3, 3}); },
+                   {"segment offsets end at 4", "3 segment lengths"});
+    expect_invalid([&] { (void)plain.with_segments({}, {3, 3, 3}); },
+                   {"3 segment lengths given without segment offsets"});
+  }
+  SUBCASE("equal segments that do not divide the length") {
+    const vec counts{4, 1};
+    expect_invalid([&] { (void)plain.with_equal_segments(counts); },
+                   {"item 0 of length 6", "4 equal segments"});
+    const vec short_counts{1};
+    expect_invalid([&] { (void)plain.with_equal_segments(short_counts); },
+                   {"1 segment counts given for 2 items"});
+  }
+}

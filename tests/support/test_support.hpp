@@ -48,6 +48,27 @@ inline std::vector<std::int64_t> random_offsets(std::mt19937_64& rng, rank_t d, 
   return off;
 }
 
+/// A random layout of n items on d ranks, item g made of 1..max_segments segments of length
+/// 0..max_length each; with `bytes`, random byte sizes 0..1000 too.
+inline batch_layout random_segmented_layout(std::mt19937_64& rng, rank_t d, std::int64_t n,
+                                            std::int64_t max_segments, std::int64_t max_length,
+                                            bool bytes = false) {
+  std::vector<std::int64_t> lengths, seg_offsets{0}, segments, item_bytes;
+  for (std::int64_t g = 0; g < n; ++g) {
+    const auto s = uniform(rng, 1, max_segments);
+    std::int64_t length = 0;
+    for (std::int64_t k = 0; k < s; ++k) {
+      segments.push_back(uniform(rng, 0, max_length));
+      length += segments.back();
+    }
+    seg_offsets.push_back(static_cast<std::int64_t>(segments.size()));
+    lengths.push_back(length);
+    if (bytes) item_bytes.push_back(uniform(rng, 0, 1000));
+  }
+  return batch_layout(random_offsets(rng, d, n), std::move(lengths), std::move(item_bytes), {},
+                      std::move(seg_offsets), std::move(segments));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Errors.
 

@@ -27,14 +27,27 @@ using rank_t = std::int32_t;
 ///
 /// All counts are 64-bit. A rank may hold no items; an item may have length 0.
 ///
+/// Segments. An item may consist of S ≥ 1 *segments* that its encoder processes independently
+/// (a video's temporal patch groups, an audio clip's 30 s windows; docs/workloads and issue 14):
+/// its cost under a cost model is the sum of its segments' costs (`item_cost`), and a balancer
+/// that may split items (balance/split.hpp) cuts it only at segment boundaries. Segments are
+/// stored CSR-style: `segment_offsets` (n + 1 entries, `segment_offsets[g + 1] −
+/// segment_offsets[g]` = S_g ≥ 1) into `segment_lengths`, whose entries for item g sum to
+/// `length(g)`. Zero cost when unused: a layout given no segments, or segments that are all
+/// single (S = 1 for every item), stores none (the two vectors stay empty, so such a layout is
+/// `==` to the same layout built without segments and gives bit-identical plans), and
+/// `segments(g)` is then the one-element view of `length(g)`.
+///
 /// Construction validates everything and throws `invalid_argument_error` naming the offending
 /// value: offsets not starting at 0, decreasing or not ending at n, sizes that do not match,
 /// negative lengths or bytes, negative parents other than `no_parent`, and totals (Σ lengths,
-/// Σ bytes) that do not fit in 64 bits, so `total_length`/`total_bytes` never overflow. Parent
-/// ids are not checked against the parent layout (this layout does not know it). Construction
-/// is O(n + d); accessors are O(1) except `rank_of`, O(log d); accessors taking `r` or `g` do not
-/// check bounds (except `rank_of`). Immutable after construction, so safe to share between
-/// threads.
+/// Σ bytes) that do not fit in 64 bits, so `total_length`/`total_bytes` never overflow; with
+/// segments: segment offsets of the wrong size, not starting at 0 or not ending at the number
+/// of segment lengths, an item with zero segments, a negative segment length, and an item whose
+/// segment lengths do not sum to its length. Parent ids are not checked against the parent
+/// layout (this layout does not know it). Construction is O(n + d + Σ S_g); accessors are O(1)
+/// except `rank_of`, O(log d); accessors taking `r` or `g` do not check bounds (except
+/// `rank_of`). Immutable after construction, so safe to share between threads.
 class batch_layout {
  public:
   /// Parent index of an item that has none.
@@ -45,14 +58,39 @@ class batch_layout {
 
   /// From flat arrays. `offsets` has d + 1 entries, starts at 0, is non-decreasing and ends at
   /// `lengths.size()`. `bytes` and `parents` are either empty or have one entry per item.
+  /// `segment_offsets` and `segment_lengths` are either both empty (no segments) or the items'
+  /// segments in CSR form (see the class comment); all-single segments are dropped.
   batch_layout(std::vector<std::int64_t> offsets, std::vector<std::int64_t> lengths,
-               std::vector<std::int64_t> bytes = {}, std::vector<std::int64_t> parents = {})
+               std::vector<std::int64_t> bytes = {}, std::vector<std::int64_t> parents = {},
+               std::vector<std::int64_t> segment_offsets = {},
+               std::vector<std::int64_t> segment_lengths = {})
       : offsets_(std::move(offsets)),
         lengths_(std::move(lengths)),
         bytes_(std::move(bytes)),
-        parents_(std::move(parents)) {
+        parents_(std::move(parents)),
+        segment_offsets_(std::move(segment_offsets)),
+        segment_lengths_(std::move(segment_lengths)) {
     validate();
+    if (segment_lengths_.size() == lengths_.size()) {  // every item has one segment: store none
+      segment_offsets_.clear();
+      segment_lengths_.clear();
+    }
   }
+
+  /// This layout with the given segments (CSR form, see the class comment): ranks, lengths,
+  /// bytes and parents unchanged. O(n + d + Σ S_g). Throws `invalid_argument_error` as the
+  /// constructor.
+  [[nodiscard]] batch_layout with_segments(std::vector<std::int64_t> segment_offsets,
+                                           std::vector<std::int64_t> segment_lengths) const {
+    return batch_layout(offsets_, lengths_, bytes_, parents_, std::move(segment_offsets),
+                        std::move(segment_lengths));
+  }
+
+  /// This layout with item g made of `counts[g]` equal segments of length(g) / counts[g] each
+  /// (a video of T temporal groups of h·w patches: counts = T, length = T·h·w). O(n + d + Σ S_g).
+  /// Throws `invalid_argument_error` when `counts` has not one entry per item, a count is below
+  /// 1, or a count does not divide its item's length.
+  [[nodiscard]] batch_layout with_equal_segments(std::span<const std::int64_t> counts) const;
 
   /// From per-rank vectors of lengths (and optionally bytes, same shape). O(n + d).
   static batch_layout from_ranks(const std::vector<std::vector<std::int64_t>>& lengths,
@@ -117,6 +155,39 @@ class batch_layout {
                                                            static_cast<std::size_t>(rank_size(r)));
   }
 
+  /// Whether some item has two or more segments (a layout whose items are all single stores
+  /// no segments). O(1).
+  [[nodiscard]] bool has_segments() const noexcept { return !segment_offsets_.empty(); }
+  /// S_g, the number of segments of item `g` (1 for every item of a layout without segments).
+  [[nodiscard]] std::int64_t num_segments(std::int64_t g) const noexcept {
+    if (segment_offsets_.empty()) return 1;
+    const auto i = static_cast<std::size_t>(g);
+    return segment_offsets_[i + 1] - segment_offsets_[i];
+  }
+  /// The segment lengths of item `g`, in order; they sum to `length(g)`. Without segments the
+  /// one-element view of `length(g)`. O(1), no copy.
+  [[nodiscard]] std::span<const std::int64_t> segments(std::int64_t g) const noexcept {
+    if (segment_offsets_.empty())
+      return std::span<const std::int64_t>(lengths_).subspan(static_cast<std::size_t>(g), 1);
+    const auto i = static_cast<std::size_t>(g);
+    return std::span<const std::int64_t>(segment_lengths_)
+        .subspan(static_cast<std::size_t>(segment_offsets_[i]),
+                 static_cast<std::size_t>(segment_offsets_[i + 1] - segment_offsets_[i]));
+  }
+  /// Σ S_g over all items (n without segments). O(1).
+  [[nodiscard]] std::int64_t total_segments() const noexcept {
+    return segment_offsets_.empty() ? num_items()
+                                    : static_cast<std::int64_t>(segment_lengths_.size());
+  }
+  /// CSR offsets of the segments (n + 1 entries; empty without segments).
+  [[nodiscard]] std::span<const std::int64_t> segment_offsets() const noexcept {
+    return segment_offsets_;
+  }
+  /// All segment lengths, item by item (empty without segments).
+  [[nodiscard]] std::span<const std::int64_t> segment_lengths() const noexcept {
+    return segment_lengths_;
+  }
+
   /// Sum of all lengths. O(n).
   [[nodiscard]] std::int64_t total_length() const noexcept {
     std::int64_t s = 0;
@@ -140,7 +211,36 @@ class batch_layout {
   std::vector<std::int64_t> lengths_;
   std::vector<std::int64_t> bytes_;
   std::vector<std::int64_t> parents_;
+  std::vector<std::int64_t> segment_offsets_;  // empty, or n + 1 CSR offsets into ...
+  std::vector<std::int64_t> segment_lengths_;  // ... the segment lengths (Σ S_g > n entries)
 };
+
+/// An item's cost under a cost model: cost(length(g)) without segments, else the sum of its
+/// segments' costs in segment order (each segment is an independent sequence of its encoder).
+/// `Cost` is the model's computation type (`cost_type_t`); `on_segment(s, c)` is called with
+/// every segment's cost (use it to check them) and may be omitted. O(S_g), deterministic
+/// (fixed summation order); throws what the model throws.
+template <class Cost, class C, class OnSegment>
+Cost item_cost(const batch_layout& layout, std::int64_t g, const C& cost, OnSegment on_segment) {
+  if (!layout.has_segments()) {
+    const auto c = static_cast<Cost>(cost(layout.length(g)));
+    on_segment(std::int64_t{0}, c);
+    return c;
+  }
+  Cost sum{};
+  std::int64_t s = 0;
+  for (const auto l : layout.segments(g)) {
+    const auto c = static_cast<Cost>(cost(l));
+    on_segment(s++, c);
+    sum += c;
+  }
+  return sum;
+}
+/// As above, without a per-segment callback.
+template <class Cost, class C>
+Cost item_cost(const batch_layout& layout, std::int64_t g, const C& cost) {
+  return item_cost<Cost>(layout, g, cost, [](std::int64_t, const Cost&) {});
+}
 
 // Out of the class so that a unit using the compiled library (orchmllm/config.hpp) does not
 // compile them: they are defined there once.
@@ -165,6 +265,25 @@ ORCHMLLM_FUNC batch_layout batch_layout::from_ranks(
     offsets.push_back(static_cast<std::int64_t>(flat_lengths.size()));
   }
   return batch_layout(std::move(offsets), std::move(flat_lengths), std::move(flat_bytes));
+}
+
+ORCHMLLM_FUNC batch_layout
+batch_layout::with_equal_segments(std::span<const std::int64_t> counts) const {
+  ORCHMLLM_REQUIRE(counts.size() == lengths_.size(), invalid_argument_error, counts.size(),
+                   " segment counts given for ", lengths_.size(), " items");
+  std::vector<std::int64_t> seg_offsets{0};
+  seg_offsets.reserve(counts.size() + 1);
+  std::vector<std::int64_t> seg_lengths;
+  for (std::size_t g = 0; g < counts.size(); ++g) {
+    const std::int64_t s = counts[g];
+    ORCHMLLM_REQUIRE(s >= 1, invalid_argument_error, "item ", g, " has ", s,
+                     " segments, must have at least 1");
+    ORCHMLLM_REQUIRE(lengths_[g] % s == 0, invalid_argument_error, "item ", g, " of length ",
+                     lengths_[g], " cannot be cut into ", s, " equal segments");
+    seg_lengths.insert(seg_lengths.end(), static_cast<std::size_t>(s), lengths_[g] / s);
+    seg_offsets.push_back(static_cast<std::int64_t>(seg_lengths.size()));
+  }
+  return with_segments(std::move(seg_offsets), std::move(seg_lengths));
 }
 
 ORCHMLLM_FUNC void batch_layout::validate() const {
@@ -208,6 +327,39 @@ ORCHMLLM_FUNC void batch_layout::validate() const {
   for (std::size_t g = 0; g < parents_.size(); ++g) {
     ORCHMLLM_REQUIRE(parents_[g] >= no_parent, invalid_argument_error, "item ", g,
                      " has parent id ", parents_[g], " (must be >= 0 or no_parent)");
+  }
+  if (segment_offsets_.empty()) {
+    ORCHMLLM_REQUIRE(segment_lengths_.empty(), invalid_argument_error, segment_lengths_.size(),
+                     " segment lengths given without segment offsets");
+    return;
+  }
+  ORCHMLLM_REQUIRE(segment_offsets_.size() == lengths_.size() + 1, invalid_argument_error,
+                   "segment offsets have ", segment_offsets_.size(), " entries, expected ",
+                   lengths_.size() + 1, " (one per item, plus one)");
+  ORCHMLLM_REQUIRE(segment_offsets_.front() == 0, invalid_argument_error,
+                   "segment_offsets[0] is ", segment_offsets_.front(), ", must be 0");
+  ORCHMLLM_REQUIRE(segment_offsets_.back() == static_cast<std::int64_t>(segment_lengths_.size()),
+                   invalid_argument_error, "segment offsets end at ", segment_offsets_.back(),
+                   " but ", segment_lengths_.size(), " segment lengths were given");
+  for (std::size_t g = 0; g < lengths_.size(); ++g) {
+    const std::int64_t first = segment_offsets_[g];
+    const std::int64_t last = segment_offsets_[g + 1];
+    ORCHMLLM_REQUIRE(last > first, invalid_argument_error, "item ", g, " has ", last - first,
+                     " segments (segment offsets ", first, ", ", last,
+                     "), must have at least 1");
+    // Each segment is >= 0 and the item's length fits in 64 bits, so the running sum stays
+    // at or below length(g) until it is compared, or exceeds it by one segment: no overflow.
+    std::int64_t sum = 0;
+    for (std::int64_t s = first; s < last; ++s) {
+      const std::int64_t l = segment_lengths_[static_cast<std::size_t>(s)];
+      ORCHMLLM_REQUIRE(l >= 0, invalid_argument_error, "segment ", s - first, " of item ", g,
+                       " has negative length ", l);
+      ORCHMLLM_REQUIRE(l <= lengths_[g] - sum, invalid_argument_error, "segments of item ", g,
+                       " exceed its length ", lengths_[g]);
+      sum += l;
+    }
+    ORCHMLLM_REQUIRE(sum == lengths_[g], invalid_argument_error, "segments of item ", g,
+                     " sum to ", sum, ", but its length is ", lengths_[g]);
   }
 }
 #endif

@@ -147,12 +147,17 @@ class balance_session {
  private:
   static std::vector<Cost> costs_of(const batch_layout& layout, const C& cost) {
     std::vector<Cost> costs(static_cast<std::size_t>(layout.num_items()));
-    for (std::int64_t g = 0; g < layout.num_items(); ++g) {
-      costs[static_cast<std::size_t>(g)] = cost(layout.length(g));
-      ORCHMLLM_REQUIRE(costs[static_cast<std::size_t>(g)] >= Cost{}, invalid_argument_error,
-                       "cost of item ", g, " (length ", layout.length(g), ") is ",
-                       costs[static_cast<std::size_t>(g)], ", must be >= 0");
+    if (!layout.has_segments()) {
+      for (std::int64_t g = 0; g < layout.num_items(); ++g) {
+        costs[static_cast<std::size_t>(g)] = cost(layout.length(g));
+        ORCHMLLM_REQUIRE(costs[static_cast<std::size_t>(g)] >= Cost{}, invalid_argument_error,
+                         "cost of item ", g, " (length ", layout.length(g), ") is ",
+                         costs[static_cast<std::size_t>(g)], ", must be >= 0");
+      }
+      return costs;
     }
+    for (std::int64_t g = 0; g < layout.num_items(); ++g)
+      costs[static_cast<std::size_t>(g)] = checked_item_cost(layout, g, cost);
     return costs;
   }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/padding.hpp"
 
@@ -36,6 +37,34 @@ inline void check_padding_rule(const batch_layout& layout, padding_policy policy
   }
 }
 
+/// `item_cost` of item g of a layout with segments, every segment's cost checked: >= 0
+/// (finite is checked with the item's sum by `check_headroom`) and, for integral costs, a sum
+/// that fits in 64 bits. `running(sum)` (optional) sees the sum after every segment, in order:
+/// the item's prefix sums, the last of which is the result. Throws `invalid_argument_error`
+/// naming the item and the segment.
+struct ignore_running {
+  template <class T>
+  constexpr void operator()(const T&) const noexcept {}
+};
+template <class C, class Running = ignore_running>
+cost_type_t<C> checked_item_cost(const batch_layout& layout, std::int64_t g, const C& cost,
+                                 Running running = {}) {
+  using Cost = cost_type_t<C>;
+  Cost sum{};
+  return item_cost<Cost>(layout, g, cost, [&](std::int64_t s, const Cost& c) {
+    ORCHMLLM_REQUIRE(c >= Cost{}, invalid_argument_error, "cost of segment ", s, " of item ", g,
+                     " (length ", layout.segments(g)[static_cast<std::size_t>(s)], ") is ", c,
+                     ", must be >= 0");
+    if constexpr (std::is_integral_v<Cost>) {
+      ORCHMLLM_REQUIRE(c <= std::numeric_limits<Cost>::max() - sum, invalid_argument_error,
+                       "cost of item ", g, " overflows at segment ", s, " (cost ", c,
+                       ", sum so far ", sum, ", limit 2^63 - 1)");
+    }
+    sum += c;
+    running(sum);
+  });
+}
+
 /// Checks that no load, bound, token count or byte count formed on this input can overflow, so
 /// the algorithms may add and multiply them unchecked:
 ///   - floating costs: every cost finite, and so are the totals below;
@@ -45,13 +74,19 @@ inline void check_padding_rule(const batch_layout& layout, padding_policy policy
 ///     (n + 1) × the largest padded cost fit (a rank's load is count × its padded cost; the
 ///     list scheduler's keys look one item ahead); a trainer's rule keeps its contract
 ///     (`check_padding_rule`).
-/// `costs[g]` is `cost(layout.length(g))` and `cost` returns `Cost`. O(n) plus one evaluation.
+/// `costs[g]` is `item_cost(layout, g, cost)` and `cost` returns `Cost`. O(n) plus one evaluation.
 /// Throws `invalid_argument_error` naming the item or the value that does not fit.
 template <class Cost, class C>
 void check_headroom(const batch_layout& layout, std::span<const Cost> costs, const C& cost,
                     padding_policy policy) {
   const std::int64_t n = layout.num_items();
   if (n == 0) return;
+  // Segmented items under a padded policy would make every segment a padded row (a rank's
+  // load = its segments × cost(pad(longest segment))); no balancer evaluates that yet.
+  ORCHMLLM_REQUIRE(!(policy.is_padded() && layout.has_segments()), invalid_argument_error,
+                   "items with several segments (", layout.total_segments(), " segments in ", n,
+                   " items) are balanced under the packed policy only; the padded policies "
+                   "do not support segments yet");
   constexpr bool integral = std::is_integral_v<Cost>;
   constexpr Cost top = std::numeric_limits<Cost>::max();
   if constexpr (!integral) {

@@ -128,8 +128,13 @@ std::vector<cost_type_t<C>> checked_costs(const batch_layout& layout, const C& c
                                           padding_policy policy) {
   using Cost = cost_type_t<C>;
   std::vector<Cost> costs(static_cast<std::size_t>(layout.num_items()));
-  for (std::int64_t g = 0; g < layout.num_items(); ++g)
-    costs[static_cast<std::size_t>(g)] = cost(layout.length(g));
+  if (!layout.has_segments()) {
+    for (std::int64_t g = 0; g < layout.num_items(); ++g)
+      costs[static_cast<std::size_t>(g)] = cost(layout.length(g));
+  } else {
+    for (std::int64_t g = 0; g < layout.num_items(); ++g)
+      costs[static_cast<std::size_t>(g)] = checked_item_cost(layout, g, cost);
+  }
   check_headroom(layout, std::span<const Cost>(costs), cost, policy);
   return costs;
 }
