@@ -53,7 +53,7 @@ class Dispatcher:
 
     Construction calls :meth:`Plan.all_to_all` once (O(n log n), the GIL released) and keeps its
     split sizes and index orders; the index tensors are made once per device, on first use. Every
-    :meth:`dispatch` / :meth:`combine` is then at most two index_select / index_copy passes
+    :meth:`dispatch` / :meth:`combine` is then at most two index_select passes
     (none for an identity order) and one ``all_to_all_single`` over the tensor's bytes, so any
     dtype and trailing shape moves (the tensors are sent as uint8 rows): O(rows x row bytes).
     Deterministic: the same plan and rows give the same orders on every run.
@@ -101,11 +101,20 @@ class Dispatcher:
             self._checked = True
 
     def _index(self, device: torch.device) -> List[Optional[torch.Tensor]]:
-        """send_order and recv_order as int64 tensors on ``device`` (made once per device);
-        None for an identity order."""
+        """[send_order, recv_order, their inverses] as int64 tensors on ``device`` (made once
+        per device; None for an identity order). The inverses make combine a gather too
+        (index_select is faster than the index_copy scatter it replaces)."""
         if device not in self._indices:
-            self._indices[device] = [None if o is None else torch.from_numpy(o).to(device)
-                                     for o in self._orders]
+            orders = [None if o is None else torch.from_numpy(o).to(device)
+                      for o in self._orders]
+            inverses: List[Optional[torch.Tensor]] = []
+            for o in orders:
+                inverse = None
+                if o is not None:
+                    inverse = torch.empty_like(o)
+                    inverse[o] = torch.arange(o.shape[0], device=device)
+                inverses.append(inverse)
+            self._indices[device] = orders + inverses
         return self._indices[device]
 
     def dispatch(self, x: torch.Tensor) -> torch.Tensor:
@@ -149,25 +158,18 @@ class Dispatcher:
         width = elements * x.element_size()
         if width == 0:  # nothing to move on any rank (trailing shapes agree across ranks)
             return x.new_empty((out_rows, *trailing))
-        send_order, recv_order = self._index(x.device)
+        send_order, recv_order, send_inverse, recv_inverse = self._index(x.device)
         # The rows as bytes: one all_to_all_single moves any dtype, whatever the backend takes.
         data = x.contiguous().view(x.shape[0], elements).view(torch.uint8)
-        if not inverse:
-            send = data if send_order is None else data.index_select(0, send_order)
-            received = data.new_empty((out_rows, width))
-            dist.all_to_all_single(received, send, self.recv_splits, self.send_splits,
-                                   group=self.group)
-            moved = received if recv_order is None else received.index_select(0, recv_order)
+        if inverse:  # the same exchange transposed: splits swapped, orders inverted
+            send_order, recv_order = recv_inverse, send_inverse
+            send_splits, recv_splits = self.recv_splits, self.send_splits
         else:
-            # The same orders, as scatters: wire order of the received rows, then the exchange
-            # with the splits swapped, then the local slot order of the sent rows.
-            send = data if recv_order is None else \
-                data.new_empty((x.shape[0], width)).index_copy_(0, recv_order, data)
-            received = data.new_empty((out_rows, width))
-            dist.all_to_all_single(received, send, self.send_splits, self.recv_splits,
-                                   group=self.group)
-            moved = received if send_order is None else \
-                received.new_empty((out_rows, width)).index_copy_(0, send_order, received)
+            send_splits, recv_splits = self.send_splits, self.recv_splits
+        send = data if send_order is None else data.index_select(0, send_order)
+        received = data.new_empty((out_rows, width))
+        dist.all_to_all_single(received, send, recv_splits, send_splits, group=self.group)
+        moved = received if recv_order is None else received.index_select(0, recv_order)
         return moved.view(x.dtype).view(out_rows, *trailing)
 
 
