@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.autograd.function import once_differentiable
 
 from . import Plan, _int, _int64_vector
 
@@ -184,6 +185,7 @@ class _Dispatch(torch.autograd.Function):
         return d._move(x, inverse)
 
     @staticmethod
+    @once_differentiable  # double backward raises rather than silently giving zeros
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[torch.Tensor, None, None]:
         return ctx.dispatcher._move(grad, not ctx.inverse), None, None
 

@@ -125,6 +125,11 @@ def check_errors(rank: int) -> None:
     two = orchmllm.balance([0, 1, 2], [5, 6])
     with pytest.raises(ValueError, match="the plan is over 2 ranks, the process group has 4"):
         orchmllm.torch.Dispatcher(two, rank)
+    # The backward is not itself differentiable: a second derivative raises, not zeros.
+    x = torch.ones(d.input_rows, 2, dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(d.dispatch(x).pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        g.sum().backward()
     with pytest.raises(TypeError, match="plan must be an orchmllm.Plan"):
         orchmllm.torch.Dispatcher(object(), rank)  # type: ignore[arg-type]
 
