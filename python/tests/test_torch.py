@@ -84,6 +84,11 @@ def check_plans(rank: int, group=None, world: int = WORLD, seeds=range(12)) -> i
             assert y.dtype == dtype and y.shape == want.shape, (seed, y.shape, want.shape)
             assert torch.equal(y, want), f"seed {seed} {dtype}{trailing}: wrong rows delivered"
             assert torch.equal(d.combine(y), x), f"seed {seed} {dtype}: combine(dispatch(x)) != x"
+        # A non-contiguous input (same values) moves the same.
+        x = rows_of(local, rows, (3, 2))
+        strided = x.transpose(1, 2).contiguous().transpose(1, 2)
+        assert not strided.is_contiguous() or x.numel() == 0 or x.shape[0] == 1
+        assert torch.equal(d.dispatch(strided), rows_of(arrived, rows, (3, 2)))
         # Gradients: loss = sum(w * dispatch(x)), so dloss/dx at (item, row) is w there.
         trailing = (3, 2)
         x = rows_of(local, rows, trailing).requires_grad_()
