@@ -1,5 +1,5 @@
 """The package type-checks with its stubs (py.typed, the generated _orchmllm.pyi): mypy --strict
-accepts a program using the API (and the package, which it follows into), and rejects a wrong use (so the stubs are
+accepts a program using the API and orchmllm.torch (and the package, which it follows into), and rejects a wrong use (so the stubs are
 really read, not Any)."""
 
 from __future__ import annotations
@@ -31,6 +31,14 @@ try:
     orchmllm.balance(offsets, lengths, cap=1)
 except orchmllm.InfeasibleError as e:
     message: str = str(e)
+
+import torch
+import orchmllm.torch as otorch
+d: otorch.Dispatcher = otorch.Dispatcher(plan, 0, np.ones(3, np.int64), group=None)
+y: torch.Tensor = d.dispatch(torch.zeros(d.input_rows, 2))
+z: torch.Tensor = otorch.combine(y, plan, 0) + otorch.dispatch(y, plan, 0)
+gathered: tuple[np.ndarray, np.ndarray] = otorch.gather_lengths([1, 2])
+count: int = d.output_rows + int(d.output_items.sum()) + sum(d.send_splits)
 '''
 WRONG = "import orchmllm\norchmllm.balance([0, 1], [1]).makespan.upper()\n"
 

@@ -18,6 +18,7 @@ from pathlib import Path
 USE = """
 import numpy as np, orchmllm, sys
 assert orchmllm.__file__.startswith(sys.argv[1]), orchmllm.__file__
+assert "torch" not in sys.modules, "import orchmllm imported torch (an optional dependency)"
 plan = orchmllm.balance(np.array([0, 3, 4, 9, 9]), np.array([1500, 900, 400, 120, 300, 2000,
                         1200, 1000, 640]), cost="quadratic:1,1.3e-5", policy="packed")
 assert plan.dst_rank.shape == (9,) and plan.makespan >= plan.lower_bound > 0
@@ -44,7 +45,8 @@ def main() -> int:
     package = [n for n in names if n.startswith("orchmllm/")]
     others = [n for n in names if not n.startswith(("orchmllm/", "orchmllm-"))]
     assert not others, f"the wheel holds files outside the package: {others}"
-    for want in ["orchmllm/__init__.py", "orchmllm/py.typed", "orchmllm/_orchmllm.pyi"]:
+    for want in ["orchmllm/__init__.py", "orchmllm/py.typed", "orchmllm/_orchmllm.pyi",
+                 "orchmllm/torch.py"]:
         assert want in package, f"{want} missing from {wheels[0].name}: {package}"
     assert any(n.startswith("orchmllm/_orchmllm.") and n.endswith((".so", ".pyd"))
                for n in package), f"no native module in {wheels[0].name}: {package}"
