@@ -164,6 +164,13 @@ TEST_CASE("S = 1 and splitting off or on: the same plans and routes as without s
       const auto units = b.encoder_view(meta, 0, r);
       CHECK(units == a.encoder_view(meta, 0, r));
       for (const auto& u : units) CHECK(u.whole());
+      // Metadata built by hand without segment counts means S = 1 for all.
+      auto bare = meta;
+      for (auto& mod : bare.modalities) mod.segments.clear();
+      const auto c = orchmllm::plan_step(on, bare, topo, {.routes_for = r});
+      check_same_plans(b, c);
+      CHECK(routes_print(c) == routes_print(b));
+      CHECK(c.encoder_view(bare, 0, r) == units);
     }
   }
 }

@@ -37,6 +37,12 @@
 ///    source layout is Π_E_k's destination layout (what the encoder ranks hold), so encoder
 ///    outputs move once, straight from encoder ranks to LLM ranks.
 ///  * The gradient route (`encoders[k].gradient`) is the composed route's inverse.
+///  * Segmented sub-items (`sub_item::segments` = S > 1) cost the sum of their S segment costs;
+///    a stage with `encoder_stage::split` is balanced by `balance_split`, and then Π_E_k, L_k
+///    and both routes move *pieces* (`encoders[k].pieces`; runs of segments, with their share
+///    of the input rows and LLM tokens). L_k hands a split sub-item's pieces consecutive slots
+///    in segment order, so its outputs arrive as one run of rows, in order, where the whole
+///    sub-item's would; `step_plan::encoder_view` tells an encoder rank what it runs.
 ///
 /// Receive order on an LLM rank (what the trainer relies on to place encoder outputs):
 ///  * text payload along Π_M: the rank's samples in LLM slot order (increasing origin sample

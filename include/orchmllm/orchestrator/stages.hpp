@@ -497,9 +497,15 @@ struct step_metadata {
     std::vector<std::int64_t> encoder_length;
     std::vector<std::int64_t> input_rows;
     std::vector<std::int64_t> llm_tokens;
-    std::vector<std::int64_t> segments;  ///< S of every sub-item (`sub_item::segments`)
+    /// S of every sub-item (`sub_item::segments`); may be left empty in metadata built by
+    /// hand, which means S = 1 for all.
+    std::vector<std::int64_t> segments;
     [[nodiscard]] std::int64_t size() const noexcept {
       return static_cast<std::int64_t>(parent.size());
+    }
+    /// S of sub-item i (1 when `segments` is empty). O(1).
+    [[nodiscard]] std::int64_t segments_of(std::int64_t i) const noexcept {
+      return segments.empty() ? 1 : segments[static_cast<std::size_t>(i)];
     }
   };
   rank_t ranks = 0;

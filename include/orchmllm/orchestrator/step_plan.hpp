@@ -30,7 +30,7 @@ struct stage_report {
   balance_method used{};                 ///< the balancer whose plan was kept
   double makespan_before = 0;       ///< max over ranks of the stage cost, as sampled
   double makespan_after = 0;
-  double lower_bound = 0;           ///< makespan_lower_bound
+  double lower_bound = 0;           ///< makespan_lower_bound (a splitting stage: split_lower_bound)
   double imbalance_before = 1;      ///< max / mean of the stage cost over ranks, as sampled
   double imbalance_after = 1;
   std::int64_t max_tokens_before = 0;  ///< peak token footprint of a rank (policy's measure)
@@ -181,7 +181,7 @@ struct step_plan {
       encoder_unit e;
       e.sub_item = er.pieces ? er.pieces->item_of(u) : u;
       const auto g = static_cast<std::size_t>(e.sub_item);
-      e.segments = mod.segments[g];
+      e.segments = mod.segments_of(e.sub_item);
       e.first_segment = er.pieces ? er.pieces->first_segment(u) : 0;
       e.last_segment = er.pieces ? er.pieces->last_segment(u) : e.segments;
       const std::int64_t n = e.last_segment - e.first_segment;

@@ -74,9 +74,11 @@ class step_route_builder {
       if (const auto& pieces = plan.encoders[k].pieces) {
         std::vector<std::int64_t> per_segment;
         per_segment.reserve(static_cast<std::size_t>(pieces->items().total_segments()));
-        for (std::size_t i = 0; i < mod.llm_tokens.size(); ++i)
-          per_segment.insert(per_segment.end(), static_cast<std::size_t>(mod.segments[i]),
-                             mod.llm_tokens[i] / mod.segments[i]);
+        for (std::size_t i = 0; i < mod.llm_tokens.size(); ++i) {
+          const std::int64_t s = mod.segments_of(static_cast<std::int64_t>(i));
+          per_segment.insert(per_segment.end(), static_cast<std::size_t>(s),
+                             mod.llm_tokens[i] / s);
+        }
         tokens = pieces->piece_sums(per_segment);
       }
       const auto& t = plan.encoders[k].pieces ? tokens : mod.llm_tokens;
