@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +47,7 @@
 #include "orchmllm/orchestrator/samples.hpp"
 #include "orchmllm/orchestrator/stages.hpp"
 #include "orchmllm/topology/topology.hpp"
+#include "support/counting_communicator.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -457,5 +459,63 @@ TEST_CASE("segments and split: bad input raises a clear error") {
     }, {.timeout = 60s});
     for (const auto& e : errors)
       CHECK(e.find("rank 2: sub-item 0 has 4 segments") != std::string::npos);
+  }
+}
+
+namespace {
+
+// Records the bytes every all-gatherv of this rank sends.
+struct recording_communicator : orchmllm::test::counting_communicator<orchmllm::local::communicator> {
+  std::vector<std::vector<std::int64_t>> sent;
+  void all_gatherv(const std::byte* s, std::int64_t b, std::byte* r,
+                   std::span<const std::int64_t> c, std::span<const std::int64_t> o) {
+    std::vector<std::int64_t> words(static_cast<std::size_t>(b) / sizeof(std::int64_t));
+    if (b > 0) std::memcpy(words.data(), s, static_cast<std::size_t>(b));
+    sent.push_back(std::move(words));
+    counting_communicator::all_gatherv(s, b, r, c, o);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("gather_step_metadata: S = 1 sends the words of a batch without segments") {
+  std::mt19937_64 rng(140204);
+  for (const bool segmented : {false, true}) {
+    const auto batches = random_batches(rng, 4, segmented);
+    std::vector<std::vector<std::vector<std::int64_t>>> sent(4);
+    std::vector<std::string> failures(4);
+    orchmllm::local::run(4, [&](orchmllm::local::communicator& comm) {
+      recording_communicator rec{{comm}, {}};
+      const auto meta = orchmllm::gather_step_metadata(
+          rec, declarations(true), batches[static_cast<std::size_t>(comm.rank())]);
+      const auto want = orchmllm::make_step_metadata(batches, 2);
+      for (std::size_t k = 0; k < 2; ++k)
+        if (meta.modalities[k].segments != want.modalities[k].segments ||
+            meta.modalities[k].parent != want.modalities[k].parent ||
+            meta.modalities[k].llm_tokens != want.modalities[k].llm_tokens)
+          failures[static_cast<std::size_t>(comm.rank())] = "gathered metadata differs";
+      sent[static_cast<std::size_t>(comm.rank())] = std::move(rec.sent);
+    }, {.timeout = 60s});
+    for (std::size_t r = 0; r < 4; ++r) {
+      INFO("segmented ", segmented, ", rank ", r, " ", failures[r]);
+      CHECK(failures[r].empty());
+      // The format before segments: text tokens, then (modality, parent, length, rows, tokens)
+      // per sub-item; S − 1 in the high half of the modality word.
+      std::vector<std::int64_t> words = batches[r].text_tokens;
+      for (const auto& si : batches[r].sub_items)
+        words.insert(words.end(), {si.modality + ((si.segments - 1) << 32), si.parent,
+                                   si.encoder_length, si.input_rows, si.llm_tokens});
+      REQUIRE(sent[r].size() == 1);
+      CHECK(sent[r][0] == words);
+      bool any = false;
+      for (const auto& si : batches[r].sub_items) any = any || si.segments != 1;
+      if (!any) {  // literally the old words
+        std::vector<std::int64_t> old = batches[r].text_tokens;
+        for (const auto& si : batches[r].sub_items)
+          old.insert(old.end(), {std::int64_t{si.modality}, si.parent, si.encoder_length,
+                                 si.input_rows, si.llm_tokens});
+        CHECK(sent[r][0] == old);
+      }
+    }
   }
 }
