@@ -192,6 +192,20 @@ TEST_CASE("segments on a stage that does not split: per-segment costs, sub-items
       for (std::int64_t g = 0; g < er.layout.num_items(); ++g)
         CHECK(er.layout.num_segments(g) == meta.modalities[k].segments[static_cast<std::size_t>(g)]);
     }
+    // Costs are per segment: rank r's load as sampled is Σ S · cost(length / S).
+    double makespan = 0;
+    const orchmllm::quadratic_cost cost{0.0, 1.0, 1.0 / 16};
+    const auto& vid = meta.modalities[0];
+    for (rank_t r = 0; r < d; ++r) {
+      double load = 0;
+      for (auto i = vid.offsets[static_cast<std::size_t>(r)];
+           i < vid.offsets[static_cast<std::size_t>(r) + 1]; ++i) {
+        const auto S = vid.segments[static_cast<std::size_t>(i)];
+        load += static_cast<double>(S) * cost(vid.encoder_length[static_cast<std::size_t>(i)] / S);
+      }
+      makespan = std::max(makespan, load);
+    }
+    CHECK(plan.stages[0].makespan_before == doctest::Approx(makespan));
     // The plans match a plan over the same layouts built by hand with equal segments.
     const auto& lay = plan.encoders[0].layout;
     const auto by_hand = orchmllm::batch_layout(meta.modalities[0].offsets,
