@@ -18,6 +18,15 @@
 //     is the sum over ALL tokens of the global batch divided by the GLOBAL token count, so the
 //     gradient does not depend on which rank a sample is processed on.
 //
+// --split (issue 14): images become videos of S temporal groups (S = 1..4 groups of 1-3 tokens;
+// ranks 0, 4, ... also hold one video of 24 groups), the vision encoder attends within each
+// group only (a tiny softmax attention over the group's tokens, `segment_attention`), every
+// video is a sub-item of S equal segments (`sub_item::segments`) and the vision stage splits
+// (`encoder_stage::split`): a long video is cut at group boundaries and its pieces are encoded
+// on different ranks (`step_plan::encoder_view` lists them), their outputs reassemble in order
+// in front of the LLM and the gradients return to the pieces. The JSON then also has
+// "split": true, vision_units (pieces encoded) and cut_videos (videos cut in two or more).
+//
 // Synthetic data: every rank draws 2-5 samples from stream `rank` of --seed (text lengths
 // lognormal, median 28, clipped to [4, 160]; 0-3 images of 2-48 patches; 0-2 audio clips of
 // 3-48 frames; each sub-item inserted after a random text token, in order). Pixels, frames,
@@ -48,12 +57,14 @@
 //   mpirun -np N mllm_training [--ranks-per-node G] [--seed S]            (MPI backend)
 //   mllm_training --backend local --ranks N [--ranks-per-node G] [--seed S] (threads)
 //   mllm_training --check-gradients [--seed S]       (finite-difference check, one process)
+//   any of them with --split                         (segmented videos, splitting on)
 // Backend: --backend mpi|local. Without --backend: `mpi` when the program was built with MPI
 // (ORCHMLLM_HAS_MPI) and started by an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or
 // PMIX_RANK set in the environment), else `local`. --ranks (local only, default 8) is the number
 // of ranks; with MPI it is the world size. --ranks-per-node G fakes nodes of G consecutive ranks
 // (MPI default 0: the real nodes; local default 4). CI: `mpirun -np 8 mllm_training
-// --ranks-per-node 4` (2 nodes of 4) and `mllm_training --backend local --ranks 16`.
+// --ranks-per-node 4` (2 nodes of 4) and `mllm_training --backend local --ranks 16`, each also
+// with --split.
 //
 // Output (rank 0): a short summary, then as the LAST line one JSON object with
 // grad_max_rel_diff, loss_rel_diff, encoders (K = 2), alltoalls_per_step (3K + 1), stages
@@ -131,6 +142,7 @@ struct model {
   MatrixXd aud_u = MatrixXd::Zero(hidden, hidden);
   MatrixXd aud_v = MatrixXd::Zero(hidden, hidden);
   MatrixXd aud_c = MatrixXd::Zero(hidden, 1);
+  MatrixXd img_q = MatrixXd::Zero(hidden, hidden);  // --split: per-segment attention query
 
   /// f(name, matrix) for every parameter matrix, in the fixed flattening order.
   template <class Self, class F>
@@ -148,6 +160,7 @@ struct model {
     f("aud_u", s.aud_u);
     f("aud_v", s.aud_v);
     f("aud_c", s.aud_c);
+    f("img_q", s.img_q);
   }
 
   [[nodiscard]] std::vector<double> flatten() const {
@@ -179,6 +192,7 @@ model init_model(std::uint64_t seed) {
   fill(m.aud_u, 1.0 / std::sqrt(static_cast<double>(hidden)));
   fill(m.aud_v, 1.0 / std::sqrt(static_cast<double>(hidden)));
   fill(m.aud_c, 0.1);
+  fill(m.img_q, 1.0 / std::sqrt(static_cast<double>(hidden)));  // drawn last: the others keep
   return m;
 }
 
@@ -247,12 +261,73 @@ void audio_backward(const model& m, const MatrixXd& x, const MatrixXd& dout, mod
   g.aud_b += da.rowwise().sum();
 }
 
-MatrixXd encoder_forward(const model& m, int modality, const MatrixXd& x) {
-  return modality == vision ? vision_forward(m, x) : audio_forward(m, x);
+// --split: a video of S temporal groups (segments) of equal size. Every group is encoded on its
+// own, as Qwen2-VL-style towers do: the patches as above (tanh, pairs averaged into tokens
+// p_1..p_t), then one tiny attention over the group's own tokens only,
+//   A = row-softmax((Q P)^T P / sqrt(H)),   out = P + P A^T,
+// so a group's outputs depend on all of its tokens and on nothing outside the group; a video cut
+// at group boundaries and encoded piece by piece gives exactly the same outputs.
+
+MatrixXd segment_attention(const model& m, const MatrixXd& p, MatrixXd* a_out = nullptr) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hidden));
+  MatrixXd s = (m.img_q * p).transpose() * p * scale;  // t × t
+  for (Eigen::Index j = 0; j < s.rows(); ++j) {
+    const double mx = s.row(j).maxCoeff();
+    s.row(j) = (s.row(j).array() - mx).exp().matrix();
+    s.row(j) /= s.row(j).sum();
+  }
+  if (a_out) *a_out = s;
+  return p + p * s.transpose();
+}
+
+// Vision over `segments` equal groups of x's columns.
+MatrixXd video_forward(const model& m, const MatrixXd& x, std::int64_t segments) {
+  const MatrixXd pooled = vision_forward(m, x);
+  const Eigen::Index t = pooled.cols() / segments;
+  MatrixXd out(hidden, pooled.cols());
+  for (Eigen::Index s = 0; s < segments; ++s)
+    out.middleCols(s * t, t) = segment_attention(m, pooled.middleCols(s * t, t));
+  return out;
+}
+
+void video_backward(const model& m, const MatrixXd& x, const MatrixXd& dout,
+                    std::int64_t segments, model& g) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hidden));
+  const MatrixXd pooled = vision_forward(m, x);
+  const Eigen::Index t = pooled.cols() / segments;
+  MatrixXd dpooled(hidden, pooled.cols());
+  for (Eigen::Index s = 0; s < segments; ++s) {
+    const MatrixXd p = pooled.middleCols(s * t, t);
+    const MatrixXd d = dout.middleCols(s * t, t);
+    MatrixXd a;
+    segment_attention(m, p, &a);
+    MatrixXd dp = d + d * a;                    // out = P + P A^T
+    const MatrixXd da = d.transpose() * p;      // dA[j][l] = dout_j . p_l
+    MatrixXd ds = a.cwiseProduct(da);           // softmax backward, row by row
+    const VectorXd rows = ds.rowwise().sum();
+    ds = a.cwiseProduct(da.colwise() - rows);
+    const MatrixXd qp = m.img_q * p;
+    const MatrixXd dqp = p * ds.transpose() * scale;  // S = (Q P)^T P · scale
+    dp += qp * ds * scale;
+    g.img_q += dqp * p.transpose();
+    dp += m.img_q.transpose() * dqp;
+    dpooled.middleCols(s * t, t) = dp;
+  }
+  vision_backward(m, x, dpooled, g);
+}
+
+// `segments` > 0: the segmented (--split) vision encoder over that many groups.
+MatrixXd encoder_forward(const model& m, int modality, const MatrixXd& x,
+                         std::int64_t segments = 0) {
+  if (modality == vision)
+    return segments > 0 ? video_forward(m, x, segments) : vision_forward(m, x);
+  return audio_forward(m, x);
 }
 void encoder_backward(const model& m, int modality, const MatrixXd& x, const MatrixXd& dout,
-                      model& g) {
-  if (modality == vision)
+                      model& g, std::int64_t segments = 0) {
+  if (modality == vision && segments > 0)
+    video_backward(m, x, dout, segments, g);
+  else if (modality == vision)
     vision_backward(m, x, dout, g);
   else
     audio_backward(m, x, dout, g);
@@ -364,6 +439,7 @@ double llm_sample(const model& m, std::span<const text_row> text,
 struct sub_data {
   int modality = 0;
   MatrixXd input;  // input_dim × encoder input rows (patches / frames)
+  std::int64_t segments = 0;  // --split videos: temporal groups (0: an image, not segmented)
   [[nodiscard]] std::int64_t rows() const { return input.cols(); }
   [[nodiscard]] std::int64_t tokens() const {
     return input.cols() / (modality == vision ? patches_per_token : frames_per_token);
@@ -376,14 +452,16 @@ struct sample_data {
 };
 
 /// Rank `rank`'s samples: stream `rank` of `seed` (independent of the number of ranks).
-std::vector<sample_data> make_rank_data(std::uint64_t seed, rank_t rank) {
+std::vector<sample_data> make_rank_data(std::uint64_t seed, rank_t rank, bool split = false) {
   orchmllm::bench::random_source rng(seed, static_cast<std::uint64_t>(rank));
   using orchmllm::bench::clip_round;
   std::vector<sample_data> out(static_cast<std::size_t>(rng.uniform_int(2, 5)));
+  bool long_video = split && rank % 4 == 0;  // ranks 0, 4, ...: one video of 24 groups
   for (auto& s : out) {
-    const auto text = clip_round(rng.lognormal_median(28.0, 0.8), 4, 160);
+    const auto text = clip_round(rng.lognormal_median(28.0, 0.8), 4, split ? 120 : 160);
     const double ui = rng.uniform01();
-    const int images = ui < 0.35 ? 0 : ui < 0.70 ? 1 : ui < 0.90 ? 2 : 3;
+    int images = ui < 0.35 ? 0 : ui < 0.70 ? 1 : ui < 0.90 ? 2 : 3;
+    if (split && rank % 4 == 0 && &s == &out.front()) images = std::max(images, 1);
     const double ua = rng.uniform01();
     const int clips = ua < 0.70 ? 0 : ua < 0.95 ? 1 : 2;
     std::vector<int> kinds(static_cast<std::size_t>(images), vision);
@@ -392,11 +470,16 @@ std::vector<sample_data> make_rank_data(std::uint64_t seed, rank_t rank) {
       std::swap(
           kinds[i - 1],
           kinds[static_cast<std::size_t>(rng.uniform_int(0, static_cast<std::int64_t>(i) - 1))]);
-    for (int k : kinds) {
-      const auto tokens = k == vision ? clip_round(rng.lognormal_median(6.0, 0.6), 1, 24)
-                                      : clip_round(rng.lognormal_median(5.0, 0.6), 1, 16);
+    for (const int k : kinds) {
+      auto tokens = k == vision ? clip_round(rng.lognormal_median(6.0, 0.6), 1, 24)
+                                : clip_round(rng.lognormal_median(5.0, 0.6), 1, 16);
       sub_data d;
       d.modality = k;
+      if (split && k == vision) {  // a video: S groups of t tokens (2t patches) each
+        d.segments = long_video ? 24 : rng.uniform_int(1, 4);
+        tokens = d.segments * (long_video ? 2 : rng.uniform_int(1, 3));
+        long_video = false;
+      }
       d.input.resize(input_dim(k), tokens * (k == vision ? patches_per_token : frames_per_token));
       for (Eigen::Index i = 0; i < d.input.size(); ++i) d.input.data()[i] = rng.uniform(-1.0, 1.0);
       s.subs.push_back(std::move(d));
@@ -423,12 +506,13 @@ orchmllm::local_batch describe(const std::vector<sample_data>& samples) {
     b.text_tokens.push_back(static_cast<std::int64_t>(samples[s].text.size()));
     for (const auto& d : samples[s].subs)
       b.sub_items.push_back(
-          {d.modality, static_cast<std::int64_t>(s), d.rows(), d.rows(), d.tokens()});
+          {d.modality, static_cast<std::int64_t>(s), d.rows(), d.rows(), d.tokens(),
+           std::max<std::int64_t>(d.segments, 1)});
   }
   return b;
 }
 
-orchmllm::stage_declarations declarations() {
+orchmllm::stage_declarations declarations(bool split) {
   orchmllm::stage_declarations decl;
   orchmllm::encoder_stage vis;
   vis.name = "vision";
@@ -436,6 +520,8 @@ orchmllm::stage_declarations declarations() {
   vis.policy = orchmllm::packed;
   vis.input_row_bytes = patch_dim * static_cast<std::int64_t>(sizeof(double));
   vis.output_row_bytes = hidden * static_cast<std::int64_t>(sizeof(double));
+  // --split: videos may be cut at temporal-group boundaries and encoded on several ranks.
+  if (split) vis.split = orchmllm::split_options{};
   orchmllm::encoder_stage aud;
   aud.name = "audio";
   aud.cost = orchmllm::linear_cost{};  // frames; padded: a rank costs max frames × clips
@@ -492,6 +578,9 @@ struct step_result {  // the same on every rank (computed from all-gathered data
   int dispatches = 0, node_wise_dispatches = 0;  // payload moves of path (b), node-wise ones
   std::vector<orchmllm::stage_report> stages;
   double plan_seconds = 0;
+  bool split = false;                // --split: segmented videos, vision stage splits
+  std::int64_t vision_units = 0;     // what the vision encoders ran: sub-items or pieces
+  std::int64_t cut_videos = 0;       // videos encoded in two or more pieces
 };
 
 /// Sum over ranks, in rank order, of every rank's vector (all the same length).
@@ -513,24 +602,25 @@ double train_local(const model& m, const std::vector<sample_data>& samples, doub
   for (const auto& s : samples) {
     std::vector<MatrixXd> outs;
     outs.reserve(s.subs.size());
-    for (const auto& d : s.subs) outs.push_back(encoder_forward(m, d.modality, d.input));
+    for (const auto& d : s.subs)
+      outs.push_back(encoder_forward(m, d.modality, d.input, d.segments));
     std::vector<const MatrixXd*> ptrs;
     for (const auto& o : outs) ptrs.push_back(&o);
     std::vector<MatrixXd> douts(s.subs.size());
     loss += llm_sample(m, s.text, ptrs, inv_n, g, douts);
     for (std::size_t j = 0; j < s.subs.size(); ++j)
-      encoder_backward(m, s.subs[j].modality, s.subs[j].input, douts[j], g);
+      encoder_backward(m, s.subs[j].modality, s.subs[j].input, douts[j], g, s.subs[j].segments);
   }
   return loss;
 }
 
 template <orchmllm::communicator Comm>
-step_result run_rank(Comm& comm, std::uint64_t seed) {
+step_result run_rank(Comm& comm, std::uint64_t seed, bool split) {
   const rank_t me = comm.rank();
   const rank_t d = comm.size();
   const model m = init_model(seed);
-  const auto samples = make_rank_data(seed, me);
-  const auto decl = declarations();
+  const auto samples = make_rank_data(seed, me, split);
+  const auto decl = declarations(split);
 
   // Metadata and plan (the same on every rank). Nodes as the communicator sees them; the
   // metadata gather checks that the topology matches the communicator.
@@ -582,28 +672,33 @@ step_result run_rank(Comm& comm, std::uint64_t seed) {
   const auto text = move(step.routes.text(), text_local);
 
   // Encoders on the encoder ranks; outputs Π_E_k → Π_M (one all-to-all per encoder).
+  // What this rank encodes: encoder_view lists its units in Π_E_k slot order (whole sub-items,
+  // or with --split pieces of videos: a run of temporal groups each).
   std::vector<std::vector<MatrixXd>> enc_inputs(num_encoders);
+  std::vector<std::vector<std::int64_t>> enc_segments(num_encoders);  // 0: not a video
   std::vector<orchmllm::ragged_payload> emb(num_encoders);
   for (int k = 0; k < num_encoders; ++k) {
     const auto uk = static_cast<std::size_t>(k);
     const auto& in = enc_in[uk];
-    const auto& plan = step.encoders[uk].input;  // Π_E_k
-    const auto first = plan.dst_offsets()[static_cast<std::size_t>(me)];
+    const auto units = step.encoder_view(meta, k, me);
+    require(in.num_items() == static_cast<std::int64_t>(units.size()),
+            "encoder inputs arrived for another number of units than encoder_view lists");
     orchmllm::ragged_payload out;
     out.row_bytes = hidden * static_cast<std::int64_t>(sizeof(double));
     std::int64_t row = 0;
-    for (std::int64_t i = 0; i < in.num_items(); ++i) {
-      const auto rows = in.rows[static_cast<std::size_t>(i)];
-      const auto id = plan.source_of(first + i);  // global id within modality k
-      require(rows == meta.modalities[uk].input_rows[static_cast<std::size_t>(id)],
-              "encoder input of the wrong size");
+    for (std::size_t i = 0; i < units.size(); ++i) {
+      const auto& u = units[i];
+      const auto rows = in.rows[i];
+      require(rows == u.input_rows, "encoder input of the wrong size");
       auto x = read_matrix(in, row, rows, input_dim(k));
       row += rows;
-      const auto y = encoder_forward(m, k, x);
-      require(y.cols() == meta.modalities[uk].llm_tokens[static_cast<std::size_t>(id)],
-              "encoder output of the wrong size");
+      const std::int64_t segments =
+          split && k == vision ? u.last_segment - u.first_segment : 0;
+      const auto y = encoder_forward(m, k, x, segments);
+      require(y.cols() == u.llm_tokens, "encoder output of the wrong size");
       append_matrix(out, y);
       enc_inputs[uk].push_back(std::move(x));
+      enc_segments[uk].push_back(segments);
     }
     emb[uk] = move(step.routes.encoder_output(k), out);
   }
@@ -613,7 +708,9 @@ step_result run_rank(Comm& comm, std::uint64_t seed) {
   std::vector<orchmllm::ragged_payload> demb(num_encoders);
   for (int k = 0; k < num_encoders; ++k) {
     const auto uk = static_cast<std::size_t>(k);
-    require(emb[uk].num_items() == view.item_offsets[uk].back() &&
+    // (With splitting the payload holds pieces, llm_view sub-items: compare rows then.)
+    require((step.encoders[uk].pieces ||
+             emb[uk].num_items() == view.item_offsets[uk].back()) &&
                 emb[uk].total_rows() == view.row_offsets[uk].back(),
             "the composed route delivered another number of sub-items or rows than llm_view says");
     demb[uk].rows = emb[uk].rows;
@@ -637,7 +734,7 @@ step_result run_rank(Comm& comm, std::uint64_t seed) {
         const auto uk = static_cast<std::size_t>(k);
         const auto first = view.row_offsets[uk][static_cast<std::size_t>(idx)];
         const auto rows_k = view.row_offsets[uk][static_cast<std::size_t>(idx) + 1] - first;
-        require(rows_k == emb[uk].rows[static_cast<std::size_t>(idx)],
+        require(step.encoders[uk].pieces || rows_k == emb[uk].rows[static_cast<std::size_t>(idx)],
                 "a received encoder output has another row count than llm_view says");
         subs.push_back(read_matrix(emb[uk], first, rows_k, hidden));
         where.emplace_back(uk, first);
@@ -663,7 +760,8 @@ step_result run_rank(Comm& comm, std::uint64_t seed) {
       const auto& x = enc_inputs[uk][i];
       require(rows * (k == vision ? patches_per_token : frames_per_token) == x.cols(),
               "an output gradient of the wrong size");
-      encoder_backward(m, k, x, read_matrix(back, row, rows, hidden), grad_b);
+      encoder_backward(m, k, x, read_matrix(back, row, rows, hidden), grad_b,
+                       enc_segments[uk][i]);
       row += rows;
     }
   }
@@ -709,6 +807,12 @@ step_result run_rank(Comm& comm, std::uint64_t seed) {
   r.node_wise_dispatches = node_wise;
   r.stages = step.stages;
   r.plan_seconds = step.plan_seconds;
+  r.split = split;
+  const auto& vis_routes = step.encoders[static_cast<std::size_t>(vision)];
+  r.vision_units = vis_routes.units().num_items();
+  if (vis_routes.pieces)
+    for (std::int64_t g = 0; g < vis_routes.layout.num_items(); ++g)
+      if (vis_routes.pieces->num_pieces_of(g) > 1) ++r.cut_videos;
   return r;
 }
 
@@ -749,14 +853,16 @@ void print(const step_result& r, const char* backend, std::uint64_t seed) {
               "\"tokens\":%lld,\"parameters\":%lld,\"encoders\":%d,\"alltoalls_per_step\":%d,"
               "\"loss\":%.17g,\"loss_rel_diff\":%.6e,\"grad_max_rel_diff\":%.6e,"
               "\"tolerance\":%.1e,\"moved_bytes\":%lld,\"inter_node_bytes\":%lld,"
-              "\"dispatches\":%d,\"node_wise_dispatches\":%d,\"plan_ms\":%.3f,\"stages\":[",
+              "\"dispatches\":%d,\"node_wise_dispatches\":%d,\"plan_ms\":%.3f,\"split\":%s,"
+              "\"vision_units\":%lld,\"cut_videos\":%lld,\"stages\":[",
               backend, r.ranks, r.nodes, static_cast<unsigned long long>(seed),
               static_cast<long long>(r.samples), static_cast<long long>(r.sub_items[vision]),
               static_cast<long long>(r.sub_items[audio]), static_cast<long long>(r.tokens),
               static_cast<long long>(r.parameters), num_encoders, r.alltoalls_per_step, r.loss_b,
               r.loss_rel_diff, r.grad_max_rel_diff, tolerance, static_cast<long long>(moved),
               static_cast<long long>(inter), r.dispatches, r.node_wise_dispatches,
-              1e3 * r.plan_seconds);
+              1e3 * r.plan_seconds, r.split ? "true" : "false",
+              static_cast<long long>(r.vision_units), static_cast<long long>(r.cut_videos));
   for (std::size_t i = 0; i < r.stages.size(); ++i) {
     const auto& s = r.stages[i];
     std::printf("%s{\"name\":\"%s\",\"balancer\":\"%s\",\"imbalance_before\":%.6f,"
@@ -776,9 +882,9 @@ void print(const step_result& r, const char* backend, std::uint64_t seed) {
 /// (position embeddings beyond the longest sequence are skipped: their gradient is exactly 0).
 /// Error of parameter j: |fd_j - g_j| / max(|fd_j|, |g_j|, 1e-4); must be <= 1e-5 everywhere.
 /// Prints one JSON line; returns the exit status.
-int check_gradients(std::uint64_t seed) {
-  std::vector<sample_data> samples = make_rank_data(seed, 0);
-  for (auto& s : make_rank_data(seed, 1)) samples.push_back(std::move(s));
+int check_gradients(std::uint64_t seed, bool split) {
+  std::vector<sample_data> samples = make_rank_data(seed, 0, split);
+  for (auto& s : make_rank_data(seed, 1, split)) samples.push_back(std::move(s));
   std::int64_t tokens = 0, longest = 0, subs[num_encoders] = {0, 0};
   for (const auto& s : samples) {
     for (const auto& d : s.subs) ++subs[d.modality];
@@ -849,12 +955,14 @@ struct args {
   std::optional<rank_t> ranks_per_node;
   std::uint64_t seed = 1;
   bool check = false;
+  bool split = false;
 };
 
 constexpr const char* usage_text =
     "usage: mpirun -np N mllm_training [--ranks-per-node G] [--seed S]\n"
     "       mllm_training --backend local --ranks N [--ranks-per-node G] [--seed S]\n"
-    "       mllm_training --check-gradients [--seed S]";
+    "       mllm_training --check-gradients [--seed S]\n"
+    "       (any of them with --split: segmented videos, split across ranks)";
 
 using orchmllm::tool::flag_spec;
 
@@ -868,6 +976,8 @@ const std::vector<flag_spec>& flags() {
        false},
       {"seed", "S", "seed of the synthetic data, >= 0; default 1", false},
       {"check-gradients", "", "finite-difference check of the gradients, one process", false},
+      {"split", "", "videos of temporal groups, per-group attention, vision stage splits",
+       false},
   };
   return specs;
 }
@@ -879,6 +989,7 @@ std::string parse(int argc, char** argv, args& a) {
   try {
     const auto p = orchmllm::tool::parse_flags(flags(), words);
     a.check = p.has("check-gradients");
+    a.split = p.has("split");
     if (const auto backend = p.get("backend")) {
       if (*backend != "local" && *backend != "mpi")
         return "--backend must be local or mpi, not " + orchmllm::tool::quote_text(*backend);
@@ -909,7 +1020,7 @@ int run_local(const args& a) {
   orchmllm::local::run(
       a.ranks,
       [&](orchmllm::local::communicator& comm) {
-        auto r = run_rank(comm, a.seed);
+        auto r = run_rank(comm, a.seed, a.split);
         if (comm.rank() == 0) {
           std::lock_guard lock(mu);
           result = std::move(r);
@@ -936,7 +1047,7 @@ int run_mpi(int argc, char** argv, const args& a) {
     orchmllm::mpi::communicator::options copts;
     copts.ranks_per_node = a.ranks_per_node.value_or(0);
     orchmllm::mpi::communicator comm(MPI_COMM_WORLD, copts);
-    const auto r = run_rank(comm, a.seed);  // identical on every rank
+    const auto r = run_rank(comm, a.seed, a.split);  // identical on every rank
     if (comm.rank() == 0) print(r, "mpi", a.seed);
     return passed(r) ? 0 : 1;
   } catch (const orchmllm::error& e) {
@@ -964,7 +1075,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    if (a.check) return check_gradients(a.seed);
+    if (a.check) return check_gradients(a.seed, a.split);
     std::string backend = a.backend;
 #if defined(ORCHMLLM_HAS_MPI)
     if (backend.empty()) backend = launched_by_mpi() ? "mpi" : "local";

@@ -1,5 +1,5 @@
-# Check of the mllm_training integration program (ctests integration.mllm_training.local / .mpi,
-# registered in tests/integration/CMakeLists.txt):
+# Check of the mllm_training integration program (ctests integration.mllm_training.local / .mpi and
+# their .split variants, registered in tests/integration/CMakeLists.txt):
 #
 #   cmake -P tests/integration/mllm_training_check.cmake -- <command> [args...]
 #
@@ -7,7 +7,8 @@
 # last line of its standard output is one JSON object with
 #   grad_max_rel_diff <= 1e-10 and loss_rel_diff <= 1e-10 (numbers),
 #   encoders == 2, alltoalls_per_step == 7 (3K + 1),
-#   stages: 3 entries with name, imbalance_before and imbalance_after, one name containing "llm".
+#   stages: 3 entries with name, imbalance_before and imbalance_after, one name containing "llm",
+#   and, when it has "split": true (--split), cut_videos >= 1.
 # The program's output is echoed so that ctest --output-on-failure shows it.
 
 cmake_minimum_required(VERSION 3.25)
@@ -83,5 +84,13 @@ foreach(_s RANGE 0 ${_last_stage})
 endforeach()
 if(NOT _llm)
   message(FATAL_ERROR "no stage name contains 'llm': ${_line}")
+endif()
+# --split runs: the step must really have cut a video across ranks.
+string(JSON _split ERROR_VARIABLE _e GET "${_line}" split)
+if(NOT _e AND _split)
+  get_number(cut_videos _cut)
+  if(_cut LESS 1)
+    message(FATAL_ERROR "split run that cut no video: ${_line}")
+  endif()
 endif()
 message(STATUS "mllm_training: grad_max_rel_diff and loss_rel_diff within 1e-10")

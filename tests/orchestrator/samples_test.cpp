@@ -179,3 +179,29 @@ TEST_CASE("batches from projections plan like hand-written ones") {
   const auto batch = from_projections(bad);
   expect_invalid([&] { (void)orchmllm::make_step_metadata({batch}, 2); }, {"rank 0", "-3"});
 }
+
+TEST_CASE("make_local_batch carries every sub-item's segment count") {
+  struct Video {
+    std::int64_t groups;
+  };
+  struct Clip {
+    std::vector<Video> videos;
+  };
+  const auto size = [](const Video& v) {
+    return sub_item_size{v.groups * 64, v.groups * 64, v.groups * 16, v.groups};
+  };
+  const std::vector<Clip> samples = {{{{3}, {1}}}, {{}}, {{{24}}}};
+  const auto b = orchmllm::make_local_batch(
+      samples, [](const Clip&) { return 5; }, orchmllm::modality(&Clip::videos, size));
+  REQUIRE(b.sub_items.size() == 3);
+  CHECK(b.sub_items[0] == sub_item{0, 0, 192, 192, 48, 3});
+  CHECK(b.sub_items[1] == sub_item{0, 0, 64, 64, 16, 1});
+  CHECK(b.sub_items[2] == sub_item{0, 2, 1536, 1536, 384, 24});
+  // A size without segments is one segment.
+  const auto plain = orchmllm::make_local_batch(
+      samples, [](const Clip&) { return 5; },
+      orchmllm::modality(&Clip::videos, [](const Video& v) {
+        return sub_item_size{v.groups, v.groups, v.groups};
+      }));
+  for (const auto& s : plain.sub_items) CHECK(s.segments == 1);
+}

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -111,6 +112,27 @@ TEST_CASE("stage_declarations::validate") {
     auto e = two_encoders();
     e.llm.name.clear();
     expect_invalid([&] { e.validate(); }, {"LLM stage has no name"});
+  }
+  SUBCASE("split options, named by stage") {
+    auto d = two_encoders();
+    d.encoders[1].split = orchmllm::split_options{};  // padded without segments: allowed
+    CHECK_NOTHROW(d.validate());
+    d.encoders[0].split = orchmllm::split_options{.min_piece_segments = 0};
+    expect_invalid([&] { d.validate(); }, {"stage 'vision'", "min_piece_segments is 0"});
+    d.encoders[0].split = orchmllm::split_options{.max_pieces = 0};
+    expect_invalid([&] { d.validate(); }, {"stage 'vision'", "max_pieces is 0"});
+    d.encoders[0].split = orchmllm::split_options{.rounds = 0};
+    expect_invalid([&] { d.validate(); }, {"stage 'vision'", "rounds is 0"});
+    d.encoders[0].split = orchmllm::split_options{.tolerance = -1};
+    expect_invalid([&] { d.validate(); }, {"stage 'vision'", "tolerance is -1"});
+    // Splitting runs balance_split: the application's balancer is refused.
+    d.encoders[0].split = orchmllm::split_options{};
+    d.encoders[0].balancer = orchmllm::stage_balancer(
+        [](const auto& p) { return orchmllm::balancers::lpt{}(p); }, "mine");
+    expect_invalid([&] { d.validate(); },
+                   {"stage 'vision'", "splitting needs a built-in balancer", "'mine'"});
+    d.encoders[0].balancer = orchmllm::balancers::lpt{};  // a built-in object is fine
+    CHECK_NOTHROW(d.validate());
   }
   SUBCASE("duplicate names") {
     auto d = two_encoders();
@@ -230,6 +252,9 @@ TEST_CASE("fingerprint: equal declarations agree, every field change differs") {
       {"encoder input row bytes", [](auto& d) { d.encoders[0].input_row_bytes = 25; }},
       {"encoder output row bytes", [](auto& d) { d.encoders[1].output_row_bytes = 31; }},
       {"encoder order", [](auto& d) { std::swap(d.encoders[0], d.encoders[1]); }},
+      {"encoder split", [](auto& d) { d.encoders[0].split = orchmllm::split_options{}; }},
+      {"encoder split rules",
+       [](auto& d) { d.encoders[0].split = orchmllm::split_options{.max_pieces = 4}; }},
       {"one encoder fewer", [](auto& d) { d.encoders.pop_back(); }},
       {"one encoder more", [](auto& d) { d.encoders.push_back(encoder_stage{.name = "video"}); }},
       {"llm name", [](auto& d) { d.llm.name = "llm2"; }},
@@ -351,6 +376,21 @@ TEST_CASE("make_step_metadata rejects malformed batches naming the rank") {
     expect_invalid([&] { (void)orchmllm::make_step_metadata({bad}, 1); },
                    {"rank 0", "sub-item 0", "negative"});
   }
+  // Segments: at least 1, at most 2^31, dividing the encoder length, input rows and LLM tokens.
+  for (const auto [length, rows, tokens, segments] :
+       std::vector<std::array<std::int64_t, 4>>{{9, 4, 2, 2}, {8, 3, 2, 2}, {8, 4, 3, 2},
+                                               {8, 4, 2, 0}, {8, 4, 2, -3},
+                                               {0, 0, 0, (std::int64_t{1} << 31) + 1}}) {
+    bad = ok;
+    bad.sub_items[0] = {0, 1, length, rows, tokens, segments};
+    expect_invalid([&] { (void)orchmllm::make_step_metadata({ok, bad}, 1); },
+                   {"rank 1", "sub-item 0 has " + std::to_string(segments) + " segments",
+                    "divide its encoder length, input rows and LLM tokens"});
+  }
+  bad = ok;
+  bad.sub_items[0] = {0, 1, 0, 0, 0, std::int64_t{1} << 31};  // zero sizes: any S divides
+  CHECK(orchmllm::make_step_metadata({bad}, 1).modalities[0].segments ==
+        vec{std::int64_t{1} << 31});
   // A sub-item in a batch without samples has no parent.
   local_batch orphan;
   orphan.sub_items = ok.sub_items;

@@ -20,13 +20,14 @@
 ///     equal width get their exact bytes;
 ///   - parent = the item's parent (the sample whose sequence the piece's outputs belong to),
 ///     so a piece's output rows go to position `row_offset(p)` of its item's rows in the
-///     parent sample (the later route wiring of issue 14).
+///     parent sample (what the orchestrator's composed route does, `encoder_stage::split`).
 /// Since the pieces of an item are its rows in order, on its rank, a rank's payload laid out
 /// item by item is the same bytes laid out piece by piece (exactly when an item's bytes are
 /// its length × a row width, where the apportioned bytes are whole rows): a route over
 /// `layout()` moves the pieces' input rows from the items' buffers as they are. With per-piece
 /// output sizes from `piece_sums` (per-segment LLM tokens), the pieces can stand for the
-/// stage's sub-items in the orchestrator's routes (not wired yet): consecutive ids of one
+/// stage's sub-items in the orchestrator's routes (`encoder_stage::split`,
+/// orchestrator/stages.hpp; `encoder_routes::pieces`): consecutive ids of one
 /// parent in segment order, so their outputs land in order in the parent's sequence.
 /// A cut where every item is one piece (`whole`) has `layout() == items`.
 ///

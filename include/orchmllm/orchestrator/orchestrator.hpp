@@ -37,6 +37,12 @@
 ///    source layout is Π_E_k's destination layout (what the encoder ranks hold), so encoder
 ///    outputs move once, straight from encoder ranks to LLM ranks.
 ///  * The gradient route (`encoders[k].gradient`) is the composed route's inverse.
+///  * Segmented sub-items (`sub_item::segments` = S > 1) cost the sum of their S segment costs;
+///    a stage with `encoder_stage::split` is balanced by `balance_split`, and then Π_E_k, L_k
+///    and both routes move *pieces* (`encoders[k].pieces`; runs of segments, with their share
+///    of the input rows and LLM tokens). L_k hands a split sub-item's pieces consecutive slots
+///    in segment order, so its outputs arrive as one run of rows, in order, where the whole
+///    sub-item's would; `step_plan::encoder_view` tells an encoder rank what it runs.
 ///
 /// Receive order on an LLM rank (what the trainer relies on to place encoder outputs):
 ///  * text payload along Π_M: the rank's samples in LLM slot order (increasing origin sample
@@ -182,6 +188,15 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
                                      i);
     out.encoders[k].layout =
         batch_layout(mod.offsets, mod.encoder_length, std::move(bytes), mod.parent);
+    // Segmented sub-items: S equal segments each (checked when the metadata was built), so
+    // their costs are per segment. Without any, the layout is the one above, bit for bit.
+    if (std::any_of(mod.segments.begin(), mod.segments.end(), [](auto s) { return s != 1; })) {
+      ORCHMLLM_REQUIRE(!decl.encoders[k].policy.is_padded(), invalid_argument_error, "stage '",
+                       decl.encoders[k].name,
+                       "': segmented sub-items need the packed policy (padded policies do not "
+                       "support segments)");
+      out.encoders[k].layout = out.encoders[k].layout.with_equal_segments(mod.segments);
+    }
   }
 
   out.layout_seconds = lap();
@@ -197,9 +212,11 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
                                                                 : std::launch::deferred,
                                        [&, k] {
                                          return in_stage(decl.encoders[k].name, [&] {
-                                           return detail::plan_stage(decl.encoders[k],
-                                                                     out.encoders[k].layout,
-                                                                     topo, out.stages[k]);
+                                           const auto& split = decl.encoders[k].split;
+                                           return detail::plan_stage(
+                                               decl.encoders[k], out.encoders[k].layout, topo,
+                                               out.stages[k], split ? &*split : nullptr,
+                                               &out.encoders[k].pieces);
                                          });
                                        }));
   std::optional<detail::step_route_builder> routes;
@@ -234,7 +251,9 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     auto& er = out.encoders[k];
 
     // L_k and the composed route: walk the LLM ranks' slots in order; each slot's sample hands
-    // out the next slots of its modality-k sub-items (in increasing id = original order).
+    // out the next slots of its modality-k sub-items (in increasing id = original order), and
+    // each sub-item those of its units (itself, or its pieces in segment order), so a split
+    // sub-item's outputs arrive as one run of rows, in order.
     std::vector<std::int64_t> sub_off(static_cast<std::size_t>(meta.num_samples()) + 1, 0);
     for (auto p : mod.parent) ++sub_off[static_cast<std::size_t>(p) + 1];
     for (std::size_t g = 0; g + 1 < sub_off.size(); ++g) sub_off[g + 1] += sub_off[g];
@@ -245,7 +264,9 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
         subs[static_cast<std::size_t>(fill[static_cast<std::size_t>(mod.parent[i])]++)] =
             static_cast<std::int64_t>(i);
     }
-    std::vector<placement> lifted(mod.parent.size()), composed(mod.parent.size());
+    const batch_layout& units = er.units();
+    const auto n_units = static_cast<std::size_t>(units.num_items());
+    std::vector<placement> lifted(n_units), composed(n_units);
     const auto eoff = er.input.dst_offsets();
     for (rank_t r = 0; r < d; ++r) {
       std::int64_t slot = 0;
@@ -254,15 +275,20 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
         const auto g = static_cast<std::size_t>(out.llm.source_of(h));
         for (auto j = sub_off[g]; j < sub_off[g + 1]; ++j) {
           const auto i = subs[static_cast<std::size_t>(j)];
-          lifted[static_cast<std::size_t>(i)] = {r, slot};
-          const auto e = er.input.destination_of(i);
-          composed[static_cast<std::size_t>(eoff[static_cast<std::size_t>(e.rank)] + e.slot)] = {
-              r, slot};
-          ++slot;
+          const auto first = er.pieces ? er.pieces->first_piece(i) : i;
+          const auto last = er.pieces ? er.pieces->first_piece(i + 1) : i + 1;
+          for (auto u = first; u < last; ++u) {
+            lifted[static_cast<std::size_t>(u)] = {r, slot};
+            const auto e = er.input.destination_of(u);
+            composed[static_cast<std::size_t>(eoff[static_cast<std::size_t>(e.rank)] +
+                                              e.slot)] = {r, slot};
+            ++slot;
+          }
         }
       }
     }
-    er.lifted = rearrangement::from_placements(mod.offsets, lifted, d);
+    er.lifted = er.pieces ? rearrangement::from_placements(units.offsets(), lifted, d)
+                          : rearrangement::from_placements(mod.offsets, lifted, d);
     er.output = rearrangement::from_placements(eoff, composed, d);
     er.gradient = er.output.inverse();
   };

@@ -45,6 +45,7 @@ struct sub_item_size {
   std::int64_t encoder_length = 0;  ///< what the encoder's cost model reads
   std::int64_t input_rows = 0;      ///< encoder input rows that travel to the encoder
   std::int64_t llm_tokens = 0;      ///< encoder output rows (LLM tokens) it becomes
+  std::int64_t segments = 1;        ///< equal segments S (`sub_item::segments`); 1: none
 };
 
 /// How to read one modality's sub-items from a sample: `std::invoke(items, sample)` gives them
@@ -120,7 +121,8 @@ local_batch make_local_batch(Samples&& samples, Text text,
     const auto add = [&](const auto& m) {
       detail::for_each_sub_item(std::invoke(m.items, sample), [&](const auto& item) {
         const sub_item_size s = std::invoke(m.size, item);
-        b.sub_items.push_back({k, parent, s.encoder_length, s.input_rows, s.llm_tokens});
+        b.sub_items.push_back(
+            {k, parent, s.encoder_length, s.input_rows, s.llm_tokens, s.segments});
       });
       ++k;
     };
@@ -143,7 +145,7 @@ local_batch make_local_batch(Samples&& samples) {
     b.text_tokens.push_back(static_cast<std::int64_t>(traits::text_tokens(sample)));
     traits::sub_items(sample, [&](int modality, const sub_item_size& s) {
       b.sub_items.push_back({static_cast<std::int32_t>(modality), parent, s.encoder_length,
-                             s.input_rows, s.llm_tokens});
+                             s.input_rows, s.llm_tokens, s.segments});
     });
     ++parent;
   }

@@ -33,6 +33,7 @@
 #include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/balance/balancers.hpp"
 #include "orchmllm/balance/problem.hpp"
+#include "orchmllm/balance/split.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/constraints.hpp"
 #include "orchmllm/core/cost_model.hpp"
@@ -265,6 +266,14 @@ struct encoder_stage {
   stage_mapper mapper{};
   std::int64_t input_row_bytes = 0;   ///< bytes of one encoder input row (a patch, a mel frame)
   std::int64_t output_row_bytes = 0;  ///< bytes of one encoder output row (one LLM token)
+  /// Opt-in splitting (issue 14): when set, the stage's segmented sub-items (`sub_item::segments`
+  /// > 1) may be cut at segment boundaries into pieces encoded on different ranks, balanced by
+  /// `balance_split` (balance/split.hpp) with these rules and the stage's balancer options; the
+  /// stage's plan, routes and `step_plan::encoder_view` are then over pieces
+  /// (`encoder_routes::pieces`). Needs the packed policy when sub-items are segmented and a
+  /// built-in balancer (`options.method` or a built-in `balancer` object). Empty by default:
+  /// sub-items stay whole; set without segmented sub-items it changes no plan.
+  std::optional<split_options> split{};
 };
 
 /// The LLM stage: whole samples.
@@ -335,6 +344,17 @@ struct stage_declarations {
                        "stage '", e.name, "': row widths ", e.input_row_bytes, " and ",
                        e.output_row_bytes, " must be >= 0");
       check_options(e.name, detail::stage_options(e), e.policy);
+      if (e.split) {
+        try {
+          detail::check_split_options<double>(*e.split);
+        } catch (const invalid_argument_error& err) {
+          detail::raise<invalid_argument_error>(detail::concat("stage '", e.name, "': ",
+                                                               err.message()));
+        }
+        ORCHMLLM_REQUIRE(!e.balancer.custom(), invalid_argument_error, "stage '", e.name,
+                         "': splitting needs a built-in balancer, not the application's '",
+                         e.balancer.name(), "'");
+      }
       names.push_back(e.name);
     }
     ORCHMLLM_REQUIRE(!llm.name.empty(), invalid_argument_error, "the LLM stage has no name");
@@ -411,7 +431,7 @@ void mix_stage(fnv& f, const Stage& stage) {
 
 /// 64-bit fingerprint of the declarations: names, cost models (by their values at twelve fixed
 /// lengths), policies (a trainer's padding rule by its name), balancer options, mappings (a
-/// custom balancer or mapper by its name) and row widths. Equal declarations give equal
+/// custom balancer or mapper by its name), row widths and split options. Equal declarations give equal
 /// fingerprints on every platform; two cost models that agree on all probe lengths are treated
 /// as equal, and so are two padding rules, balancers or mappers of the same name. O(K), never
 /// throws (a throwing cost model aside).
@@ -422,6 +442,14 @@ void mix_stage(fnv& f, const Stage& stage) {
     detail::mix_stage(f, e);
     f.mix(static_cast<std::uint64_t>(e.input_row_bytes));
     f.mix(static_cast<std::uint64_t>(e.output_row_bytes));
+    // Only a stage that splits mixes more (existing fingerprints stay).
+    if (e.split) {
+      f.mix(std::string_view("split"));
+      f.mix(static_cast<std::uint64_t>(e.split->min_piece_segments));
+      f.mix(static_cast<std::uint64_t>(e.split->max_pieces));
+      f.mix(static_cast<std::uint64_t>(e.split->rounds));
+      f.mix_double(e.split->tolerance);
+    }
   }
   detail::mix_stage(f, decl.llm);
   f.mix(static_cast<std::uint64_t>(decl.llm.text_row_bytes));
@@ -435,6 +463,14 @@ struct sub_item {
   std::int64_t encoder_length = 0;  ///< what the encoder's cost model reads
   std::int64_t input_rows = 0;      ///< encoder input rows that travel to the encoder
   std::int64_t llm_tokens = 0;      ///< encoder output rows (LLM tokens) it becomes
+  /// S ≥ 1 equal segments that its encoder processes independently (the temporal patch groups
+  /// of a video, the 30 s windows of a recording): encoder_length, input_rows and llm_tokens
+  /// must each be divisible by S, and segment i is rows [i·input_rows/S, (i+1)·input_rows/S)
+  /// of its input and tokens [i·llm_tokens/S, (i+1)·llm_tokens/S) of its output. Its cost is
+  /// the sum of S segment costs of length encoder_length/S (packed), and a stage with
+  /// `encoder_stage::split` may cut it at segment boundaries. 1 (the default) costs nothing:
+  /// the metadata, plans and routes are those of a sub-item without segments.
+  std::int64_t segments = 1;
   friend bool operator==(const sub_item&, const sub_item&) = default;
 };
 
@@ -461,8 +497,15 @@ struct step_metadata {
     std::vector<std::int64_t> encoder_length;
     std::vector<std::int64_t> input_rows;
     std::vector<std::int64_t> llm_tokens;
+    /// S of every sub-item (`sub_item::segments`); may be left empty in metadata built by
+    /// hand, which means S = 1 for all.
+    std::vector<std::int64_t> segments;
     [[nodiscard]] std::int64_t size() const noexcept {
       return static_cast<std::int64_t>(parent.size());
+    }
+    /// S of sub-item i (1 when `segments` is empty). O(1).
+    [[nodiscard]] std::int64_t segments_of(std::int64_t i) const noexcept {
+      return segments.empty() ? 1 : segments[static_cast<std::size_t>(i)];
     }
   };
   rank_t ranks = 0;
@@ -501,6 +544,7 @@ enum class batch_fault : std::int64_t {
   bad_modality,
   bad_parent,
   negative_value,
+  bad_segments,
 };
 
 inline std::string describe(batch_fault f, std::int64_t where, std::int64_t detail_value,
@@ -517,6 +561,10 @@ inline std::string describe(batch_fault f, std::int64_t where, std::int64_t deta
                     ", which does not exist");
     case batch_fault::negative_value:
       return concat("sub-item ", where, " has a negative length, row count or token count");
+    case batch_fault::bad_segments:
+      return concat("sub-item ", where, " has ", detail_value,
+                    " segments: must be in [1, 2^31] and divide its encoder length, input rows "
+                    "and LLM tokens");
   }
   return "?";
 }
@@ -526,6 +574,10 @@ struct fault_report {
   std::int64_t where = 0;
   std::int64_t value = 0;
 };
+
+// The most segments a sub-item may declare: S − 1 travels in the high 32 bits of the modality
+// word of the metadata exchange (gather_metadata.hpp).
+inline constexpr std::int64_t max_segments = std::int64_t{1} << 31;
 
 inline fault_report check_local_batch(const local_batch& b, int encoders) {
   for (std::size_t i = 0; i < b.text_tokens.size(); ++i)
@@ -540,6 +592,10 @@ inline fault_report check_local_batch(const local_batch& b, int encoders) {
       return {batch_fault::bad_parent, static_cast<std::int64_t>(i), s.parent};
     if (s.encoder_length < 0 || s.input_rows < 0 || s.llm_tokens < 0)
       return {batch_fault::negative_value, static_cast<std::int64_t>(i), 0};
+    if (s.segments != 1 &&
+        (s.segments < 1 || s.segments > max_segments || s.encoder_length % s.segments != 0 ||
+         s.input_rows % s.segments != 0 || s.llm_tokens % s.segments != 0))
+      return {batch_fault::bad_segments, static_cast<std::int64_t>(i), s.segments};
   }
   return {};
 }
@@ -558,6 +614,7 @@ inline void append_rank(step_metadata& m, const local_batch& b) {
     mod.encoder_length.push_back(s.encoder_length);
     mod.input_rows.push_back(s.input_rows);
     mod.llm_tokens.push_back(s.llm_tokens);
+    mod.segments.push_back(s.segments);
   }
   for (auto& mod : m.modalities) mod.offsets.push_back(mod.size());
   for (const auto& list : per_sample) {

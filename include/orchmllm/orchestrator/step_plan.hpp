@@ -16,6 +16,7 @@
 #include "orchmllm/comm/route.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
+#include "orchmllm/core/pieces.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/orchestrator/stages.hpp"
 #include "orchmllm/topology/topology.hpp"
@@ -29,7 +30,7 @@ struct stage_report {
   balance_method used{};                 ///< the balancer whose plan was kept
   double makespan_before = 0;       ///< max over ranks of the stage cost, as sampled
   double makespan_after = 0;
-  double lower_bound = 0;           ///< makespan_lower_bound
+  double lower_bound = 0;           ///< makespan_lower_bound (a splitting stage: split_lower_bound)
   double imbalance_before = 1;      ///< max / mean of the stage cost over ranks, as sampled
   double imbalance_after = 1;
   std::int64_t max_tokens_before = 0;  ///< peak token footprint of a rank (policy's measure)
@@ -44,13 +45,43 @@ struct stage_report {
   double report_seconds = 0;   ///< the figures of this report (`compute_statistics`)
 };
 
-/// Plans and routes of one encoder stage.
+/// Plans and routes of one encoder stage. Its *units* are its sub-items, or, when the stage
+/// splits (`encoder_stage::split`), the pieces of its sub-items (`pieces`): the plans below
+/// move units, and a unit's payload is its rows (input rows of its segments, LLM tokens of its
+/// segments).
 struct encoder_routes {
-  batch_layout layout;      ///< the stage's layout (origin order; lengths, input bytes, parents)
-  rearrangement input;      ///< Π_E_k: origin sub-items → encoder ranks
-  rearrangement lifted;     ///< L_k: origin sub-items → the LLM rank of their parent sample
+  /// The stage's sub-items (origin order; encoder lengths with their segments, input bytes,
+  /// parents).
+  batch_layout layout;
+  /// With `encoder_stage::split`: the cut `balance_split` chose (`pieces->layout()`: the pieces
+  /// as items, on their sub-item's origin rank, in (sub-item, first segment) order; piece p is
+  /// segments [first_segment(p), last_segment(p)) of sub-item item_of(p)). Empty without.
+  std::optional<piece_layout> pieces;
+  rearrangement input;      ///< Π_E_k: origin units → encoder ranks
+  rearrangement lifted;     ///< L_k: origin units → the LLM rank of their parent sample
   rearrangement output;     ///< L_k ∘ Π_E_k⁻¹: encoder ranks → LLM ranks (encoder outputs)
   rearrangement gradient;   ///< output⁻¹: LLM ranks → encoder ranks (gradients of the outputs)
+
+  /// The layout the plans are over: `pieces->layout()` when the stage splits, else `layout`.
+  [[nodiscard]] const batch_layout& units() const noexcept {
+    return pieces ? pieces->layout() : layout;
+  }
+};
+
+/// One unit an encoder rank runs (`step_plan::encoder_view`): a whole sub-item, or a piece of
+/// one when its stage splits.
+struct encoder_unit {
+  std::int64_t sub_item = 0;       ///< global id of its sub-item within the modality
+  std::int64_t first_segment = 0;  ///< its segments [first_segment, last_segment) of the
+  std::int64_t last_segment = 1;   ///< sub-item's `segments` (0 and S for a whole sub-item)
+  std::int64_t segments = 1;       ///< S of the sub-item
+  std::int64_t input_rows = 0;     ///< its input rows (= its rows in the received payload)
+  std::int64_t llm_tokens = 0;     ///< its output rows
+  /// Whether it is the whole sub-item.
+  [[nodiscard]] bool whole() const noexcept {
+    return first_segment == 0 && last_segment == segments;
+  }
+  friend bool operator==(const encoder_unit&, const encoder_unit&) = default;
 };
 
 /// What an LLM rank needs to assemble its sequences (see the file comment).
@@ -125,7 +156,46 @@ struct step_plan {
     return 3 * static_cast<int>(encoders.size()) + 1;
   }
 
+  /// What encoder rank r runs for stage k: its received units in Π_E_k slot order (the order
+  /// of the payload that `step_routes::encoder_input(k)` delivers, and of the outputs it sends
+  /// along `encoder_output(k)`), each with its sub-item, segment range and row counts. A unit's
+  /// output rows are those of its segments, in segment order (segment i of a sub-item of S
+  /// segments owns output rows [i·llm_tokens/S, (i+1)·llm_tokens/S)). O(units of r). Throws
+  /// `invalid_argument_error` for k outside [0, K) or r outside [0, d).
+  [[nodiscard]] std::vector<encoder_unit> encoder_view(const step_metadata& meta, int k,
+                                                       rank_t r) const {
+    ORCHMLLM_REQUIRE(k >= 0 && static_cast<std::size_t>(k) < encoders.size(),
+                     invalid_argument_error, "encoder stage ", k, " outside [0, ",
+                     encoders.size(), ")");
+    const auto& er = encoders[static_cast<std::size_t>(k)];
+    const auto& mod = meta.modalities[static_cast<std::size_t>(k)];
+    ORCHMLLM_REQUIRE(r >= 0 && r < er.input.num_dst_ranks(), invalid_argument_error, "rank ", r,
+                     " outside [0, ", er.input.num_dst_ranks(), ")");
+    const auto doff = er.input.dst_offsets();
+    std::vector<encoder_unit> out;
+    out.reserve(static_cast<std::size_t>(doff[static_cast<std::size_t>(r) + 1] -
+                                         doff[static_cast<std::size_t>(r)]));
+    for (auto h = doff[static_cast<std::size_t>(r)]; h < doff[static_cast<std::size_t>(r) + 1];
+         ++h) {
+      const std::int64_t u = er.input.source_of(h);
+      encoder_unit e;
+      e.sub_item = er.pieces ? er.pieces->item_of(u) : u;
+      const auto g = static_cast<std::size_t>(e.sub_item);
+      e.segments = mod.segments_of(e.sub_item);
+      e.first_segment = er.pieces ? er.pieces->first_segment(u) : 0;
+      e.last_segment = er.pieces ? er.pieces->last_segment(u) : e.segments;
+      const std::int64_t n = e.last_segment - e.first_segment;
+      e.input_rows = mod.input_rows[g] / e.segments * n;
+      e.llm_tokens = mod.llm_tokens[g] / e.segments * n;
+      out.push_back(e);
+    }
+    return out;
+  }
+
   /// The receive layout of LLM rank r (see llm_rank_view). O(its samples and sub-items + d).
+  /// With splitting, the modality-k payload holds units (one `rows` entry per piece), while
+  /// this view indexes sub-items: the pieces of a sub-item arrive consecutively in segment
+  /// order, so its rows [row_offsets[k][j], row_offsets[k][j + 1]) are its whole output.
   /// Throws `invalid_argument_error` for r outside [0, d).
   [[nodiscard]] llm_rank_view llm_view(const step_metadata& meta, rank_t r) const {
     ORCHMLLM_REQUIRE(r >= 0 && r < llm.num_dst_ranks(), invalid_argument_error, "rank ", r,

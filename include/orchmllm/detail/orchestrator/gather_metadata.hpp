@@ -75,13 +75,16 @@ step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
                                       all[r].where, all[r].value, kc));
   }
   // Pack: text tokens, then (modality, parent, length, input rows, llm tokens) per sub-item.
+  // The segment count S rides in the modality word as (S − 1) · 2^32 (both were checked on
+  // every rank above: 0 ≤ modality < K < 2^31, 1 ≤ S ≤ 2^31), so S = 1 sends the words of a
+  // batch without segments, bit for bit.
   std::vector<std::int64_t> words;
   words.reserve(local.text_tokens.size() + 5 * local.sub_items.size());
   words.insert(words.end(), local.text_tokens.begin(), local.text_tokens.end());
   for (const auto& s : local.sub_items)
     words.insert(words.end(),
-                  {static_cast<std::int64_t>(s.modality), s.parent, s.encoder_length,
-                   s.input_rows, s.llm_tokens});
+                  {static_cast<std::int64_t>(s.modality) + ((s.segments - 1) << 32), s.parent,
+                   s.encoder_length, s.input_rows, s.llm_tokens});
   std::vector<std::int64_t> counts(d);
   for (std::size_t r = 0; r < d; ++r) counts[r] = all[r].samples + 5 * all[r].sub_items;
   const std::vector<std::int64_t> global =
@@ -97,8 +100,8 @@ step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
     at += static_cast<std::size_t>(all[r].samples);
     b.sub_items.resize(static_cast<std::size_t>(all[r].sub_items));
     for (auto& s : b.sub_items) {
-      s = {static_cast<std::int32_t>(global[at]), global[at + 1], global[at + 2], global[at + 3],
-           global[at + 4]};
+      s = {static_cast<std::int32_t>(global[at] & 0xffffffff), global[at + 1], global[at + 2],
+           global[at + 3], global[at + 4], (global[at] >> 32) + 1};
       at += 5;
     }
     detail::append_rank(m, b);

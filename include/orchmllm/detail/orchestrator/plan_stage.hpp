@@ -13,6 +13,8 @@
 #include <chrono>
 
 #include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/balance/split.hpp"
+#include "orchmllm/core/pieces.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/core/statistics.hpp"
@@ -25,10 +27,13 @@ namespace orchmllm {
 
 namespace detail {
 
-// Balance + map one stage; fills its report. `bytes` are the layout's item bytes.
+// Balance + map one stage; fills its report. `bytes` are the layout's item bytes. With `split`
+// (an encoder stage that splits), the stage is balanced by balance_split, the cut goes to
+// `*pieces`, and the plan, mapping and report are over the pieces.
 template <class Stage>
 rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const topology& topo,
-                         stage_report& rep) {
+                         stage_report& rep, const split_options* split = nullptr,
+                         std::optional<piece_layout>* pieces = nullptr) {
   balance_options opt = detail::stage_options(stage);
   ORCHMLLM_REQUIRE(opt.node_of_rank.empty() ||
                        opt.node_of_rank.size() == static_cast<std::size_t>(topo.num_ranks()),
@@ -36,7 +41,6 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
                    opt.node_of_rank.size(), " entries for ", topo.num_ranks(), " ranks");
   if (opt.method == balance_method::locality && opt.node_of_rank.empty())
     opt.node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
-  const std::span<const std::int64_t> bytes = layout.item_bytes();
   // Balance in the model's own computation type (exact integers for integral models); the
   // report carries the figures as double.
   mapping_result mapped = stage.cost.visit([&](const auto& cost) {
@@ -53,21 +57,32 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
       const auto t1 = std::chrono::steady_clock::now();
       return std::chrono::duration<double>(t1 - std::exchange(t0, t1)).count();
     };
-    const auto balanced = stage.balancer.custom()
-                              ? balance(layout, cost, stage.policy, custom, opt.limits)
-                              : balance(layout, cost, stage.policy, opt);
+    std::optional<Cost> split_bound;
+    const auto balanced = [&] {
+      if (split) {
+        auto s = balance_split(layout, cost, stage.policy, opt, *split);
+        *pieces = std::move(s.pieces);
+        split_bound = s.lower_bound;
+        return std::move(s.balance);
+      }
+      return stage.balancer.custom() ? balance(layout, cost, stage.policy, custom, opt.limits)
+                                     : balance(layout, cost, stage.policy, opt);
+    }();
+    const batch_layout& units = split ? (*pieces)->layout() : layout;
+    const std::span<const std::int64_t> bytes = units.item_bytes();
     rep.balance_seconds = lap();
     // A custom mapper (the application's, GLPK's) runs behind the stage's std::function; every
     // other stage maps by its method (a built-in mapper object's, or `mapping`).
     auto m = stage.mapper.custom() ? map_bins(balanced.plan, bytes, topo, stage.mapper)
                                    : map_bins(balanced.plan, bytes, topo, stage_mapping(stage));
     rep.map_seconds = lap();
-    const auto after = compute_statistics(layout, m.plan, cost, stage.policy, opt.limits);
+    const auto after = compute_statistics(units, m.plan, cost, stage.policy, opt.limits);
     rep.report_seconds = lap();
     rep.used = balanced.used;
     rep.makespan_before = static_cast<double>(after.makespan_before);
     rep.makespan_after = static_cast<double>(after.makespan);
-    rep.lower_bound = static_cast<double>(after.lower_bound);
+    // With splitting, the bound that lets items be cut (pieces counted whole can exceed it).
+    rep.lower_bound = static_cast<double>(split_bound ? *split_bound : after.lower_bound);
     rep.imbalance_before = after.imbalance_before;
     rep.imbalance_after = after.imbalance_after;
     rep.max_tokens_before = after.max_tokens_before;

@@ -56,7 +56,7 @@ class step_route_builder {
                                    [this, &plan, k] {
                                      run(k, [&] {
                                        const auto& er = plan.encoders[k];
-                                       return route::build(er.input, er.layout.explicit_bytes(),
+                                       return route::build(er.input, er.units().explicit_bytes(),
                                                            topo_, me_, sched_);
                                      });
                                    }));
@@ -66,12 +66,25 @@ class step_route_builder {
   step_routes finish(const step_plan& plan) {
     // Encoder output bytes by sub-item, once per encoder. The products cannot overflow:
     // plan_step's LLM layout checked each of them ("encoder output bytes of sample").
+    // With splitting, by piece: the LLM tokens of its segments (piece_sums).
     std::vector<std::vector<std::int64_t>> origin(kc_);
     for (std::size_t k = 0; k < kc_; ++k) {
-      const auto& tokens = meta_.modalities[k].llm_tokens;
-      origin[k].resize(tokens.size());
-      for (std::size_t i = 0; i < tokens.size(); ++i)
-        origin[k][i] = tokens[i] * decl_.encoders[k].output_row_bytes;
+      const auto& mod = meta_.modalities[k];
+      std::vector<std::int64_t> tokens;
+      if (const auto& pieces = plan.encoders[k].pieces) {
+        std::vector<std::int64_t> per_segment;
+        per_segment.reserve(static_cast<std::size_t>(pieces->items().total_segments()));
+        for (std::size_t i = 0; i < mod.llm_tokens.size(); ++i) {
+          const std::int64_t s = mod.segments_of(static_cast<std::int64_t>(i));
+          per_segment.insert(per_segment.end(), static_cast<std::size_t>(s),
+                             mod.llm_tokens[i] / s);
+        }
+        tokens = pieces->piece_sums(per_segment);
+      }
+      const auto& t = plan.encoders[k].pieces ? tokens : mod.llm_tokens;
+      origin[k].resize(t.size());
+      for (std::size_t i = 0; i < t.size(); ++i)
+        origin[k][i] = t[i] * decl_.encoders[k].output_row_bytes;
     }
     detail::run_indexed(2 * kc_, parallel_ ? detail::planning_threads() : 1, [&](std::size_t t) {
       const std::size_t k = t % kc_;
