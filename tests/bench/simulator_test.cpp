@@ -328,12 +328,8 @@ TEST_CASE("segments: a video costs the sum of its temporal groups") {
 }
 
 TEST_CASE("split: vision balanced over pieces of videos, never worse than full here") {
-  sim_options o;
-  o.workload.name = workload_name::video_heavy;
-  o.workload.ranks = 16;
-  o.workload.samples_per_rank = 2;
-  o.workload.seed = 7;
-  o.gpus_per_node = 8;
+  // 16 ranks x 2 samples of video-heavy (seed 7), 2 nodes of 8.
+  sim_options o{.workload = {workload_name::video_heavy, 16, 2, 7}, .gpus_per_node = 8};
   const auto w = make_workload(o.workload);
   o.which = scenario::none;
   const auto none = simulate(w, o);
