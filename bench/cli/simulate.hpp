@@ -37,7 +37,7 @@ inline const command& simulate_command() {
         {"workload", "NAME", "vl-sft, omni-pretrain, video-heavy or audio-asr", true},
         {"ranks", "D", "number of data-parallel ranks (GPUs)", true},
         {"gpus-per-node", "G", "GPUs per node (nodes are consecutive blocks of G ranks)", true},
-        {"scenario", "S", "none, llm-only, per-stage, full or beyond", true},
+        {"scenario", "S", "none, llm-only, per-stage, full, beyond or split", true},
         {"model", "M", "7b (LLaMA-7B-like LLM, default) or 72b (Qwen2-72B-like)", false},
         {"seed", "S", "random seed of the workload; default 1", false},
         {"samples-per-rank", "K", "samples (omni-pretrain: packed sequences) per rank; default 8",
@@ -59,7 +59,9 @@ inline const command& simulate_command() {
         "previous step. Scenarios: none (no balancing), llm-only (LLM balanced, 2K+1\n"
         "all-to-alls), per-stage (every stage balanced, identity mapping, outputs via their\n"
         "origin, 5K+1), full (plan_step: automatic + transport, composed routes, 3K+1), beyond\n"
-        "(locality balancer + bottleneck mapping, 3K+1); K = encoder stages with items.\n"
+        "(locality balancer + bottleneck mapping, 3K+1), split (full + splitting videos at\n"
+        "temporal-group boundaries on the vision stage, 3K+1); K = encoder stages with items.\n"
+        "A video costs the sum of its temporal groups' costs (its segments).\n"
         "stdout: one JSON object with simulated, scenario, workload, ranks, gpus_per_node,\n"
         "nodes, model, seed, samples_per_rank, schedule, step_seconds, compute_seconds,\n"
         "comm_seconds, plan_seconds (measured: plan_step_seconds + route_seconds),\n"
@@ -167,7 +169,7 @@ inline int run_simulate(const parsed_args& args, std::ostream& out, std::ostream
       o.which = bench::parse_scenario(sc);
     } catch (const invalid_argument_error&) {
       throw usage_error("--scenario is '" + sc +
-                        "', expected none, llm-only, per-stage, full or beyond");
+                        "', expected none, llm-only, per-stage, full, beyond or split");
     }
     if (auto m = args.get("model")) {
       try {

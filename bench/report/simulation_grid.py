@@ -33,7 +33,8 @@ import platform
 import subprocess
 import sys
 
-SCENARIOS = ["none", "llm-only", "per-stage", "full", "beyond"]
+# The order of `all_scenarios` in bench/support/simulator.hpp (split last).
+SCENARIOS = ["none", "llm-only", "per-stage", "full", "beyond", "split"]
 WORKLOADS = ["vl-sft", "omni-pretrain", "video-heavy", "audio-asr"]
 STAGES = ["vision", "audio", "llm"]
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -109,7 +110,7 @@ def plots(rows, args, outdir):
 
     ix = index(rows)
     colors = {"none": "#7f7f7f", "llm-only": "#ff7f0e", "per-stage": "#2ca02c",
-              "full": "#1f77b4", "beyond": "#d62728"}
+              "full": "#1f77b4", "beyond": "#d62728", "split": "#9467bd"}
     ws = args.workloads
     n = len(ws)
     note = "SIMULATED (bench/support/simulator.hpp); planner time measured"
@@ -121,7 +122,7 @@ def plots(rows, args, outdir):
 
     # Per-stage imbalance at the focus size.
     fig, axes = grid(f"Per-stage imbalance (max/mean stage time) at D = {args.focus_ranks}")
-    width = 0.16
+    width = 0.8 / len(SCENARIOS)
     for ax, w in zip(axes, ws):
         for k, s in enumerate(SCENARIOS):
             r = ix.get((w, args.focus_ranks, s))
@@ -131,7 +132,7 @@ def plots(rows, args, outdir):
             for name in STAGES:
                 st = stage(r, name)
                 vals.append(st["imbalance"] if st and st["seconds"] > 0 else 0)
-            ax.bar([i + (k - 2) * width for i in range(len(STAGES))], vals, width,
+            ax.bar([i + (k - (len(SCENARIOS) - 1) / 2) * width for i in range(len(STAGES))], vals, width,
                    color=colors[s], label=s)
         ax.set_xticks(range(len(STAGES)), STAGES)
         ax.axhline(1.0, color="black", lw=0.5)

@@ -1,7 +1,7 @@
 #pragma once
 /// @file simulator.hpp
 /// A SIMULATED cluster step: what one synchronous data-parallel training step of a multimodal LLM
-/// would take on D GPUs under five rearrangement scenarios, from a FLOPs cost model, the
+/// would take on D GPUs under six rearrangement scenarios, from a FLOPs cost model, the
 /// communication time model of comm/route.hpp and planning time measured for real. Every figure
 /// it produces except `plan_seconds` is a model output, not a measurement. Not part of the
 /// library.
@@ -11,7 +11,10 @@
 ///    (modality 1, padded: rectangular Whisper batches), LLM (packed, varlen attention over the
 ///    whole sequence = text + encoder output tokens). Each stage's cost of one item is
 ///    `transformer_flops_cost` (passes = 3: forward + backward) of its model config at the item's
-///    length (encoder_length for encoders, sequence length for the LLM).
+///    length (encoder_length for encoders, sequence length for the LLM); a segmented sub-item
+///    (`sub_item::segments` = S > 1: a video's temporal patch groups) costs S times the cost at
+///    encoder_length / S (`item_cost` of the layout with its segments), as its encoder attends
+///    within one segment only.
 ///  * A rank's stage time = its stage load / (peak_flops · achievable), where the load is Σ item
 ///    FLOPs (packed) or count · FLOPs of its longest item (padded). Stages are synchronous: a
 ///    stage takes as long as its slowest rank; compute_seconds = Σ over stages of max over ranks.
@@ -48,6 +51,12 @@
 ///    (Π_E → Π_M directly): 3K + 1 — the published system.
 ///  * `beyond`: `plan_step` with the `locality` balancer (tolerance 0.001) and the `bottleneck`
 ///    mapping on every stage: 3K + 1.
+///  * `split`: `full` plus `encoder_stage::split` (default `split_options`) on the vision stage:
+///    `plan_step` may cut segmented sub-items (videos) at segment boundaries into pieces encoded
+///    on different ranks; the vision routes move pieces (input rows and LLM tokens pro rata to
+///    their segments): 3K + 1. The audio stage does not split: it is padded (splitting
+///    segmented items needs the packed policy) and its sub-items are single 30 s windows
+///    already (workloads.hpp). Listed last so the five earlier scenarios keep their positions.
 ///
 /// Determinism: every figure but `plan_seconds` (and what depends on it, only when planning does
 /// not fit under the compute) is a deterministic function of the options and the batch.
@@ -126,13 +135,14 @@ inline model_config model_by_name(std::string_view name) {
 // ---------------------------------------------------------------------------------------------
 
 /// What the step does about imbalance (see the file comment).
-enum class scenario : std::uint8_t { none, llm_only, per_stage, full, beyond };
+enum class scenario : std::uint8_t { none, llm_only, per_stage, full, beyond, split };
 
-/// The five scenarios in report order.
-inline constexpr std::array<scenario, 5> all_scenarios = {
-    scenario::none, scenario::llm_only, scenario::per_stage, scenario::full, scenario::beyond};
+/// The six scenarios in report order (`split` last: the earlier five keep their positions).
+inline constexpr std::array<scenario, 6> all_scenarios = {scenario::none,   scenario::llm_only,
+                                                          scenario::per_stage, scenario::full,
+                                                          scenario::beyond, scenario::split};
 
-/// "none", "llm-only", "per-stage", "full", "beyond". O(1), never throws.
+/// "none", "llm-only", "per-stage", "full", "beyond", "split". O(1), never throws.
 constexpr std::string_view to_string(scenario s) noexcept {
   switch (s) {
     case scenario::none:
@@ -145,6 +155,8 @@ constexpr std::string_view to_string(scenario s) noexcept {
       return "full";
     case scenario::beyond:
       return "beyond";
+    case scenario::split:
+      return "split";
   }
   return "?";
 }
@@ -154,7 +166,7 @@ inline scenario parse_scenario(std::string_view text) {
   for (auto s : all_scenarios)
     if (to_string(s) == text) return s;
   ::orchmllm::detail::raise<invalid_argument_error>(::orchmllm::detail::concat(
-      "unknown scenario '", text, "' (expected none, llm-only, per-stage, full or beyond)"));
+      "unknown scenario '", text, "' (expected none, llm-only, per-stage, full, beyond or split)"));
 }
 
 /// What to simulate.
@@ -247,7 +259,7 @@ struct sim_result {
 namespace sim_detail {
 
 /// Per destination rank, the stage load of `plan` applied to `layout` (FLOPs), items added in
-/// destination slot order.
+/// destination slot order; an item with segments costs the sum of its segments (`item_cost`).
 template <class Cost>
 std::vector<double> stage_loads(const batch_layout& layout, const rearrangement& plan,
                                 const Cost& cost, padding_policy policy) {
@@ -258,7 +270,7 @@ std::vector<double> stage_loads(const batch_layout& layout, const rearrangement&
     rank_load<double> load(policy);
     for (auto h = off[static_cast<std::size_t>(r)]; h < off[static_cast<std::size_t>(r) + 1]; ++h) {
       const auto g = plan.source_of(h);
-      load.add(layout.length(g), cost(layout.length(g)), 0);
+      load.add(layout.length(g), item_cost<double>(layout, g, cost), 0);
     }
     loads[static_cast<std::size_t>(r)] = load.load(cost);
   }
@@ -345,7 +357,8 @@ inline double seconds_since(std::chrono::steady_clock::time_point start) {
 /// workloads.hpp (2352, 256, 8) and 2 · LLM hidden per output row; balancer and mapping per
 /// scenario: none → algorithm none + identity everywhere; llm-only → encoders none + identity,
 /// LLM automatic + identity; per-stage → automatic + identity; full → automatic + auction;
-/// beyond → locality (tolerance 0.001) + bottleneck. O(1). Throws `invalid_argument_error` for an
+/// beyond → locality (tolerance 0.001) + bottleneck; split → full plus `split_options{}` on the
+/// vision stage. O(1). Throws `invalid_argument_error` for an
 /// invalid model config.
 inline stage_declarations make_declarations(const model_config& model, scenario which) {
   stage_declarations decl;
@@ -363,6 +376,7 @@ inline stage_declarations make_declarations(const model_config& model, scenario 
       enc.method = llm.method = balance_method::automatic;
       break;
     case scenario::full:
+    case scenario::split:
       enc.method = llm.method = balance_method::automatic;
       enc_map = llm_map = mapping_method::auction;
       break;
@@ -380,6 +394,7 @@ inline stage_declarations make_declarations(const model_config& model, scenario 
                                         .mapping = enc_map,
                                         .input_row_bytes = vision_row_bytes,
                                         .output_row_bytes = out_bytes});
+  if (which == scenario::split) decl.encoders.back().split = split_options{};
   decl.encoders.push_back(encoder_stage{.name = "audio",
                                         .cost = transformer_flops_cost(model.audio),
                                         .policy = padded,
@@ -427,14 +442,19 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
 
   // Origin layouts (what `plan_step` builds too) and the useful FLOPs.
   std::array<batch_layout, 2> enc_layouts;
-  for (std::size_t k = 0; k < 2; ++k)
-    enc_layouts[k] = batch_layout(meta.modalities[k].offsets, meta.modalities[k].encoder_length);
+  for (std::size_t k = 0; k < 2; ++k) {
+    const auto& m = meta.modalities[k];
+    enc_layouts[k] = batch_layout(m.offsets, m.encoder_length);
+    if (std::any_of(m.segments.begin(), m.segments.end(), [](auto s) { return s != 1; }))
+      enc_layouts[k] = enc_layouts[k].with_equal_segments(m.segments);
+  }
   std::vector<std::int64_t> seq(static_cast<std::size_t>(meta.num_samples()));
   for (std::size_t g = 0; g < seq.size(); ++g)
     seq[g] = meta.sequence_length(static_cast<std::int64_t>(g));
   const batch_layout llm_layout(meta.sample_offsets, seq);
   for (std::size_t k = 0; k < 2; ++k)
-    for (auto l : meta.modalities[k].encoder_length) res.model_flops += decl.encoders[k].cost(l);
+    for (std::int64_t g = 0; g < enc_layouts[k].num_items(); ++g)
+      res.model_flops += item_cost<double>(enc_layouts[k], g, decl.encoders[k].cost);
   for (auto l : seq) res.model_flops += decl.llm.cost(l);
 
   // Bytes per origin item.
@@ -457,6 +477,7 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
 
   sim_detail::transfer_log log(topo, options.sched);
   std::array<rearrangement, 2> enc_plans;
+  std::array<batch_layout, 2> unit_layouts = enc_layouts;  // what enc_plans move (split: pieces)
   rearrangement llm_plan;
   if (options.which == scenario::none) {
     for (std::size_t k = 0; k < 2; ++k) enc_plans[k] = rearrangement::identity(enc_layouts[k]);
@@ -464,7 +485,8 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
   } else {
     // The composed scenarios move data along plan_step's own routes (rank 0's, built on the
     // planner's threads); the others along routes of their own (the log builds them).
-    const bool composed = options.which == scenario::full || options.which == scenario::beyond;
+    const bool composed = options.which == scenario::full || options.which == scenario::beyond ||
+                          options.which == scenario::split;
     plan_options popt;
     popt.sched = options.sched;
     if (composed) popt.routes_for = 0;
@@ -474,6 +496,21 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
     for (std::size_t k : present) {
       const auto& er = step.encoders[k];
       const auto& name = decl.encoders[k].name;
+      if (er.pieces) {  // bytes per piece: its share of its sub-item's segments
+        const auto& pc = *er.pieces;
+        const auto& m = meta.modalities[k];
+        std::vector<std::int64_t> pin(static_cast<std::size_t>(pc.num_pieces())),
+            pout(pin.size());
+        for (std::int64_t p = 0; p < pc.num_pieces(); ++p) {
+          const auto g = static_cast<std::size_t>(pc.item_of(p));
+          const auto segs = pc.last_segment(p) - pc.first_segment(p);
+          const auto s_g = m.segments_of(static_cast<std::int64_t>(g));
+          pin[static_cast<std::size_t>(p)] = in_bytes[k][g] / s_g * segs;
+          pout[static_cast<std::size_t>(p)] = out_bytes[k][g] / s_g * segs;
+        }
+        in_bytes[k] = std::move(pin);
+        out_bytes[k] = std::move(pout);
+      }
       const auto e_order = sim_detail::permuted(out_bytes[k], er.input.sources());
       const auto l_order = sim_detail::permuted(out_bytes[k], er.lifted.sources());
       switch (options.which) {
@@ -513,7 +550,10 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
       res.planner.stages.push_back({st.name, st.balance_seconds, st.map_seconds,
                                     st.report_seconds});
     res.plan_seconds = plan_step_seconds + res.route_seconds;
-    for (std::size_t k = 0; k < 2; ++k) enc_plans[k] = std::move(step.encoders[k].input);
+    for (std::size_t k = 0; k < 2; ++k) {
+      if (step.encoders[k].pieces) unit_layouts[k] = step.encoders[k].units();
+      enc_plans[k] = std::move(step.encoders[k].input);
+    }
     llm_plan = std::move(step.llm);
 
     // Metadata all-gather (see the file comment).
@@ -532,7 +572,7 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
 
   // Compute.
   for (std::size_t k = 0; k < 2; ++k) {
-    const auto loads = sim_detail::stage_loads(enc_layouts[k], enc_plans[k], decl.encoders[k].cost,
+    const auto loads = sim_detail::stage_loads(unit_layouts[k], enc_plans[k], decl.encoders[k].cost,
                                                decl.encoders[k].policy);
     res.stages.push_back(sim_detail::figures(decl.encoders[k].name, loads, rate));
   }

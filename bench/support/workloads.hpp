@@ -19,11 +19,15 @@
 ///    max(min(768·28², 24576·28²·2/nframes), int(1.05·128·28²)), min 128·28²; tokens =
 ///    nframes/2 × (H/28)(W/28) [P]; patches = 4 × tokens (the 2-frame temporal patch is in the
 ///    token rule already). The decoder's source frame rate is taken as 30 fps [E] (it only
-///    matters through the total frame count, which caps nframes).
+///    matters through the total frame count, which caps nframes). A video is one sub-item of
+///    `segments` = nframes/2 temporal patch groups (`video_sub_item`) [P: the Qwen2-VL vision
+///    tower attends within one group], so it costs nframes/2 group costs, and a stage with
+///    `encoder_stage::split` may cut it at group boundaries.
 ///  * Whisper-style audio: 100 mel frames/s, input padded to 30 s windows of 1500 encoder
 ///    positions each: encoder_length = 1500·⌈s/30⌉ (at least one window), input_rows =
 ///    ⌈100·s⌉ unpadded mel frames (what travels), llm_tokens = round(25·s) (Qwen2-Audio pooling,
-///    25 tokens/s) [P].
+///    25 tokens/s) [P]. A clip longer than 30 s becomes one sub-item per
+///    window (`append_audio_windows`; Whisper encodes windows independently) [P].
 ///
 /// ## Modalities and rows
 ///  Modality 0 (`vision_modality`) is one ViT for images and video frames; modality 1
@@ -234,14 +238,40 @@ inline audio_item whisper_audio(double seconds) noexcept {
 }
 
 /// A vision sub-item (image or video) with `llm_tokens` LLM tokens: encoder_length = input_rows
-/// = 4·llm_tokens ViT patches. Parent 0 (set by the caller). O(1).
-inline sub_item vision_sub_item(std::int64_t llm_tokens) noexcept {
-  return sub_item{vision_modality, 0, 4 * llm_tokens, 4 * llm_tokens, llm_tokens};
+/// = 4·llm_tokens ViT patches, in `segments` equal segments (an image: 1; a video: its temporal
+/// patch groups, see `video_sub_item`). Parent 0 (set by the caller). O(1). Precondition:
+/// `segments` ≥ 1 divides `llm_tokens` (then it divides 4·llm_tokens too).
+inline sub_item vision_sub_item(std::int64_t llm_tokens, std::int64_t segments = 1) noexcept {
+  return sub_item{vision_modality, 0, 4 * llm_tokens, 4 * llm_tokens, llm_tokens, segments};
+}
+
+/// A video's vision sub-item: T = frames/2 temporal patch groups of (H/28)(W/28) LLM tokens
+/// (4× as many ViT patches) each, so `segments` = T. The Qwen2-VL vision tower attends within
+/// one temporal group only (its `cu_seqlens` repeats h·w once per group), so the encoder cost
+/// is T · cost((H/14)(W/14)), T segment costs, not the cost of one sequence of all
+/// T·(H/14)(W/14) patches. O(1).
+inline sub_item video_sub_item(const video_item& v) noexcept {
+  return vision_sub_item(v.llm_tokens, std::max<std::int64_t>(1, v.frames / 2));
 }
 
 /// An audio sub-item from a Whisper clip. Parent 0 (set by the caller). O(1).
 inline sub_item audio_sub_item(const audio_item& a) noexcept {
   return sub_item{audio_modality, 0, a.encoder_positions, a.mel_frames, a.llm_tokens};
+}
+
+/// Appends the audio sub-items of a clip of `seconds` (> 0): one per 30 s Whisper window
+/// (`whisper_audio` of 30 s, the last one of the remainder), in order. Whisper encodes every
+/// window independently as a padded row of 1500 positions, so a window is the unit of encoder
+/// work; the windows are separate sub-items rather than segments of one because the audio
+/// stage is padded (segments need the packed policy) and the last window is shorter (segments
+/// are equal). A clip of ≤ 30 s is one sub-item, as before. O(windows).
+inline void append_audio_windows(std::vector<sub_item>& out, double seconds) {
+  const auto windows =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(seconds / 30.0)));
+  for (std::int64_t c = 0; c < windows; ++c)
+    out.push_back(audio_sub_item(
+        whisper_audio(windows == 1 ? seconds
+                                   : std::min(30.0, seconds - 30.0 * static_cast<double>(c)))));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -435,7 +465,7 @@ inline raw_sample draw_omni_audio(random_source& rng) {
     seconds = draw_wavcaps_seconds(rng);
     s.text_tokens = draw_text_tokens(rng, 20, 0.5, 3, 200);
   }
-  s.items.push_back(audio_sub_item(whisper_audio(seconds)));
+  append_audio_windows(s.items, seconds);
   return s;
 }
 
@@ -445,8 +475,8 @@ inline raw_sample draw_omni_audio_video(random_source& rng) {
   raw_sample s;
   s.kind = sample_kind::audio_video;
   const double seconds = draw_panda_seconds(rng);
-  s.items.push_back(vision_sub_item(qwen2vl_video(360, 640, seconds).llm_tokens));
-  s.items.push_back(audio_sub_item(whisper_audio(seconds)));
+  s.items.push_back(video_sub_item(qwen2vl_video(360, 640, seconds)));
+  append_audio_windows(s.items, seconds);
   s.text_tokens = draw_text_tokens(rng, 60, 0.6, 5, 400);
   return s;
 }
@@ -468,7 +498,7 @@ inline raw_sample draw_video_heavy_sample(random_source& rng) {
     const double seconds = draw_llava_video_seconds(rng);
     const bool hd = !rng.bernoulli(0.6);  // 60 % 360p, 40 % 720p
     const auto v = hd ? qwen2vl_video(720, 1280, seconds) : qwen2vl_video(360, 640, seconds);
-    s.items.push_back(vision_sub_item(v.llm_tokens));
+    s.items.push_back(video_sub_item(v));
     s.text_tokens = rng.bernoulli(0.13) ? draw_text_tokens(rng, 300, 0.4, 50, 2000)
                                         : draw_text_tokens(rng, 60, 0.6, 10, 1000);
     return s;
@@ -486,12 +516,7 @@ inline raw_sample draw_audio_asr_sample(random_source& rng, bool long_form = fal
   if (long_form && rng.bernoulli(0.05)) {
     s.kind = sample_kind::long_form_speech;
     const double seconds = draw_long_form_seconds(rng);
-    // 30 s chunks, the last one holding the remainder (> 0).
-    const auto chunks = static_cast<std::int64_t>(std::ceil(seconds / 30.0));
-    for (std::int64_t c = 0; c < chunks; ++c) {
-      const double chunk = std::min(30.0, seconds - 30.0 * static_cast<double>(c));
-      s.items.push_back(audio_sub_item(whisper_audio(chunk)));
-    }
+    append_audio_windows(s.items, seconds);  // 30 s chunks, the last the remainder (> 0)
     s.text_tokens = 20 + std::llround(2.6 * seconds);
     return s;
   }
@@ -500,7 +525,7 @@ inline raw_sample draw_audio_asr_sample(random_source& rng, bool long_form = fal
   const double seconds = u < 0.5   ? draw_librispeech_seconds(rng)
                          : u < 0.8 ? draw_wenetspeech_seconds(rng)
                                    : draw_common_voice_seconds(rng);
-  s.items.push_back(audio_sub_item(whisper_audio(seconds)));
+  append_audio_windows(s.items, seconds);
   s.text_tokens = 20 + std::llround(2.6 * seconds);
   return s;
 }

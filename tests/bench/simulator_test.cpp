@@ -125,6 +125,8 @@ TEST_CASE("models and scenario names") {
   for (auto s : all_scenarios) CHECK(parse_scenario(to_string(s)) == s);
   CHECK(to_string(scenario::llm_only) == "llm-only");
   CHECK(to_string(scenario::per_stage) == "per-stage");
+  CHECK(to_string(scenario::split) == "split");
+  CHECK(all_scenarios.back() == scenario::split);
   CHECK_THROWS_AS((void)parse_scenario("llm_only"), invalid_argument_error);
 }
 
@@ -176,9 +178,9 @@ TEST_CASE("none: the compute figures follow the formula exactly and nothing move
   CHECK(r.encoder_stages == 2);
 }
 
-TEST_CASE("all-to-alls: 0 / 2K+1 / 5K+1 / 3K+1 / 3K+1, K = encoder stages with items") {
+TEST_CASE("all-to-alls: 0 / 2K+1 / 5K+1 / 3K+1 / 3K+1 / 3K+1, K = encoder stages with items") {
   const auto w = tiny_batch();
-  const int expected[] = {0, 5, 11, 7, 7};  // K = 2
+  const int expected[] = {0, 5, 11, 7, 7, 7};  // K = 2
   for (std::size_t i = 0; i < all_scenarios.size(); ++i) {
     CAPTURE(to_string(all_scenarios[i]));
     const auto r = simulate(w, tiny_options(all_scenarios[i]));
@@ -191,7 +193,7 @@ TEST_CASE("all-to-alls: 0 / 2K+1 / 5K+1 / 3K+1 / 3K+1, K = encoder stages with i
   o.workload.ranks = 16;
   o.workload.samples_per_rank = 4;
   const auto vl = make_workload(o.workload);
-  const int expected_vl[] = {0, 3, 6, 4, 4};
+  const int expected_vl[] = {0, 3, 6, 4, 4, 4};
   for (std::size_t i = 0; i < all_scenarios.size(); ++i) {
     CAPTURE(to_string(all_scenarios[i]));
     o.which = all_scenarios[i];
@@ -303,6 +305,59 @@ TEST_CASE("scenarios keep the guarantees of their balancers and mappings") {
   CHECK(full.alltoalls == 7);
   CHECK(none.comm_seconds == 0);
   CHECK(none.inter_node_bytes == 0);
+}
+
+TEST_CASE("segments: a video costs the sum of its temporal groups") {
+  // One rank, one video of 4 segments (groups) of 64 patches and one image of 64 patches.
+  workload_batch w;
+  w.options.name = workload_name::video_heavy;
+  w.options.ranks = 1;
+  w.ranks.resize(1);
+  w.ranks[0].text_tokens = {10, 10};
+  w.ranks[0].sub_items = {vision_sub_item(64, 4), vision_sub_item(16)};
+  w.ranks[0].sub_items[1].parent = 1;
+  sim_options o;
+  o.workload = w.options;
+  o.gpus_per_node = 1;
+  o.which = scenario::none;
+  const auto r = simulate(w, o);
+  const auto vit = transformer_flops_cost(o.model.vision);
+  const double rate = o.peak_flops * o.achievable;
+  CHECK(stage(r, "vision").seconds == doctest::Approx((4 * vit(64) + vit(64)) / rate));
+  CHECK(stage(r, "vision").seconds < (vit(256) + vit(64)) / rate);  // not one 256-patch sequence
+}
+
+TEST_CASE("split: vision balanced over pieces of videos, never worse than full here") {
+  // 16 ranks x 2 samples of video-heavy (seed 7), 2 nodes of 8.
+  sim_options o{.workload = {workload_name::video_heavy, 16, 2, 7}, .gpus_per_node = 8};
+  const auto w = make_workload(o.workload);
+  o.which = scenario::none;
+  const auto none = simulate(w, o);
+  o.which = scenario::full;
+  const auto full = simulate(w, o);
+  o.which = scenario::split;
+  const auto split = simulate(w, o);
+  // The same useful work, redistributed.
+  CHECK(split.model_flops == full.model_flops);
+  CHECK(split.alltoalls == full.alltoalls);
+  // Whole videos cannot be balanced here (full stays far from 1); pieces can.
+  CHECK(stage(full, "vision").imbalance > 1.2);
+  CHECK(stage(split, "vision").imbalance <= stage(full, "vision").imbalance);
+  CHECK(stage(split, "vision").imbalance < 1.05);
+  CHECK(stage(split, "vision").seconds <= stage(full, "vision").seconds);
+  // The LLM stage is planned as in full.
+  CHECK(stage(split, "llm").seconds == stage(full, "llm").seconds);
+  CHECK(split.step_seconds < none.step_seconds);
+  // Deterministic: the same figures again (check_same also requires planning to fit).
+  check_same(split, simulate(w, o));
+  // Without segmented sub-items (vl-sft: images only), split is full.
+  sim_options v = o;
+  v.workload.name = workload_name::vl_sft;
+  const auto vl = make_workload(v.workload);
+  v.which = scenario::full;
+  const auto vl_full = simulate(vl, v);
+  v.which = scenario::split;
+  check_same(simulate(vl, v), vl_full);
 }
 
 TEST_CASE("determinism: everything but plan_seconds repeats") {
@@ -450,6 +505,12 @@ TEST_CASE("orchmllm-bench simulate: JSON keys and exit codes") {
   };
   usage({}, "--scenario");  // missing
   usage({"--scenario", "all"}, "--scenario");
+  // split is a scenario of its own.
+  REQUIRE(run({"--workload", "video-heavy", "--ranks", "8", "--gpus-per-node", "4", "--scenario",
+               "split", "--samples-per-rank", "2"},
+              out, err) == 0);
+  CHECK(out.find("\"scenario\":\"split\"") != std::string::npos);
+  CHECK(out.find("\"alltoalls\":4") != std::string::npos);  // K = 1: 3K + 1
   usage({"--scenario", "full", "--model", "13b"}, "--model");
   usage({"--scenario", "full", "--schedule", "ring"}, "--schedule");
   usage({"--scenario", "full", "--achievable", "1.5"}, "--achievable");

@@ -17,6 +17,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/scratch_dir.hpp"
@@ -138,6 +139,54 @@ TEST_CASE("Qwen2-VL video rule matches the §5 figures") {
   test::expect_invalid([] { (void)qwen2vl_video(360, 640, 0.02); }, {"fewer than 2"});
 }
 
+TEST_CASE("video sub-items: one segment per Qwen2-VL temporal group (frames / 2)") {
+  for (double secs : {1.0, 10.0, 30.0, 60.0, 120.0, 179.0, 400.0}) {
+    for (auto [h, w] : {std::pair{360.0, 640.0}, std::pair{720.0, 1280.0}}) {
+      CAPTURE(secs);
+      CAPTURE(h);
+      const auto v = qwen2vl_video(h, w, secs);
+      const auto s = video_sub_item(v);
+      CHECK(s.modality == vision_modality);
+      CHECK(s.segments == v.frames / 2);
+      CHECK(s.llm_tokens == v.llm_tokens);
+      CHECK(s.encoder_length == v.vit_patches);
+      CHECK(s.input_rows == v.vit_patches);
+      // A segment is one group: (H/28)(W/28) tokens, (H/14)(W/14) ViT patches.
+      CHECK(s.llm_tokens / s.segments == (v.height / 28) * (v.width / 28));
+      CHECK(s.encoder_length / s.segments == (v.height / 14) * (v.width / 14));
+    }
+  }
+  // 10 s of 360p at 2 fps: 20 frames, 10 groups of 13 x 23 tokens (§5: 3.0K).
+  const auto s = video_sub_item(qwen2vl_video(360, 640, 10));
+  CHECK(s.segments == 10);
+  CHECK(s.llm_tokens == 10 * 299);
+  CHECK(vision_sub_item(391).segments == 1);  // an image
+}
+
+TEST_CASE("multi-window audio: one sub-item per 30 s Whisper window, in order") {
+  std::vector<sub_item> items;
+  append_audio_windows(items, 61.0);
+  REQUIRE(items.size() == 3);
+  const std::int64_t rows[] = {3000, 3000, 100}, tokens[] = {750, 750, 25};
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(items[i].modality == audio_modality);
+    CHECK(items[i].segments == 1);
+    CHECK(items[i].encoder_length == 1500);
+    CHECK(items[i].input_rows == rows[i]);
+    CHECK(items[i].llm_tokens == tokens[i]);
+  }
+  // Totals match the clip as one item (6100 mel frames, 1525 tokens, 3 windows).
+  const auto whole = whisper_audio(61.0);
+  CHECK(items[0].input_rows + items[1].input_rows + items[2].input_rows == whole.mel_frames);
+  CHECK(items[0].llm_tokens + items[1].llm_tokens + items[2].llm_tokens == whole.llm_tokens);
+  for (double secs : {0.4, 10.0, 30.0}) {  // ≤ 30 s: the single sub-item of before
+    items.clear();
+    append_audio_windows(items, secs);
+    REQUIRE(items.size() == 1);
+    CHECK(items[0] == audio_sub_item(whisper_audio(secs)));
+  }
+}
+
 TEST_CASE("Whisper windows and 25 tokens per second") {
   const auto a = whisper_audio(10.0);
   CHECK(a.windows == 1);
@@ -220,12 +269,19 @@ TEST_CASE("every local batch is valid and sub-items follow their modality's rule
           CHECK(n != workload_name::audio_asr);
           CHECK(s.encoder_length == 4 * s.llm_tokens);
           CHECK(s.input_rows == s.encoder_length);
+          // Segments (temporal groups of a video; 1 for an image) divide every size.
+          REQUIRE(s.segments >= 1);
+          CHECK(s.llm_tokens % s.segments == 0);
+          CHECK(s.encoder_length % s.segments == 0);
+          CHECK(s.input_rows % s.segments == 0);
+          if (n == workload_name::vl_sft) CHECK(s.segments == 1);  // images only
         } else {
           REQUIRE(s.modality == audio_modality);
           CHECK((n == workload_name::audio_asr || n == workload_name::omni_pretrain));
-          CHECK(s.encoder_length >= 1500);
-          CHECK(s.encoder_length % 1500 == 0);
-          CHECK(s.encoder_length / 1500 == std::max<std::int64_t>(1, (s.input_rows + 2999) / 3000));
+          // One 30 s Whisper window per sub-item, no segments (the stage is padded).
+          CHECK(s.segments == 1);
+          CHECK(s.encoder_length == 1500);
+          CHECK(s.input_rows <= 3000);
           CHECK(std::abs(s.input_rows - 4 * s.llm_tokens) <= 4);  // 100 frames vs 25 tokens / s
         }
       }
@@ -316,9 +372,14 @@ TEST_CASE("omni-pretrain: token shares 67/25/8 % by kind") {
         break;
       case sample_kind::audio_video:
         av += t;
-        REQUIRE(s.items.size() == 2);
+        // The video, then one audio sub-item per 30 s window of the same clip.
+        REQUIRE(s.items.size() >= 2);
         CHECK(s.items[0].modality == vision_modality);
-        CHECK(s.items[1].modality == audio_modality);
+        for (std::size_t j = 1; j < s.items.size(); ++j) {
+          CHECK(s.items[j].modality == audio_modality);
+          CHECK(s.items[j].encoder_length == 1500);
+        }
+        CHECK(s.items.size() <= 3);  // Panda clips are ≤ 60 s: at most 2 windows
         break;
       default:
         CHECK(false);
@@ -418,6 +479,10 @@ TEST_CASE("video-heavy: 60/30/10 % kinds, LLaVA-Video-178K buckets, tokens under
       ++video;
       REQUIRE(s.items.size() == 1);
       CHECK(s.items[0].llm_tokens >= 2 * 299);  // at least 4 frames of a 360p clip
+      // Qwen2-VL: one segment per 2-frame temporal group, ≥ 2 groups (≥ 4 frames), ≤ 384.
+      CHECK(s.items[0].segments >= 2);
+      CHECK(s.items[0].segments <= 384);
+      CHECK(s.items[0].llm_tokens % s.items[0].segments == 0);
     } else if (s.kind == sample_kind::text_only) {
       ++text;
     } else {
