@@ -6,6 +6,7 @@
 // header-only local search.
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -65,6 +66,10 @@ inline const command& plan_command() {
     c.flags.push_back({"locality-tolerance", "X",
                        "locality: makespan may exceed auto's by this fraction (the knob that "
                        "trades balance for bytes); default 0.001",
+                       false});
+    c.flags.push_back({"gap-tolerance", "X",
+                       "auto (and locality's base): stop once the makespan is within this "
+                       "fraction of the lower bound; default 0 (only at the bound)",
                        false});
     c.flags.push_back(
         {"out", "PLAN.csv", "output: rank,slot,dst_rank,dst_slot per input item", true});
@@ -185,6 +190,8 @@ inline int run_plan(const parsed_args& args, std::ostream& out, std::ostream& er
     if (!(time_limit > 0)) throw usage_error("--mapping-time-limit must be positive");
     const double tolerance = args.get_double("locality-tolerance", 0.001);
     if (!(tolerance >= 0)) throw usage_error("--locality-tolerance must be >= 0");
+    const double gap = args.get_double("gap-tolerance", 0.0);
+    if (!(gap >= 0) || !std::isfinite(gap)) throw usage_error("--gap-tolerance must be >= 0");
     const problem p = load_problem(args);
     const topology topo = topology::uniform(p.ranks, gpus_per_node);
     const std::span<const std::int64_t> item_bytes = p.layout.item_bytes();
@@ -192,6 +199,7 @@ inline int run_plan(const parsed_args& args, std::ostream& out, std::ostream& er
     options.method = requested;
     options.limits = p.limits;
     options.locality_tolerance = tolerance;
+    options.gap_tolerance = gap;
     if (requested == balance_method::locality)
       options.node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
 

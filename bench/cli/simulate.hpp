@@ -10,6 +10,7 @@
 // --workload, --ranks, --samples-per-rank and --seed give the same sampled batch for every
 // --scenario, so runs compare side by side.
 
+#include <cmath>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -43,6 +44,10 @@ inline const command& simulate_command() {
         {"samples-per-rank", "K", "samples (omni-pretrain: packed sequences) per rank; default 8",
          false},
         {"achievable", "F", "fraction of peak FLOP/s a stage reaches, in (0, 1]; default 0.5",
+         false},
+        {"gap-tolerance", "X",
+         "balancing stops within this fraction of each stage's lower bound "
+         "(balance_options::gap_tolerance); default 0",
          false},
         {"peak-flops", "FLOPS", "peak FLOP/s per GPU; default 989e12 (H100 bf16 dense)", false},
         {"intra-bandwidth", "B/S", "intra-node bytes/s per GPU per direction; default 450e9",
@@ -130,6 +135,7 @@ inline std::string simulation_json(const bench::sim_result& r, const bench::sim_
       .add("schedule", to_string(o.sched))
       .add("peak_flops", o.peak_flops)
       .add("achievable", o.achievable)
+      .add("gap_tolerance", o.gap_tolerance)
       .add("step_seconds", r.step_seconds)
       .add("compute_seconds", r.compute_seconds)
       .add("comm_seconds", r.comm_seconds)
@@ -187,6 +193,9 @@ inline int run_simulate(const parsed_args& args, std::ostream& out, std::ostream
     o.achievable = args.get_double("achievable", o.achievable);
     if (!(o.achievable > 0 && o.achievable <= 1))
       throw usage_error("--achievable is " + args.require("achievable") + ", must be in (0, 1]");
+    o.gap_tolerance = args.get_double("gap-tolerance", o.gap_tolerance);
+    if (!(o.gap_tolerance >= 0 && std::isfinite(o.gap_tolerance)))
+      throw usage_error("--gap-tolerance must be finite and >= 0");
     o.peak_flops = args.get_double("peak-flops", o.peak_flops);
     if (!(o.peak_flops > 0)) throw usage_error("--peak-flops must be positive");
     o.links.intra_bandwidth = args.get_double("intra-bandwidth", o.links.intra_bandwidth);

@@ -179,6 +179,10 @@ struct sim_options {
   double achievable = 0.5;               ///< fraction of peak a stage reaches, in (0, 1]
   link_params links{};                   ///< bandwidths and latencies (topology.hpp defaults)
   schedule sched = schedule::automatic;  ///< all-to-all schedule
+  /// `balance_options::gap_tolerance` of every balanced stage (automatic, and locality's base):
+  /// the balancers stop within lower bound · (1 + gap), so a stage's makespan is at most that
+  /// fraction above what gap 0 gives. 0 (default): the plans of gap 0.
+  double gap_tolerance = 0;
 
   /// Throws `invalid_argument_error` naming the value: gpus_per_node < 1, peak_flops not
   /// positive and finite, achievable outside (0, 1], invalid links, or invalid model configs.
@@ -187,6 +191,8 @@ struct sim_options {
                      ", must be >= 1");
     ORCHMLLM_REQUIRE(std::isfinite(peak_flops) && peak_flops > 0, invalid_argument_error,
                      "peak_flops is ", peak_flops, ", must be positive and finite");
+    ORCHMLLM_REQUIRE(std::isfinite(gap_tolerance) && gap_tolerance >= 0, invalid_argument_error,
+                     "gap_tolerance is ", gap_tolerance, ", must be finite and >= 0");
     ORCHMLLM_REQUIRE(std::isfinite(achievable) && achievable > 0 && achievable <= 1,
                      invalid_argument_error, "achievable is ", achievable, ", must be in (0, 1]");
     links.validate();
@@ -358,9 +364,10 @@ inline double seconds_since(std::chrono::steady_clock::time_point start) {
 /// scenario: none → algorithm none + identity everywhere; llm-only → encoders none + identity,
 /// LLM automatic + identity; per-stage → automatic + identity; full → automatic + auction;
 /// beyond → locality (tolerance 0.001) + bottleneck; split → full plus `split_options{}` on the
-/// vision stage. O(1). Throws `invalid_argument_error` for an
-/// invalid model config.
-inline stage_declarations make_declarations(const model_config& model, scenario which) {
+/// vision stage. Every balanced stage gets `gap_tolerance` (`balance_options`). O(1). Throws
+/// `invalid_argument_error` for an invalid model config.
+inline stage_declarations make_declarations(const model_config& model, scenario which,
+                                            double gap_tolerance = 0) {
   stage_declarations decl;
   balance_options enc, llm;
   mapping_method enc_map = mapping_method::identity, llm_map = mapping_method::identity;
@@ -386,6 +393,7 @@ inline stage_declarations make_declarations(const model_config& model, scenario 
       enc_map = llm_map = mapping_method::bottleneck;
       break;
   }
+  enc.gap_tolerance = llm.gap_tolerance = gap_tolerance;
   const auto out_bytes = model.output_row_bytes();
   decl.encoders.push_back(encoder_stage{.name = "vision",
                                         .cost = transformer_flops_cost(model.vision),
@@ -429,7 +437,7 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
   const auto d = static_cast<rank_t>(batch.ranks.size());
   const topology topo = topology::uniform(d, options.gpus_per_node, options.links);
   const auto meta = make_step_metadata(batch.ranks, 2);
-  const auto decl = make_declarations(options.model, options.which);
+  const auto decl = make_declarations(options.model, options.which, options.gap_tolerance);
   const double rate = options.peak_flops * options.achievable;
 
   sim_result res;

@@ -7,7 +7,10 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -53,6 +56,7 @@ balance_options random_options(std::mt19937_64& rng, balance_method m, const bat
   o.exact_node_budget = uniform(rng, 1000, 20000);
   o.exact_max_items = uniform(rng, 0, 12);
   o.locality_tolerance = uniform(rng, 0, 3) * 0.01;
+  o.gap_tolerance = uniform(rng, 0, 2) == 0 ? uniform(rng, 1, 30) * 0.001 : 0.0;
   const rank_t d = layout.num_ranks();
   if (m == balance_method::locality && uniform(rng, 0, 1) == 1)
     for (rank_t r = 0; r < d; ++r) o.node_of_rank.push_back(r / 2);
@@ -139,6 +143,79 @@ TEST_CASE("balancers: every built-in type plans exactly like its balance_options
   }
 }
 
+// gap_tolerance (automatic): the search stops once its plan is within lower bound · (1 + gap);
+// so the result is either within that target or exactly the plan of gap 0 (a search that never
+// reaches the target takes the same steps). locality runs its base with the knob.
+template <class C>
+void check_gap(const batch_layout& layout, const C& cost, padding_policy policy,
+               const constraints& limits, double gap) {
+  using Cost = cost_type_t<C>;
+  balance_options o;
+  o.limits = limits;
+  std::optional<balance_result<Cost>> exact_run;
+  try {
+    exact_run = balance(layout, cost, policy, o);
+  } catch (const infeasible_error&) {
+    o.gap_tolerance = gap;
+    CHECK_THROWS_AS((void)balance(layout, cost, policy, o), infeasible_error);
+    return;
+  }
+  o.gap_tolerance = gap;
+  const auto relaxed = balance(layout, cost, policy, o);
+  CHECK(relaxed.lower_bound == exact_run->lower_bound);
+  CHECK(relaxed.makespan >= exact_run->lower_bound);
+  const long double target =
+      static_cast<long double>(exact_run->lower_bound) * (1.0L + static_cast<long double>(gap));
+  if (relaxed.plan != exact_run->plan) {
+    CHECK(static_cast<long double>(relaxed.makespan) <= target * (1 + 1e-12L));
+  } else {
+    CHECK(relaxed.makespan == exact_run->makespan);
+  }
+  // Never more than the gap above gap 0's makespan (which is >= the bound).
+  CHECK(static_cast<long double>(relaxed.makespan) <=
+        std::max(static_cast<long double>(exact_run->makespan), target * (1 + 1e-12L)));
+  // The typed balancer carries the knob too.
+  const auto typed = balance(layout, cost, policy, balancers::automatic{.gap_tolerance = gap},
+                             limits);
+  CHECK(typed.plan == relaxed.plan);
+  CHECK(balancers::automatic{.gap_tolerance = gap}.options().gap_tolerance == gap);
+  // locality's base run takes the knob: its target is that run's makespan · (1 + tolerance).
+  o.method = balance_method::locality;
+  const auto local = balance(layout, cost, policy, o);
+  CHECK(static_cast<long double>(local.makespan) <=
+        static_cast<long double>(relaxed.makespan) *
+            (1.0L + static_cast<long double>(o.locality_tolerance)) * (1 + 1e-12L));
+  CHECK(balancers::locality{.base = {.gap_tolerance = gap}}.options().gap_tolerance == gap);
+}
+
+TEST_CASE("balancers: gap_tolerance gives a plan within the gap or the plan of gap 0") {
+  std::mt19937_64 rng(0x9a9);
+  int differed = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    const rank_t d = static_cast<rank_t>(uniform(rng, 1, 12));
+    const auto layout = random_layout(rng, d, uniform(rng, 0, trial % 4 == 0 ? 12 : 300));
+    const double gap = uniform(rng, 1, 40) * 0.001;
+    constraints limits;
+    if (uniform(rng, 0, 3) == 0) limits.max_items = (layout.num_items() + d - 1) / d + 1;
+    CAPTURE(trial);
+    CAPTURE(gap);
+    for (const padding_policy policy : {packed, padded}) {
+      check_gap(layout, linear_cost{1}, policy, limits, gap);
+      check_gap(layout, quadratic_cost{1.0, 0.5, 1.0 / 512}, policy, limits, gap);
+    }
+    // Count the inputs where the knob changed the packed plan (the test must exercise both
+    // branches of check_gap).
+    balance_options o;
+    o.limits = limits;
+    const auto a = balance(layout, quadratic_cost{1.0, 0.5, 1.0 / 512}, packed, o);
+    o.gap_tolerance = gap;
+    const auto b = balance(layout, quadratic_cost{1.0, 0.5, 1.0 / 512}, packed, o);
+    differed += a.plan != b.plan ? 1 : 0;
+  }
+  CHECK(differed > 10);
+  CHECK(differed < 150);
+}
+
 TEST_CASE("balancers: knobs are checked when the balancer runs") {
   const auto layout = batch_layout::from_ranks({{5, 4}, {3}});
   expect_invalid([&] { (void)balance(layout, linear_cost{1}, padded, balancers::karmarkar_karp{}); },
@@ -155,6 +232,15 @@ TEST_CASE("balancers: knobs are checked when the balancer runs") {
                       balancers::locality{.tolerance = -1});
       },
       {"locality_tolerance is -1"});
+  expect_invalid(
+      [&] {
+        (void)balance(layout, linear_cost{1}, packed, balancers::automatic{.gap_tolerance = -0.5});
+      },
+      {"gap_tolerance is -0.5"});
+  balance_options bad_gap;
+  bad_gap.gap_tolerance = std::numeric_limits<double>::infinity();
+  expect_invalid([&] { (void)balance(layout, linear_cost{1}, packed, bad_gap); },
+                 {"gap_tolerance is inf", "must be finite and >= 0"});
   expect_invalid(
       [&] {
         (void)balance(layout, linear_cost{1}, packed,

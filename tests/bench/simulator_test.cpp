@@ -300,6 +300,19 @@ TEST_CASE("scenarios keep the guarantees of their balancers and mappings") {
   // locality: makespan within its tolerance (0.001) of automatic's.
   for (const char* n : {"vision", "audio", "llm"})
     CHECK(stage(beyond, n).seconds <= stage(full, n).seconds * 1.001 * eps);
+  // gap_tolerance: every stage within (1 + gap) of gap 0's slowest rank (the stage times are
+  // the balancers' costs over one rate), and the useful work unchanged.
+  {
+    auto go = o;
+    go.which = scenario::full;
+    go.gap_tolerance = 0.02;
+    const auto gapped = simulate(w, go);
+    CHECK(gapped.model_flops == full.model_flops);
+    for (const char* n : {"vision", "audio", "llm"}) {
+      CAPTURE(n);
+      CHECK(stage(gapped, n).seconds <= stage(full, n).seconds * 1.02 * eps);
+    }
+  }
   // per-stage moves encoder outputs and gradients twice: more all-to-alls than full.
   CHECK(per_stage.alltoalls == 11);
   CHECK(full.alltoalls == 7);
@@ -402,6 +415,7 @@ TEST_CASE("bad options throw invalid_argument_error") {
   bad([](sim_options& o) { o.peak_flops = std::numeric_limits<double>::quiet_NaN(); });
   bad([](sim_options& o) { o.achievable = 0; });
   bad([](sim_options& o) { o.achievable = 1.5; });
+  bad([](sim_options& o) { o.gap_tolerance = -1; });
   bad([](sim_options& o) { o.links.inter_bandwidth = 0; });
   bad([](sim_options& o) { o.model.llm.heads = 3; });  // does not divide hidden
   auto o = tiny_options(scenario::full);
@@ -433,7 +447,7 @@ TEST_CASE("orchmllm-bench simulate: JSON keys and exit codes") {
   std::string out, err;
   REQUIRE(run({"--workload", "omni-pretrain", "--ranks", "16", "--gpus-per-node", "8", "--scenario",
                "full", "--samples-per-rank", "2", "--seed", "5", "--model", "72b", "--schedule",
-               "node-wise", "--achievable", "0.4"},
+               "node-wise", "--achievable", "0.4", "--gap-tolerance", "0.002"},
               out, err) == 0);
   CHECK(err.empty());
   CHECK(std::count(out.begin(), out.end(), '\n') == 1);
@@ -448,6 +462,7 @@ TEST_CASE("orchmllm-bench simulate: JSON keys and exit codes") {
                           "\"samples_per_rank\":2",
                           "\"schedule\":\"node-wise\"",
                           "\"achievable\":0.4",
+                          "\"gap_tolerance\":0.002",
                           "\"step_seconds\":",
                           "\"compute_seconds\":",
                           "\"comm_seconds\":",
@@ -477,6 +492,7 @@ TEST_CASE("orchmllm-bench simulate: JSON keys and exit codes") {
   o.model = model_by_name("72b");
   o.sched = schedule::node_wise;
   o.achievable = 0.4;
+  o.gap_tolerance = 0.002;
   const auto r = simulate(o);
   CHECK(out.find("\"compute_seconds\":" + tool::json_number(r.compute_seconds)) !=
         std::string::npos);
@@ -490,6 +506,7 @@ TEST_CASE("orchmllm-bench simulate: JSON keys and exit codes") {
   CHECK(out.find("\"model\":\"7b\"") != std::string::npos);
   CHECK(out.find("\"schedule\":\"auto\"") != std::string::npos);
   CHECK(out.find("\"samples_per_rank\":8") != std::string::npos);
+  CHECK(out.find("\"gap_tolerance\":0,") != std::string::npos);
   CHECK(out.find("\"alltoalls\":0") != std::string::npos);
 
   // Usage errors: exit 2, nothing on stdout, the message names the flag.
@@ -515,6 +532,7 @@ TEST_CASE("orchmllm-bench simulate: JSON keys and exit codes") {
   usage({"--scenario", "full", "--schedule", "ring"}, "--schedule");
   usage({"--scenario", "full", "--achievable", "1.5"}, "--achievable");
   usage({"--scenario", "full", "--achievable", "0"}, "--achievable");
+  usage({"--scenario", "full", "--gap-tolerance", "-0.1"}, "--gap-tolerance");
   usage({"--scenario", "full", "--inter-bandwidth", "-1"}, "--inter-bandwidth");
   usage({"--scenario", "full", "--samples-per-rank", "-1"}, "--samples-per-rank");
   CHECK(run({"--workload", "vl-sft", "--ranks", "0", "--gpus-per-node", "4", "--scenario", "full"},

@@ -172,6 +172,9 @@ TEST_CASE("stage_declarations::validate") {
     auto i = two_encoders();
     i.llm.options.locality_tolerance = std::numeric_limits<double>::quiet_NaN();
     expect_invalid([&] { i.validate(); }, {"'llm'", "locality_tolerance"});
+    auto gap = two_encoders();
+    gap.llm.options.gap_tolerance = -1e-3;
+    expect_invalid([&] { gap.validate(); }, {"'llm'", "gap_tolerance is -0.001"});
     auto j = two_encoders();
     j.encoders[0].options.limits.cap = capacity{capacity::measure::tokens, -3};
     expect_invalid([&] { j.validate(); }, {"'vision'", "cap -3"});
@@ -243,6 +246,8 @@ TEST_CASE("fingerprint: equal declarations agree, every field change differs") {
       {"encoder exact budget", [](auto& d) { d.encoders[0].options.exact_node_budget = 5; }},
       {"encoder exact items", [](auto& d) { d.encoders[0].options.exact_max_items = 3; }},
       {"encoder tolerance", [](auto& d) { d.encoders[0].options.locality_tolerance = 0.01; }},
+      {"encoder gap tolerance", [](auto& d) { d.encoders[0].options.gap_tolerance = 0.001; }},
+      {"llm gap tolerance", [](auto& d) { d.llm.options.gap_tolerance = 0.005; }},
       {"encoder node map", [](auto& d) { d.encoders[0].options.node_of_rank = {0, 0, 1}; }},
       {"encoder node map values", [](auto& d) {
          d.encoders[0].options.node_of_rank = {0, 0, 1};

@@ -31,7 +31,9 @@
 ///              check. Optimal (proof in docs/algorithms.md). O(n log n + d · log T).
 ///   automatic  packed: lpt and its refinement; while the lower bound is missed, kk_equal, then
 ///              kk (each refined), then the exact search on small inputs. Returns the best plan
-///              found (never worse than lpt, kk_equal or kk). Padded: `padded_exact`.
+///              found (never worse than lpt, kk_equal or kk). Padded: `padded_exact`. With
+///              `balance_options::gap_tolerance` = g > 0 it stops at lower bound · (1 + g)
+///              instead: the plan is within that target or exactly the plan of g = 0.
 ///   locality   keeps data where it is: runs `automatic` for its makespan M, sets the target
 ///              T = M · (1 + locality_tolerance) (rounded down for integral costs, never below
 ///              M), then starts from the current placement (every item on its source rank) and

@@ -104,10 +104,11 @@ struct automatic {
   std::int64_t refine_budget = -1;          ///< refinement steps; -1 = 2·n + 64
   std::int64_t exact_node_budget = 2'000'000;  ///< search nodes of the exact step
   std::int64_t exact_max_items = 14;        ///< the exact step runs up to this many items
+  double gap_tolerance = 0;  ///< stop within lower bound · (1 + gap) (`balance_options`)
   [[nodiscard]] balance_options options(const constraints& limits = {}) const {
     return balance_options{.method = balance_method::automatic, .limits = limits,
                            .refine_budget = refine_budget, .exact_node_budget = exact_node_budget,
-                           .exact_max_items = exact_max_items};
+                           .exact_max_items = exact_max_items, .gap_tolerance = gap_tolerance};
   }
   template <class C>
   balancer_plan operator()(const balance_problem<C>& p) const;
@@ -162,7 +163,8 @@ decltype(auto) visit_balancer(const balance_options& o, F&& f) {
       return std::forward<F>(f)(balancers::padded_exact{o.refine_budget});
     case balance_method::automatic:
     case balance_method::locality: {
-      const balancers::automatic a{o.refine_budget, o.exact_node_budget, o.exact_max_items};
+      const balancers::automatic a{o.refine_budget, o.exact_node_budget, o.exact_max_items,
+                                   o.gap_tolerance};
       if (o.method == balance_method::automatic) return std::forward<F>(f)(a);
       return std::forward<F>(f)(balancers::locality{a, o.locality_tolerance, o.node_of_rank});
     }
@@ -193,6 +195,9 @@ inline void check_balance_options(const balance_options& o, padding_policy polic
   ORCHMLLM_REQUIRE(!(o.method == balance_method::padded_exact && !policy.is_padded()),
                    invalid_argument_error, what,
                    "the padded algorithm needs a padded policy; use lpt, kk or auto for packed");
+  ORCHMLLM_REQUIRE(std::isfinite(o.gap_tolerance) && o.gap_tolerance >= 0,
+                   invalid_argument_error, what, "gap_tolerance is ", o.gap_tolerance,
+                   ", must be finite and >= 0");
   ORCHMLLM_REQUIRE(std::isfinite(o.locality_tolerance) && o.locality_tolerance >= 0,
                    invalid_argument_error, what, "locality_tolerance is ", o.locality_tolerance,
                    ", must be finite and >= 0");

@@ -90,6 +90,13 @@ struct balance_options {
   std::int64_t refine_budget = -1;          ///< refinement steps; -1 = 2·n + 64
   std::int64_t exact_node_budget = 2'000'000;  ///< search nodes for `exact`
   std::int64_t exact_max_items = 14;        ///< automatic runs `exact` up to this many items
+  /// `automatic` (and `locality`'s base run): the relative gap to the lower bound at which the
+  /// search stops. A plan with makespan ≤ lower bound · (1 + gap_tolerance) (rounded down for
+  /// integral costs) ends it: the later candidates are skipped and the refinement stops there
+  /// too. 0 (the default) stops only at the lower bound itself. Either the result is within the
+  /// gap or it is exactly the plan of gap 0 (a search that never reaches the target takes the
+  /// same steps). Trades balance for planning time on large inputs. Must be finite and >= 0.
+  double gap_tolerance = 0;
   /// `locality`: relative makespan slack over automatic's makespan M that the locality plan may
   /// use (target T = M · (1 + tolerance)); the knob that trades balance for moved bytes. Must be
   /// finite and >= 0.

@@ -420,6 +420,11 @@ void mix_stage(fnv& f, const Stage& stage) {
   f.mix(static_cast<std::uint64_t>(mapping));
   // Only a stage with the application's balancer mixes more (existing fingerprints stay).
   if (stage.balancer.custom()) f.mix(stage.balancer.name());
+  // Likewise a stage with a gap tolerance.
+  if (o.gap_tolerance != 0) {
+    f.mix(std::string_view("gap tolerance"));
+    f.mix_double(o.gap_tolerance);
+  }
   // Likewise a stage with a mapper no mapping_method selects.
   if (stage.mapper.custom()) {
     f.mix(std::string_view("mapper"));

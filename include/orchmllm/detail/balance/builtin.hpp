@@ -40,14 +40,36 @@ inline std::int64_t refine_steps(std::int64_t budget, std::int64_t n) noexcept {
   return budget >= 0 ? budget : 2 * n + 64;
 }
 
+/// m · (1 + tolerance), rounded down for integral costs, clamped to the largest Cost, never
+/// below m: the target of `balancers::locality` (m = the base makespan) and the stopping target
+/// of a search with `balancers::automatic::gap_tolerance` (m = the lower bound).
+template <class Cost>
+Cost locality_target(Cost m, double tolerance) {
+  if constexpr (std::is_integral_v<Cost>) {
+    const long double t =
+        static_cast<long double>(m) * (1.0L + static_cast<long double>(tolerance));
+    if (!(t < static_cast<long double>(std::numeric_limits<Cost>::max())))
+      return std::numeric_limits<Cost>::max();
+    return std::max(m, static_cast<Cost>(std::floor(t)));
+  } else {
+    return std::max(m, static_cast<Cost>(m * (1 + static_cast<Cost>(tolerance))));
+  }
+}
+
 /// The best plan found so far by a built-in balancer, and the steps shared by all of them.
 template <class C>
 class plan_search {
  public:
   using Cost = cost_type_t<C>;
 
-  plan_search(const balance_problem<C>& p, std::int64_t refine_budget)
-      : p_(p), in_(p.input()), budget_(refine_steps(refine_budget, p.num_items())) {}
+  /// `gap_tolerance` >= 0: the search counts a plan within lower bound · (1 + gap_tolerance)
+  /// as good enough (`at_bound`, the refinement's stopping target); 0 = the bound itself.
+  plan_search(const balance_problem<C>& p, std::int64_t refine_budget, double gap_tolerance = 0)
+      : p_(p),
+        in_(p.input()),
+        budget_(refine_steps(refine_budget, p.num_items())),
+        target_(gap_tolerance > 0 ? locality_target(p.lower_bound(), gap_tolerance)
+                                  : p.lower_bound()) {}
 
   /// Keeps `a` if it satisfies the constraints and beats the best plan so far.
   void consider(std::optional<std::vector<rank_t>>&& a, balance_method which) {
@@ -59,8 +81,10 @@ class plan_search {
       used_ = which;
     }
   }
-  /// The best plan meets the problem's lower bound.
-  [[nodiscard]] bool at_bound() const { return best_ && best_makespan_ <= p_.lower_bound(); }
+  /// The best plan meets the search's target (the lower bound, or within the gap tolerance).
+  [[nodiscard]] bool at_bound() const { return best_ && best_makespan_ <= target_; }
+  /// The makespan at which the search stops: the lower bound · (1 + gap tolerance).
+  [[nodiscard]] Cost target() const { return target_; }
   [[nodiscard]] bool found() const { return best_.has_value(); }
   [[nodiscard]] Cost best_makespan() const { return best_makespan_; }
   [[nodiscard]] std::int64_t budget() const { return budget_; }
@@ -68,7 +92,7 @@ class plan_search {
   void refine_best() {
     if (best_ && !at_bound()) {
       std::vector<rank_t> a = *best_;
-      refine(in_, p_.cost_model(), a, budget_, p_.lower_bound());
+      refine(in_, p_.cost_model(), a, budget_, target_);
       consider(std::move(a), used_);
     }
   }
@@ -95,6 +119,7 @@ class plan_search {
   const balance_problem<C>& p_;
   const balance_input<Cost>& in_;
   std::int64_t budget_;
+  Cost target_;
   std::optional<std::vector<rank_t>> best_;
   Cost best_makespan_{};
   balance_method used_{};
@@ -175,7 +200,7 @@ builtin_outcome<cost_type_t<C>> search(const balancers::automatic& b,
   check_builtin(b, p);
   const auto& in = p.input();
   const std::int64_t n = p.num_items();
-  plan_search<C> s(p, b.refine_budget);
+  plan_search<C> s(p, b.refine_budget, b.gap_tolerance);
   bool proven = false;
   if (p.policy().is_padded()) {
     auto r = padded_optimal(in, p.cost_model());
@@ -200,7 +225,7 @@ builtin_outcome<cost_type_t<C>> search(const balancers::automatic& b,
     if (!s.at_bound() && kk_complete_fits(n, p.num_ranks())) {
       auto k = karmarkar_karp(in, true);
       if (k && satisfies(in, std::span<const rank_t>(*k))) {
-        refine(in, p.cost_model(), *k, s.budget(), p.lower_bound());
+        refine(in, p.cost_model(), *k, s.budget(), s.target());
         s.consider(std::move(k), balance_method::kk);
       }
     }
@@ -217,20 +242,6 @@ builtin_outcome<cost_type_t<C>> search(const balancers::automatic& b,
   return s.finish(balance_method::lpt);
 }
 
-/// Target of `balancers::locality`: m · (1 + tolerance), rounded down for integral costs,
-/// clamped to the largest Cost, never below m.
-template <class Cost>
-Cost locality_target(Cost m, double tolerance) {
-  if constexpr (std::is_integral_v<Cost>) {
-    const long double t =
-        static_cast<long double>(m) * (1.0L + static_cast<long double>(tolerance));
-    if (!(t < static_cast<long double>(std::numeric_limits<Cost>::max())))
-      return std::numeric_limits<Cost>::max();
-    return std::max(m, static_cast<Cost>(std::floor(t)));
-  } else {
-    return std::max(m, static_cast<Cost>(m * (1 + static_cast<Cost>(tolerance))));
-  }
-}
 
 template <class C>
 builtin_outcome<cost_type_t<C>> search(const balancers::locality& b,
