@@ -32,8 +32,9 @@ import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
-from . import (AllToAll, EncoderView, LLMView, LocalBatch, Plan, StageDeclarations, StepMetadata,
-               StepPlan, _int, _int64_vector, make_step_metadata, plan_step)
+from . import (AllToAll, EncoderView, InvalidArgumentError, LLMView, LocalBatch, Plan,
+               StageDeclarations, StepMetadata, StepPlan, _int, _int64_vector,
+               make_step_metadata, plan_step)
 
 __all__ = ["AsyncStepPlanner", "Dispatcher", "StepDispatchers", "combine", "dispatch",
            "gather_lengths", "gather_step_metadata", "plan_step_dispatchers"]
@@ -278,28 +279,40 @@ def gather_lengths(local_lengths: Any, group: Optional[dist.ProcessGroup] = None
     return offsets, (np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64))
 
 
-def gather_step_metadata(batch: LocalBatch, num_encoders: int,
+def gather_step_metadata(batch: LocalBatch, decl: StageDeclarations,
                          group: Optional[dist.ProcessGroup] = None,
                          device: Optional[torch.device] = None) -> StepMetadata:
     """The step's metadata all-gather: every rank's :class:`~orchmllm.LocalBatch`, on every rank.
 
-    batch: what this rank sampled (text tokens per sample, its sub-items' six arrays).
-    Returns the :class:`~orchmllm.StepMetadata` of the group's ranks (rank r of ``group`` is
-    rank r of the metadata), identical on every rank: two all_gathers (each rank's sample and
-    sub-item counts, then its 1 + 6 words per sample and sub-item, padded to the largest), on
-    ``device`` as :func:`gather_lengths`. A collective: every rank of the group calls it.
-    Raises TypeError for a batch that is not a LocalBatch; InvalidArgumentError, on every rank
-    alike (all check the same gathered batches), naming the first malformed rank's fault
-    (negative counts, a modality outside [0, num_encoders), a parent that does not exist).
+    batch: what this rank sampled (text tokens per sample, its sub-items' six arrays); decl:
+    the step's :class:`~orchmllm.StageDeclarations` (K, and its fingerprint, which every rank
+    checks against every other's). Returns the :class:`~orchmllm.StepMetadata` of the group's
+    ranks (rank r of ``group`` is rank r of the metadata), identical on every rank: two
+    all_gathers (each rank's declarations fingerprint and sample and sub-item counts, then its
+    1 + 6 words per sample and sub-item, padded to the largest), on ``device`` as
+    :func:`gather_lengths`. A collective: every rank of the group calls it.
+
+    Raises TypeError for a batch or decl of the wrong type; InvalidArgumentError, on every
+    rank alike (all decide from the same gathered data, so no rank is left in a collective),
+    naming the first rank whose declarations differ from rank 0's, else the first malformed
+    rank's fault (negative counts, a modality outside [0, K), a parent that does not exist).
     """
     if not isinstance(batch, LocalBatch):
         raise TypeError(f"batch must be an orchmllm.LocalBatch, got {type(batch).__name__}")
-    k = _int("num_encoders", num_encoders)
-    heads, parts = _all_gather_ragged([batch.num_samples, batch.num_sub_items], batch.words(),
-                                      group, device)
-    batches = [LocalBatch.from_words(parts[r], int(heads[r, 0]), int(heads[r, 1]))
+    if not isinstance(decl, StageDeclarations):
+        raise TypeError(f"decl must be an orchmllm.StageDeclarations, got {type(decl).__name__}")
+    fp = int(np.array(decl.fingerprint, dtype=np.uint64).view(np.int64))
+    heads, parts = _all_gather_ragged([fp, batch.num_samples, batch.num_sub_items],
+                                      batch.words(), group, device)
+    for r in range(1, heads.shape[0]):
+        if heads[r, 0] != heads[0, 0]:
+            raise InvalidArgumentError(
+                f"rank {r} declared other stages than rank 0 (declarations fingerprint "
+                f"{int(heads[r, 0]) & (2**64 - 1)} vs {int(heads[0, 0]) & (2**64 - 1)}: names, "
+                "costs, policies, options, row widths or split options differ)")
+    batches = [LocalBatch.from_words(parts[r], int(heads[r, 1]), int(heads[r, 2]))
                for r in range(heads.shape[0])]
-    return make_step_metadata(batches, k)
+    return make_step_metadata(batches, decl.num_encoders)
 
 
 class StepDispatchers:
@@ -357,7 +370,7 @@ def plan_step_dispatchers(decl: StageDeclarations, batch: LocalBatch,
     gets the same plans. A collective: every rank calls it. Raises what those raise.
     """
     rank = dist.get_rank(group)
-    meta = gather_step_metadata(batch, decl.num_encoders, group, device)
+    meta = gather_step_metadata(batch, decl, group, device)
     step = plan_step(decl, meta, gpus_per_node, node_of_rank=node_of_rank, rank=rank)
     return StepDispatchers(step, meta, rank, group)
 
@@ -405,7 +418,7 @@ class AsyncStepPlanner:
                 f"{len(self._pending)} steps are already pending (max_pending "
                 f"{self.max_pending}); take one with next() first")
         rank = dist.get_rank(self.group)
-        meta = gather_step_metadata(batch, self.decl.num_encoders, self.group, self.device)
+        meta = gather_step_metadata(batch, self.decl, self.group, self.device)
         future = self._pool.submit(plan_step, self.decl, meta, self.gpus_per_node,
                                    node_of_rank=self.node_of_rank, rank=rank)
         self._pending.append((meta, future))

@@ -301,6 +301,11 @@ def check_step(rank: int, world: int = WORLD) -> int:
     bad = orchmllm.LocalBatch([1], [0], [0 if rank != 1 else 3], [2], [2], [1])
     with pytest.raises(orchmllm.InvalidArgumentError, match="rank 1: sub-item 0 names parent"):
         orchmllm.torch.plan_step_dispatchers(decl, bad)
+    # Declarations that differ on one rank: the same error on every rank, naming it.
+    other = step_decl() if rank != 3 else orchmllm.StageDeclarations(
+        step_decl().encoders, orchmllm.LLMStage(cost="linear", text_row_bytes=24))
+    with pytest.raises(orchmllm.InvalidArgumentError, match="rank 3 declared other stages"):
+        orchmllm.torch.gather_step_metadata(step_batch(1, rank)[0], other)
     return len(steps)
 
 

@@ -55,6 +55,7 @@ units: np.ndarray = step.encoder_view(0, 0).input_rows
 reports: list[dict[str, object]] = step.stages()
 pe: orchmllm.Rearrangement = step.encoder_plan(0, "output")
 sd: otorch.StepDispatchers = otorch.plan_step_dispatchers(decl, orchmllm.LocalBatch([3]))
+gathered_meta: orchmllm.StepMetadata = otorch.gather_step_metadata(orchmllm.LocalBatch([3]), decl)
 out: torch.Tensor = sd.encoder_outputs[0].dispatch(sd.encoder_inputs[0].dispatch(y))
 d2: otorch.Dispatcher = otorch.Dispatcher(route, 0)
 with otorch.AsyncStepPlanner(decl, max_pending=2) as planner:
