@@ -226,10 +226,12 @@ class LocalBatch:
 
     @property
     def num_samples(self) -> int:
+        """Samples of this rank."""
         return int(self.text_tokens.shape[0])
 
     @property
     def num_sub_items(self) -> int:
+        """Sub-items of this rank."""
         return int(self.modality.shape[0])
 
     def words(self) -> np.ndarray:

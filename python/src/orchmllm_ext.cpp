@@ -365,7 +365,11 @@ NB_MODULE(_orchmllm, m) {
                    "Global ids (source order of the plan or route) of the items the rank holds\n"
                    "after the exchange, in destination slot order.");
 
-  nb::class_<py_plan>(m, "Plan")
+  nb::class_<py_plan>(
+      m, "Plan",
+      "Where every item goes (orchmllm.balance, orchmllm.map_bins): dst_rank / dst_slot by\n"
+      "global id, the problem's figures, statistics() and all_to_all(rank, rows). Immutable;\n"
+      "identical on every rank for the same input.")
       .def_prop_ro("dst_rank", [](nb::handle_t<py_plan> self) {
         return view(nb::cast<const py_plan&>(self).dst_rank, self);
       }, nb::rv_policy::reference)

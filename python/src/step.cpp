@@ -414,10 +414,10 @@ void bind_step(nb::module_& m) {
       "rank's samples and sub-items. Build it with orchmllm.make_step_metadata (or\n"
       "orchmllm.torch.gather_step_metadata). Global sample g = sample_offsets[r] + local index;\n"
       "a modality's sub-items get global ids rank-major, in local order.")
-      .def_prop_ro("num_ranks", [](const py_metadata& m) { return static_cast<i64>(m.meta->ranks); })
-      .def_prop_ro("num_samples", [](const py_metadata& m) { return m.meta->num_samples(); })
+      .def_prop_ro("num_ranks", [](const py_metadata& m) { return static_cast<i64>(m.meta->ranks); }, "D.")
+      .def_prop_ro("num_samples", [](const py_metadata& m) { return m.meta->num_samples(); }, "Samples of all ranks.")
       .def_prop_ro("num_encoders",
-                   [](const py_metadata& m) { return static_cast<i64>(m.meta->modalities.size()); })
+                   [](const py_metadata& m) { return static_cast<i64>(m.meta->modalities.size()); }, "K, the modalities.")
       .def_prop_ro("sample_offsets",
                    [](const py_metadata& m) { return to_numpy(std::vector<i64>(m.meta->sample_offsets)); }, nb::rv_policy::reference,
                    "int64[D+1]: CSR offsets of the ranks' samples.")
@@ -447,9 +447,9 @@ void bind_step(nb::module_& m) {
       m, "Rearrangement",
       "One plan of a step (a stage's plan, a lift, a composed or gradient route): where every\n"
       "item of its source layout goes. Arrays are int64 numpy copies.")
-      .def_prop_ro("num_items", [](const py_rearrangement& r) { return r.plan.num_items(); })
+      .def_prop_ro("num_items", [](const py_rearrangement& r) { return r.plan.num_items(); }, "n, the items it moves.")
       .def_prop_ro("num_ranks",
-                   [](const py_rearrangement& r) { return static_cast<i64>(r.plan.num_src_ranks()); })
+                   [](const py_rearrangement& r) { return static_cast<i64>(r.plan.num_src_ranks()); }, "D.")
       .def_prop_ro("dst_rank", [](const py_rearrangement& r) { return span_array(r.plan.dst_ranks()); }, nb::rv_policy::reference,
                    "int64[n]: destination rank of every source item (global id order).")
       .def_prop_ro("dst_slot", [](const py_rearrangement& r) { return span_array(r.plan.dst_slots()); }, nb::rv_policy::reference,
@@ -469,14 +469,14 @@ void bind_step(nb::module_& m) {
       "row_offsets[k][j+1]) of the modality-k output payload); per slot s its sub-items in their\n"
       "original order, entries [sub_item_offsets[s], sub_item_offsets[s+1]) of\n"
       "sub_item_modality / sub_item_index (modality k, received index j).")
-      .def_prop_ro("samples", [](const py_llm_view& v) { return v.samples; }, nb::rv_policy::reference)
+      .def_prop_ro("samples", [](const py_llm_view& v) { return v.samples; }, nb::rv_policy::reference, "int64: global sample id of every LLM slot, in slot order.")
       .def_prop_ro("item_offsets", [](const py_llm_view& v) { nb::list l; for (const auto& a : v.item_offsets) l.append(a); return l; },
-                   nb::sig("def item_offsets(self) -> list[numpy.typing.NDArray[numpy.int64]]"))
+                   nb::sig("def item_offsets(self) -> list[numpy.typing.NDArray[numpy.int64]]"), "Per modality k, int64[slots+1]: received items of slot s are [item_offsets[k][s], item_offsets[k][s+1]).")
       .def_prop_ro("row_offsets", [](const py_llm_view& v) { nb::list l; for (const auto& a : v.row_offsets) l.append(a); return l; },
-                   nb::sig("def row_offsets(self) -> list[numpy.typing.NDArray[numpy.int64]]"))
-      .def_prop_ro("sub_item_offsets", [](const py_llm_view& v) { return v.sub_item_offsets; }, nb::rv_policy::reference)
-      .def_prop_ro("sub_item_modality", [](const py_llm_view& v) { return v.sub_item_modality; }, nb::rv_policy::reference)
-      .def_prop_ro("sub_item_index", [](const py_llm_view& v) { return v.sub_item_index; }, nb::rv_policy::reference);
+                   nb::sig("def row_offsets(self) -> list[numpy.typing.NDArray[numpy.int64]]"), "Per modality k, int64[items+1]: rows of received item j in the modality-k payload.")
+      .def_prop_ro("sub_item_offsets", [](const py_llm_view& v) { return v.sub_item_offsets; }, nb::rv_policy::reference, "int64[slots+1]: slot s's sub-items are entries [sub_item_offsets[s], sub_item_offsets[s+1]).")
+      .def_prop_ro("sub_item_modality", [](const py_llm_view& v) { return v.sub_item_modality; }, nb::rv_policy::reference, "int64: modality k of every entry.")
+      .def_prop_ro("sub_item_index", [](const py_llm_view& v) { return v.sub_item_index; }, nb::rv_policy::reference, "int64: received index j (in modality k's payload) of every entry.");
 
   nb::class_<py_encoder_view>(
       m, "EncoderView",
@@ -484,18 +484,18 @@ void bind_step(nb::module_& m) {
       "in the order its input payload arrives: sub_item (global id in the modality),\n"
       "first_segment / last_segment of its segments (0 and S for a whole sub-item), input_rows,\n"
       "llm_tokens (its output rows, in that order in the payload sent along encoder_output).")
-      .def_prop_ro("sub_item", [](const py_encoder_view& v) { return v.sub_item; }, nb::rv_policy::reference)
-      .def_prop_ro("first_segment", [](const py_encoder_view& v) { return v.first_segment; }, nb::rv_policy::reference)
-      .def_prop_ro("last_segment", [](const py_encoder_view& v) { return v.last_segment; }, nb::rv_policy::reference)
-      .def_prop_ro("segments", [](const py_encoder_view& v) { return v.segments; }, nb::rv_policy::reference)
-      .def_prop_ro("input_rows", [](const py_encoder_view& v) { return v.input_rows; }, nb::rv_policy::reference)
-      .def_prop_ro("llm_tokens", [](const py_encoder_view& v) { return v.llm_tokens; }, nb::rv_policy::reference);
+      .def_prop_ro("sub_item", [](const py_encoder_view& v) { return v.sub_item; }, nb::rv_policy::reference, "int64: every unit's sub-item (global id within the modality).")
+      .def_prop_ro("first_segment", [](const py_encoder_view& v) { return v.first_segment; }, nb::rv_policy::reference, "int64: first segment of every unit (0 for a whole sub-item).")
+      .def_prop_ro("last_segment", [](const py_encoder_view& v) { return v.last_segment; }, nb::rv_policy::reference, "int64: end of every unit's segments (S for a whole sub-item).")
+      .def_prop_ro("segments", [](const py_encoder_view& v) { return v.segments; }, nb::rv_policy::reference, "int64: S of every unit's sub-item.")
+      .def_prop_ro("input_rows", [](const py_encoder_view& v) { return v.input_rows; }, nb::rv_policy::reference, "int64: input rows of every unit (its rows in the received payload).")
+      .def_prop_ro("llm_tokens", [](const py_encoder_view& v) { return v.llm_tokens; }, nb::rv_policy::reference, "int64: output rows of every unit.");
 
   nb::class_<py_step>(
       m, "StepPlan",
       "Every plan of one training step (orchmllm.plan_step), identical on every rank.")
-      .def_prop_ro("num_ranks", [](const py_step& s) { return static_cast<i64>(s.topo.num_ranks()); })
-      .def_prop_ro("num_encoders", [](const py_step& s) { return static_cast<i64>(s.encoders()); })
+      .def_prop_ro("num_ranks", [](const py_step& s) { return static_cast<i64>(s.topo.num_ranks()); }, "D.")
+      .def_prop_ro("num_encoders", [](const py_step& s) { return static_cast<i64>(s.encoders()); }, "K.")
       .def_prop_ro("routes_rank", [](const py_step& s) { return s.routes_rank; },
                    "The rank whose routes plan_step built (-1: none; others are built on demand).")
       .def_prop_ro("alltoalls_per_step", [](const py_step& s) { return s.step.alltoalls_per_step(); },
