@@ -14,12 +14,13 @@ model is docs/orchestrator.md; the Python one docs/python.md.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Union
+import hashlib
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union, cast
 
 import numpy as np
 
 from . import _orchmllm
-from ._orchmllm import LinearCost, QuadraticCost, StepMetadata, StepPlan
+from ._orchmllm import InvalidArgumentError, LinearCost, QuadraticCost, StepMetadata, StepPlan
 
 __all__ = [
     "EncoderStage",
@@ -32,6 +33,7 @@ __all__ = [
 ]
 
 StageCost = Union[str, LinearCost, QuadraticCost]
+CostArg = Union[str, LinearCost, QuadraticCost, Callable[[np.ndarray], Any]]
 
 _INT64_MAX = np.iinfo(np.int64).max
 
@@ -41,17 +43,22 @@ def _vec(name: str, values: Any, size: Optional[int] = None) -> np.ndarray:
     return _int64_vector(name, values, size)
 
 
-def _check_cost(stage: str, cost: Any) -> StageCost:
-    if isinstance(cost, (str, LinearCost, QuadraticCost)):
-        return cost
-    if callable(cost):
-        raise TypeError(
-            f"stage '{stage}': a cost callable is not supported in stage declarations (the"
-            " planner evaluates costs on a background thread); use 'linear', 'quadratic:A,B',"
-            " LinearCost or QuadraticCost (e.g. CostCalibration's fit)")
+def _is_callable(cost: Any) -> bool:
+    """A Python cost callable (the cost objects are callable too, but the library's own)."""
+    return callable(cost) and not isinstance(cost, (str, LinearCost, QuadraticCost))
+
+
+def _fn(cost: CostArg) -> Callable[[np.ndarray], Any]:
+    """``cost`` as the Python callable it is (after :func:`_is_callable`)."""
+    return cast(Callable[[np.ndarray], Any], cost)
+
+
+def _check_cost(stage: str, cost: Any) -> CostArg:
+    if isinstance(cost, (str, LinearCost, QuadraticCost)) or callable(cost):
+        return cost  # type: ignore[no-any-return]
     raise TypeError(
-        f"stage '{stage}': cost must be a str ('linear', 'quadratic:A,B'), a LinearCost or a"
-        f" QuadraticCost, got {type(cost).__name__}")
+        f"stage '{stage}': cost must be a str ('linear', 'quadratic:A,B'), a LinearCost, a"
+        f" QuadraticCost or a callable, got {type(cost).__name__}")
 
 
 def _check_str(name: str, value: Any) -> str:
@@ -94,7 +101,7 @@ class _Stage:
                  min_items: int, max_items: Optional[int], mapping: str) -> None:
         from . import _int, _optional_int
         self.name = _check_str("name", name)
-        self.cost: StageCost = _check_cost(name, cost)
+        self.cost: CostArg = _check_cost(name, cost)
         self.policy = _check_str("policy", policy)
         self.algorithm = _check_str("algorithm", algorithm)
         self.pad_multiple = 1 if pad_multiple is None else _int("pad_multiple", pad_multiple)
@@ -105,7 +112,10 @@ class _Stage:
         self.mapping = _check_str("mapping", mapping)
 
     def _common(self) -> Dict[str, Any]:
-        return dict(name=self.name, cost=self.cost, policy=self.policy,
+        # A callable's values depend on the step's lengths: plan_step evaluates it and passes
+        # its table; the declarations hold cost(l) = l meanwhile (a placeholder).
+        cost = "linear" if _is_callable(self.cost) else self.cost
+        return dict(name=self.name, cost=cost, policy=self.policy,
                     pad_multiple=self.pad_multiple, algorithm=self.algorithm, cap=self.cap,
                     cap_bytes=self.cap_bytes, min_items=self.min_items,
                     max_items=self.max_items, mapping=self.mapping)
@@ -116,7 +126,8 @@ class EncoderStage(_Stage):
 
     name: unique, non-empty. cost / policy / algorithm / pad_multiple / cap / cap_bytes /
     min_items / max_items: as :func:`orchmllm.balance` takes them, for the stage's sub-items
-    by encoder length (a cost callable is not supported here: TypeError). mapping: how the
+    by encoder length (a callable is evaluated by :func:`plan_step`, once per step, on the
+    step's distinct lengths, segment lengths and padded lengths). mapping: how the
     balanced bins become ranks (``orchmllm.MAPPINGS``, default "transport": fewest input bytes
     across nodes). input_row_bytes / output_row_bytes (>= 1): bytes of one input row (a patch,
     a mel frame) and one output row (one LLM token), for the mapping's byte counts (the
@@ -141,7 +152,8 @@ class EncoderStage(_Stage):
         if split is True:
             split = SplitOptions()
         if split is not None and split is not False and not isinstance(split, SplitOptions):
-            raise TypeError(f"split must be a SplitOptions, True or None, got {type(split).__name__}")
+            raise TypeError(
+                f"split must be a SplitOptions, True or None, got {type(split).__name__}")
         self.split: Optional[SplitOptions] = split if isinstance(split, SplitOptions) else None
 
 
@@ -185,6 +197,11 @@ class StageDeclarations:
         native.set_llm(**self.llm._common(), text_row_bytes=self.llm.text_row_bytes)
         native.validate()
         self._native = native
+        # A callable cost enters the fingerprint by its values at the library's probe lengths.
+        probes = np.array([0, 1, 2, 3, 7, 64, 100, 1000, 4096, 12345, 65536, 1000000], np.int64)
+        self._probes = [
+            i.to_bytes(2, "little") + np.asarray(_fn(s.cost)(probes.copy()), np.float64).tobytes()
+            for i, s in enumerate([*self.encoders, self.llm]) if _is_callable(s.cost)]
 
     @property
     def num_encoders(self) -> int:
@@ -193,9 +210,15 @@ class StageDeclarations:
 
     @property
     def fingerprint(self) -> int:
-        """The library's 64-bit fingerprint of the declarations (``orchmllm::fingerprint``):
-        equal on every rank that declared the same stages."""
-        return int(self._native.fingerprint)
+        """64-bit fingerprint of the declarations: the library's (``orchmllm::fingerprint``:
+        names, costs, policies, options, row widths, split options), and for a stage whose cost
+        is a callable, its values at the library's twelve probe lengths. Equal on every rank
+        that declared the same stages. O(K)."""
+        fp = int(self._native.fingerprint)
+        if not self._probes:
+            return fp
+        h = hashlib.blake2b(fp.to_bytes(8, "little") + b"".join(self._probes), digest_size=8)
+        return int.from_bytes(h.digest(), "little")
 
 
 class LocalBatch:
@@ -306,4 +329,33 @@ def plan_step(decl: StageDeclarations, meta: StepMetadata, gpus_per_node: int = 
         raise TypeError(f"meta must be a StepMetadata, got {type(meta).__name__}")
     nodes = None if node_of_rank is None else _vec("node_of_rank", node_of_rank)
     return _orchmllm._plan_step(decl._native, meta, _int("gpus_per_node", gpus_per_node), nodes,
-                                _optional_int("rank", rank), bool(parallel_stages))
+                                _optional_int("rank", rank), bool(parallel_stages),
+                                _cost_tables(decl, meta))
+
+
+def _cost_tables(decl: StageDeclarations, meta: StepMetadata) -> List[Any]:
+    """The values of the stages' cost callables on this step's lengths (K + 1 entries, None
+    for a stage without one; an empty list when no stage has one). An encoder's lengths are
+    its sub-items' encoder lengths and segment lengths, the LLM's the sequence lengths; each
+    with its padded lengths. Checked as balance() checks a callable's values."""
+    from . import _cost_table
+    stages: List[_Stage] = [*decl.encoders, decl.llm]
+    if not any(_is_callable(s.cost) for s in stages):
+        return []
+    if meta.num_encoders != decl.num_encoders:
+        raise InvalidArgumentError(
+            f"metadata has {meta.num_encoders} modalities, the declarations "
+            f"{decl.num_encoders} encoder stages")
+    tables: List[Any] = []
+    for k, stage in enumerate(stages):
+        if not _is_callable(stage.cost):
+            tables.append(None)
+            continue
+        if k < decl.num_encoders:
+            m = meta.modality(k)
+            lengths = np.concatenate([m["encoder_length"], m["encoder_length"] // m["segments"]])
+        else:
+            lengths = meta.sequence_lengths()
+        lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+        tables.append(_cost_table(_fn(stage.cost), lengths, stage.policy, stage.pad_multiple))
+    return tables

@@ -26,7 +26,6 @@ namespace orchmllm_py {
 
 namespace nb = nanobind;
 
-
 using i64 = std::int64_t;
 // What __init__.py hands over: 1-D, C-contiguous int64 (it converted and checked the dtype).
 using i64_in = nb::ndarray<const i64, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
@@ -70,9 +69,9 @@ struct double_cost {
   [[nodiscard]] double operator()(i64 length) const {
     if (table == nullptr) return quadratic(length);
     const auto it = std::lower_bound(table->lengths.begin(), table->lengths.end(), length);
-    ORCHMLLM_REQUIRE(it != table->lengths.end() && *it == length,
-                     orchmllm::invalid_argument_error, "the cost callable was not evaluated at ",
-                     "length ", length, " (its table holds the items' lengths and padded lengths)");
+    ORCHMLLM_REQUIRE(it != table->lengths.end() && *it == length, orchmllm::invalid_argument_error,
+                     "the cost callable was not evaluated at ", "length ", length,
+                     " (its table holds the items' lengths and padded lengths)");
     return table->values[static_cast<std::size_t>(it - table->lengths.begin())];
   }
 };
@@ -124,22 +123,24 @@ struct route_vectors {
 };
 
 // The gather `out[dst + i] = in[src + i]` of a segment list, as an index array.
-inline std::vector<i64> gather_index(const orchmllm::detail::segment_list& s, i64 total, bool identity) {
+inline std::vector<i64> gather_index(const orchmllm::detail::segment_list& s, i64 total,
+                                     bool identity) {
   std::vector<i64> index(static_cast<std::size_t>(total));
   if (identity) {
     for (i64 i = 0; i < total; ++i) index[static_cast<std::size_t>(i)] = i;
     return index;
   }
   for (std::size_t k = 0; k < s.size(); ++k)
-    for (i64 i = 0; i < s.bytes[k]; ++i) index[static_cast<std::size_t>(s.dst[k] + i)] = s.src[k] + i;
+    for (i64 i = 0; i < s.bytes[k]; ++i)
+      index[static_cast<std::size_t>(s.dst[k] + i)] = s.src[k] + i;
   return index;
 }
 
 // A direct route's (at most one hop) exchange as rows: `width` bytes per row (every item's
 // bytes are rows x width, so every count and offset of the route divides by it). No GIL needed.
 inline route_vectors route_rows(const orchmllm::route& route, i64 width) {
-  ORCHMLLM_REQUIRE(route.hops().size() <= 1, orchmllm::invalid_argument_error,
-                   "a route of ", route.hops().size(), " hops; all_to_all needs the direct schedule");
+  ORCHMLLM_REQUIRE(route.hops().size() <= 1, orchmllm::invalid_argument_error, "a route of ",
+                   route.hops().size(), " hops; all_to_all needs the direct schedule");
   ORCHMLLM_REQUIRE(width >= 1, orchmllm::invalid_argument_error, "row width ", width,
                    ", must be >= 1");
   const auto d = static_cast<std::size_t>(route.num_ranks());

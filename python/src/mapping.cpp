@@ -3,6 +3,8 @@
 // --gpus-per-node G --mapping M` calls it. The result is a new Plan with the remapped
 // destinations (same balance: mapping permutes whole bins) and the mapping's figures.
 
+#include "orchmllm/topology/mapping.hpp"
+
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -18,7 +20,6 @@
 #include <vector>
 
 #include "common.hpp"
-#include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"
 
 namespace orchmllm_py {
@@ -31,8 +32,7 @@ namespace {
 // consecutive blocks of `gpus_per_node` ranks (0: one node). Item bytes: `bytes` when given,
 // else the plan's (balance's `bytes`, default the lengths).
 std::unique_ptr<py_plan> map_plan(const py_plan& p, const std::string& method, i64 gpus_per_node,
-                                  std::optional<i64_in> node_of_rank,
-                                  std::optional<i64_in> bytes) {
+                                  std::optional<i64_in> node_of_rank, std::optional<i64_in> bytes) {
   const auto m = orchmllm::parse_mapping_method(method);
   const auto d = p.plan.num_src_ranks();
   ORCHMLLM_REQUIRE(p.plan.num_dst_ranks() == d, orchmllm::invalid_argument_error,
@@ -59,8 +59,7 @@ std::unique_ptr<py_plan> map_plan(const py_plan& p, const std::string& method, i
               : std::vector<i64>(p.layout.item_bytes().begin(), p.layout.item_bytes().end());
     const auto start = std::chrono::steady_clock::now();
     info.figures = orchmllm::map_bins(p.plan, item_bytes, topo, m);
-    info.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     info.node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
     info.rank_of_bin.assign(info.figures.rank_of_bin.begin(), info.figures.rank_of_bin.end());
     out->plan = info.figures.plan;

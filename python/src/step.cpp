@@ -10,6 +10,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/unique_ptr.h>
@@ -136,7 +137,8 @@ py_metadata make_metadata(const i64_in& sample_counts, const i64_in& text_tokens
   std::size_t s = 0, u = 0;
   for (std::size_t r = 0; r < d; ++r) {
     const i64 ns = sample_counts.data()[r], nu = sub_counts.data()[r];
-    ORCHMLLM_REQUIRE(ns >= 0 && nu >= 0 && s + static_cast<std::size_t>(ns) <= text_tokens.shape(0) &&
+    ORCHMLLM_REQUIRE(ns >= 0 && nu >= 0 &&
+                         s + static_cast<std::size_t>(ns) <= text_tokens.shape(0) &&
                          u + static_cast<std::size_t>(nu) <= modality.shape(0),
                      orchmllm::invalid_argument_error, "rank ", r, ": ", ns, " samples and ", nu,
                      " sub-items do not fit the arrays");
@@ -206,16 +208,17 @@ struct py_step {
   orchmllm::topology topo;
   orchmllm::step_plan step;
   i64 routes_rank = -1;
+  std::vector<std::shared_ptr<cost_table>> tables;  // the callable costs' values (kept alive)
 
   [[nodiscard]] int encoders() const { return static_cast<int>(step.encoders.size()); }
 
   void check_rank(i64 r) const {
-    ORCHMLLM_REQUIRE(r >= 0 && r < topo.num_ranks(), orchmllm::invalid_argument_error, "rank ",
-                     r, " outside [0, ", topo.num_ranks(), ")");
+    ORCHMLLM_REQUIRE(r >= 0 && r < topo.num_ranks(), orchmllm::invalid_argument_error, "rank ", r,
+                     " outside [0, ", topo.num_ranks(), ")");
   }
   void check_encoder(i64 k) const {
-    ORCHMLLM_REQUIRE(k >= 0 && k < encoders(), orchmllm::invalid_argument_error,
-                     "encoder stage ", k, " outside [0, ", encoders(), ")");
+    ORCHMLLM_REQUIRE(k >= 0 && k < encoders(), orchmllm::invalid_argument_error, "encoder stage ",
+                     k, " outside [0, ", encoders(), ")");
   }
 };
 
@@ -227,27 +230,42 @@ transfer parse_transfer(const std::string& name) {
   if (name == "encoder_output") return transfer::encoder_output;
   if (name == "encoder_gradient") return transfer::encoder_gradient;
   orchmllm::detail::raise<orchmllm::invalid_argument_error>(orchmllm::detail::concat(
-      "transfer '", name,
-      "' (expected encoder_input, text, encoder_output or encoder_gradient)"));
+      "transfer '", name, "' (expected encoder_input, text, encoder_output or encoder_gradient)"));
 }
 
 // The rearrangement a transfer moves along.
 const orchmllm::rearrangement& transfer_plan(const py_step& s, transfer t, int k) {
   switch (t) {
-    case transfer::encoder_input: return s.step.encoders[static_cast<std::size_t>(k)].input;
-    case transfer::text: return s.step.llm;
-    case transfer::encoder_output: return s.step.encoders[static_cast<std::size_t>(k)].output;
-    case transfer::encoder_gradient: return s.step.encoders[static_cast<std::size_t>(k)].gradient;
+    case transfer::encoder_input:
+      return s.step.encoders[static_cast<std::size_t>(k)].input;
+    case transfer::text:
+      return s.step.llm;
+    case transfer::encoder_output:
+      return s.step.encoders[static_cast<std::size_t>(k)].output;
+    case transfer::encoder_gradient:
+      return s.step.encoders[static_cast<std::size_t>(k)].gradient;
   }
   return s.step.llm;
 }
 
 std::unique_ptr<py_step> plan_step(const py_declarations& d, const py_metadata& m,
                                    i64 gpus_per_node, std::optional<i64_in> node_of_rank,
-                                   std::optional<i64> rank, bool parallel_stages) {
+                                   std::optional<i64> rank, bool parallel_stages,
+                                   const std::vector<std::shared_ptr<cost_table>>& tables) {
   auto out = std::make_unique<py_step>();
   out->meta = m.meta;
   out->decl = d.decl;
+  // Stages whose cost is a Python callable: its values on this step's lengths (step.py
+  // evaluated it), looked up as balance() does; K + 1 entries (encoders, then the LLM).
+  ORCHMLLM_REQUIRE(tables.empty() || tables.size() == d.decl.encoders.size() + 1,
+                   orchmllm::invalid_argument_error, tables.size(), " cost tables for ",
+                   d.decl.encoders.size() + 1, " stages");
+  for (std::size_t i = 0; i < tables.size(); ++i) {
+    if (!tables[i]) continue;
+    auto& cost = i < d.decl.encoders.size() ? out->decl.encoders[i].cost : out->decl.llm.cost;
+    cost = double_cost{{}, tables[i].get()};
+  }
+  out->tables = tables;
   {
     nb::gil_scoped_release unlocked;
     ORCHMLLM_REQUIRE(gpus_per_node >= 0, orchmllm::invalid_argument_error, "gpus_per_node is ",
@@ -287,18 +305,17 @@ all_to_all_arrays step_all_to_all(const py_step& s, const std::string& name, i64
     orchmllm::step_routes built;
     if (rank != s.routes_rank) {
       // Another rank's routes: built exactly as plan_step builds them for routes_for.
-      orchmllm::detail::step_route_builder b(s.decl, *s.meta, s.topo, r,
-                                             orchmllm::schedule::direct, false);
+      orchmllm::detail::step_route_builder b(s.decl, *s.meta, s.topo, r, orchmllm::schedule::direct,
+                                             false);
       b.text(s.step.llm);
       b.start_inputs(s.step);
       built = b.finish(s.step);
     }
     const auto& all = rank == s.routes_rank ? s.step.routes : built;
-    const auto index = static_cast<std::size_t>(
-        t == transfer::encoder_input ? k
-        : t == transfer::text        ? kc
-        : t == transfer::encoder_output ? kc + 1 + k
-                                        : 2 * kc + 1 + k);
+    const auto index = static_cast<std::size_t>(t == transfer::encoder_input    ? k
+                                                : t == transfer::text           ? kc
+                                                : t == transfer::encoder_output ? kc + 1 + k
+                                                                                : 2 * kc + 1 + k);
     const i64 width = t == transfer::text ? s.decl.llm.text_row_bytes
                       : t == transfer::encoder_input
                           ? s.decl.encoders[static_cast<std::size_t>(k)].input_row_bytes
@@ -338,8 +355,8 @@ py_encoder_view encoder_view(const py_step& s, i64 k, i64 rank) {
   s.check_rank(rank);
   const auto units =
       s.step.encoder_view(*s.meta, static_cast<int>(k), static_cast<orchmllm::rank_t>(rank));
-  std::vector<i64> sub(units.size()), first(units.size()), last(units.size()),
-      segs(units.size()), in(units.size()), tok(units.size());
+  std::vector<i64> sub(units.size()), first(units.size()), last(units.size()), segs(units.size()),
+      in(units.size()), tok(units.size());
   for (std::size_t i = 0; i < units.size(); ++i) {
     sub[i] = units[i].sub_item;
     first[i] = units[i].first_segment;
@@ -348,8 +365,8 @@ py_encoder_view encoder_view(const py_step& s, i64 k, i64 rank) {
     in[i] = units[i].input_rows;
     tok[i] = units[i].llm_tokens;
   }
-  return {to_numpy(std::move(sub)), to_numpy(std::move(first)), to_numpy(std::move(last)),
-          to_numpy(std::move(segs)), to_numpy(std::move(in)), to_numpy(std::move(tok))};
+  return {to_numpy(std::move(sub)),  to_numpy(std::move(first)), to_numpy(std::move(last)),
+          to_numpy(std::move(segs)), to_numpy(std::move(in)),    to_numpy(std::move(tok))};
 }
 
 nb::list stage_reports(const py_step& s) {
@@ -401,9 +418,9 @@ void bind_step(nb::module_& m) {
            "pad_multiple"_a, "algorithm"_a, "cap"_a.none(), "cap_bytes"_a.none(), "min_items"_a,
            "max_items"_a.none(), "mapping"_a, "input_row_bytes"_a, "output_row_bytes"_a,
            "split"_a.none())
-      .def("set_llm", &py_declarations::set_llm, "name"_a, "cost"_a, "policy"_a,
-           "pad_multiple"_a, "algorithm"_a, "cap"_a.none(), "cap_bytes"_a.none(), "min_items"_a,
-           "max_items"_a.none(), "mapping"_a, "text_row_bytes"_a)
+      .def("set_llm", &py_declarations::set_llm, "name"_a, "cost"_a, "policy"_a, "pad_multiple"_a,
+           "algorithm"_a, "cap"_a.none(), "cap_bytes"_a.none(), "min_items"_a, "max_items"_a.none(),
+           "mapping"_a, "text_row_bytes"_a)
       .def("validate", [](const py_declarations& d) { d.decl.validate(); })
       .def_prop_ro("fingerprint",
                    [](const py_declarations& d) { return orchmllm::fingerprint(d.decl); });
@@ -414,52 +431,70 @@ void bind_step(nb::module_& m) {
       "rank's samples and sub-items. Build it with orchmllm.make_step_metadata (or\n"
       "orchmllm.torch.gather_step_metadata). Global sample g = sample_offsets[r] + local index;\n"
       "a modality's sub-items get global ids rank-major, in local order.")
-      .def_prop_ro("num_ranks", [](const py_metadata& m) { return static_cast<i64>(m.meta->ranks); }, "D.")
-      .def_prop_ro("num_samples", [](const py_metadata& m) { return m.meta->num_samples(); }, "Samples of all ranks.")
-      .def_prop_ro("num_encoders",
-                   [](const py_metadata& m) { return static_cast<i64>(m.meta->modalities.size()); }, "K, the modalities.")
-      .def_prop_ro("sample_offsets",
-                   [](const py_metadata& m) { return to_numpy(std::vector<i64>(m.meta->sample_offsets)); }, nb::rv_policy::reference,
-                   "int64[D+1]: CSR offsets of the ranks' samples.")
-      .def_prop_ro("text_tokens",
-                   [](const py_metadata& m) { return to_numpy(std::vector<i64>(m.meta->text_tokens)); }, nb::rv_policy::reference,
-                   "int64[samples]: every sample's own text tokens.")
-      .def("sequence_lengths",
-           [](const py_metadata& m) {
-             std::vector<i64> out(static_cast<std::size_t>(m.meta->num_samples()));
-             for (std::size_t g = 0; g < out.size(); ++g)
-               out[g] = m.meta->sequence_length(static_cast<i64>(g));
-             return to_numpy(std::move(out));
-           },
-           "int64[samples]: every sample's LLM sequence length (text + its sub-items' LLM\n"
-           "tokens). O(samples + sub-items).")
+      .def_prop_ro(
+          "num_ranks", [](const py_metadata& m) { return static_cast<i64>(m.meta->ranks); }, "D.")
+      .def_prop_ro(
+          "num_samples", [](const py_metadata& m) { return m.meta->num_samples(); },
+          "Samples of all ranks.")
+      .def_prop_ro(
+          "num_encoders",
+          [](const py_metadata& m) { return static_cast<i64>(m.meta->modalities.size()); },
+          "K, the modalities.")
+      .def_prop_ro(
+          "sample_offsets",
+          [](const py_metadata& m) { return to_numpy(std::vector<i64>(m.meta->sample_offsets)); },
+          nb::rv_policy::reference, "int64[D+1]: CSR offsets of the ranks' samples.")
+      .def_prop_ro(
+          "text_tokens",
+          [](const py_metadata& m) { return to_numpy(std::vector<i64>(m.meta->text_tokens)); },
+          nb::rv_policy::reference, "int64[samples]: every sample's own text tokens.")
+      .def(
+          "sequence_lengths",
+          [](const py_metadata& m) {
+            std::vector<i64> out(static_cast<std::size_t>(m.meta->num_samples()));
+            for (std::size_t g = 0; g < out.size(); ++g)
+              out[g] = m.meta->sequence_length(static_cast<i64>(g));
+            return to_numpy(std::move(out));
+          },
+          "int64[samples]: every sample's LLM sequence length (text + its sub-items' LLM\n"
+          "tokens). O(samples + sub-items).")
       .def("modality", &modality_dict, "k"_a,
            nb::sig("def modality(self, k: int) -> dict[str, numpy.typing.NDArray[numpy.int64]]"),
            "Modality k's sub-items as int64 arrays: offsets (D+1, per rank), parent (global\n"
            "sample id), encoder_length, input_rows, llm_tokens, segments. Raises\n"
            "InvalidArgumentError for k outside [0, K).");
 
-  m.def("_make_step_metadata", &make_metadata, "sample_counts"_a, "text_tokens"_a,
-        "sub_counts"_a, "modality"_a, "parent"_a, "encoder_length"_a, "input_rows"_a,
-        "llm_tokens"_a, "segments"_a, "encoders"_a);
+  m.def("_make_step_metadata", &make_metadata, "sample_counts"_a, "text_tokens"_a, "sub_counts"_a,
+        "modality"_a, "parent"_a, "encoder_length"_a, "input_rows"_a, "llm_tokens"_a, "segments"_a,
+        "encoders"_a);
 
   nb::class_<py_rearrangement>(
       m, "Rearrangement",
       "One plan of a step (a stage's plan, a lift, a composed or gradient route): where every\n"
       "item of its source layout goes. Arrays are int64 numpy copies.")
-      .def_prop_ro("num_items", [](const py_rearrangement& r) { return r.plan.num_items(); }, "n, the items it moves.")
-      .def_prop_ro("num_ranks",
-                   [](const py_rearrangement& r) { return static_cast<i64>(r.plan.num_src_ranks()); }, "D.")
-      .def_prop_ro("dst_rank", [](const py_rearrangement& r) { return span_array(r.plan.dst_ranks()); }, nb::rv_policy::reference,
-                   "int64[n]: destination rank of every source item (global id order).")
-      .def_prop_ro("dst_slot", [](const py_rearrangement& r) { return span_array(r.plan.dst_slots()); }, nb::rv_policy::reference,
-                   "int64[n]: its slot on that rank.")
-      .def_prop_ro("src_offsets", [](const py_rearrangement& r) { return span_array(r.plan.src_offsets()); }, nb::rv_policy::reference,
-                   "int64[D+1]: CSR offsets of the source layout.")
-      .def_prop_ro("dst_offsets", [](const py_rearrangement& r) { return span_array(r.plan.dst_offsets()); }, nb::rv_policy::reference,
-                   "int64[D+1]: CSR offsets of the destination layout.")
-      .def_prop_ro("sources", [](const py_rearrangement& r) { return span_array(r.plan.sources()); }, nb::rv_policy::reference,
-                   "int64[n]: the source global id of every destination global id.");
+      .def_prop_ro(
+          "num_items", [](const py_rearrangement& r) { return r.plan.num_items(); },
+          "n, the items it moves.")
+      .def_prop_ro(
+          "num_ranks",
+          [](const py_rearrangement& r) { return static_cast<i64>(r.plan.num_src_ranks()); }, "D.")
+      .def_prop_ro(
+          "dst_rank", [](const py_rearrangement& r) { return span_array(r.plan.dst_ranks()); },
+          nb::rv_policy::reference,
+          "int64[n]: destination rank of every source item (global id order).")
+      .def_prop_ro(
+          "dst_slot", [](const py_rearrangement& r) { return span_array(r.plan.dst_slots()); },
+          nb::rv_policy::reference, "int64[n]: its slot on that rank.")
+      .def_prop_ro(
+          "src_offsets", [](const py_rearrangement& r) { return span_array(r.plan.src_offsets()); },
+          nb::rv_policy::reference, "int64[D+1]: CSR offsets of the source layout.")
+      .def_prop_ro(
+          "dst_offsets", [](const py_rearrangement& r) { return span_array(r.plan.dst_offsets()); },
+          nb::rv_policy::reference, "int64[D+1]: CSR offsets of the destination layout.")
+      .def_prop_ro(
+          "sources", [](const py_rearrangement& r) { return span_array(r.plan.sources()); },
+          nb::rv_policy::reference,
+          "int64[n]: the source global id of every destination global id.");
 
   nb::class_<py_llm_view>(
       m, "LLMView",
@@ -469,14 +504,40 @@ void bind_step(nb::module_& m) {
       "row_offsets[k][j+1]) of the modality-k output payload); per slot s its sub-items in their\n"
       "original order, entries [sub_item_offsets[s], sub_item_offsets[s+1]) of\n"
       "sub_item_modality / sub_item_index (modality k, received index j).")
-      .def_prop_ro("samples", [](const py_llm_view& v) { return v.samples; }, nb::rv_policy::reference, "int64: global sample id of every LLM slot, in slot order.")
-      .def_prop_ro("item_offsets", [](const py_llm_view& v) { nb::list l; for (const auto& a : v.item_offsets) l.append(a); return l; },
-                   nb::sig("def item_offsets(self) -> list[numpy.typing.NDArray[numpy.int64]]"), "Per modality k, int64[slots+1]: received items of slot s are [item_offsets[k][s], item_offsets[k][s+1]).")
-      .def_prop_ro("row_offsets", [](const py_llm_view& v) { nb::list l; for (const auto& a : v.row_offsets) l.append(a); return l; },
-                   nb::sig("def row_offsets(self) -> list[numpy.typing.NDArray[numpy.int64]]"), "Per modality k, int64[items+1]: rows of received item j in the modality-k payload.")
-      .def_prop_ro("sub_item_offsets", [](const py_llm_view& v) { return v.sub_item_offsets; }, nb::rv_policy::reference, "int64[slots+1]: slot s's sub-items are entries [sub_item_offsets[s], sub_item_offsets[s+1]).")
-      .def_prop_ro("sub_item_modality", [](const py_llm_view& v) { return v.sub_item_modality; }, nb::rv_policy::reference, "int64: modality k of every entry.")
-      .def_prop_ro("sub_item_index", [](const py_llm_view& v) { return v.sub_item_index; }, nb::rv_policy::reference, "int64: received index j (in modality k's payload) of every entry.");
+      .def_prop_ro(
+          "samples", [](const py_llm_view& v) { return v.samples; }, nb::rv_policy::reference,
+          "int64: global sample id of every LLM slot, in slot order.")
+      .def_prop_ro(
+          "item_offsets",
+          [](const py_llm_view& v) {
+            nb::list l;
+            for (const auto& a : v.item_offsets) l.append(a);
+            return l;
+          },
+          nb::sig("def item_offsets(self) -> list[numpy.typing.NDArray[numpy.int64]]"),
+          "Per modality k, int64[slots+1]: received items of slot s are [item_offsets[k][s], "
+          "item_offsets[k][s+1]).")
+      .def_prop_ro(
+          "row_offsets",
+          [](const py_llm_view& v) {
+            nb::list l;
+            for (const auto& a : v.row_offsets) l.append(a);
+            return l;
+          },
+          nb::sig("def row_offsets(self) -> list[numpy.typing.NDArray[numpy.int64]]"),
+          "Per modality k, int64[items+1]: rows of received item j in the modality-k payload.")
+      .def_prop_ro(
+          "sub_item_offsets", [](const py_llm_view& v) { return v.sub_item_offsets; },
+          nb::rv_policy::reference,
+          "int64[slots+1]: slot s's sub-items are entries [sub_item_offsets[s], "
+          "sub_item_offsets[s+1]).")
+      .def_prop_ro(
+          "sub_item_modality", [](const py_llm_view& v) { return v.sub_item_modality; },
+          nb::rv_policy::reference, "int64: modality k of every entry.")
+      .def_prop_ro(
+          "sub_item_index", [](const py_llm_view& v) { return v.sub_item_index; },
+          nb::rv_policy::reference,
+          "int64: received index j (in modality k's payload) of every entry.");
 
   nb::class_<py_encoder_view>(
       m, "EncoderView",
@@ -484,31 +545,50 @@ void bind_step(nb::module_& m) {
       "in the order its input payload arrives: sub_item (global id in the modality),\n"
       "first_segment / last_segment of its segments (0 and S for a whole sub-item), input_rows,\n"
       "llm_tokens (its output rows, in that order in the payload sent along encoder_output).")
-      .def_prop_ro("sub_item", [](const py_encoder_view& v) { return v.sub_item; }, nb::rv_policy::reference, "int64: every unit's sub-item (global id within the modality).")
-      .def_prop_ro("first_segment", [](const py_encoder_view& v) { return v.first_segment; }, nb::rv_policy::reference, "int64: first segment of every unit (0 for a whole sub-item).")
-      .def_prop_ro("last_segment", [](const py_encoder_view& v) { return v.last_segment; }, nb::rv_policy::reference, "int64: end of every unit's segments (S for a whole sub-item).")
-      .def_prop_ro("segments", [](const py_encoder_view& v) { return v.segments; }, nb::rv_policy::reference, "int64: S of every unit's sub-item.")
-      .def_prop_ro("input_rows", [](const py_encoder_view& v) { return v.input_rows; }, nb::rv_policy::reference, "int64: input rows of every unit (its rows in the received payload).")
-      .def_prop_ro("llm_tokens", [](const py_encoder_view& v) { return v.llm_tokens; }, nb::rv_policy::reference, "int64: output rows of every unit.");
+      .def_prop_ro(
+          "sub_item", [](const py_encoder_view& v) { return v.sub_item; }, nb::rv_policy::reference,
+          "int64: every unit's sub-item (global id within the modality).")
+      .def_prop_ro(
+          "first_segment", [](const py_encoder_view& v) { return v.first_segment; },
+          nb::rv_policy::reference, "int64: first segment of every unit (0 for a whole sub-item).")
+      .def_prop_ro(
+          "last_segment", [](const py_encoder_view& v) { return v.last_segment; },
+          nb::rv_policy::reference, "int64: end of every unit's segments (S for a whole sub-item).")
+      .def_prop_ro(
+          "segments", [](const py_encoder_view& v) { return v.segments; }, nb::rv_policy::reference,
+          "int64: S of every unit's sub-item.")
+      .def_prop_ro(
+          "input_rows", [](const py_encoder_view& v) { return v.input_rows; },
+          nb::rv_policy::reference,
+          "int64: input rows of every unit (its rows in the received payload).")
+      .def_prop_ro(
+          "llm_tokens", [](const py_encoder_view& v) { return v.llm_tokens; },
+          nb::rv_policy::reference, "int64: output rows of every unit.");
 
   nb::class_<py_step>(
       m, "StepPlan",
       "Every plan of one training step (orchmllm.plan_step), identical on every rank.")
-      .def_prop_ro("num_ranks", [](const py_step& s) { return static_cast<i64>(s.topo.num_ranks()); }, "D.")
-      .def_prop_ro("num_encoders", [](const py_step& s) { return static_cast<i64>(s.encoders()); }, "K.")
-      .def_prop_ro("routes_rank", [](const py_step& s) { return s.routes_rank; },
-                   "The rank whose routes plan_step built (-1: none; others are built on demand).")
-      .def_prop_ro("alltoalls_per_step", [](const py_step& s) { return s.step.alltoalls_per_step(); },
-                   "3K + 1: K encoder inputs, the text, K encoder outputs, K output gradients.")
-      .def_prop_ro("plan_seconds", [](const py_step& s) { return s.step.plan_seconds; },
-                   "Wall time of the library's plan_step (a report; not deterministic).")
+      .def_prop_ro(
+          "num_ranks", [](const py_step& s) { return static_cast<i64>(s.topo.num_ranks()); }, "D.")
+      .def_prop_ro(
+          "num_encoders", [](const py_step& s) { return static_cast<i64>(s.encoders()); }, "K.")
+      .def_prop_ro(
+          "routes_rank", [](const py_step& s) { return s.routes_rank; },
+          "The rank whose routes plan_step built (-1: none; others are built on demand).")
+      .def_prop_ro(
+          "alltoalls_per_step", [](const py_step& s) { return s.step.alltoalls_per_step(); },
+          "3K + 1: K encoder inputs, the text, K encoder outputs, K output gradients.")
+      .def_prop_ro(
+          "plan_seconds", [](const py_step& s) { return s.step.plan_seconds; },
+          "Wall time of the library's plan_step (a report; not deterministic).")
       .def("stages", &stage_reports, nb::sig("def stages(self) -> list[dict[str, object]]"),
            "Per stage (K encoders, then the LLM) a dict: name, algorithm, makespan_before,\n"
            "makespan, lower_bound, imbalance_before, imbalance_after (max / mean stage cost),\n"
            "max_tokens(_before), max_bytes(_before), moved_bytes, inter_node_bytes, and the\n"
            "wall times balance_seconds, map_seconds. O(K).")
-      .def("llm_plan", [](const py_step& s) { return py_rearrangement{s.step.llm}; },
-           "Π_M: origin samples -> LLM ranks.")
+      .def(
+          "llm_plan", [](const py_step& s) { return py_rearrangement{s.step.llm}; },
+          "Π_M: origin samples -> LLM ranks.")
       .def("encoder_plan", &encoder_plan, "k"_a, "kind"_a = "input",
            "Encoder stage k's plans over its units (sub-items, or pieces when it splits):\n"
            "'input' (Π_E_k, origin -> encoder ranks), 'lifted' (L_k, origin -> the LLM rank of\n"
@@ -532,8 +612,8 @@ void bind_step(nb::module_& m) {
            "The EncoderView of encoder stage k on `rank`. O(its units). Raises\n"
            "InvalidArgumentError for a bad k or rank.");
 
-  m.def("_plan_step", &plan_step, "decl"_a, "meta"_a, "gpus_per_node"_a,
-        "node_of_rank"_a.none(), "rank"_a.none(), "parallel_stages"_a);
+  m.def("_plan_step", &plan_step, "decl"_a, "meta"_a, "gpus_per_node"_a, "node_of_rank"_a.none(),
+        "rank"_a.none(), "parallel_stages"_a, "tables"_a);
 }
 
 }  // namespace orchmllm_py

@@ -30,7 +30,8 @@ def declarations(split: bool = False, **llm: object) -> orchmllm.StageDeclaratio
                                output_row_bytes=32, split=split),
          orchmllm.EncoderStage("audio", "linear", "padded", input_row_bytes=16,
                                output_row_bytes=32)],
-        orchmllm.LLMStage(cost="quadratic:1,2.5e-4", text_row_bytes=8, **llm))  # type: ignore[arg-type]
+        orchmllm.LLMStage(cost="quadratic:1,2.5e-4", text_row_bytes=8,
+                          **llm))  # type: ignore[arg-type]
 
 
 def batches(seed: int, ranks: int = D, segmented: bool = False) -> list[orchmllm.LocalBatch]:
@@ -194,7 +195,8 @@ def test_views_match_the_metadata():
     for r in range(D):
         v = step.llm_view(r)
         llm = step.llm_plan()
-        np.testing.assert_array_equal(v.samples, llm.sources[llm.dst_offsets[r]:llm.dst_offsets[r + 1]])
+        np.testing.assert_array_equal(v.samples,
+                                      llm.sources[llm.dst_offsets[r]:llm.dst_offsets[r + 1]])
         assert v.sub_item_offsets[-1] == v.sub_item_modality.shape[0] == v.sub_item_index.shape[0]
         for k in range(K):
             m = meta.modality(k)
@@ -294,8 +296,12 @@ def test_errors():
         orchmllm.StageDeclarations([orchmllm.EncoderStage("a", mapping="random")])
     with pytest.raises(orchmllm.InvalidArgumentError, match="cost is 'cubic'"):
         orchmllm.StageDeclarations([orchmllm.EncoderStage("a", "cubic")])
-    with pytest.raises(TypeError, match="cost callable is not supported"):
-        orchmllm.EncoderStage("a", lambda ls: ls * 1.0)
+    with pytest.raises(TypeError, match="or a callable, got int"):
+        orchmllm.EncoderStage("a", 3)
+    decreasing = orchmllm.StageDeclarations([orchmllm.EncoderStage("v"), orchmllm.EncoderStage(
+        "a", lambda ls: 1e9 - ls)])
+    with pytest.raises(ValueError, match="non-decreasing"):
+        orchmllm.plan_step(decreasing, meta, G)
     step = orchmllm.plan_step(decl, meta, G)
     with pytest.raises(orchmllm.InvalidArgumentError, match="transfer 'pixels'"):
         step.all_to_all("pixels", 0)
@@ -307,3 +313,59 @@ def test_errors():
         step.encoder_plan(0, "x")
     with pytest.raises(TypeError, match="StageDeclarations"):
         orchmllm.plan_step(None, meta)  # type: ignore[arg-type]
+
+
+def test_cost_callables():
+    """A stage's cost callable: plans equal balance + map_bins with the same callable, one
+    call per stage and step, and the callable enters the fingerprint."""
+    calls = []
+
+    def vit(ls):
+        calls.append(ls.shape[0])
+        return 0.5 + ls + 1e-3 * ls.astype(np.float64) ** 2
+
+    def llm_cost(ls):
+        return ls + 2.5e-4 * ls.astype(np.float64) ** 2
+
+    decl = orchmllm.StageDeclarations(
+        [orchmllm.EncoderStage("vision", vit, input_row_bytes=24, output_row_bytes=32),
+         orchmllm.EncoderStage("audio", "linear", "padded", input_row_bytes=16,
+                               output_row_bytes=32)],
+        orchmllm.LLMStage(cost=llm_cost, policy="padded", pad_multiple=8, text_row_bytes=8))
+    assert decl.fingerprint != declarations().fingerprint
+    # Cost objects are not callables here (they are the library's own models).
+    objs = orchmllm.StageDeclarations([orchmllm.EncoderStage("v", orchmllm.LinearCost(2)),
+                                       orchmllm.EncoderStage("a", orchmllm.QuadraticCost(1, 1, 0))])
+    objs_step = orchmllm.plan_step(objs, meta := orchmllm.make_step_metadata(batches(12), K), G)
+    assert objs_step.stages()[0]["makespan"] == 2 * orchmllm.balance(
+        meta.modality(0)["offsets"], meta.modality(0)["encoder_length"]).makespan
+    same = orchmllm.StageDeclarations(decl.encoders, decl.llm)
+    assert same.fingerprint == decl.fingerprint
+    other = orchmllm.StageDeclarations(
+        [orchmllm.EncoderStage("vision", lambda ls: 2.0 * ls, input_row_bytes=24,
+                               output_row_bytes=32), decl.encoders[1]], decl.llm)
+    assert other.fingerprint != decl.fingerprint
+    calls.clear()
+    step = orchmllm.plan_step(decl, meta, G, rank=1)
+    assert len(calls) == 1  # once per step, vectorised
+    m = meta.modality(0)
+    want = orchmllm.map_bins(orchmllm.balance(m["offsets"], m["encoder_length"], vit,
+                                              bytes=m["input_rows"] * 24), G)
+    np.testing.assert_array_equal(step.encoder_plan(0).dst_rank, want.dst_rank)
+    np.testing.assert_array_equal(step.encoder_plan(0).dst_slot, want.dst_slot)
+    assert step.stages()[0]["makespan"] == want.makespan
+    out_bytes = np.zeros(meta.num_samples, np.int64)
+    for k in range(K):
+        mk = meta.modality(k)
+        np.add.at(out_bytes, mk["parent"], mk["llm_tokens"] * 32)
+    llm = orchmllm.map_bins(orchmllm.balance(
+        meta.sample_offsets, meta.sequence_lengths(), llm_cost, "padded", pad_multiple=8,
+        bytes=meta.text_tokens * 8 + out_bytes), G)
+    np.testing.assert_array_equal(step.llm_plan().dst_rank, llm.dst_rank)
+    assert step.stages()[2]["makespan"] == llm.makespan
+    # Segmented sub-items: the callable is evaluated at segment lengths too.
+    seg = orchmllm.make_step_metadata(batches(13, segmented=True), K)
+    split = orchmllm.StageDeclarations(
+        [orchmllm.EncoderStage("vision", vit, split=True), decl.encoders[1]], decl.llm)
+    assert orchmllm.plan_step(split, seg, G).encoder_plan(0).num_items >= seg.modality(0)[
+        "parent"].shape[0]
