@@ -301,6 +301,15 @@ def check_step(rank: int, world: int = WORLD) -> int:
     bad = orchmllm.LocalBatch([1], [0], [0 if rank != 1 else 3], [2], [2], [1])
     with pytest.raises(orchmllm.InvalidArgumentError, match="rank 1: sub-item 0 names parent"):
         orchmllm.torch.plan_step_dispatchers(decl, bad)
+    # An error while planning in the background is raised by the next() taking that step.
+    capped = orchmllm.StageDeclarations(step_decl().encoders, orchmllm.LLMStage(
+        cost="quadratic:1,1e-3", text_row_bytes=24, cap=1))
+    with orchmllm.torch.AsyncStepPlanner(capped, max_pending=1) as planner:
+        planner.submit(step_batch(1, rank)[0])
+        with pytest.raises(RuntimeError, match="1 steps are already pending"):
+            planner.submit(step_batch(2, rank)[0])  # raises before its collective, everywhere
+        with pytest.raises(orchmllm.InfeasibleError, match="stage 'llm'"):
+            planner.next()
     # Declarations that differ on one rank: the same error on every rank, naming it.
     other = step_decl() if rank != 3 else orchmllm.StageDeclarations(
         step_decl().encoders, orchmllm.LLMStage(cost="linear", text_row_bytes=24))
