@@ -23,12 +23,18 @@ from ._orchmllm import (
     InvalidArgumentError,
     LinearCost,
     ParseError,
+    EncoderView,
+    LLMView,
     Plan,
     QuadraticCost,
+    Rearrangement,
+    StepMetadata,
+    StepPlan,
 )
 
 __all__ = [
     "ALGORITHMS",
+    "MAPPINGS",
     "AllToAll",
     "CalibrationResult",
     "CostCalibration",
@@ -42,7 +48,24 @@ __all__ = [
     "QuadraticCost",
     "balance",
     "fit_quadratic_cost",
+    "map_bins",
+    # The step (orchmllm/step.py).
+    "EncoderStage",
+    "EncoderView",
+    "LLMStage",
+    "LLMView",
+    "LocalBatch",
+    "Rearrangement",
+    "SplitOptions",
+    "StageDeclarations",
+    "StepMetadata",
+    "StepPlan",
+    "make_step_metadata",
+    "plan_step",
 ]
+
+#: The mappings :func:`map_bins` offers (the values of ``orchmllm-bench plan --mapping``).
+MAPPINGS = ("identity", "transport", "bottleneck", "auction")
 
 #: The algorithms :func:`balance` offers (the values of ``orchmllm-bench plan --algorithm``).
 ALGORITHMS = ("none", "lpt", "kk", "kk-equal", "exact", "padded", "auto", "locality")
@@ -156,6 +179,49 @@ def balance(offsets: Any, lengths: Any, cost: CostArg = "linear", policy: str = 
         _int("gpus_per_node", gpus_per_node), float(locality_tolerance))
 
 
+def map_bins(plan: Plan, gpus_per_node: int = 0, method: str = "transport", *,
+             node_of_rank: Any = None, bytes: Any = None) -> Plan:
+    """Maps a balanced plan's bins onto the ranks of a cluster so that fewer bytes cross nodes.
+
+    A balancer decides which items share a bin (destination rank k of ``balance``'s plan is
+    bin k); any bijection bins -> ranks keeps the balance. This picks the one that keeps the
+    most bytes on their node (the library's ``orchmllm::map_bins``, what
+    ``orchmllm-bench plan --gpus-per-node G --mapping M`` does), and returns a new
+    :class:`Plan`: the same bins on other ranks (``dst_rank``/``dst_slot``/``all_to_all``
+    follow the mapping; makespan and loads are those of the balanced plan, permuted), with
+    ``plan.mapping`` holding the figures (moved_bytes, inter_node_bytes and its lower bound,
+    worst node egress/ingress, rank_of_bin, node_of_rank). The input plan is not changed.
+
+    plan: a :class:`Plan` from :func:`balance` (or from map_bins: its bins are then its ranks).
+    gpus_per_node: nodes are consecutive blocks of that many ranks (0: one node, where every
+        mapping keeps all bytes on the node and ``transport`` minimises moved bytes within it).
+    method: one of :data:`MAPPINGS`: ``identity`` (bin k -> rank k), ``transport`` (minimum
+        inter-node bytes, exact), ``bottleneck`` (smallest worst node, local search from
+        transport), ``auction`` (transport to within 1 % of the keepable bytes, for very large
+        clusters).
+    node_of_rank: int64[D] instead of gpus_per_node for uneven nodes: every rank's node,
+        numbered in order of first appearance (rank 0 on node 0).
+    bytes: int64[n], every item's payload bytes; default the plan's (``balance``'s ``bytes``,
+        else the lengths).
+
+    O(n + d log d) plus the solver (docs/algorithms.md); deterministic (integer arithmetic,
+    fixed tie-breaks: every rank gets the same mapping). The GIL is released while it maps.
+    Raises TypeError for arguments of the wrong type; InvalidArgumentError for an unknown
+    method, a negative gpus_per_node, both gpus_per_node and node_of_rank, a node_of_rank of
+    another size or numbering, or bytes of another size or negative.
+    """
+    if not isinstance(plan, Plan):
+        raise TypeError(f"plan must be an orchmllm.Plan, got {type(plan).__name__}")
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a str, got {type(method).__name__}")
+    nodes = None if node_of_rank is None else _int64_vector("node_of_rank", node_of_rank)
+    if bytes is not None:
+        bytes = _int64_vector("bytes", bytes, plan.num_items)
+        if bytes.size and int(bytes.min()) < 0:
+            raise InvalidArgumentError(f"bytes holds {int(bytes.min())}, must be >= 0")
+    return _orchmllm._map_bins(plan, method, _int("gpus_per_node", gpus_per_node), nodes, bytes)
+
+
 def _float64_vector(name: str, values: Any, size: Optional[int] = None) -> np.ndarray:
     """``values`` as a 1-D C-contiguous float64 array; TypeError / ValueError naming ``name``."""
     arr = np.asarray(values)
@@ -238,3 +304,14 @@ class CostCalibration:
         ``.observations``. Raises InvalidArgumentError with fewer observations than unknowns."""
         return self._native.fit()
 
+
+# The step API uses the helpers above, so it comes last.
+from .step import (  # noqa: E402
+    EncoderStage,
+    LLMStage,
+    LocalBatch,
+    SplitOptions,
+    StageDeclarations,
+    make_step_metadata,
+    plan_step,
+)

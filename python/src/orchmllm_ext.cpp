@@ -34,83 +34,18 @@
 #include "orchmllm/core/text_forms.hpp"
 #include "orchmllm/topology/topology.hpp"
 
+#include "common.hpp"
+
 namespace nb = nanobind;
 using namespace nb::literals;
 
+namespace orchmllm_py {
+exception_types exceptions;
+}  // namespace orchmllm_py
+
 namespace {
 
-using i64 = std::int64_t;
-// What __init__.py hands over: 1-D, C-contiguous int64 (it converted and checked the dtype).
-using i64_in = nb::ndarray<const i64, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using f64_in = nb::ndarray<const double, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-template <class T>
-using np_array = nb::ndarray<nb::numpy, T, nb::ndim<1>>;
-
-std::vector<i64> to_vector(const i64_in& a) { return {a.data(), a.data() + a.shape(0)}; }
-
-// A fresh numpy array owning `v` (writable: torch.from_numpy takes it without a warning).
-template <class T>
-np_array<T> to_numpy(std::vector<T>&& v) {
-  auto* heap = new std::vector<T>(std::move(v));
-  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-  return np_array<T>(heap->data(), {heap->size()}, owner);
-}
-
-// A read-only numpy view of `v`, kept alive by `owner` (the Python object holding `v`).
-using np_view = nb::ndarray<nb::numpy, const i64, nb::ndim<1>, nb::ro>;
-np_view view(const std::vector<i64>& v, nb::handle owner) {
-  return np_view(v.data(), {v.size()}, owner);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Cost models. Linear costs balance in exact int64; every floating model (quadratic, and a
-// Python callable's table) goes through one double-valued type, so the balancers are compiled
-// twice, not once per model. A quadratic cost evaluates exactly as `quadratic_cost` does, so
-// plans are bit-identical to the C++ API's and the CLI's.
-
-// A Python callable's values on the distinct lengths (and padded lengths) of one input,
-// sorted by length. __init__.py evaluates the callable once and checks the values.
-struct cost_table {
-  std::vector<i64> lengths;
-  std::vector<double> values;
-};
-
-struct double_cost {
-  orchmllm::quadratic_cost quadratic{};
-  const cost_table* table = nullptr;  // set: look the length up instead
-
-  [[nodiscard]] double operator()(i64 length) const {
-    if (table == nullptr) return quadratic(length);
-    const auto it = std::lower_bound(table->lengths.begin(), table->lengths.end(), length);
-    ORCHMLLM_REQUIRE(it != table->lengths.end() && *it == length,
-                     orchmllm::invalid_argument_error, "the cost callable was not evaluated at ",
-                     "length ", length, " (its table holds the items' lengths and padded lengths)");
-    return table->values[static_cast<std::size_t>(it - table->lengths.begin())];
-  }
-};
-
-using model = std::variant<orchmllm::linear_cost, double_cost>;
-
-// The cost argument as Python gives it (after __init__.py): text, a cost object or a table.
-using cost_arg = std::variant<std::string, orchmllm::linear_cost, orchmllm::quadratic_cost,
-                              std::shared_ptr<cost_table>>;
-
-// ---------------------------------------------------------------------------------------------
-// A plan and what Python reads of it.
-
-struct py_plan {
-  orchmllm::batch_layout layout;
-  orchmllm::rearrangement plan;
-  model cost;
-  std::shared_ptr<cost_table> table;  // keeps a callable's table alive for the statistics
-  orchmllm::padding_policy policy = orchmllm::packed;
-  orchmllm::constraints limits{};
-  std::vector<i64> dst_rank, dst_slot;  // int64 copies of the plan's arrays
-  std::string algorithm, requested, policy_text;
-  std::optional<std::string> cost_text;
-  double makespan = 0, lower_bound = 0, plan_seconds = 0;
-  bool proven_optimal = false, fallback = false;
-};
+using namespace orchmllm_py;
 
 // The figures of `compute_statistics`, as Python floats and ints (makespans in the cost's
 // value type converted to float, as the CLI's JSON prints them).
@@ -157,26 +92,6 @@ nb::dict statistics(const py_plan& p) {
   return out;
 }
 
-// What rank `rank` passes to torch.distributed.all_to_all_single to move its items (or their
-// rows) along the plan: the library's direct route with every item's size in rows (1 row per
-// item when `rows` is absent). The route orders each peer's block by destination id and the
-// receive buffer by source rank, exactly as all_to_all_single delivers it.
-struct all_to_all_arrays {
-  np_array<i64> send_splits, recv_splits, send_order, recv_order;
-};
-
-// The gather `out[dst + i] = in[src + i]` of a segment list, as an index array.
-std::vector<i64> gather_index(const orchmllm::detail::segment_list& s, i64 total, bool identity) {
-  std::vector<i64> index(static_cast<std::size_t>(total));
-  if (identity) {
-    for (i64 i = 0; i < total; ++i) index[static_cast<std::size_t>(i)] = i;
-    return index;
-  }
-  for (std::size_t k = 0; k < s.size(); ++k)
-    for (i64 i = 0; i < s.bytes[k]; ++i) index[static_cast<std::size_t>(s.dst[k] + i)] = s.src[k] + i;
-  return index;
-}
-
 all_to_all_arrays all_to_all_impl(const py_plan& p, i64 rank, std::optional<i64_in> rows) {
   const i64 d = p.plan.num_src_ranks();
   ORCHMLLM_REQUIRE(p.plan.num_dst_ranks() == d, orchmllm::invalid_argument_error,
@@ -188,29 +103,18 @@ all_to_all_arrays all_to_all_impl(const py_plan& p, i64 rank, std::optional<i64_
   for (std::size_t g = 0; g < sizes.size(); ++g)
     ORCHMLLM_REQUIRE(sizes[g] >= 0, orchmllm::invalid_argument_error, "rows[", g, "] is ",
                      sizes[g], ", must be >= 0");
-  std::vector<i64> send_splits, recv_splits, send_order, recv_order;
+  route_vectors v;
+  std::vector<i64> items;
   {
     nb::gil_scoped_release unlocked;
     if (!rows) sizes.assign(static_cast<std::size_t>(p.plan.num_items()), 1);
     const auto r = static_cast<orchmllm::rank_t>(rank);
     const auto one_node = orchmllm::topology::uniform(static_cast<orchmllm::rank_t>(d), 0);
-    const auto route = orchmllm::route::build(p.plan, sizes, one_node, r, orchmllm::schedule::direct);
-    if (route.hops().empty()) {
-      // No item changes rank anywhere: every rank sends its rows to itself.
-      send_splits.assign(static_cast<std::size_t>(d), 0);
-      send_splits[static_cast<std::size_t>(rank)] = route.input_bytes();
-      recv_splits = send_splits;
-      send_order = gather_index({}, route.input_bytes(), true);
-    } else {
-      const auto& hop = route.hops()[0];
-      send_splits = hop.send_counts;
-      recv_splits = hop.recv_counts;
-      send_order = gather_index(hop.pack, hop.send_bytes, hop.pack_identity);
-    }
-    recv_order = gather_index(route.unpack(), route.output_bytes(), route.unpack_identity());
+    v = route_rows(
+        orchmllm::route::build(p.plan, sizes, one_node, r, orchmllm::schedule::direct), 1);
+    items = output_items(p.plan, r);
   }
-  return {to_numpy(std::move(send_splits)), to_numpy(std::move(recv_splits)),
-          to_numpy(std::move(send_order)), to_numpy(std::move(recv_order))};
+  return to_python(std::move(v), std::move(items));
 }
 
 // `rows` checked and converted by the package's own helper (dtype, shape, size), as `balance`
@@ -356,12 +260,6 @@ bool equal(const T& a, nb::handle b) {
   return nb::isinstance<T>(b) && a == nb::cast<const T&>(b);
 }
 
-// Python classes for the library's exceptions, made once at import.
-struct exception_types {
-  nb::handle error, invalid_argument, parse, infeasible, communication;
-};
-exception_types exceptions;
-
 nb::handle make_exception(nb::module_& m, const char* name, nb::tuple bases, const char* doc) {
   nb::dict ns;
   ns["__module__"] = "orchmllm._orchmllm";
@@ -451,13 +349,27 @@ NB_MODULE(_orchmllm, m) {
                               {values.data(), values.data() + values.shape(0)}};
       });
 
-  nb::class_<all_to_all_arrays>(m, "AllToAll")
-      .def_prop_ro("send_splits", [](const all_to_all_arrays& a) { return a.send_splits; }, nb::rv_policy::reference)
-      .def_prop_ro("recv_splits", [](const all_to_all_arrays& a) { return a.recv_splits; }, nb::rv_policy::reference)
-      .def_prop_ro("send_order", [](const all_to_all_arrays& a) { return a.send_order; }, nb::rv_policy::reference)
-      .def_prop_ro("recv_order", [](const all_to_all_arrays& a) { return a.recv_order; }, nb::rv_policy::reference);
+  nb::class_<all_to_all_arrays>(
+      m, "AllToAll",
+      "One rank's exchange along a plan or a step's route, in rows: what it passes to\n"
+      "torch.distributed.all_to_all_single (int64 numpy arrays, writable).")
+      .def_prop_ro("send_splits", [](const all_to_all_arrays& a) { return a.send_splits; }, nb::rv_policy::reference,
+                   "int64[D]: rows this rank sends to every rank (input_split_sizes).")
+      .def_prop_ro("recv_splits", [](const all_to_all_arrays& a) { return a.recv_splits; }, nb::rv_policy::reference,
+                   "int64[D]: rows this rank receives from every rank (output_split_sizes).")
+      .def_prop_ro("send_order", [](const all_to_all_arrays& a) { return a.send_order; }, nb::rv_policy::reference,
+                   "Indices of the rank's local rows in wire order: send = local[send_order].")
+      .def_prop_ro("recv_order", [](const all_to_all_arrays& a) { return a.recv_order; }, nb::rv_policy::reference,
+                   "Indices of the received rows in destination-slot order: out = received[recv_order].")
+      .def_prop_ro("output_items", [](const all_to_all_arrays& a) { return a.output_items; }, nb::rv_policy::reference,
+                   "Global ids (source order of the plan or route) of the items the rank holds\n"
+                   "after the exchange, in destination slot order.");
 
-  nb::class_<py_plan>(m, "Plan")
+  nb::class_<py_plan>(
+      m, "Plan",
+      "Where every item goes (orchmllm.balance, orchmllm.map_bins): dst_rank / dst_slot by\n"
+      "global id, the problem's figures, statistics() and all_to_all(rank, rows). Immutable;\n"
+      "identical on every rank for the same input.")
       .def_prop_ro("dst_rank", [](nb::handle_t<py_plan> self) {
         return view(nb::cast<const py_plan&>(self).dst_rank, self);
       }, nb::rv_policy::reference)
@@ -484,6 +396,14 @@ NB_MODULE(_orchmllm, m) {
       .def_prop_ro("pad_multiple", [](const py_plan& p) { return p.policy.multiple(); })
       .def_ro("cost", &py_plan::cost_text)
       .def_ro("plan_seconds", &py_plan::plan_seconds)
+      .def_prop_ro("mapping", &mapping_dict,
+                   nb::sig("def mapping(self) -> dict[str, object] | None"),
+                   "None for a plan as balance() returns it (bin k on rank k); for a plan from\n"
+                   "map_bins a dict with the keys of `orchmllm-bench plan --gpus-per-node`'s JSON\n"
+                   "(mapping, gpus_per_node, moved_bytes, inter_node_bytes,\n"
+                   "inter_node_bytes_lower_bound, max_node_egress_bytes, max_node_ingress_bytes,\n"
+                   "worst_node_bytes_lower_bound, mapping_seconds) plus node_of_rank and\n"
+                   "rank_of_bin (int64[D] arrays).")
       .def("statistics", &statistics, nb::sig("def statistics(self) -> dict[str, object]"),
            "The figures `orchmllm-bench plan` prints as JSON (same keys) and the per-rank loads\n"
            "(load_before, load_after). O(n log n) (the lower bound sorts), on every call; the GIL\n"
@@ -539,4 +459,7 @@ NB_MODULE(_orchmllm, m) {
         "pad_multiple"_a, "algorithm"_a, "cap"_a.none(), "cap_bytes"_a.none(), "min_items"_a,
         "max_items"_a.none(), "gpus_per_node"_a, "locality_tolerance"_a);
   m.def("_cost_lengths", &cost_lengths, "lengths"_a, "policy"_a, "pad_multiple"_a);
+
+  bind_mapping(m);
+  bind_step(m);
 }

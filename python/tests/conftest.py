@@ -20,6 +20,19 @@ def bench() -> pathlib.Path:
     return p
 
 
+@pytest.fixture
+def step_reference() -> pathlib.Path:
+    """The built C++ plan_step reference (ctest sets ORCHMLLM_STEP_REFERENCE; without it the
+    comparison skips)."""
+    path = os.environ.get("ORCHMLLM_STEP_REFERENCE")
+    if not path:
+        pytest.skip("ORCHMLLM_STEP_REFERENCE is not set (ctest sets it to the built "
+                    "orchmllm_step_reference)")
+    p = pathlib.Path(path)
+    assert p.is_file(), f"ORCHMLLM_STEP_REFERENCE={path} does not exist"
+    return p
+
+
 def random_batch(seed: int, ranks: int, max_items: int, *, empty_ranks: bool = True,
                  max_length: int = 6000):
     """A ragged batch: offsets int64[D+1], lengths and bytes int64[n] (fixed seed)."""

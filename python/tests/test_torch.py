@@ -1,7 +1,8 @@
 """orchmllm.torch over 4 gloo ranks (torch.multiprocessing, a FileStore in a temporary directory):
 dispatch delivers every item's rows to (dst_rank, dst_slot); combine inverts it; gradients;
-dtypes and trailing shapes; process groups; gather_lengths; bad inputs. One spawn runs every
-case (each rank checks its own part and raises on a mismatch)."""
+dtypes and trailing shapes; process groups; gather_lengths; bad inputs; a two-encoder step
+through plan_step_dispatchers and AsyncStepPlanner, equal to the unbalanced step. One spawn
+runs every case (each rank checks its own part and raises on a mismatch)."""
 
 from __future__ import annotations
 
@@ -154,6 +155,169 @@ def check_gather_lengths(rank: int, group, members) -> None:
     assert np.array_equal(offsets, np.zeros(len(members) + 1)) and lengths.size == 0
 
 
+H = 3  # hidden width of every row
+
+
+def step_decl():
+    return orchmllm.StageDeclarations(
+        [orchmllm.EncoderStage("vision", "quadratic:1,1e-3", input_row_bytes=24,
+                               output_row_bytes=24, split=True),
+         orchmllm.EncoderStage("audio", "linear", "padded", input_row_bytes=24,
+                               output_row_bytes=24)],
+        orchmllm.LLMStage(cost="quadratic:1,1e-3", text_row_bytes=24))
+
+
+def step_batch(step_seed: int, r: int):
+    """Rank r's sampled batch of one step, and its pixel, audio and text rows (float64), all
+    from a fixed seed, so every rank can rebuild every rank's data for the reference. Input
+    rows are 2 per output row (the encoders pair rows), segments (vision) 1..3."""
+    rng = np.random.default_rng(1000 * step_seed + r)
+    ns = int(rng.integers(0 if r == 2 else 1, 5))
+    nu = int(rng.integers(0, 2 * ns + 1)) if ns else 0
+    big = 8 if r == 0 else 1
+    modality = rng.integers(0, 2, nu)
+    segments = np.where(modality == 0, rng.integers(1, 4, nu), 1)
+    tokens = rng.integers(1, 6 * big, nu) * segments
+    batch = orchmllm.LocalBatch(rng.integers(0, 30, ns), modality, rng.integers(0, max(ns, 1), nu),
+                                4 * tokens, 2 * tokens, tokens, segments)
+    inputs = [torch.from_numpy(rng.standard_normal((int(2 * tokens[modality == k].sum()), H)))
+              for k in range(2)]
+    text = torch.from_numpy(rng.standard_normal((int(batch.text_tokens.sum()), H)))
+    return batch, inputs, text
+
+
+def encode(k: int, x: "torch.Tensor") -> "torch.Tensor":
+    """Encoder k: every pair of input rows -> one output row, elementwise (exact anywhere)."""
+    pairs = x.reshape(-1, 2, H)
+    return torch.tanh(pairs[:, 0] * (0.7 + k) - pairs[:, 1] * 0.3)
+
+
+def sample_loss(seq: "torch.Tensor") -> "torch.Tensor":
+    pos = torch.arange(seq.shape[0], dtype=torch.float64)[:, None]
+    return (torch.sin(seq) * torch.cos(0.1 * pos + 0.3 * torch.arange(H))).sum()
+
+
+def reference(step_seed: int, world: int):
+    """Without balancing, in one process: every sample's loss and every rank's input grads."""
+    losses, grads = [], []
+    for r in range(world):
+        batch, inputs, text = step_batch(step_seed, r)
+        inputs = [x.clone().requires_grad_() for x in inputs]
+        outs = [encode(k, inputs[k]) for k in range(2)]
+        tok = batch.llm_tokens
+        start = [np.concatenate([[0], np.cumsum(tok[batch.modality == k])]) for k in range(2)]
+        text_at = np.concatenate([[0], np.cumsum(batch.text_tokens)])
+        total = torch.zeros((), dtype=torch.float64)
+        for s in range(batch.num_samples):
+            parts = [text[text_at[s]:text_at[s + 1]]]
+            for i in np.flatnonzero(batch.parent == s):
+                k = int(batch.modality[i])
+                j = int(np.sum(batch.modality[:i] == k))  # its place in the modality-k payload
+                parts.append(outs[k][start[k][j]:start[k][j + 1]])
+            loss = sample_loss(torch.cat(parts))
+            losses.append(loss.detach())
+            total = total + loss
+        if inputs[0].numel() + inputs[1].numel():
+            total.backward()
+        grads.append([x.grad if x.grad is not None else torch.zeros_like(x) for x in inputs])
+    return losses, grads
+
+
+def balanced_step(sd: "orchmllm.torch.StepDispatchers", inputs, text):
+    """One balanced forward and backward with the step's dispatchers; returns the losses of
+    this rank's LLM samples and the input gradients on this rank."""
+    inputs = [x.clone().requires_grad_() for x in inputs]
+    outs = []
+    for k in range(2):
+        received = sd.encoder_inputs[k].dispatch(inputs[k])
+        assert received.shape[0] == int(sd.encoder_views[k].input_rows.sum())
+        outs.append(sd.encoder_outputs[k].dispatch(encode(k, received)))
+    llm_text = sd.text.dispatch(text)
+    v = sd.llm_view
+    text_at = np.concatenate([[0], np.cumsum(sd.meta.text_tokens[v.samples])])
+    losses = []
+    for s in range(v.samples.shape[0]):
+        parts = [llm_text[text_at[s]:text_at[s + 1]]]
+        for e in range(v.sub_item_offsets[s], v.sub_item_offsets[s + 1]):
+            k, j = int(v.sub_item_modality[e]), int(v.sub_item_index[e])
+            parts.append(outs[k][v.row_offsets[k][j]:v.row_offsets[k][j + 1]])
+        losses.append(sample_loss(torch.cat(parts)))
+    # Every differentiable exchange in the graph on every rank, also with 0 rows here.
+    total = sum(losses, torch.zeros((), dtype=torch.float64)) + 0 * (outs[0].sum() + outs[1].sum())
+    total.backward()
+    return [l.detach() for l in losses], [x.grad for x in inputs]
+
+
+def same_step(a: "orchmllm.StepPlan", b: "orchmllm.StepPlan", rank: int) -> None:
+    plans = [(a.llm_plan(), b.llm_plan())] + [
+        (a.encoder_plan(k, kind), b.encoder_plan(k, kind))
+        for k in range(2) for kind in ("input", "lifted", "output", "gradient")]
+    for p, q in plans:
+        assert np.array_equal(p.dst_rank, q.dst_rank) and np.array_equal(p.dst_slot, q.dst_slot)
+    for name, k in (("encoder_input", 0), ("encoder_input", 1), ("text", 0),
+                    ("encoder_output", 0), ("encoder_output", 1), ("encoder_gradient", 1)):
+        x, y = a.all_to_all(name, rank, k), b.all_to_all(name, rank, k)
+        for f in ("send_splits", "recv_splits", "send_order", "recv_order", "output_items"):
+            assert np.array_equal(getattr(x, f), getattr(y, f)), (name, k, f)
+
+
+def check_step(rank: int, world: int = WORLD) -> int:
+    """plan_step_dispatchers moves inputs -> encoders -> LLM ranks and gradients back: the
+    losses and input gradients equal those without balancing, exactly (float64). And the
+    asynchronous planner gives the synchronous plans."""
+    decl = step_decl()
+    steps = (1, 2, 3)
+    with orchmllm.torch.AsyncStepPlanner(decl, gpus_per_node=2) as planner:
+        planner.submit(step_batch(steps[0], rank)[0])
+        for t, step_seed in enumerate(steps):
+            batch, inputs, text = step_batch(step_seed, rank)
+            sd = orchmllm.torch.plan_step_dispatchers(decl, batch, gpus_per_node=2)
+            if t + 1 < len(steps):  # step t + 1 is planned while step t "trains"
+                planner.submit(step_batch(steps[t + 1], rank)[0])
+            # Long videos are cut: the vision stage runs more units than sub-items.
+            assert sd.step.encoder_plan(0).num_items > sd.meta.modality(0)["parent"].shape[0]
+            losses, grads = balanced_step(sd, inputs, text)
+            ref_losses, ref_grads = reference(step_seed, world)
+            for s, loss in zip(sd.llm_view.samples, losses):
+                assert torch.equal(loss, ref_losses[int(s)]), (step_seed, int(s))
+            for k in range(2):
+                assert torch.equal(grads[k], ref_grads[rank][k]), (step_seed, k)
+            asynchronous = planner.next()
+            same_step(asynchronous.step, sd.step, rank)
+            assert np.array_equal(asynchronous.meta.text_tokens, sd.meta.text_tokens)
+        assert planner.pending == 0
+        with pytest.raises(RuntimeError, match="no step is pending"):
+            planner.next()
+    # A Dispatcher from any AllToAll: the gradient route undoes the output route.
+    k = 0
+    out = orchmllm.torch.Dispatcher(sd.step.all_to_all("encoder_output", rank, k), rank)
+    back = orchmllm.torch.Dispatcher(sd.step.all_to_all("encoder_gradient", rank, k), rank)
+    rows = torch.arange(out.input_rows * 2, dtype=torch.float64).reshape(-1, 2) + 1000 * rank
+    assert torch.equal(back.dispatch(out.dispatch(rows)), rows)
+    assert torch.equal(out.combine(out.dispatch(rows)), rows)
+    with pytest.raises(ValueError, match="rows are given with an AllToAll"):
+        orchmllm.torch.Dispatcher(sd.step.all_to_all("text", rank), rank, rows=[1])
+    # Malformed metadata raises the same error on every rank (no rank left in a collective).
+    bad = orchmllm.LocalBatch([1], [0], [0 if rank != 1 else 3], [2], [2], [1])
+    with pytest.raises(orchmllm.InvalidArgumentError, match="rank 1: sub-item 0 names parent"):
+        orchmllm.torch.plan_step_dispatchers(decl, bad)
+    # An error while planning in the background is raised by the next() taking that step.
+    capped = orchmllm.StageDeclarations(step_decl().encoders, orchmllm.LLMStage(
+        cost="quadratic:1,1e-3", text_row_bytes=24, cap=1))
+    with orchmllm.torch.AsyncStepPlanner(capped, max_pending=1) as planner:
+        planner.submit(step_batch(1, rank)[0])
+        with pytest.raises(RuntimeError, match="1 steps are already pending"):
+            planner.submit(step_batch(2, rank)[0])  # raises before its collective, everywhere
+        with pytest.raises(orchmllm.InfeasibleError, match="stage 'llm'"):
+            planner.next()
+    # Declarations that differ on one rank: the same error on every rank, naming it.
+    other = step_decl() if rank != 3 else orchmllm.StageDeclarations(
+        step_decl().encoders, orchmllm.LLMStage(cost="linear", text_row_bytes=24))
+    with pytest.raises(orchmllm.InvalidArgumentError, match="rank 3 declared other stages"):
+        orchmllm.torch.gather_step_metadata(step_batch(1, rank)[0], other)
+    return len(steps)
+
+
 def worker(rank: int, store: str, results: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
@@ -163,6 +327,7 @@ def worker(rank: int, store: str, results: str) -> None:
         cases = check_plans(rank)
         check_errors(rank)
         check_gather_lengths(rank, None, range(WORLD))
+        steps = check_step(rank)
         # The trainer's own groups: pairs {0, 2} and {1, 3}, and one group per rank (D = 1).
         pairs = [dist.new_group([0, 2]), dist.new_group([1, 3])]
         singles = [dist.new_group([r]) for r in range(WORLD)]
@@ -174,7 +339,7 @@ def worker(rank: int, store: str, results: str) -> None:
         with pytest.raises(ValueError, match=f"rank is {other}, but this process is rank {own}"):
             orchmllm.torch.Dispatcher(random_case(300, 2)[3], other, group=pair)
         dist.barrier()
-        Path(results, f"rank{rank}").write_text(str(cases))
+        Path(results, f"rank{rank}").write_text(f"{cases} {steps}")
     finally:
         dist.destroy_process_group()
 
@@ -183,8 +348,8 @@ def test_four_gloo_ranks(tmp_path):
     mp.spawn(worker, args=(str(tmp_path / "store"), str(tmp_path)), nprocs=WORLD, join=True)
     done = sorted(p.name for p in tmp_path.glob("rank*"))
     assert done == [f"rank{r}" for r in range(WORLD)], done
-    # 12 plans over 4 ranks, 6 over pairs, 4 over single ranks, on every rank.
-    assert all(int((tmp_path / f"rank{r}").read_text()) == 22 for r in range(WORLD))
+    # 12 plans over 4 ranks, 6 over pairs, 4 over single ranks, 3 steps, on every rank.
+    assert all((tmp_path / f"rank{r}").read_text() == "22 3" for r in range(WORLD))
 
 
 def test_import_orchmllm_does_not_import_torch():

@@ -39,6 +39,28 @@ y: torch.Tensor = d.dispatch(torch.zeros(d.input_rows, 2))
 z: torch.Tensor = otorch.combine(y, plan, 0) + otorch.dispatch(y, plan, 0)
 gathered: tuple[np.ndarray, np.ndarray] = otorch.gather_lengths([1, 2])
 count: int = d.output_rows + int(d.output_items.sum()) + sum(d.send_splits)
+
+mapped: orchmllm.Plan = orchmllm.map_bins(plan, 2, "transport")
+figures: dict[str, object] | None = mapped.mapping
+decl = orchmllm.StageDeclarations(
+    [orchmllm.EncoderStage("vision", "quadratic:1,1e-3", split=orchmllm.SplitOptions())],
+    orchmllm.LLMStage(cost=orchmllm.QuadraticCost(0.0, 1.0, 1e-4), text_row_bytes=8))
+meta: orchmllm.StepMetadata = orchmllm.make_step_metadata(
+    [orchmllm.LocalBatch([3], [0], [0], [4], [4], [2], [2])], decl.num_encoders)
+step: orchmllm.StepPlan = orchmllm.plan_step(decl, meta, 0, rank=0)
+route: orchmllm.AllToAll = step.all_to_all("encoder_output", 0, 0)
+view: orchmllm.LLMView = step.llm_view(0)
+rows_k: list[np.ndarray] = view.row_offsets
+units: np.ndarray = step.encoder_view(0, 0).input_rows
+reports: list[dict[str, object]] = step.stages()
+pe: orchmllm.Rearrangement = step.encoder_plan(0, "output")
+sd: otorch.StepDispatchers = otorch.plan_step_dispatchers(decl, orchmllm.LocalBatch([3]))
+gathered_meta: orchmllm.StepMetadata = otorch.gather_step_metadata(orchmllm.LocalBatch([3]), decl)
+out: torch.Tensor = sd.encoder_outputs[0].dispatch(sd.encoder_inputs[0].dispatch(y))
+d2: otorch.Dispatcher = otorch.Dispatcher(route, 0)
+with otorch.AsyncStepPlanner(decl, max_pending=2) as planner:
+    planned: orchmllm.StepPlan = planner.submit(orchmllm.LocalBatch([3])).result()
+    taken: otorch.StepDispatchers = planner.next()
 '''
 WRONG = "import orchmllm\norchmllm.balance([0, 1], [1]).makespan.upper()\n"
 
