@@ -133,7 +133,7 @@ def balance(offsets: Any, lengths: Any, cost: CostArg = "linear", policy: str = 
             algorithm: str = "auto", *, bytes: Any = None, pad_multiple: Optional[int] = None,
             cap: Optional[int] = None, cap_bytes: Optional[int] = None, min_items: int = 0,
             max_items: Optional[int] = None, gpus_per_node: int = 0,
-            locality_tolerance: float = 0.001) -> Plan:
+            locality_tolerance: float = 0.001, gap_tolerance: float = 0.0) -> Plan:
     """Balances the items of D ranks over the same D ranks.
 
     offsets: int64[D+1], the CSR offsets of the ranks' items (rank r holds global ids
@@ -150,6 +150,9 @@ def balance(offsets: Any, lengths: Any, cost: CostArg = "linear", policy: str = 
     min_items / max_items: items per destination rank.
     gpus_per_node: with "locality", nodes are consecutive blocks of that many ranks (0: one
         node). locality_tolerance: "locality"'s makespan slack over "auto"'s.
+    gap_tolerance: "auto" (and "locality"'s base run) stops once its plan is within
+        lower bound * (1 + gap_tolerance); the plan is then within that target or exactly the
+        plan of 0 (the default: stop only at the bound). For very large inputs.
 
     Returns the :class:`Plan` (the same as ``orchmllm-bench plan`` without --gpus-per-node).
     Raises TypeError / ValueError for malformed arguments (InvalidArgumentError, a ValueError,
@@ -176,7 +179,7 @@ def balance(offsets: Any, lengths: Any, cost: CostArg = "linear", policy: str = 
         offsets, lengths, bytes, cost_arg, policy, multiple, algorithm,
         _optional_int("cap", cap), _optional_int("cap_bytes", cap_bytes),
         _int("min_items", min_items), _optional_int("max_items", max_items),
-        _int("gpus_per_node", gpus_per_node), float(locality_tolerance))
+        _int("gpus_per_node", gpus_per_node), float(locality_tolerance), float(gap_tolerance))
 
 
 def map_bins(plan: Plan, gpus_per_node: int = 0, method: str = "transport", *,

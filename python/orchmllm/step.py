@@ -98,7 +98,8 @@ class _Stage:
 
     def __init__(self, name: str, cost: Any, policy: str, algorithm: str,
                  pad_multiple: Optional[int], cap: Optional[int], cap_bytes: Optional[int],
-                 min_items: int, max_items: Optional[int], mapping: str) -> None:
+                 min_items: int, max_items: Optional[int], mapping: str,
+                 gap_tolerance: float) -> None:
         from . import _int, _optional_int
         self.name = _check_str("name", name)
         self.cost: CostArg = _check_cost(name, cost)
@@ -110,6 +111,9 @@ class _Stage:
         self.min_items = _int("min_items", min_items)
         self.max_items = _optional_int("max_items", max_items)
         self.mapping = _check_str("mapping", mapping)
+        if isinstance(gap_tolerance, bool) or not isinstance(gap_tolerance, (int, float)):
+            raise TypeError(f"gap_tolerance must be a float, got {type(gap_tolerance).__name__}")
+        self.gap_tolerance = float(gap_tolerance)
 
     def _common(self) -> Dict[str, Any]:
         # A callable's values depend on the step's lengths: plan_step evaluates it and passes
@@ -118,7 +122,8 @@ class _Stage:
         return dict(name=self.name, cost=cost, policy=self.policy,
                     pad_multiple=self.pad_multiple, algorithm=self.algorithm, cap=self.cap,
                     cap_bytes=self.cap_bytes, min_items=self.min_items,
-                    max_items=self.max_items, mapping=self.mapping)
+                    max_items=self.max_items, mapping=self.mapping,
+                    gap_tolerance=self.gap_tolerance)
 
 
 class EncoderStage(_Stage):
@@ -132,7 +137,9 @@ class EncoderStage(_Stage):
     across nodes). input_row_bytes / output_row_bytes (>= 1): bytes of one input row (a patch,
     a mel frame) and one output row (one LLM token), for the mapping's byte counts (the
     routes are returned in rows). split: a :class:`SplitOptions` (or True for the defaults)
-    to let segmented sub-items be cut into pieces encoded on several ranks.
+    to let segmented sub-items be cut into pieces encoded on several ranks. gap_tolerance
+    (>= 0, default 0): the stage's "auto" balancing stops within lower bound * (1 + it), as
+    :func:`orchmllm.balance` takes it.
 
     Plain values checked for type here (TypeError); the library checks the values when
     :class:`StageDeclarations` is built (InvalidArgumentError).
@@ -143,10 +150,11 @@ class EncoderStage(_Stage):
                  cap: Optional[int] = None, cap_bytes: Optional[int] = None, min_items: int = 0,
                  max_items: Optional[int] = None, mapping: str = "transport",
                  input_row_bytes: int = 1, output_row_bytes: int = 1,
-                 split: Union[None, bool, SplitOptions] = None) -> None:
+                 split: Union[None, bool, SplitOptions] = None,
+                 gap_tolerance: float = 0.0) -> None:
         from . import _int
         super().__init__(name, cost, policy, algorithm, pad_multiple, cap, cap_bytes, min_items,
-                         max_items, mapping)
+                         max_items, mapping, gap_tolerance)
         self.input_row_bytes = _int("input_row_bytes", input_row_bytes)
         self.output_row_bytes = _int("output_row_bytes", output_row_bytes)
         if split is True:
@@ -166,10 +174,10 @@ class LLMStage(_Stage):
                  algorithm: str = "auto", *, pad_multiple: Optional[int] = None,
                  cap: Optional[int] = None, cap_bytes: Optional[int] = None, min_items: int = 0,
                  max_items: Optional[int] = None, mapping: str = "transport",
-                 text_row_bytes: int = 1) -> None:
+                 text_row_bytes: int = 1, gap_tolerance: float = 0.0) -> None:
         from . import _int
         super().__init__(name, cost, policy, algorithm, pad_multiple, cap, cap_bytes, min_items,
-                         max_items, mapping)
+                         max_items, mapping, gap_tolerance)
         self.text_row_bytes = _int("text_row_bytes", text_row_bytes)
 
 

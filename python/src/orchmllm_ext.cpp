@@ -135,7 +135,7 @@ std::unique_ptr<py_plan> balance(const i64_in& offsets, const i64_in& lengths,
                                  const std::string& algorithm, std::optional<i64> cap,
                                  std::optional<i64> cap_bytes, i64 min_items,
                                  std::optional<i64> max_items, i64 gpus_per_node,
-                                 double locality_tolerance) {
+                                 double locality_tolerance, double gap_tolerance) {
   auto out = std::make_unique<py_plan>();
   auto& p = *out;
   // The arguments that are text or objects: parsed with the GIL held (cheap).
@@ -172,6 +172,7 @@ std::unique_ptr<py_plan> balance(const i64_in& offsets, const i64_in& lengths,
   options.limits.min_items = min_items;
   options.limits.max_items = max_items.value_or(std::numeric_limits<i64>::max());
   options.locality_tolerance = locality_tolerance;
+  options.gap_tolerance = gap_tolerance;
   ORCHMLLM_REQUIRE(gpus_per_node >= 0, orchmllm::invalid_argument_error, "gpus_per_node is ",
                    gpus_per_node, ", must be >= 0 (0: every rank on one node)");
   p.limits = options.limits;
@@ -457,7 +458,7 @@ NB_MODULE(_orchmllm, m) {
   m.def("_fit_quadratic_cost", &fit_quadratic, "lengths"_a, "seconds"_a, "degree"_a);
   m.def("_balance", &balance, "offsets"_a, "lengths"_a, "bytes"_a.none(), "cost"_a, "policy"_a,
         "pad_multiple"_a, "algorithm"_a, "cap"_a.none(), "cap_bytes"_a.none(), "min_items"_a,
-        "max_items"_a.none(), "gpus_per_node"_a, "locality_tolerance"_a);
+        "max_items"_a.none(), "gpus_per_node"_a, "locality_tolerance"_a, "gap_tolerance"_a);
   m.def("_cost_lengths", &cost_lengths, "lengths"_a, "policy"_a, "pad_multiple"_a);
 
   bind_mapping(m);

@@ -58,8 +58,9 @@ orchmllm::stage_cost to_stage_cost(const text_or_cost& cost) {
 // The knobs balance() takes, as a stage's balance_options.
 orchmllm::balance_options to_options(const std::string& algorithm, std::optional<i64> cap,
                                      std::optional<i64> cap_bytes, i64 min_items,
-                                     std::optional<i64> max_items) {
+                                     std::optional<i64> max_items, double gap_tolerance) {
   orchmllm::balance_options o;
+  o.gap_tolerance = gap_tolerance;
   o.method = orchmllm::parse_balance_method(algorithm);
   ORCHMLLM_REQUIRE(!(cap && cap_bytes), orchmllm::invalid_argument_error,
                    "give cap or cap_bytes, not both");
@@ -78,12 +79,12 @@ struct py_declarations {
                    i64 pad_multiple, const std::string& algorithm, std::optional<i64> cap,
                    std::optional<i64> cap_bytes, i64 min_items, std::optional<i64> max_items,
                    const std::string& mapping, i64 input_row_bytes, i64 output_row_bytes,
-                   std::optional<split_arg> split) {
+                   std::optional<split_arg> split, double gap_tolerance) {
     orchmllm::encoder_stage e;
     e.name = name;
     e.cost = to_stage_cost(cost);
     e.policy = orchmllm::parse_padding_policy(policy, pad_multiple);
-    e.options = to_options(algorithm, cap, cap_bytes, min_items, max_items);
+    e.options = to_options(algorithm, cap, cap_bytes, min_items, max_items, gap_tolerance);
     e.mapping = orchmllm::parse_mapping_method(mapping);
     ORCHMLLM_REQUIRE(input_row_bytes >= 1 && output_row_bytes >= 1,
                      orchmllm::invalid_argument_error, "stage '", name, "': row widths ",
@@ -103,12 +104,12 @@ struct py_declarations {
   void set_llm(const std::string& name, const text_or_cost& cost, const std::string& policy,
                i64 pad_multiple, const std::string& algorithm, std::optional<i64> cap,
                std::optional<i64> cap_bytes, i64 min_items, std::optional<i64> max_items,
-               const std::string& mapping, i64 text_row_bytes) {
+               const std::string& mapping, i64 text_row_bytes, double gap_tolerance) {
     orchmllm::llm_stage l;
     l.name = name;
     l.cost = to_stage_cost(cost);
     l.policy = orchmllm::parse_padding_policy(policy, pad_multiple);
-    l.options = to_options(algorithm, cap, cap_bytes, min_items, max_items);
+    l.options = to_options(algorithm, cap, cap_bytes, min_items, max_items, gap_tolerance);
     l.mapping = orchmllm::parse_mapping_method(mapping);
     ORCHMLLM_REQUIRE(text_row_bytes >= 1, orchmllm::invalid_argument_error, "stage '", name,
                      "': text row width ", text_row_bytes, " must be >= 1");
@@ -417,10 +418,10 @@ void bind_step(nb::module_& m) {
       .def("add_encoder", &py_declarations::add_encoder, "name"_a, "cost"_a, "policy"_a,
            "pad_multiple"_a, "algorithm"_a, "cap"_a.none(), "cap_bytes"_a.none(), "min_items"_a,
            "max_items"_a.none(), "mapping"_a, "input_row_bytes"_a, "output_row_bytes"_a,
-           "split"_a.none())
+           "split"_a.none(), "gap_tolerance"_a)
       .def("set_llm", &py_declarations::set_llm, "name"_a, "cost"_a, "policy"_a, "pad_multiple"_a,
            "algorithm"_a, "cap"_a.none(), "cap_bytes"_a.none(), "min_items"_a, "max_items"_a.none(),
-           "mapping"_a, "text_row_bytes"_a)
+           "mapping"_a, "text_row_bytes"_a, "gap_tolerance"_a)
       .def("validate", [](const py_declarations& d) { d.decl.validate(); })
       .def_prop_ro("fingerprint",
                    [](const py_declarations& d) { return orchmllm::fingerprint(d.decl); });

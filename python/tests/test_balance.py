@@ -238,3 +238,21 @@ def test_callable_cost_plans_match_every_algorithm(policy, pad_multiple, algorit
     np.testing.assert_array_equal(got.dst_slot, want.dst_slot)
     assert (got.makespan, got.lower_bound) == (want.makespan, want.lower_bound)
     assert got.statistics()["imbalance_after"] == want.statistics()["imbalance_after"]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_gap_tolerance_within_the_gap_or_the_plan_of_zero(seed):
+    """gap_tolerance: auto stops within lower bound * (1 + gap), else gives gap 0's plan."""
+    offsets, lengths, _ = random_batch(100 + seed, ranks=24, max_items=20)
+    gap = 0.001 * (1 + seed % 5)
+    for cost in ("linear", "quadratic:1,1.3e-4"):
+        exact = orchmllm.balance(offsets, lengths, cost=cost)
+        relaxed = orchmllm.balance(offsets, lengths, cost=cost, gap_tolerance=gap)
+        check_plan(relaxed, offsets, lengths)
+        assert relaxed.lower_bound == exact.lower_bound
+        if np.array_equal(relaxed.dst_rank, exact.dst_rank):
+            assert relaxed.makespan == exact.makespan
+        else:
+            assert relaxed.makespan <= exact.lower_bound * (1 + gap) * (1 + 1e-12)
+    with pytest.raises(orchmllm.InvalidArgumentError, match="gap_tolerance is -0.5"):
+        orchmllm.balance(offsets, lengths, gap_tolerance=-0.5)

@@ -189,6 +189,29 @@ def test_stage_plans_are_balance_then_map_bins():
         assert reports[k]["imbalance_after"] <= reports[k]["imbalance_before"]
 
 
+def test_gap_tolerance_reaches_the_stages():
+    """A stage's gap_tolerance is its balance's: the LLM plan equals balance + map_bins with
+    the same gap, and the declarations' fingerprint changes with it."""
+    meta = orchmllm.make_step_metadata(batches(6), K)
+    decl = declarations(gap_tolerance=0.02)
+    assert decl.llm.gap_tolerance == 0.02
+    assert decl.fingerprint != declarations().fingerprint
+    step = orchmllm.plan_step(decl, meta, G)
+    seq = meta.sequence_lengths()
+    out_bytes = np.zeros(meta.num_samples, np.int64)
+    for k in range(K):
+        m = meta.modality(k)
+        np.add.at(out_bytes, m["parent"], m["llm_tokens"] * 32)
+    want = orchmllm.map_bins(orchmllm.balance(meta.sample_offsets, seq, "quadratic:1,2.5e-4",
+                                              bytes=meta.text_tokens * 8 + out_bytes,
+                                              gap_tolerance=0.02), G)
+    np.testing.assert_array_equal(step.llm_plan().dst_rank, want.dst_rank)
+    with pytest.raises(TypeError, match="gap_tolerance"):
+        orchmllm.LLMStage(gap_tolerance="0.1")  # type: ignore[arg-type]
+    with pytest.raises(orchmllm.InvalidArgumentError, match="gap_tolerance is -1"):
+        declarations(gap_tolerance=-1.0)
+
+
 def test_views_match_the_metadata():
     decl, meta, step = plan(7)
     seen = {k: [] for k in range(K)}
