@@ -387,8 +387,8 @@ TEST_CASE("split: bad input raises clear errors") {
                  {"split tolerance is -0.5"});
   expect_invalid([&] { (void)orchmllm::balance_split(l, lin, orchmllm::padded, {}, {}); },
                  {"packed policy only"});
-  expect_invalid([&] { (void)orchmllm::balance(l, lin, orchmllm::padded); },
-                 {"several segments", "packed policy only"});
+  // `balance` takes the same layout under a padded policy (its items whole, segments as rows).
+  CHECK(orchmllm::balance(l, lin, orchmllm::padded).plan.num_items() == l.num_items());
   const auto negative = [](std::int64_t x) { return x == 3 ? -1 : x; };
   expect_invalid([&] { (void)orchmllm::balance(l, negative, orchmllm::packed); },
                  {"cost of segment 0 of item 1", "must be >= 0"});

@@ -50,7 +50,8 @@ static_assert(sizeof(padding_policy) <= 16);
 static_assert(std::is_trivially_copyable_v<padding_policy>);
 static_assert(std::is_trivially_copyable_v<
               rank_load<double, orchmllm::rank_load_mode::add_only>>);
-static_assert(sizeof(rank_load<double, orchmllm::rank_load_mode::add_only>) <= 80);
+// 88: the padded rows (segments) joined the item count.
+static_assert(sizeof(rank_load<double, orchmllm::rank_load_mode::add_only>) <= 88);
 
 // The model-caching add refuses a temporary model (its address could later be another model's).
 template <class R, class M>

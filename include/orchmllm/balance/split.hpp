@@ -36,8 +36,9 @@
 /// order-fixed arithmetic, ties by id, no randomness).
 ///
 /// Throws `invalid_argument_error` for min_piece_segments < 1, max_pieces < 1, rounds < 1, a
-/// negative or non-finite tolerance, a padded policy with a segmented layout (padded policies
-/// do not support segments yet), d < 1 with items, and what `balance` throws (negative costs,
+/// negative or non-finite tolerance, a padded policy with a segmented layout (splitting does
+/// not cut under padded policies yet; `balance` balances such a layout with its items whole),
+/// d < 1 with items, and what `balance` throws (negative costs,
 /// overflow, options); `infeasible_error` as `balance`.
 ///
 /// Zero cost when unused: with no segmented item (or max_pieces = 1) the pieces are the items
@@ -218,8 +219,8 @@ split_result<cost_type_t<C>> balance_split_impl(const batch_layout& layout, cons
   const rank_t d = layout.num_ranks();
   const std::int64_t n = layout.num_items();
   ORCHMLLM_REQUIRE(!(policy.is_padded() && layout.has_segments()), invalid_argument_error,
-                   "splitting balances the packed policy only: padded policies do not support "
-                   "segments yet");
+                   "splitting balances the packed policy only: padded policies do not cut "
+                   "segmented items yet (balance them whole with `balance`)");
   // `placed`: the cut the balancer placed (before boundary shifts), whose largest piece the
   // guarantee is stated with.
   auto finish = [&](piece_layout pieces, balance_result<Cost> res, Cost bound,
