@@ -48,7 +48,7 @@ inline const command& dispatch_command() {
         {"backend", "local|mpi",
          "transport: local (one thread per rank, one process) or mpi (run under mpirun -np D)",
          true},
-        {"items", "ITEMS.csv", "the items (header rank,slot,length[,bytes]); bytes = payload size",
+        {"items", "ITEMS.csv", "the items (header rank,slot,length[,bytes][,segments]); bytes = payload size",
          true},
         {"plan", "PLAN.csv", "where every item goes (as written by 'plan')", true},
         {"ranks", "D",
