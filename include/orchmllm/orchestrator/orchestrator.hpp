@@ -116,9 +116,7 @@ namespace orchmllm {
 /// on K + 1 cores. Deterministic (see the file comment), whatever the thread timing.
 ///
 /// Throws `invalid_argument_error` when the declarations are invalid, the metadata's rank
-/// count differs from the topology's, its modality count differs from K, or a stage with
-/// `split` and a padded policy has segmented sub-items (naming the stage; without `split` a
-/// padded stage balances them whole, every segment a padded row);
+/// count differs from the topology's, or its modality count differs from K;
 /// `infeasible_error` when a stage's constraints (capacity, item counts) cannot be met — the
 /// message names the stage. Identical inputs throw identically on every rank: when several
 /// stages fail, the error is the LLM's, else the first encoder's by index. `std::system_error`
@@ -193,13 +191,8 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     // Segmented sub-items: S equal segments each (checked when the metadata was built), so
     // their costs are per segment (packed) or every segment is a padded row (padded policies).
     // Without any, the layout is the one above, bit for bit.
-    if (std::any_of(mod.segments.begin(), mod.segments.end(), [](auto s) { return s != 1; })) {
-      ORCHMLLM_REQUIRE(!(decl.encoders[k].policy.is_padded() && decl.encoders[k].split),
-                       invalid_argument_error, "stage '", decl.encoders[k].name,
-                       "': splitting segmented sub-items needs the packed policy (padded "
-                       "policies balance them whole: leave `split` unset)");
+    if (std::any_of(mod.segments.begin(), mod.segments.end(), [](auto s) { return s != 1; }))
       out.encoders[k].layout = out.encoders[k].layout.with_equal_segments(mod.segments);
-    }
   }
 
   out.layout_seconds = lap();
