@@ -185,8 +185,8 @@ inline batch_layout parse_items(std::string_view text, std::int64_t ranks, std::
         raise<parse_error>(here + "segments " + std::to_string(r.segments) +
                            " (an item has at least 1 segment)");
       if (r.length % r.segments != 0)
-        raise<parse_error>(here + "length " + std::to_string(r.length) +
-                           " cannot be cut into " + std::to_string(r.segments) +
+        raise<parse_error>(here + "length " + std::to_string(r.length) + " cannot be cut into " +
+                           std::to_string(r.segments) +
                            " equal segments (segments must divide the length)");
     }
     if (r.rank >= ranks)

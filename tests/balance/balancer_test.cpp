@@ -903,8 +903,8 @@ segmented_case random_segmented(std::mt19937_64& rng, std::int64_t n, rank_t d) 
     lengths.push_back(total);
     out.s_max = std::max(out.s_max, s);
   }
-  out.layout = batch_layout(std::move(offsets), std::move(lengths), {}, {},
-                            std::move(seg_offsets), std::move(seg_lengths));
+  out.layout = batch_layout(std::move(offsets), std::move(lengths), {}, {}, std::move(seg_offsets),
+                            std::move(seg_lengths));
   return out;
 }
 
@@ -981,9 +981,9 @@ TEST_CASE("balance: padded policies with segments against brute force") {
         all_rows += l.num_segments(g);
       }
       const std::int64_t top = all_rows * policy.padded_length(inst.longest_row);
-      limits.cap = capacity{capacity::measure::tokens,
-                            single + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(
-                                                                    top - single + 1))};
+      limits.cap = capacity{
+          capacity::measure::tokens,
+          single + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(top - single + 1))};
     }
     const auto opt = brute_optimum(l, d, cost, policy, limits);
     const auto plain = brute_optimum(l, d, cost, policy, constraints{});  // for the bound
@@ -1026,9 +1026,9 @@ TEST_CASE("balance: padded policies with segments against brute force") {
       }
     }
   }
-  MESSAGE(instances << " instances, " << runs << " plans checked, " << optimal
-                    << " optimal, " << within_bound << " against the bound, " << infeasible_runs
-                    << " infeasible (" << missed << " of them feasible, under a cap)");
+  MESSAGE(instances << " instances, " << runs << " plans checked, " << optimal << " optimal, "
+                    << within_bound << " against the bound, " << infeasible_runs << " infeasible ("
+                    << missed << " of them feasible, under a cap)");
   CHECK(within_bound > 100);
 }
 

@@ -217,8 +217,7 @@ std::int64_t brute_padded_optimum(const batch_layout& l, const C& cost,
       }
       std::int64_t worst = 0;
       for (std::size_t r = 0; r < rows.size(); ++r)
-        if (rows[r] > 0)
-          worst = std::max(worst, rows[r] * cost(policy.padded_length(longest[r])));
+        if (rows[r] > 0) worst = std::max(worst, rows[r] * cost(policy.padded_length(longest[r])));
       best = std::min(best, worst);
     }
     std::size_t i = 0;
@@ -262,8 +261,8 @@ TEST_CASE("split: padded policies against brute force over every cut and assignm
     if (!l.has_segments())
       for (auto x : l.lengths()) longest = std::max(longest, x);
     const std::int64_t u_max = cost(policy.padded_length(longest));
-    for (auto method : {balance_method::lpt, balance_method::padded_exact,
-                        balance_method::automatic}) {
+    for (auto method :
+         {balance_method::lpt, balance_method::padded_exact, balance_method::automatic}) {
       CAPTURE(trial);
       CAPTURE(static_cast<int>(method));
       CAPTURE(s.max_pieces);
@@ -290,8 +289,8 @@ TEST_CASE("split: padded policies against brute force over every cut and assignm
           std::int64_t most = 1;
           for (std::int64_t g = 0; g < l.num_items(); ++g) {
             const auto S = l.num_segments(g);
-            const auto K = std::max<std::int64_t>(
-                1, std::min(s.max_pieces, S / s.min_piece_segments));
+            const auto K =
+                std::max<std::int64_t>(1, std::min(s.max_pieces, S / s.min_piece_segments));
             most = std::max(most, (S + K - 1) / K);
           }
           CHECK(r.guarantee <= opt + (most - 1) * u_max);
@@ -306,9 +305,10 @@ TEST_CASE("split: padded policies against brute force over every cut and assignm
     }
   }
   REQUIRE(cases > 100);
-  std::printf("padded split brute force: %d cases (%d cut), optimal in %d, %d checked against "
-              "OPT + (R - 1) u_max\n",
-              cases, cut, optimal, equal_cases);
+  std::printf(
+      "padded split brute force: %d cases (%d cut), optimal in %d, %d checked against "
+      "OPT + (R - 1) u_max\n",
+      cases, cut, optimal, equal_cases);
 }
 
 TEST_CASE("split: the smallest largest piece of one item against brute force") {

@@ -13,7 +13,8 @@
 //     the units encoder_view lists, outputs along the composed route assemble every sub-item's
 //     rows in order at llm_view's offsets on its sample's LLM rank, and gradients along
 //     encoder_gradient(k) come back to the units that produced them.
-//  3. Bad input (segmented sub-items on a padded stage, split or not, now plan; split on a stage without segments plans as before), and a rank whose segments
+//  3. Bad input (segmented sub-items on a padded stage, split or not, now plan; split on a stage
+//  without segments plans as before), and a rank whose segments
 //     do not divide its sizes fails gather_step_metadata on every rank alike. (The metadata and
 //     declaration checks themselves: tests/orchestrator/stages_test.cpp; make_local_batch's
 //     segments: samples_test.cpp.)
@@ -427,12 +428,12 @@ TEST_CASE("padded encoder stages with segmented sub-items: rows per segment, rou
     decl.encoders[0].policy = orchmllm::padded_to_multiple(4);
     decl.encoders[1].policy = orchmllm::padded;
     std::vector<rank_outcome> outcomes(static_cast<std::size_t>(d));
-    orchmllm::local::run(
-        d,
-        [&](orchmllm::local::communicator& comm) {
-          run_split_step(comm, decl, batches, topo, outcomes[static_cast<std::size_t>(comm.rank())]);
-        },
-        {.ranks_per_node = rpn, .timeout = 60s});
+    orchmllm::local::run(d,
+                         [&](orchmllm::local::communicator& comm) {
+                           run_split_step(comm, decl, batches, topo,
+                                          outcomes[static_cast<std::size_t>(comm.rank())]);
+                         },
+                         {.ranks_per_node = rpn, .timeout = 60s});
     INFO("trial ", trial, ", d = ", d, ", ranks per node = ", rpn, ", split ", split);
     for (rank_t r = 0; r < d; ++r) {
       const auto& o = outcomes[static_cast<std::size_t>(r)];
@@ -462,11 +463,11 @@ TEST_CASE("padded encoder stages with segmented sub-items: rows per segment, rou
       double makespan = 0;
       for (std::size_t r = 0; r < rows.size(); ++r) {
         if (rows[r] == 0) continue;
-        const double load =
-            k == 0 ? static_cast<double>(rows[r]) *
-                         orchmllm::quadratic_cost{0.0, 1.0, 1.0 / 16}(
-                             orchmllm::padded_to_multiple(4).padded_length(longest[r]))
-                   : static_cast<double>(rows[r] * longest[r]);
+        const double load = k == 0
+                                ? static_cast<double>(rows[r]) *
+                                      orchmllm::quadratic_cost{0.0, 1.0, 1.0 / 16}(
+                                          orchmllm::padded_to_multiple(4).padded_length(longest[r]))
+                                : static_cast<double>(rows[r] * longest[r]);
         makespan = std::max(makespan, load);
       }
       CHECK(plan.stages[k].makespan_after == doctest::Approx(makespan));

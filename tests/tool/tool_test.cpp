@@ -513,11 +513,15 @@ std::vector<bad_case> bad_items_cases() {
       {"segments not dividing",
        "rank,slot,length,bytes,segments\n0,0,6,1,2\n0,1,7,1,2\n",
        {"items.csv:3:", "length 7 cannot be cut into 2 equal segments"}},
-      {"negative segments", "rank,slot,length,segments\n0,0,6,-2\n", {"items.csv:2:", "negative segments -2"}},
+      {"negative segments",
+       "rank,slot,length,segments\n0,0,6,-2\n",
+       {"items.csv:2:", "negative segments -2"}},
       {"segments before bytes",
        "rank,slot,length,segments,bytes\n",
        {"items.csv:1:", "unexpected extra column 'bytes'"}},
-      {"segments twice", "rank,slot,length,segments,segments\n", {"items.csv:1:", "extra column 'segments'"}},
+      {"segments twice",
+       "rank,slot,length,segments,segments\n",
+       {"items.csv:1:", "extra column 'segments'"}},
       {"too few fields with segments",
        "rank,slot,length,segments\n0,0,6\n",
        {"items.csv:2:", "3 fields, expected 4 (rank,slot,length,segments)"}},
@@ -541,10 +545,10 @@ TEST_CASE("ITEMS.csv: every bad input raises parse_error naming the line and val
 }
 
 TEST_CASE("ITEMS.csv: an optional segments column (equal segments per item)") {
-  const auto l = tool::parse_items("rank,slot,length,segments\n1,0,8,2\n0,0,12,3\n0,1,5,1\n", 2,
-                                   "items.csv");
-  const auto want = batch_layout({0, 2, 3}, {12, 5, 8})
-                        .with_equal_segments(std::vector<std::int64_t>{3, 1, 2});
+  const auto l =
+      tool::parse_items("rank,slot,length,segments\n1,0,8,2\n0,0,12,3\n0,1,5,1\n", 2, "items.csv");
+  const auto want =
+      batch_layout({0, 2, 3}, {12, 5, 8}).with_equal_segments(std::vector<std::int64_t>{3, 1, 2});
   CHECK(l == want);
   CHECK(l.num_segments(0) == 3);
   CHECK(std::vector<std::int64_t>(l.segments(2).begin(), l.segments(2).end()) ==
@@ -576,8 +580,8 @@ TEST_CASE("plan: a segments column balances segments, and all-1 segments change 
     for (int k = 0; k < 6; ++k) {
       const auto s = static_cast<std::int64_t>(1 + rng() % 4);
       const auto len = s * static_cast<std::int64_t>(1 + rng() % 300);
-      const std::string head = std::to_string(r) + "," + std::to_string(k) + "," +
-                               std::to_string(len);
+      const std::string head =
+          std::to_string(r) + "," + std::to_string(k) + "," + std::to_string(len);
       with_col += head + "," + std::to_string(s) + "\n";
       ones_col += head + ",1\n";
       without += head + "\n";
@@ -596,7 +600,9 @@ TEST_CASE("plan: a segments column balances segments, and all-1 segments change 
     return read_text(out);
   };
   const std::vector<std::vector<std::string>> flag_sets = {
-      {}, {"--policy", "padded"}, {"--policy", "bucketed:64,128,512,2048"},
+      {},
+      {"--policy", "padded"},
+      {"--policy", "bucketed:64,128,512,2048"},
       {"--policy", "padded", "--cost", "quadratic:1,0.01", "--algorithm", "lpt"}};
   for (const auto& flags : flag_sets) {
     CAPTURE(flags.size());
@@ -612,8 +618,9 @@ TEST_CASE("plan: a segments column balances segments, and all-1 segments change 
     orchmllm::balance_options options;
     if (flags.size() == 6) {
       options.method = orchmllm::balance_method::lpt;
-      CHECK(parsed == orchmllm::balance(layout, orchmllm::quadratic_cost{0.0, 1.0, 0.01}, policy,
-                                        options).plan);
+      CHECK(parsed ==
+            orchmllm::balance(layout, orchmllm::quadratic_cost{0.0, 1.0, 0.01}, policy, options)
+                .plan);
     } else {
       CHECK(parsed == orchmllm::balance(layout, orchmllm::linear_cost{}, policy, options).plan);
     }

@@ -233,8 +233,8 @@ namespace detail {
 /// guarantee (automatic or padded_exact, no constraints) T₀ + (R − 1) · u(longest segment), R
 /// the most segments of a piece of the finest cut (docs/algorithms.md, "Splitting under padded
 /// policies"; T₀ = max(L, the finest cut's largest piece alone, the finest cut's own row
-/// optimum) stands for L there, equal to it when segments are equal). `make(pieces, result, bound, largest, guarantee)` builds the
-/// split_result.
+/// optimum) stands for L there, equal to it when segments are equal). `make(pieces, result, bound,
+/// largest, guarantee)` builds the split_result.
 template <class C, class Make>
 auto padded_split(const batch_layout& layout, const C& cost, padding_policy policy,
                   const balance_options& options, const split_options& split, Make make) {
@@ -263,8 +263,8 @@ auto padded_split(const batch_layout& layout, const C& cost, padding_policy poli
   for (std::int64_t g = 0; g < n; ++g) {
     const auto seg = layout.segments(g);
     const auto S = static_cast<std::int64_t>(seg.size());
-    const std::int64_t K = std::max<std::int64_t>(
-        1, std::min(split.max_pieces, S / split.min_piece_segments));
+    const std::int64_t K =
+        std::max<std::int64_t>(1, std::min(split.max_pieces, S / split.min_piece_segments));
     const std::int64_t q = S / K, r = S % K;  // r pieces of q + 1, then K − r of q
     std::int64_t at = 0;
     for (std::int64_t i = 0; i < K; ++i) {
@@ -276,8 +276,8 @@ auto padded_split(const batch_layout& layout, const C& cost, padding_policy poli
     const std::int64_t shortest = *std::min_element(seg.begin(), seg.end());
     longest = std::max(longest, *std::max_element(seg.begin(), seg.end()));
     const Cost unit = static_cast<Cost>(cost(policy.padded_length(shortest)));
-    bound = std::max(bound, rank_load<Cost, rank_load_mode::add_only>::padded_load(
-                                q + (r > 0 ? 1 : 0), unit));
+    bound = std::max(
+        bound, rank_load<Cost, rank_load_mode::add_only>::padded_load(q + (r > 0 ? 1 : 0), unit));
   }
   const Cost u_max = static_cast<Cost>(cost(policy.padded_length(longest)));
   // The largest piece alone: its rows × the unit of its longest segment.
@@ -285,9 +285,9 @@ auto padded_split(const batch_layout& layout, const C& cost, padding_policy poli
     Cost largest{};
     for (std::int64_t p = 0; p < pl.num_items(); ++p) {
       const item_shape item = item_shape_of(pl, p);
-      largest = std::max(largest, rank_load<Cost, rank_load_mode::add_only>::padded_load(
-                                      item.rows, static_cast<Cost>(cost(policy.padded_length(
-                                                     item.row_length)))));
+      largest = std::max(
+          largest, rank_load<Cost, rank_load_mode::add_only>::padded_load(
+                       item.rows, static_cast<Cost>(cost(policy.padded_length(item.row_length)))));
     }
     return largest;
   };

@@ -393,12 +393,12 @@ class rank_load {
   constexpr void remove(const item_shape& item, Cost cost)
     requires removable
   {
-    ORCHMLLM_REQUIRE(count_ > 0, invalid_argument_error, "removing an item of length ",
-                     item.length, " from an empty rank");
+    ORCHMLLM_REQUIRE(count_ > 0, invalid_argument_error, "removing an item of length ", item.length,
+                     " from an empty rank");
     const auto it = std::find(items_.rbegin(), items_.rend(), item);
     ORCHMLLM_REQUIRE(it != items_.rend(), invalid_argument_error,
-                     "the rank holds no item of length ", item.length, ", ", item.rows,
-                     " rows of ", item.row_length, " and ", item.bytes, " bytes to remove");
+                     "the rank holds no item of length ", item.length, ", ", item.rows, " rows of ",
+                     item.row_length, " and ", item.bytes, " bytes to remove");
     *it = items_.back();
     items_.pop_back();
     --count_;
@@ -505,8 +505,8 @@ class rank_load {
                                        : widest(cap.what, std::max(max_length_, item.row_length),
                                                 std::max(max_bytes_, item.bytes));
     // count_of(what, rows) + 1 more item: rows_ + item.rows rows, or count_ + 1 items.
-    return fits_count(count_of(cap.what, item.rows) + (cap.what == capacity::measure::tokens ? 0 : 1),
-                      w, cap);
+    return fits_count(
+        count_of(cap.what, item.rows) + (cap.what == capacity::measure::tokens ? 0 : 1), w, cap);
   }
 
   /// Token footprint under the policy (padded: rows × padded longest row). Throws
@@ -565,9 +565,9 @@ class rank_load {
   // count · per_item, checked (the padded footprints).
   constexpr std::int64_t footprint(std::int64_t count, std::int64_t per_item,
                                    const char* what) const {
-    ORCHMLLM_REQUIRE(per_item == 0 || count <= INT64_MAX / per_item, invalid_argument_error,
-                     count, count == count_ ? " items" : " rows", " padded to ", per_item, " ",
-                     what, " each exceed 2^63 - 1 ", what);
+    ORCHMLLM_REQUIRE(per_item == 0 || count <= INT64_MAX / per_item, invalid_argument_error, count,
+                     count == count_ ? " items" : " rows", " padded to ", per_item, " ", what,
+                     " each exceed 2^63 - 1 ", what);
     return count * per_item;
   }
 

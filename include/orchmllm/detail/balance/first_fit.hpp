@@ -154,8 +154,8 @@ struct sequence {
       bytes[i] = in.layout.bytes(g);
       if (rows) shape[i] = item_shape_of(in.layout, g);
       cost[i] = in.policy.is_padded()
-                    ? static_cast<Cost>(c(in.policy.padded_length(
-                          rows ? shape[i].row_length : length[i])))
+                    ? static_cast<Cost>(
+                          c(in.policy.padded_length(rows ? shape[i].row_length : length[i])))
                     : in.costs[static_cast<std::size_t>(g)];
       if (in.limits.cap) fp[i] = item_footprint(in.layout, g, in.policy, in.limits.cap->what);
     }

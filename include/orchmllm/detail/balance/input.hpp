@@ -36,8 +36,7 @@ struct balance_input {
 inline std::int64_t item_footprint(const batch_layout& layout, std::int64_t g,
                                    padding_policy policy, capacity::measure what) {
   if (what != capacity::measure::tokens) return layout.bytes(g);
-  if (!policy.is_padded() || !layout.has_segments())
-    return policy.padded_length(layout.length(g));
+  if (!policy.is_padded() || !layout.has_segments()) return policy.padded_length(layout.length(g));
   const item_shape item = item_shape_of(layout, g);
   const std::int64_t row = policy.padded_length(item.row_length);
   ORCHMLLM_REQUIRE(row == 0 || item.rows <= INT64_MAX / row, invalid_argument_error, "item ", g,
@@ -61,7 +60,7 @@ bool satisfies(const balance_input<Cost>& in, std::span<const rank_t> assignment
     const auto r = assignment[g];
     if (r < 0 || static_cast<std::size_t>(r) >= d) return false;
     acc[static_cast<std::size_t>(r)].add(item_shape_of(in.layout, static_cast<std::int64_t>(g)),
-                                          Cost{});
+                                         Cost{});
   }
   for (const auto& a : acc) {
     if (a.count() < in.limits.min_items || a.count() > in.limits.max_items) return false;

@@ -318,8 +318,8 @@ std::optional<std::vector<rank_t>> lpt_general(const balance_input<Cost>& in, co
       const std::int64_t g = in.order[u];
       // Padded with segments: the shortest row (one row is the least an item adds).
       suffix_min[u] = std::min(suffix_min[u + 1], bytes_capped ? in.layout.bytes(g)
-                                                  : padded     ? item_shape_of(in.layout, g).row_length
-                                                               : in.layout.length(g));
+                                                  : padded ? item_shape_of(in.layout, g).row_length
+                                                           : in.layout.length(g));
     }
   }
 
@@ -380,8 +380,7 @@ std::optional<std::vector<rank_t>> lpt_general(const balance_input<Cost>& in, co
         if (--search_left < 0) return std::nullopt;
       }
     }
-    if (chosen == d && next_empty < d && fits(st[next_empty], item))
-      chosen = next_empty++;
+    if (chosen == d && next_empty < d && fits(st[next_empty], item)) chosen = next_empty++;
     if (chosen == d) return std::nullopt;
 
     const std::size_t r = chosen;

@@ -63,7 +63,6 @@ struct padded_result {
   bool optimal = false;
 };
 
-
 /// Group sizes (in order positions) → destination ranks in global-id order (group k → rank k).
 inline std::vector<rank_t> groups_to_assignment(std::span<const std::int64_t> order,
                                                 std::span<const std::int64_t> sizes) {

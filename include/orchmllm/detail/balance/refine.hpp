@@ -346,8 +346,7 @@ void refine_padded(const balance_input<Cost>& in, const C& cost, std::vector<ran
       const Cost new_h = rest.load(cost);
       const Cost new_l = st[L].load_if_added(item_shape_of(in.layout, a), s.cost_of(a), cost);
       if (!(std::max(new_h, new_l) < m)) continue;
-      if (capped && !st[L].fits_if_added(*lim.cap, item_shape_of(in.layout, a)))
-        continue;
+      if (capped && !st[L].fits_if_added(*lim.cap, item_shape_of(in.layout, a))) continue;
       if (!found || std::max(new_h, new_l) < std::max(best_h, best_l)) {
         found = true;
         best_i = i;

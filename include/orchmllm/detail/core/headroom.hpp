@@ -134,10 +134,10 @@ void check_headroom(const batch_layout& layout, std::span<const Cost> costs, con
                      " × the padded cost ", largest, " (length ", padded,
                      ") exceeds the largest load 2^63 - 1");
   } else {
-    ORCHMLLM_REQUIRE(std::isfinite(padded_cost) &&
-                         std::isfinite(static_cast<Cost>(rows + 1) * largest),
-                     invalid_argument_error, rows + 1, " × the padded cost ", largest,
-                     " (length ", padded, ") is not finite");
+    ORCHMLLM_REQUIRE(
+        std::isfinite(padded_cost) && std::isfinite(static_cast<Cost>(rows + 1) * largest),
+        invalid_argument_error, rows + 1, " × the padded cost ", largest, " (length ", padded,
+        ") is not finite");
   }
 }
 

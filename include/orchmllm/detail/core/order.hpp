@@ -70,9 +70,9 @@ std::vector<std::int64_t> canonical_order(const batch_layout& layout, std::span<
   std::vector<std::pair<std::uint64_t, std::int64_t>> keys(n);
   for (std::size_t g = 0; g < n; ++g) {
     const auto id = static_cast<std::int64_t>(g);
-    keys[g] = {policy.is_padded() ? order_key(item_shape_of(layout, id).row_length)
-                                  : order_key(costs[g]),
-               id};
+    keys[g] = {
+        policy.is_padded() ? order_key(item_shape_of(layout, id).row_length) : order_key(costs[g]),
+        id};
   }
   sort_keys_descending(keys);
   std::vector<std::int64_t> order(n);

@@ -179,7 +179,8 @@ class greedy {
     const auto& cap = in_.limits.cap;
     if (cap && c > 0) {
       if (cap->what == capacity::measure::tokens) {
-        const std::int64_t pl = in_.policy.padded_length(item_shape_of(in_.layout, first).row_length);
+        const std::int64_t pl =
+            in_.policy.padded_length(item_shape_of(in_.layout, first).row_length);
         if (pl > 0) c = items_within(s, c, cap->limit / pl);
       } else if (bytes_sorted_) {
         const std::int64_t b = in_.layout.bytes(first);
@@ -236,7 +237,7 @@ class row_greedy {
     outcome out;
     std::size_t i = 0;
     std::int64_t rem = n > 0 ? rows_[0] : 0;  // rows of item i not placed yet
-    std::int64_t left = total_;              // rows not placed yet
+    std::int64_t left = total_;               // rows not placed yet
     std::int64_t groups = 0;
     while (left > 0) {
       if (groups == d_) return out;

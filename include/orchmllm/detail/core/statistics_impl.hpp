@@ -150,7 +150,8 @@ Cost reported_lower_bound(const batch_layout& layout, std::span<const std::int64
                           const constraints& limits, Cost bound) {
   const std::int64_t n = layout.num_items();
   if (!policy.is_padded() || n == 0 || d <= 0) return bound;
-  if (layout.has_segments()) return segmented_padded_bound<C>(layout, order, d, cost, policy, bound);
+  if (layout.has_segments())
+    return segmented_padded_bound<C>(layout, order, d, cost, policy, bound);
   constraints counts = limits;
   counts.cap.reset();  // the cap can only raise the optimum: the bound stays valid without it
   std::vector<Cost> unit(static_cast<std::size_t>(n));
