@@ -48,8 +48,8 @@ inline const command& dispatch_command() {
         {"backend", "local|mpi",
          "transport: local (one thread per rank, one process) or mpi (run under mpirun -np D)",
          true},
-        {"items", "ITEMS.csv", "the items (header rank,slot,length[,bytes]); bytes = payload size",
-         true},
+        {"items", "ITEMS.csv",
+         "the items (header rank,slot,length[,bytes][,segments]); bytes = payload size", true},
         {"plan", "PLAN.csv", "where every item goes (as written by 'plan')", true},
         {"ranks", "D",
          "rank count of the files; default: highest rank in either file + 1 (mpi: must equal "

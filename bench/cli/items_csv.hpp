@@ -1,16 +1,20 @@
 #pragma once
 // orchmllm-bench: the ITEMS.csv format (what every data-parallel rank sampled).
 //
-//   rank,slot,length[,bytes]
+//   rank,slot,length[,bytes][,segments]
 //   0,0,812
 //   0,1,95
 //   2,0,4096        <- rank 1 holds no items: fine
 //
 // One row per item; all values are non-negative 64-bit integers; rank < D (the --ranks value);
 // on each rank the slots are dense from 0. Rows may come in any order: they are sorted by
-// (rank, slot). The header must be exactly `rank,slot,length` or `rank,slot,length,bytes`
-// (spaces around fields and a UTF-8 byte order mark are tolerated, and so are blank lines and
-// CRLF line ends). Without a bytes column an item's payload size is its length.
+// (rank, slot). The header must be exactly `rank,slot,length`, optionally followed by `bytes`
+// and then `segments` (either or both, in that order; spaces around fields and a UTF-8 byte
+// order mark are tolerated, and so are blank lines and CRLF line ends). Without a bytes column
+// an item's payload size is its length. `segments` is the item's number S ≥ 1 of equal
+// segments (a video's temporal groups: `batch_layout::with_equal_segments`), which must divide
+// its length; without the column every item has one, and a file whose segments are all 1 reads
+// exactly as one without the column.
 //
 // Every violation throws orchmllm::parse_error with a one-line message "FILE:LINE: ..." naming
 // the value at fault. The earliest bad line (in file order) is reported for per-row errors;
@@ -130,24 +134,34 @@ inline batch_layout parse_items(std::string_view text, std::int64_t ranks, std::
   static constexpr std::string_view expected[] = {"rank", "slot", "length", "bytes"};
   const auto header = detail::split_fields(line);
   const std::string at = f + ":" + std::to_string(number) + ": ";
-  const std::string hint = " (expected 'rank,slot,length' or 'rank,slot,length,bytes')";
+  const std::string hint =
+      " (expected 'rank,slot,length' or 'rank,slot,length,bytes', optionally then 'segments')";
+  bool with_bytes = false;
+  bool with_segments = false;
   for (std::size_t i = 0; i < header.size(); ++i) {
-    if (i >= 4)
+    if (i >= 3 && header[i] == "segments" && !with_segments) {
+      with_segments = true;  // the last optional column
+      continue;
+    }
+    if (i >= 4 || with_segments)
       raise<parse_error>(at + "unexpected extra column " + quote_text(header[i]) +
                          " in the header" + hint);
     if (header[i] != expected[i])
       raise<parse_error>(at + "header column " + std::to_string(i + 1) + " is " +
                          quote_text(header[i]) + ", expected '" + std::string(expected[i]) + "'" +
-                         hint);
+                         (i == 3 ? " or 'segments'" : "") + hint);
+    if (i == 3) with_bytes = true;
   }
   if (header.size() < 3)
     raise<parse_error>(at + "header lacks column '" + std::string(expected[header.size()]) + "'" +
                        hint);
   const std::size_t columns = header.size();
-  const bool with_bytes = columns == 4;
+  std::string column_names = "rank,slot,length";
+  if (with_bytes) column_names += ",bytes";
+  if (with_segments) column_names += ",segments";
 
   struct row {
-    std::int64_t rank, slot, length, bytes, line;
+    std::int64_t rank, slot, length, bytes, segments, line;
   };
   std::vector<row> rows;
   while (lines.next(line, number)) {
@@ -156,8 +170,7 @@ inline batch_layout parse_items(std::string_view text, std::int64_t ranks, std::
     const std::string here = f + ":" + std::to_string(number) + ": ";
     if (fields.size() != columns)
       raise<parse_error>(here + std::to_string(fields.size()) + " fields, expected " +
-                         std::to_string(columns) + " (" +
-                         (with_bytes ? "rank,slot,length,bytes" : "rank,slot,length") + "): '" +
+                         std::to_string(columns) + " (" + column_names + "): '" +
                          std::string(detail::trim(line)) + "'");
     row r{};
     r.line = number;
@@ -165,6 +178,17 @@ inline batch_layout parse_items(std::string_view text, std::int64_t ranks, std::
     r.slot = detail::parse_count(fields[1], "slot", f, number);
     r.length = detail::parse_count(fields[2], "length", f, number);
     r.bytes = with_bytes ? detail::parse_count(fields[3], "bytes", f, number) : 0;
+    r.segments = 1;
+    if (with_segments) {
+      r.segments = detail::parse_count(fields[columns - 1], "segments", f, number);
+      if (r.segments < 1)
+        raise<parse_error>(here + "segments " + std::to_string(r.segments) +
+                           " (an item has at least 1 segment)");
+      if (r.length % r.segments != 0)
+        raise<parse_error>(here + "length " + std::to_string(r.length) + " cannot be cut into " +
+                           std::to_string(r.segments) +
+                           " equal segments (segments must divide the length)");
+    }
     if (r.rank >= ranks)
       raise<parse_error>(here + "rank " + std::to_string(r.rank) + " is not below the rank count " +
                          std::to_string(ranks) + " (--ranks)");
@@ -179,7 +203,9 @@ inline batch_layout parse_items(std::string_view text, std::int64_t ranks, std::
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(ranks) + 1, 0);
   std::vector<std::int64_t> lengths;
   std::vector<std::int64_t> bytes;
+  std::vector<std::int64_t> segments;
   lengths.reserve(rows.size());
+  if (with_segments) segments.reserve(rows.size());
   if (item_lines) {
     item_lines->clear();
     item_lines->reserve(rows.size());
@@ -201,10 +227,14 @@ inline batch_layout parse_items(std::string_view text, std::int64_t ranks, std::
     ++offsets[static_cast<std::size_t>(r.rank) + 1];
     lengths.push_back(r.length);
     if (with_bytes) bytes.push_back(r.bytes);
+    if (with_segments) segments.push_back(r.segments);
     if (item_lines) item_lines->push_back(r.line);
   }
   for (std::size_t r = 1; r < offsets.size(); ++r) offsets[r] += offsets[r - 1];
-  return batch_layout(std::move(offsets), std::move(lengths), std::move(bytes));
+  batch_layout layout(std::move(offsets), std::move(lengths), std::move(bytes));
+  // All-single segments are stored as none: the layout is then the one without the column.
+  if (with_segments) layout = layout.with_equal_segments(segments);
+  return layout;
 }
 
 /// Reads and parses an ITEMS.csv file (see `parse_items`). Throws io_error when the file cannot
@@ -215,9 +245,12 @@ inline batch_layout read_items_file(const std::filesystem::path& path, std::int6
 }
 
 /// Formats a layout as ITEMS.csv text, rows in (rank, slot) order; the bytes column is written
-/// when the layout has explicit byte sizes. `parse_items(format_items(l), d, ...) == l`.
+/// when the layout has explicit byte sizes, the segments column (segment counts) when it has
+/// segments. `parse_items(format_items(l), d, ...) == l` when every item's segments are equal
+/// (a layout of unequal segments reads back with equal ones of the same count).
 inline std::string format_items(const batch_layout& layout) {
-  std::string out = layout.has_bytes() ? "rank,slot,length,bytes\n" : "rank,slot,length\n";
+  std::string out = layout.has_bytes() ? "rank,slot,length,bytes" : "rank,slot,length";
+  out += layout.has_segments() ? ",segments\n" : "\n";
   out.reserve(out.size() + static_cast<std::size_t>(layout.num_items()) * 16);
   for (rank_t r = 0; r < layout.num_ranks(); ++r) {
     for (auto g = layout.offset(r); g < layout.offset(r + 1); ++g) {
@@ -229,6 +262,10 @@ inline std::string format_items(const batch_layout& layout) {
       if (layout.has_bytes()) {
         out += ',';
         out += std::to_string(layout.bytes(g));
+      }
+      if (layout.has_segments()) {
+        out += ',';
+        out += std::to_string(layout.num_segments(g));
       }
       out += '\n';
     }

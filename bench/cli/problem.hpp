@@ -49,7 +49,8 @@ struct problem {
 /// The flags of `problem`, in usage order (subcommands append their own).
 inline std::vector<flag_spec> problem_flags() {
   return {
-      {"items", "ITEMS.csv", "input: one row per item, header rank,slot,length[,bytes]", true},
+      {"items", "ITEMS.csv", "input: one row per item, header rank,slot,length[,bytes][,segments]",
+       true},
       {"ranks", "D", "number of data-parallel ranks (every rank in ITEMS.csv is below D)", true},
       {"policy", "packed|padded|bucketed:B1,B2,...",
        "packed: a rank costs the sum of its items' costs; padded: count x cost(longest); "

@@ -6,7 +6,8 @@
 //     -> w/vision.csv, w/audio.csv, w/llm.csv (rank,slot,length,bytes; rank, slot order)
 //
 // vision.csv: one item per image or video clip, length = ViT patches, bytes = patches · 2352
-// (a video's segments, its temporal groups, are not written: ITEMS.csv has no such column);
+// (a video's segments, its temporal groups, are not written: the files keep the columns
+// above, without ITEMS.csv's optional segments column);
 // audio.csv: one item per 30 s window of a clip, length = 1500 Whisper positions, bytes = mel
 // frames · 256; llm.csv: one item per sample, length = text + encoder
 // output tokens, bytes = length · 8. A stage without items gets a header-only file. The three

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -183,6 +184,131 @@ TEST_CASE("split: brute force over every cut and assignment") {
       "worst %.4f; default options: optimal in %d, mean ratio %.4f, worst %.4f\n",
       cases, split_cases, optimal, sum_ratio / cases, worst_ratio, default_optimal,
       default_sum / cases, default_worst);
+}
+
+namespace {
+
+// The padded optimum over every cut and assignment: a labelling's rank holds rows = its
+// segments, each padded to the rank's longest segment (runs as in brute_optimum; merging two
+// adjacent pieces on one rank changes no padded load either).
+template <class C>
+std::int64_t brute_padded_optimum(const batch_layout& l, const C& cost,
+                                  orchmllm::padding_policy policy, const split_options& s) {
+  const rank_t d = l.num_ranks();
+  std::vector<std::int64_t> seg;
+  std::vector<std::size_t> start{0};
+  for (std::int64_t g = 0; g < l.num_items(); ++g) {
+    for (auto x : l.segments(g)) seg.push_back(x);
+    start.push_back(seg.size());
+  }
+  const std::size_t t = seg.size();
+  std::vector<rank_t> label(t, 0);
+  std::int64_t best = std::numeric_limits<std::int64_t>::max();
+  while (true) {
+    bool ok = true;
+    for (std::size_t g = 0; g + 1 < start.size() && ok; ++g)
+      ok = valid_runs(label, start[g], start[g + 1], s);
+    if (ok) {
+      std::vector<std::int64_t> rows(static_cast<std::size_t>(d), 0), longest(rows);
+      for (std::size_t i = 0; i < t; ++i) {
+        ++rows[static_cast<std::size_t>(label[i])];
+        longest[static_cast<std::size_t>(label[i])] =
+            std::max(longest[static_cast<std::size_t>(label[i])], seg[i]);
+      }
+      std::int64_t worst = 0;
+      for (std::size_t r = 0; r < rows.size(); ++r)
+        if (rows[r] > 0) worst = std::max(worst, rows[r] * cost(policy.padded_length(longest[r])));
+      best = std::min(best, worst);
+    }
+    std::size_t i = 0;
+    while (i < t && ++label[i] == d) label[i++] = 0;
+    if (i == t) break;
+  }
+  return t == 0 ? 0 : best;
+}
+
+}  // namespace
+
+TEST_CASE("split: padded policies against brute force over every cut and assignment") {
+  std::mt19937_64 rng(1414);
+  const square_plus cost;
+  const std::array<orchmllm::padding_policy, 3> policies{
+      orchmllm::padded, orchmllm::padded_to_multiple(4), orchmllm::bucketed({4, 8, 16})};
+  int cases = 0, optimal = 0, cut = 0, equal_cases = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 3));
+    const auto n = uniform(rng, 1, 3);
+    // Equal segments (the temporal groups of a video) in most trials, unequal in the others.
+    const bool equal = trial % 4 != 3;
+    batch_layout l = orchmllm::test::random_segmented_layout(rng, d, n, 4, 6);
+    if (equal) {
+      vec counts, lengths;
+      for (std::int64_t g = 0; g < n; ++g) {
+        counts.push_back(uniform(rng, 1, 4));
+        lengths.push_back(counts.back() * uniform(rng, 0, 6));
+      }
+      l = batch_layout(vec(l.offsets().begin(), l.offsets().end()), lengths)
+              .with_equal_segments(counts);
+    }
+    if (l.total_segments() > (d == 3 ? 8 : 11)) continue;
+    const auto policy = policies[static_cast<std::size_t>(trial) % policies.size()];
+    split_options s;
+    s.min_piece_segments = uniform(rng, 1, 2);
+    s.max_pieces = uniform(rng, 1, 4);
+    const auto opt = brute_padded_optimum(l, cost, policy, s);
+    std::int64_t longest = 0;
+    for (auto x : l.segment_lengths()) longest = std::max(longest, x);
+    if (!l.has_segments())
+      for (auto x : l.lengths()) longest = std::max(longest, x);
+    const std::int64_t u_max = cost(policy.padded_length(longest));
+    for (auto method :
+         {balance_method::lpt, balance_method::padded_exact, balance_method::automatic}) {
+      CAPTURE(trial);
+      CAPTURE(static_cast<int>(method));
+      CAPTURE(s.max_pieces);
+      CAPTURE(s.min_piece_segments);
+      CAPTURE(d);
+      CAPTURE(opt);
+      CAPTURE(l.total_segments());
+      CAPTURE(l.num_items());
+      balance_options o;
+      o.method = method;
+      const auto r = orchmllm::balance_split(l, cost, policy, o, s);
+      check_pieces(l, r, s);
+      // The reported makespan is the padded load of the pieces' plan, rows per segment.
+      const auto loads = orchmllm::rank_loads(r.pieces.layout(), r.balance.plan, cost, policy);
+      CHECK(*std::max_element(loads.begin(), loads.end()) == r.balance.makespan);
+      CHECK(r.lower_bound <= opt);
+      CHECK(r.balance.makespan >= opt);
+      // (Without segments the result is balance's own, and `guarantee` the packed formula.)
+      if (method != balance_method::lpt && l.has_segments()) {
+        CHECK(r.balance.makespan <= r.guarantee);
+        // With equal segments the guarantee is within (R − 1) · u_max of the optimum, R the
+        // most segments of a piece of the finest cut (at most the most segments of an item).
+        if (equal && l.has_segments()) {
+          std::int64_t most = 1;
+          for (std::int64_t g = 0; g < l.num_items(); ++g) {
+            const auto S = l.num_segments(g);
+            const auto K =
+                std::max<std::int64_t>(1, std::min(s.max_pieces, S / s.min_piece_segments));
+            most = std::max(most, (S + K - 1) / K);
+          }
+          CHECK(r.guarantee <= opt + (most - 1) * u_max);
+          ++equal_cases;
+        }
+      }
+      if (method == balance_method::automatic) {
+        ++cases;
+        optimal += r.balance.makespan == opt;
+        cut += !r.pieces.is_whole();
+      }
+    }
+  }
+  REQUIRE(cases > 100);
+  std::printf(
+      "padded split brute force: %d cases (%d cut), optimal in %d, %d checked against "
+      "OPT + (R - 1) u_max\n",
+      cases, cut, optimal, equal_cases);
 }
 
 TEST_CASE("split: the smallest largest piece of one item against brute force") {
@@ -385,10 +511,8 @@ TEST_CASE("split: bad input raises clear errors") {
   s.tolerance = -0.5;
   expect_invalid([&] { (void)orchmllm::balance_split(l, lin, orchmllm::packed, {}, s); },
                  {"split tolerance is -0.5"});
-  expect_invalid([&] { (void)orchmllm::balance_split(l, lin, orchmllm::padded, {}, {}); },
-                 {"packed policy only"});
-  expect_invalid([&] { (void)orchmllm::balance(l, lin, orchmllm::padded); },
-                 {"several segments", "packed policy only"});
+  // `balance` takes the same layout under a padded policy (its items whole, segments as rows).
+  CHECK(orchmllm::balance(l, lin, orchmllm::padded).plan.num_items() == l.num_items());
   const auto negative = [](std::int64_t x) { return x == 3 ? -1 : x; };
   expect_invalid([&] { (void)orchmllm::balance(l, negative, orchmllm::packed); },
                  {"cost of segment 0 of item 1", "must be >= 0"});

@@ -50,7 +50,8 @@ static_assert(sizeof(padding_policy) <= 16);
 static_assert(std::is_trivially_copyable_v<padding_policy>);
 static_assert(std::is_trivially_copyable_v<
               rank_load<double, orchmllm::rank_load_mode::add_only>>);
-static_assert(sizeof(rank_load<double, orchmllm::rank_load_mode::add_only>) <= 80);
+// 88: the padded rows (segments) joined the item count.
+static_assert(sizeof(rank_load<double, orchmllm::rank_load_mode::add_only>) <= 88);
 
 // The model-caching add refuses a temporary model (its address could later be another model's).
 template <class R, class M>
@@ -522,4 +523,50 @@ TEST_CASE("padding: rank_load's cap queries never overflow") {
   CHECK(packed.fits_if_added(all_tokens, 5, 5));
   CHECK_FALSE(packed.fits_if_added(all_tokens, 6, 6));
   CHECK_FALSE(packed.fits_if_added(all_bytes, 6, 6));
+}
+
+TEST_CASE("rank_load: items with segments are padded rows (item_shape)") {
+  // A video of 3 segments of 4 (length 12) and an image of 6: 4 rows of the longest row, 6.
+  const auto l = orchmllm::batch_layout({0, 2}, {12, 6})
+                     .with_equal_segments(std::vector<std::int64_t>{3, 1});
+  const auto video = orchmllm::item_shape_of(l, 0);
+  CHECK(video == orchmllm::item_shape{12, 12, 3, 4});
+  CHECK(orchmllm::item_shape_of(l, 1) == orchmllm::item_shape{6, 6, 1, 6});
+  const auto sq = [](std::int64_t x) { return x * x; };
+  rank_load<std::int64_t> r(orchmllm::padded);
+  r.add(video, 48, sq);
+  CHECK(r.count() == 1);
+  CHECK(r.rows() == 3);
+  CHECK(r.max_length() == 4);
+  CHECK(r.load(sq) == 3 * 16);
+  CHECK(r.tokens() == 12);
+  CHECK(r.load_if_added(orchmllm::item_shape_of(l, 1), 36, sq) == 4 * 36);
+  const orchmllm::capacity cap{orchmllm::capacity::measure::tokens, 23};
+  CHECK_FALSE(r.fits_if_added(cap, orchmllm::item_shape_of(l, 1)));  // 4 rows × 6 = 24
+  CHECK(r.fits_if_added(orchmllm::capacity{orchmllm::capacity::measure::tokens, 24},
+                        orchmllm::item_shape_of(l, 1)));
+  r.add(orchmllm::item_shape_of(l, 1), 36, sq);
+  CHECK(r.count() == 2);
+  CHECK(r.rows() == 4);
+  CHECK(r.load(sq) == 4 * 36);
+  CHECK(r.tokens() == 24);
+  CHECK(r.bytes() == 2 * 12);  // items × the widest item's bytes
+  // Packed: the sum of the item costs; tokens the lengths.
+  rank_load<std::int64_t> p(orchmllm::packed);
+  p.add(video, 48);
+  p.add(orchmllm::item_shape_of(l, 1), 36);
+  CHECK(p.load(sq) == 84);
+  CHECK(p.tokens() == 18);
+  // Removal restores the rows and the longest row; a shape never added is named.
+  r.remove(orchmllm::item_shape_of(l, 1), 36, sq);
+  CHECK(r.rows() == 3);
+  CHECK(r.load(sq) == 48);
+  CHECK_THROWS_AS(r.remove(orchmllm::item_shape{6, 6, 2, 3}, 0), orchmllm::invalid_argument_error);
+  // One row of its length is the old add: the same state.
+  rank_load<std::int64_t> a(orchmllm::padded), b(orchmllm::padded);
+  a.add(7, 49, 7);
+  b.add(orchmllm::item_shape{7, 7, 1, 7}, 49);
+  CHECK(a.load(sq) == b.load(sq));
+  CHECK(a.rows() == b.rows());
+  CHECK(a.tokens() == b.tokens());
 }

@@ -495,11 +495,20 @@ TEST_CASE("statistics: a segmented item costs the sum over its segments") {
   const auto s = compute_statistics(l, swap, sq, orchmllm::packed);
   CHECK(s.makespan == 36);
   CHECK(s.makespan_before == 36);
-  // Padded policies do not support segments yet: a clear error, not a wrong figure.
-  expect_invalid([&] { (void)rank_loads(l, sq, orchmllm::padded); },
-                 {"several segments", "packed policy only"});
-  expect_invalid([&] { (void)rank_loads(l, sq, orchmllm::bucketed({8, 16})); },
-                 {"several segments"});
+  // Padded policies: every segment is a padded row of the rank's longest segment: rank 0 holds
+  // 2 rows of 3 (2 · 9), rank 1 one row of 6.
+  CHECK(rank_loads(l, sq, orchmllm::padded) == std::vector<std::int64_t>{18, 36});
+  CHECK(rank_loads(l, sq, orchmllm::bucketed({8, 16})) == std::vector<std::int64_t>{128, 64});
+  CHECK(rank_loads(l, swap, sq, orchmllm::padded) == std::vector<std::int64_t>{36, 18});
+  CHECK(makespan_lower_bound(l, 2, sq, orchmllm::padded) == 36);
+  CHECK(makespan_lower_bound(l, 1, sq, orchmllm::padded) == 108);  // 3 rows of 6
+  const auto p = compute_statistics(l, swap, sq, orchmllm::padded);
+  CHECK(p.makespan == 36);
+  CHECK(p.max_tokens == 6);  // 1 row of 6, or 2 rows of 3
+  CHECK(p.max_items_per_rank == 1);
+  // A bucket list must hold the longest segment, not the item's length (6 > 4 = 2 · 3 fails).
+  CHECK(rank_loads(batch_layout({0, 1}, {6}, {}, {}, {0, 2}, {3, 3}), sq,
+                   orchmllm::bucketed({4})) == std::vector<std::int64_t>{32});
   // A negative segment cost is named.
   const auto negative = [](std::int64_t x) { return x == 3 ? std::int64_t{-1} : x; };
   expect_invalid([&] { (void)rank_loads(l, negative, orchmllm::packed); },

@@ -13,8 +13,8 @@
 //     the units encoder_view lists, outputs along the composed route assemble every sub-item's
 //     rows in order at llm_view's offsets on its sample's LLM rank, and gradients along
 //     encoder_gradient(k) come back to the units that produced them.
-//  3. Bad input: segmented sub-items on a padded stage (a clear `invalid_argument_error` naming
-//     the stage; split on a stage without segments plans as before), and a rank whose segments
+//  3. Bad input (segmented sub-items on a padded stage, split or not, now plan; split on a stage
+//  without segments plans as before), and a rank whose segments
 //     do not divide its sizes fails gather_step_metadata on every rank alike. (The metadata and
 //     declaration checks themselves: tests/orchestrator/stages_test.cpp; make_local_batch's
 //     segments: samples_test.cpp.)
@@ -411,6 +411,71 @@ TEST_CASE("splitting end to end: pieces' rows reassemble on the LLM rank, gradie
   CHECK(cut_items >= 16);  // every step cut at least its long video
 }
 
+TEST_CASE("padded encoder stages with segmented sub-items: rows per segment, routes") {
+  // Video padded to a multiple of 4, audio padded: every segment is a padded row of the rank's
+  // longest segment. Without split the sub-items stay whole; with it they may be cut into
+  // pieces. Either way every row reaches its unit and its LLM rank in order, and gradients
+  // come back.
+  std::mt19937_64 rng(140204);
+  std::int64_t cut_items = 0;
+  for (int trial = 0; trial < 12; ++trial) {
+    const bool split = trial % 2 == 1;
+    const auto d = static_cast<rank_t>(uniform(rng, 2, 8));
+    const auto rpn = static_cast<rank_t>(uniform(rng, 1, 4));
+    const auto topo = topology::uniform(d, rpn);
+    const auto batches = random_batches(rng, d, true);
+    auto decl = declarations(split);
+    decl.encoders[0].policy = orchmllm::padded_to_multiple(4);
+    decl.encoders[1].policy = orchmllm::padded;
+    std::vector<rank_outcome> outcomes(static_cast<std::size_t>(d));
+    orchmllm::local::run(d,
+                         [&](orchmllm::local::communicator& comm) {
+                           run_split_step(comm, decl, batches, topo,
+                                          outcomes[static_cast<std::size_t>(comm.rank())]);
+                         },
+                         {.ranks_per_node = rpn, .timeout = 60s});
+    INFO("trial ", trial, ", d = ", d, ", ranks per node = ", rpn, ", split ", split);
+    for (rank_t r = 0; r < d; ++r) {
+      const auto& o = outcomes[static_cast<std::size_t>(r)];
+      INFO("rank ", r, ": ", o.failures.empty() ? std::string("ok") : o.failures.front());
+      CHECK(o.failures.empty());
+    }
+    const auto meta = orchmllm::make_step_metadata(batches, 2);
+    const auto plan = orchmllm::plan_step(decl, meta, topo);
+    for (std::size_t k = 0; k < 2; ++k) {
+      const auto& er = plan.encoders[k];
+      CHECK(er.pieces.has_value() == split);
+      if (!split) CHECK(er.units().num_items() == meta.modalities[k].size());
+      if (split)
+        for (std::int64_t g = 0; g < er.pieces->items().num_items(); ++g)
+          if (er.pieces->num_pieces_of(g) > 1) ++cut_items;
+      // The stage's makespan is the padded-row load of its plan over its units (sub-items or
+      // pieces), from first principles: a unit of S segments is S rows of its segment length.
+      const auto& units = er.units();
+      const auto dst = er.input.dst_ranks();
+      std::vector<std::int64_t> rows(static_cast<std::size_t>(d), 0), longest(rows);
+      for (std::size_t i = 0; i < dst.size(); ++i) {
+        const auto r = static_cast<std::size_t>(dst[i]);
+        const auto u = static_cast<std::int64_t>(i);
+        rows[r] += units.num_segments(u);
+        longest[r] = std::max(longest[r], units.length(u) / units.num_segments(u));
+      }
+      double makespan = 0;
+      for (std::size_t r = 0; r < rows.size(); ++r) {
+        if (rows[r] == 0) continue;
+        const double load = k == 0
+                                ? static_cast<double>(rows[r]) *
+                                      orchmllm::quadratic_cost{0.0, 1.0, 1.0 / 16}(
+                                          orchmllm::padded_to_multiple(4).padded_length(longest[r]))
+                                : static_cast<double>(rows[r] * longest[r]);
+        makespan = std::max(makespan, load);
+      }
+      CHECK(plan.stages[k].makespan_after == doctest::Approx(makespan));
+    }
+  }
+  CHECK(cut_items >= 1);  // the long videos (12 segments) are cut on some split step
+}
+
 TEST_CASE("encoder_view: a hand-checked cut, and its range checks") {
   const std::vector<local_batch> batches = {
       {{10, 4}, {{0, 0, 8, 4, 2, 2}, {0, 1, 480, 36, 24, 12}}},
@@ -446,16 +511,16 @@ TEST_CASE("segments and split: bad input raises a clear error") {
     }
     return std::string("no error");
   };
-  // Segmented sub-items on a padded stage.
+  // Segmented sub-items on a padded stage: planned, whole or split.
   {
     auto decl = declarations(false);
     decl.encoders[1].policy = orchmllm::padded;
     const std::vector<local_batch> batches = {{{1}, {{1, 0, 8, 4, 2, 2}}}};
-    const auto m = message([&] {
-      (void)orchmllm::plan_step(decl, orchmllm::make_step_metadata(batches, 2),
-                                topology::uniform(1, 1));
-    });
-    CHECK(m.find("stage 'audio': segmented sub-items need the packed policy") != std::string::npos);
+    CHECK_NOTHROW((void)orchmllm::plan_step(decl, orchmllm::make_step_metadata(batches, 2),
+                                            topology::uniform(1, 1)));
+    decl.encoders[1].split = orchmllm::split_options{};
+    CHECK_NOTHROW((void)orchmllm::plan_step(decl, orchmllm::make_step_metadata(batches, 2),
+                                            topology::uniform(1, 1)));
     // Without segments the padded stage plans as before, split or not.
     decl.encoders[1].split = orchmllm::split_options{};
     const std::vector<local_batch> plain = {{{1}, {{1, 0, 8, 4, 2}}}};

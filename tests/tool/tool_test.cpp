@@ -509,6 +509,22 @@ std::vector<bad_case> bad_items_cases() {
       {"gapped slots", h + "0,0,5\n0,2,3\n", {"items.csv:3:", "slot 2 but no slot 1"}},
       {"slots not from 0", h + "1,1,5\n", {"items.csv:2:", "rank 1 has slot 1 but no slot 0"}},
       {"rank >= D", h + "0,0,5\n4,0,3\n", {"items.csv:3:", "rank 4", "rank count 4"}},
+      {"zero segments", "rank,slot,length,segments\n0,0,6,0\n", {"items.csv:2:", "segments 0"}},
+      {"segments not dividing",
+       "rank,slot,length,bytes,segments\n0,0,6,1,2\n0,1,7,1,2\n",
+       {"items.csv:3:", "length 7 cannot be cut into 2 equal segments"}},
+      {"negative segments",
+       "rank,slot,length,segments\n0,0,6,-2\n",
+       {"items.csv:2:", "negative segments -2"}},
+      {"segments before bytes",
+       "rank,slot,length,segments,bytes\n",
+       {"items.csv:1:", "unexpected extra column 'bytes'"}},
+      {"segments twice",
+       "rank,slot,length,segments,segments\n",
+       {"items.csv:1:", "extra column 'segments'"}},
+      {"too few fields with segments",
+       "rank,slot,length,segments\n0,0,6\n",
+       {"items.csv:2:", "3 fields, expected 4 (rank,slot,length,segments)"}},
   };
 }
 }  // namespace
@@ -524,6 +540,89 @@ TEST_CASE("ITEMS.csv: every bad input raises parse_error naming the line and val
       CHECK(msg.find('\n') == std::string::npos);
       for (const auto& n : c.needles)
         CHECK_MESSAGE(msg.find(n) != std::string::npos, msg, " lacks ", n);
+    }
+  }
+}
+
+TEST_CASE("ITEMS.csv: an optional segments column (equal segments per item)") {
+  const auto l =
+      tool::parse_items("rank,slot,length,segments\n1,0,8,2\n0,0,12,3\n0,1,5,1\n", 2, "items.csv");
+  const auto want =
+      batch_layout({0, 2, 3}, {12, 5, 8}).with_equal_segments(std::vector<std::int64_t>{3, 1, 2});
+  CHECK(l == want);
+  CHECK(l.num_segments(0) == 3);
+  CHECK(std::vector<std::int64_t>(l.segments(2).begin(), l.segments(2).end()) ==
+        std::vector<std::int64_t>{4, 4});
+  // With bytes; and round trips through format_items.
+  const auto b = tool::parse_items("rank,slot,length,bytes,segments\n0,0,12,7,4\n", 1, "f");
+  CHECK(b.num_segments(0) == 4);
+  CHECK(b.bytes(0) == 7);
+  CHECK(tool::format_items(b) == "rank,slot,length,bytes,segments\n0,0,12,7,4\n");
+  CHECK(tool::parse_items(tool::format_items(l), 2, "f") == l);
+  // All 1: exactly the file without the column (no segments stored), and formatted without it.
+  const auto ones = tool::parse_items("rank,slot,length,segments\n0,0,12,1\n0,1,5,1\n", 1, "f");
+  const auto plain = tool::parse_items("rank,slot,length\n0,0,12\n0,1,5\n", 1, "f");
+  CHECK(ones == plain);
+  CHECK_FALSE(ones.has_segments());
+  CHECK(tool::format_items(ones) == "rank,slot,length\n0,0,12\n0,1,5\n");
+}
+
+TEST_CASE("plan: a segments column balances segments, and all-1 segments change nothing") {
+  scratch_dir dir;
+  const std::string items = dir.file("items.csv");
+  const std::string out = dir.file("plan.csv");
+  std::mt19937_64 rng(1404);
+  std::string with_col = "rank,slot,length,segments\n";
+  std::string ones_col = "rank,slot,length,segments\n";
+  std::string without = "rank,slot,length\n";
+  std::vector<std::int64_t> offsets{0}, lengths, counts;
+  for (int r = 0; r < 4; ++r) {
+    for (int k = 0; k < 6; ++k) {
+      const auto s = static_cast<std::int64_t>(1 + rng() % 4);
+      const auto len = s * static_cast<std::int64_t>(1 + rng() % 300);
+      const std::string head =
+          std::to_string(r) + "," + std::to_string(k) + "," + std::to_string(len);
+      with_col += head + "," + std::to_string(s) + "\n";
+      ones_col += head + ",1\n";
+      without += head + "\n";
+      lengths.push_back(len);
+      counts.push_back(s);
+    }
+    offsets.push_back(static_cast<std::int64_t>(lengths.size()));
+  }
+  const auto layout = batch_layout(offsets, lengths).with_equal_segments(counts);
+  auto plan_of = [&](const std::string& text, const std::vector<std::string>& flags) {
+    write_text(items, text);
+    std::vector<std::string> args = {"plan", "--items", items, "--ranks", "4", "--out", out};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const auto r = run_tool(args);
+    REQUIRE_MESSAGE(r.rc == 0, r.err);
+    return read_text(out);
+  };
+  const std::vector<std::vector<std::string>> flag_sets = {
+      {},
+      {"--policy", "padded"},
+      {"--policy", "bucketed:64,128,512,2048"},
+      {"--policy", "padded", "--cost", "quadratic:1,0.01", "--algorithm", "lpt"}};
+  for (const auto& flags : flag_sets) {
+    CAPTURE(flags.size());
+    // All-1 segments: the PLAN.csv of the file without the column, byte for byte.
+    CHECK(plan_of(ones_col, flags) == plan_of(without, flags));
+    // Segments: the library's plan on the segmented layout.
+    const auto text = plan_of(with_col, flags);
+    const auto parsed = tool::parse_plan(text, layout.offsets(), 4, "plan.csv");
+    orchmllm::padding_policy policy = orchmllm::packed;
+    if (flags.size() >= 2) {
+      policy = flags[1] == "padded" ? orchmllm::padded : orchmllm::bucketed({64, 128, 512, 2048});
+    }
+    orchmllm::balance_options options;
+    if (flags.size() == 6) {
+      options.method = orchmllm::balance_method::lpt;
+      CHECK(parsed ==
+            orchmllm::balance(layout, orchmllm::quadratic_cost{0.0, 1.0, 0.01}, policy, options)
+                .plan);
+    } else {
+      CHECK(parsed == orchmllm::balance(layout, orchmllm::linear_cost{}, policy, options).plan);
     }
   }
 }

@@ -29,6 +29,9 @@
 ///   padded_exact  ("padded" in the tool) the exact algorithm for padded policies: descending
 ///              lengths, contiguous runs, binary search on the makespan with a greedy feasibility
 ///              check. Optimal (proof in docs/algorithms.md). O(n log n + d · log T).
+///              Segmented items (S segments = S padded rows of the longest segment): a
+///              heuristic within OPT + (S_max − 1) · cost(pad(longest segment)) (no cap,
+///              no item counts); O(n log n + (n + d) · log T).
 ///   automatic  packed: lpt and its refinement; while the lower bound is missed, kk_equal, then
 ///              kk (each refined), then the exact search on small inputs. Returns the best plan
 ///              found (never worse than lpt, kk_equal or kk). Padded: `padded_exact`. With
@@ -48,6 +51,11 @@
 /// Refinement (`balance_options::refine`, always on in `automatic`): moves and swaps between
 /// the heaviest rank and the lighter ones while the makespan drops, stopping at the lower bound
 /// or after `refine_budget` steps.
+///
+/// Padded policies with segments: a rank's load is (Σ segments of its items) × cost(pad(its
+/// longest segment)), its token footprint (Σ segments) × pad(longest segment); min/max items
+/// count items; a bytes cap reads items × the widest item's bytes (docs/algorithms.md,
+/// "Padded policies with segments"). Every balancer but `kk` (packed only) accepts them.
 ///
 /// Constraints (`constraints`): a per-rank cap in tokens or bytes is never exceeded; min/max
 /// items per rank are honoured. When an algorithm cannot satisfy them, a constrained

@@ -88,6 +88,10 @@ struct exact {
 /// docs/algorithms.md) for every padded policy: `padded`, `padded_to_multiple(k)`, `bucketed`
 /// and any trainer's `padding_rule`, since its proof needs only that the padded length and the
 /// cost model are non-decreasing (which `balance` checks of a rule). Not for `packed` (throws).
+/// With a segmented layout (every segment a padded row) the problem is NP-hard: a heuristic
+/// within OPT + (S_max − 1) · cost(pad(longest segment)) without cap and item counts
+/// (docs/algorithms.md, "Padded policies with segments"), never reported proven optimal unless
+/// it meets the lower bound.
 struct padded_exact {
   std::int64_t refine_budget = -1;  ///< refinement of the fallback plan; -1 = 2·n + 64
   [[nodiscard]] balance_options options(const constraints& limits = {}) const {

@@ -89,14 +89,17 @@ class balance_problem {
   [[nodiscard]] std::int64_t num_items() const noexcept { return in_.layout.num_items(); }
   /// The cost model (for the cost of a padded length: `cost_model()(policy().padded_length(l))`).
   [[nodiscard]] const C& cost_model() const noexcept { return cost_; }
-  /// cost(length(g)) of item g (global id), precomputed.
+  /// cost(length(g)) of item g (global id), precomputed (the sum of its segment costs when it
+  /// has segments). Under a padded policy an item with segments is `item_shape_of(layout(), g)`
+  /// (core/padding.hpp): its rows at its longest segment; `rank_load::add(item_shape, ...)`
+  /// evaluates it, and `makespan` and `satisfies` below do.
   [[nodiscard]] cost_type cost(std::int64_t g) const noexcept {
     return in_.costs[static_cast<std::size_t>(g)];
   }
   /// Every item's cost, in global-id order.
   [[nodiscard]] std::span<const cost_type> costs() const noexcept { return in_.costs; }
   /// The item ids in the canonical order: (cost, length) descending for the packed policy,
-  /// length descending for padded ones, ties by id ascending. Scanning it keeps a greedy
+  /// row length (length, or longest segment) descending for padded ones, ties by id ascending. Scanning it keeps a greedy
   /// deterministic.
   [[nodiscard]] std::span<const std::int64_t> order() const noexcept { return in_.order; }
   /// How the costs on one rank combine into its load (core/padding.hpp).

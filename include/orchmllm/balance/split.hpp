@@ -2,7 +2,9 @@
 /// @file split.hpp
 /// Balancing with splitting: items made of segments (core/batch_layout.hpp) may be cut at
 /// segment boundaries into contiguous pieces placed on different ranks, so that one long
-/// video or recording no longer sets the makespan on its own (issue 14). Packed policy.
+/// video or recording no longer sets the makespan on its own (issue 14). Packed policy below;
+/// padded policies (a piece of k segments is k padded rows of its longest segment) in
+/// "Padded policies" at the end of this comment.
 ///
 /// `balance_split(layout, cost, policy, options, split)`:
 ///  1. computes the splitting-aware lower bound L (`split_lower_bound`): the largest of the
@@ -29,6 +31,16 @@
 /// `split_result::guarantee`. For floating costs the piece costs used for cutting are prefix
 /// differences, so the statement holds within a few ulps.
 ///
+/// Padded policies (segmented layout; docs/algorithms.md, "Splitting under padded policies"):
+/// the whole items and the finest cut (every item into K_g = min(max_pieces,
+/// ⌊S_g / min_piece_segments⌋) pieces as even as possible) are balanced, the smaller makespan
+/// kept (whole on a tie); `rounds`, `tolerance` and boundary shifts are not used. L =
+/// max(T_rows, max_g ⌈S_g/K_g⌉ · u(shortest segment of g)) with T_rows the optimum with every
+/// segment a row of its own; `guarantee` = T₀ + (R − 1) · u(longest segment), R = max_g
+/// ⌈S_g/K_g⌉, which bounds the makespan of padded_exact and automatic without constraints; with
+/// equal segments T₀ = L, so makespan ≤ OPT + (R − 1) · u(longest segment) (optimal for the
+/// default rules, R = 1). `largest_piece` is the kept cut's largest piece alone (rows × unit).
+///
 /// Constraints (`options.limits`) apply to the pieces (a count limit counts pieces; a piece's
 /// bytes are its share of the item's, core/pieces.hpp); the guarantee is not claimed then.
 ///
@@ -36,8 +48,7 @@
 /// order-fixed arithmetic, ties by id, no randomness).
 ///
 /// Throws `invalid_argument_error` for min_piece_segments < 1, max_pieces < 1, rounds < 1, a
-/// negative or non-finite tolerance, a padded policy with a segmented layout (padded policies
-/// do not support segments yet), d < 1 with items, and what `balance` throws (negative costs,
+/// negative or non-finite tolerance, d < 1 with items, and what `balance` throws (negative costs,
 /// overflow, options); `infeasible_error` as `balance`.
 ///
 /// Zero cost when unused: with no segmented item (or max_pieces = 1) the pieces are the items
@@ -61,6 +72,8 @@
 #include "orchmllm/core/pieces.hpp"
 #include "orchmllm/detail/balance/split.hpp"
 #include "orchmllm/detail/core/headroom.hpp"
+#include "orchmllm/detail/core/order.hpp"
+#include "orchmllm/detail/core/statistics_impl.hpp"
 
 namespace orchmllm {
 
@@ -98,7 +111,8 @@ struct split_result {
   /// ≤ `lower_bound` whenever an item was cut).
   Cost largest_piece{};
   /// Σ c_g / d + (1 − 1/d) · p_max (rounded down for integral costs): the makespan bound of
-  /// lpt and automatic without constraints.
+  /// lpt and automatic without constraints. Padded policies with segments: T₀ + (R − 1) ·
+  /// u(longest segment), the bound of padded_exact and automatic (see the file comment).
   Cost guarantee{};
 };
 
@@ -208,6 +222,98 @@ cost_type_t<C> split_lower_bound(const batch_layout& layout, rank_t d, const C& 
 
 namespace detail {
 
+/// The padded path of `balance_split` (a padded policy, a layout with segments, max_pieces ≥ 2,
+/// n ≥ 1, d ≥ 1): a piece of k segments is k padded rows of its longest segment. Two cuts are
+/// balanced with the caller's options and the one with the smaller makespan kept (the whole
+/// items on a tie): every item whole, and the *finest* cut, every item into K_g =
+/// min(max_pieces, ⌊S_g / m⌋) pieces of ⌊S_g/K_g⌋ or ⌈S_g/K_g⌉ segments (the longer first).
+/// Bound L = max(T_rows, max_g ⌈S_g/K_g⌉ · u(shortest segment of g)), T_rows the optimum of the
+/// row relaxation (every segment placed on its own, padded to its own length), valid for every
+/// cut and assignment;
+/// guarantee (automatic or padded_exact, no constraints) T₀ + (R − 1) · u(longest segment), R
+/// the most segments of a piece of the finest cut (docs/algorithms.md, "Splitting under padded
+/// policies"; T₀ = max(L, the finest cut's largest piece alone, the finest cut's own row
+/// optimum) stands for L there, equal to it when segments are equal). `make(pieces, result, bound,
+/// largest, guarantee)` builds the split_result.
+template <class C, class Make>
+auto padded_split(const batch_layout& layout, const C& cost, padding_policy policy,
+                  const balance_options& options, const split_options& split, Make make) {
+  using Cost = cost_type_t<C>;
+  const std::int64_t n = layout.num_items();
+  const rank_t d = layout.num_ranks();
+  // Checks the costs and headroom as `balance` does (its errors first, on the whole layout).
+  (void)checked_costs(layout, cost, policy);
+  // T_rows of a layout: the optimum of its row relaxation (padded_search.hpp), every row of an
+  // item of S segments at the item's longest segment.
+  auto row_optimum = [&](const batch_layout& l) {
+    const std::vector<Cost> none(static_cast<std::size_t>(l.num_items()));
+    const auto order = canonical_order<Cost>(l, std::span<const Cost>(none), policy);
+    return segmented_padded_bound<C>(l, order, d, cost, policy, Cost{});
+  };
+  // The bound's row term: every segment a row of its own length (a cut piece pads to its own
+  // longest segment, which can be shorter than its item's).
+  const batch_layout rows_alone(
+      {0, layout.total_segments()},
+      std::vector<std::int64_t>(layout.segment_lengths().begin(), layout.segment_lengths().end()));
+  Cost bound = row_optimum(rows_alone);
+  // The finest cut and the per-item term of the bound.
+  std::vector<std::int64_t> piece_offsets{0}, first;
+  std::int64_t most_rows = 1;
+  std::int64_t longest = 0;
+  for (std::int64_t g = 0; g < n; ++g) {
+    const auto seg = layout.segments(g);
+    const auto S = static_cast<std::int64_t>(seg.size());
+    const std::int64_t K =
+        std::max<std::int64_t>(1, std::min(split.max_pieces, S / split.min_piece_segments));
+    const std::int64_t q = S / K, r = S % K;  // r pieces of q + 1, then K − r of q
+    std::int64_t at = 0;
+    for (std::int64_t i = 0; i < K; ++i) {
+      first.push_back(at);
+      at += q + (i < r ? 1 : 0);
+    }
+    piece_offsets.push_back(static_cast<std::int64_t>(first.size()));
+    most_rows = std::max(most_rows, q + (r > 0 ? 1 : 0));
+    const std::int64_t shortest = *std::min_element(seg.begin(), seg.end());
+    longest = std::max(longest, *std::max_element(seg.begin(), seg.end()));
+    const Cost unit = static_cast<Cost>(cost(policy.padded_length(shortest)));
+    bound = std::max(
+        bound, rank_load<Cost, rank_load_mode::add_only>::padded_load(q + (r > 0 ? 1 : 0), unit));
+  }
+  const Cost u_max = static_cast<Cost>(cost(policy.padded_length(longest)));
+  // The largest piece alone: its rows × the unit of its longest segment.
+  auto largest_of = [&](const batch_layout& pl) {
+    Cost largest{};
+    for (std::int64_t p = 0; p < pl.num_items(); ++p) {
+      const item_shape item = item_shape_of(pl, p);
+      largest = std::max(
+          largest, rank_load<Cost, rank_load_mode::add_only>::padded_load(
+                       item.rows, static_cast<Cost>(cost(policy.padded_length(item.row_length)))));
+    }
+    return largest;
+  };
+  const bool cuts = first.size() != static_cast<std::size_t>(n);
+  piece_layout pieces = cuts ? piece_layout(layout, std::move(piece_offsets), std::move(first))
+                             : piece_layout::whole(layout);
+  // T₀ of the padded bound on the finest cut: at least L and every piece alone (= L's per-item
+  // term when an item's segments are equal).
+  const Cost t0 = std::max({bound, largest_of(pieces.layout()), row_optimum(pieces.layout())});
+  const Cost guarantee =
+      t0 + rank_load<Cost, rank_load_mode::add_only>::padded_load(most_rows - 1, u_max);
+  auto whole = balance(layout, cost, policy, options);
+  if (!cuts) {  // nothing can be cut: whole items are the only plans, so balance's bound holds
+    const Cost largest = largest_of(layout);
+    const Cost whole_bound = std::max(bound, whole.lower_bound);
+    return make(std::move(pieces), std::move(whole), whole_bound, largest, guarantee);
+  }
+  auto cut = balance(pieces.layout(), cost, policy, options);
+  if (cut.makespan < whole.makespan) {
+    const Cost largest = largest_of(pieces.layout());
+    return make(std::move(pieces), std::move(cut), bound, largest, guarantee);
+  }
+  const Cost largest = largest_of(layout);
+  return make(piece_layout::whole(layout), std::move(whole), bound, largest, guarantee);
+}
+
 template <class C>
 split_result<cost_type_t<C>> balance_split_impl(const batch_layout& layout, const C& cost,
                                                 padding_policy policy,
@@ -217,9 +323,6 @@ split_result<cost_type_t<C>> balance_split_impl(const batch_layout& layout, cons
   check_split_options<Cost>(split);
   const rank_t d = layout.num_ranks();
   const std::int64_t n = layout.num_items();
-  ORCHMLLM_REQUIRE(!(policy.is_padded() && layout.has_segments()), invalid_argument_error,
-                   "splitting balances the packed policy only: padded policies do not support "
-                   "segments yet");
   // `placed`: the cut the balancer placed (before boundary shifts), whose largest piece the
   // guarantee is stated with.
   auto finish = [&](piece_layout pieces, balance_result<Cost> res, Cost bound,
@@ -257,10 +360,24 @@ split_result<cost_type_t<C>> balance_split_impl(const batch_layout& layout, cons
     out.pieces = std::move(pieces);
     return out;
   };
-  if (!layout.has_segments() || split.max_pieces == 1 || n == 0 || d <= 0) {
+  if (!layout.has_segments() || (split.max_pieces == 1 && !policy.is_padded()) || n == 0 ||
+      d <= 0) {
     auto res = balance(layout, cost, policy, options);
     const Cost bound = res.lower_bound;
     return finish(piece_layout::whole(layout), std::move(res), bound, layout);
+  }
+  if (policy.is_padded()) {  // segmented, n >= 1, d >= 1 (the early return above otherwise)
+    return padded_split<C>(layout, cost, policy, options, split,
+                           [&](piece_layout pieces, balance_result<Cost> res, Cost bound,
+                               Cost largest, Cost guarantee) {
+                             split_result<Cost> out;
+                             out.balance = std::move(res);
+                             out.lower_bound = bound;
+                             out.largest_piece = largest;
+                             out.guarantee = guarantee;
+                             out.pieces = std::move(pieces);
+                             return out;
+                           });
   }
   const segment_costs<C> sc(layout, cost, policy);
   std::vector<Cost> smallest;  // b_g above the average (c_g elsewhere), then filled on demand
@@ -364,10 +481,11 @@ split_result<cost_type_t<C>> balance_split_impl(const batch_layout& layout, cons
 
 }  // namespace detail
 
-/// Balances `layout` over its own d ranks under the packed policy, cutting segmented items
-/// into pieces where that lowers the makespan (see the file comment for the algorithm, the
-/// guarantee and the errors). O(R · (balance of the pieces + n + Σ S_g)) for R ≤ rounds, plus
-/// O(S_g log c_g) per cut item. Deterministic.
+/// Balances `layout` over its own d ranks, cutting segmented items into pieces where that
+/// lowers the makespan (see the file comment for the algorithm under packed and padded
+/// policies, the guarantees and the errors). Packed: O(R · (balance of the pieces + n + Σ S_g))
+/// for R ≤ rounds, plus O(S_g log c_g) per cut item; padded: two balance calls plus
+/// O(64 · (Σ S_g + d)). Deterministic.
 template <cost_model C>
 split_result<cost_type_t<C>> balance_split(const batch_layout& layout, const C& cost,
                                            padding_policy policy = packed,

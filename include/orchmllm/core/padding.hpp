@@ -12,7 +12,10 @@
 ///                          the trainer's own rule, e.g. the next power of two
 ///
 /// Every policy but `packed` is a *padded* one: a rank's load is count × cost(pad(longest)),
-/// with pad(l) ≥ l non-decreasing in l (`padded_length`). The load formula is written once, in
+/// with pad(l) ≥ l non-decreasing in l (`padded_length`). Items with segments (`batch_layout`)
+/// are S padded rows each, of their longest segment: load = (Σ S) × cost(pad(longest
+/// segment)); "count" above counts rows, item-count limits still count items (`item_shape`,
+/// docs/algorithms.md, "Padded policies with segments"). The load formula is written once, in
 /// `rank_load` below, the one per-rank state: of every built-in balancer (lpt, first fit, the
 /// padded refinement, locality and exact keep their ranks in `rank_load`s; padded_exact, which
 /// reasons about whole groups, evaluates `rank_load::padded_load`), of the library's checks and
@@ -22,7 +25,8 @@
 /// algorithm only through `padded_length`, so every balancer handles every padded policy, the
 /// trainer's included, and `padded_exact` (and `automatic`) is exact for all of them: its proof
 /// uses only that pad and the cost model are non-decreasing (docs/algorithms.md, "Padded
-/// policies").
+/// policies"). With segments it is a heuristic within OPT + (S_max − 1) · cost(pad(longest
+/// segment)) (the problem is then NP-hard).
 ///
 /// A trainer's own rule is any value type with `padded_length(l)` (and `==`; `name()` optional):
 ///
@@ -38,8 +42,8 @@
 /// raises `invalid_argument_error` naming the rule and the two lengths when it is broken.
 ///
 /// The same policy decides the memory footprint a per-rank cap is checked against: tokens are
-/// Σ lᵢ (packed) or count · padded max length (padded); bytes are Σ bytesᵢ (packed) or
-/// count · max bytesᵢ (padded).
+/// Σ lᵢ (packed) or rows · padded max row length (padded); bytes are Σ bytesᵢ (packed) or
+/// count · max bytesᵢ (padded; items, not rows).
 
 #include <algorithm>
 #include <concepts>
@@ -54,6 +58,7 @@
 #include <utility>
 #include <vector>
 
+#include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/constraints.hpp"
 #include "orchmllm/core/error.hpp"
 
@@ -284,6 +289,28 @@ inline padding_policy bucketed(std::span<const std::int64_t> buckets) {
   return padding_policy::bucketed(buckets);
 }
 
+/// An item as a `rank_load` sees it. Packed policies read its `length` (tokens) and `bytes`;
+/// padded ones treat it as `rows` padded rows of `row_length` each: a rank's load is
+/// (Σ rows) × cost(pad(longest row)) and its token footprint (Σ rows) × pad(longest row). An
+/// item without segments is one row of its length; an item of S segments is S rows of its
+/// longest segment (`item_shape_of`). Trivially copyable; `==` compares all four fields.
+struct item_shape {
+  std::int64_t length = 0;      ///< tokens (Σ of its segments)
+  std::int64_t bytes = 0;       ///< payload bytes
+  std::int64_t rows = 1;        ///< padded rows: 1, or the item's segment count S ≥ 1
+  std::int64_t row_length = 0;  ///< length of a row before padding: the longest segment
+  friend constexpr bool operator==(const item_shape&, const item_shape&) = default;
+};
+
+/// The shape of item `g` of `layout`: its length and bytes, and S_g rows of its longest
+/// segment (one row of its length without segments). O(S_g), deterministic, no throw.
+inline item_shape item_shape_of(const batch_layout& layout, std::int64_t g) noexcept {
+  if (!layout.has_segments()) return {layout.length(g), layout.bytes(g), 1, layout.length(g)};
+  const auto seg = layout.segments(g);
+  return {layout.length(g), layout.bytes(g), static_cast<std::int64_t>(seg.size()),
+          *std::max_element(seg.begin(), seg.end())};
+}
+
 /// Whether a `rank_load` supports `remove`: `removable` keeps the (length, bytes) pair of every
 /// item it holds (O(k) memory for k items); `add_only` keeps sums and maxima only (O(1) memory,
 /// trivially copyable), which is what the library's own checks, figures and search states use.
@@ -319,19 +346,32 @@ class rank_load {
  public:
   explicit constexpr rank_load(padding_policy policy) noexcept : policy_(policy) {}
 
-  /// Adds an item of the given length, cost, byte size.
+  /// Adds an item of the given length, cost, byte size (one padded row of its length).
   constexpr void add(std::int64_t length, Cost cost, std::int64_t bytes) {
+    add(item_shape{length, bytes, 1, length}, cost);
+  }
+  /// Adds an item of the given shape (its padded rows: `item_shape`) and cost.
+  constexpr void add(const item_shape& item, Cost cost) {
     ++count_;
+    rows_ += item.rows;
     sum_cost_ += cost;
-    sum_tokens_ += length;
-    sum_bytes_ += bytes;
-    if (count_ == 1 || length > max_length_) {
-      max_length_ = length;
+    sum_tokens_ += item.length;
+    sum_bytes_ += item.bytes;
+    if (count_ == 1 || item.row_length > max_length_) {
+      max_length_ = item.row_length;
       cached_model_ = nullptr;  // the cached unit was for another longest item
     }
-    if (count_ == 1 || bytes > max_bytes_) max_bytes_ = bytes;
-    if constexpr (removable) items_.emplace_back(length, bytes);
+    if (count_ == 1 || item.bytes > max_bytes_) max_bytes_ = item.bytes;
+    if constexpr (removable) items_.push_back(item);
   }
+  /// As above, and keeps cost(pad(longest)) of `model` cached (see the class comment).
+  template <class C>
+  constexpr void add(const item_shape& item, Cost cost, const C& model) {
+    add(item, cost);
+    cache(model);
+  }
+  template <class C>
+  void add(const item_shape&, Cost, const C&&) = delete;  // see the class comment
   /// As above, and keeps cost(pad(longest)) of `model` cached (see the class comment).
   template <class C>
   constexpr void add(std::int64_t length, Cost cost, std::int64_t bytes, const C& model) {
@@ -346,31 +386,49 @@ class rank_load {
   constexpr void remove(std::int64_t length, Cost cost, std::int64_t bytes)
     requires removable
   {
-    ORCHMLLM_REQUIRE(count_ > 0, invalid_argument_error, "removing an item of length ", length,
+    remove(item_shape{length, bytes, 1, length}, cost);
+  }
+  /// Removes an item added before with the same shape and cost. Throws `invalid_argument_error`
+  /// when the rank holds no item of that shape.
+  constexpr void remove(const item_shape& item, Cost cost)
+    requires removable
+  {
+    ORCHMLLM_REQUIRE(count_ > 0, invalid_argument_error, "removing an item of length ", item.length,
                      " from an empty rank");
-    const auto it = std::find(items_.rbegin(), items_.rend(), std::pair{length, bytes});
+    const auto it = std::find(items_.rbegin(), items_.rend(), item);
     ORCHMLLM_REQUIRE(it != items_.rend(), invalid_argument_error,
-                     "the rank holds no item of length ", length, " and ", bytes,
-                     " bytes to remove");
+                     "the rank holds no item of length ", item.length, ", ", item.rows, " rows of ",
+                     item.row_length, " and ", item.bytes, " bytes to remove");
     *it = items_.back();
     items_.pop_back();
     --count_;
+    rows_ -= item.rows;
     sum_cost_ -= cost;
-    sum_tokens_ -= length;
-    sum_bytes_ -= bytes;
+    sum_tokens_ -= item.length;
+    sum_bytes_ -= item.bytes;
     if (count_ == 0) {
       sum_cost_ = Cost{};  // an emptied rank loads exactly 0, floating costs included
       max_length_ = max_bytes_ = 0;
       cached_model_ = nullptr;
-    } else if (length == max_length_ || bytes == max_bytes_) {
-      if (length == max_length_) cached_model_ = nullptr;  // the longest may change
+    } else if (item.row_length == max_length_ || item.bytes == max_bytes_) {
+      if (item.row_length == max_length_) cached_model_ = nullptr;  // the longest may change
       max_length_ = max_bytes_ = 0;
-      for (const auto& [l, b] : items_) {
-        max_length_ = std::max(max_length_, l);
-        max_bytes_ = std::max(max_bytes_, b);
+      for (const auto& x : items_) {
+        max_length_ = std::max(max_length_, x.row_length);
+        max_bytes_ = std::max(max_bytes_, x.bytes);
       }
     }
   }
+  /// As above, and keeps cost(pad(longest)) of `model` cached (see the class comment).
+  template <class C>
+  constexpr void remove(const item_shape& item, Cost cost, const C& model)
+    requires removable
+  {
+    remove(item, cost);
+    cache(model);
+  }
+  template <class C>
+  void remove(const item_shape&, Cost, const C&&) = delete;  // see the class comment
   /// As above, and keeps cost(pad(longest)) of `model` cached (see the class comment).
   template <class C>
   constexpr void remove(std::int64_t length, Cost cost, std::int64_t bytes, const C& model)
@@ -382,8 +440,12 @@ class rank_load {
   template <class C>
   void remove(std::int64_t, Cost, std::int64_t, const C&&) = delete;  // see the class comment
 
+  /// Items held (what item-count limits count).
   [[nodiscard]] constexpr std::int64_t count() const noexcept { return count_; }
-  /// The longest and the widest (most bytes) item held; 0 when empty.
+  /// Padded rows held: Σ `item_shape::rows` (= count() unless items have segments).
+  [[nodiscard]] constexpr std::int64_t rows() const noexcept { return rows_; }
+  /// The longest row (`item_shape::row_length`: an item's length unless it has segments) and
+  /// the widest (most bytes) item held; 0 when empty.
   [[nodiscard]] constexpr std::int64_t max_length() const noexcept { return max_length_; }
   [[nodiscard]] constexpr std::int64_t max_bytes() const noexcept { return max_bytes_; }
 
@@ -392,7 +454,7 @@ class rank_load {
   [[nodiscard]] constexpr Cost load(const C& cost) const {
     if (!policy_.is_padded()) return sum_cost_;
     if (count_ == 0) return Cost{};
-    return padded_load(count_, unit_of(max_length_, cost));
+    return padded_load(rows_, unit_of(max_length_, cost));
   }
   /// The load this rank would have with one more item of the given length and cost; the state
   /// is unchanged. `load_if_added(max_length(), Cost{}, cost)` is the load after one more item
@@ -401,9 +463,16 @@ class rank_load {
   template <class C>
   [[nodiscard]] constexpr Cost load_if_added(std::int64_t length, Cost item_cost,
                                              const C& cost) const {
+    return load_if_added(item_shape{length, 0, 1, length}, item_cost, cost);
+  }
+  /// As above, for an item of the given shape (padded: its rows at its row length).
+  template <class C>
+  [[nodiscard]] constexpr Cost load_if_added(const item_shape& item, Cost item_cost,
+                                             const C& cost) const {
     if (!policy_.is_padded()) return sum_cost_ + item_cost;
-    return padded_load(count_ + 1,
-                       unit_of(count_ == 0 ? length : std::max(max_length_, length), cost));
+    return padded_load(
+        rows_ + item.rows,
+        unit_of(count_ == 0 ? item.row_length : std::max(max_length_, item.row_length), cost));
   }
   /// Padded policies: the cost of one item on this rank, cost(pad(longest)) (every item costs
   /// as much as the longest); packed: 0. 0 when empty.
@@ -416,35 +485,46 @@ class rank_load {
   /// `constraints` require). Never overflows.
   [[nodiscard]] constexpr bool fits(const capacity& cap) const {
     if (!policy_.is_padded()) return sum_of(cap.what) <= cap.limit;
-    return count_ == 0 || fits_count(count_, widest(cap.what, max_length_, max_bytes_), cap);
+    return count_ == 0 ||
+           fits_count(count_of(cap.what, 0), widest(cap.what, max_length_, max_bytes_), cap);
   }
   /// Whether the rank's footprint would be within the cap with one more item of the given
   /// length and bytes; the state is unchanged. Never overflows.
   [[nodiscard]] constexpr bool fits_if_added(const capacity& cap, std::int64_t length,
                                              std::int64_t bytes) const {
+    return fits_if_added(cap, item_shape{length, bytes, 1, length});
+  }
+  /// As above, for an item of the given shape.
+  [[nodiscard]] constexpr bool fits_if_added(const capacity& cap, const item_shape& item) const {
     if (!policy_.is_padded()) {
-      const std::int64_t f = cap.what == capacity::measure::tokens ? length : bytes;  // unpadded
+      const std::int64_t f =
+          cap.what == capacity::measure::tokens ? item.length : item.bytes;  // unpadded
       return f <= cap.limit - sum_of(cap.what);
     }
-    const std::int64_t w =
-        count_ == 0 ? widest(cap.what, length, bytes)
-                    : widest(cap.what, std::max(max_length_, length), std::max(max_bytes_, bytes));
-    return fits_count(count_ + 1, w, cap);
+    const std::int64_t w = count_ == 0 ? widest(cap.what, item.row_length, item.bytes)
+                                       : widest(cap.what, std::max(max_length_, item.row_length),
+                                                std::max(max_bytes_, item.bytes));
+    // count_of(what, rows) + 1 more item: rows_ + item.rows rows, or count_ + 1 items.
+    return fits_count(
+        count_of(cap.what, item.rows) + (cap.what == capacity::measure::tokens ? 0 : 1), w, cap);
   }
 
-  /// Token footprint under the policy. Throws `invalid_argument_error` when it exceeds 2^63 − 1.
+  /// Token footprint under the policy (padded: rows × padded longest row). Throws
+  /// `invalid_argument_error` when it exceeds 2^63 − 1.
   [[nodiscard]] constexpr std::int64_t tokens() const {
     if (!policy_.is_padded()) return sum_tokens_;
-    return footprint(policy_.padded_length(max_length_), "tokens");
+    return footprint(rows_, policy_.padded_length(max_length_), "tokens");
   }
-  /// Byte footprint under the policy. Throws `invalid_argument_error` when it exceeds 2^63 − 1.
+  /// Byte footprint under the policy (padded: items × the widest item's bytes; an item's
+  /// payload is not split by segments). Throws `invalid_argument_error` when it exceeds
+  /// 2^63 − 1.
   [[nodiscard]] constexpr std::int64_t bytes() const {
-    return policy_.is_padded() ? footprint(max_bytes_, "bytes") : sum_bytes_;
+    return policy_.is_padded() ? footprint(count_, max_bytes_, "bytes") : sum_bytes_;
   }
 
-  /// The padding rule itself, for a rank of `count` ≥ 1 items whose longest costs `unit` once
-  /// padded: count × unit. Search algorithms that reason about whole groups (the exact padded
-  /// balancer) evaluate it directly.
+  /// The padding rule itself, for a rank of `count` ≥ 1 rows (items, or their segments) whose
+  /// longest costs `unit` once padded: count × unit. Search algorithms that reason about whole
+  /// groups (the exact padded balancer) evaluate it directly.
   [[nodiscard]] static constexpr Cost padded_load(std::int64_t count, Cost unit) {
     return static_cast<Cost>(static_cast<Cost>(count) * unit);
   }
@@ -470,6 +550,10 @@ class rank_load {
                                 std::int64_t widest_bytes) const {
     return what == capacity::measure::tokens ? policy_.padded_length(longest) : widest_bytes;
   }
+  // The padded footprint's multiplier: rows (tokens) or items (bytes), plus `more_rows`.
+  constexpr std::int64_t count_of(capacity::measure what, std::int64_t more_rows) const noexcept {
+    return what == capacity::measure::tokens ? rows_ + more_rows : count_;
+  }
   constexpr std::int64_t sum_of(capacity::measure what) const noexcept {
     return what == capacity::measure::tokens ? sum_tokens_ : sum_bytes_;
   }
@@ -479,15 +563,17 @@ class rank_load {
     return per_item == 0 || count <= cap.limit / per_item;
   }
   // count · per_item, checked (the padded footprints).
-  constexpr std::int64_t footprint(std::int64_t per_item, const char* what) const {
-    ORCHMLLM_REQUIRE(per_item == 0 || count_ <= INT64_MAX / per_item, invalid_argument_error,
-                     count_, " items padded to ", per_item, " ", what,
+  constexpr std::int64_t footprint(std::int64_t count, std::int64_t per_item,
+                                   const char* what) const {
+    ORCHMLLM_REQUIRE(per_item == 0 || count <= INT64_MAX / per_item, invalid_argument_error, count,
+                     count == count_ ? " items" : " rows", " padded to ", per_item, " ", what,
                      " each exceed 2^63 - 1 ", what);
-    return count_ * per_item;
+    return count * per_item;
   }
 
   padding_policy policy_;
   std::int64_t count_ = 0;
+  std::int64_t rows_ = 0;
   Cost sum_cost_{};
   std::int64_t sum_tokens_ = 0;
   std::int64_t sum_bytes_ = 0;
@@ -496,9 +582,8 @@ class rank_load {
   // Padded: cost(pad(max_length_)) under the model at cached_model_ (null: none cached).
   Cost unit_{};
   const void* cached_model_ = nullptr;
-  // (length, bytes) of each item held (removable mode).
-  [[no_unique_address]] std::conditional_t<
-      removable, std::vector<std::pair<std::int64_t, std::int64_t>>, no_items> items_{};
+  // The shape of each item held (removable mode).
+  [[no_unique_address]] std::conditional_t<removable, std::vector<item_shape>, no_items> items_{};
 };
 
 }  // namespace orchmllm

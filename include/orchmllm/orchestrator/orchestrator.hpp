@@ -189,14 +189,10 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     out.encoders[k].layout =
         batch_layout(mod.offsets, mod.encoder_length, std::move(bytes), mod.parent);
     // Segmented sub-items: S equal segments each (checked when the metadata was built), so
-    // their costs are per segment. Without any, the layout is the one above, bit for bit.
-    if (std::any_of(mod.segments.begin(), mod.segments.end(), [](auto s) { return s != 1; })) {
-      ORCHMLLM_REQUIRE(!decl.encoders[k].policy.is_padded(), invalid_argument_error, "stage '",
-                       decl.encoders[k].name,
-                       "': segmented sub-items need the packed policy (padded policies do not "
-                       "support segments)");
+    // their costs are per segment (packed) or every segment is a padded row (padded policies).
+    // Without any, the layout is the one above, bit for bit.
+    if (std::any_of(mod.segments.begin(), mod.segments.end(), [](auto s) { return s != 1; }))
       out.encoders[k].layout = out.encoders[k].layout.with_equal_segments(mod.segments);
-    }
   }
 
   out.layout_seconds = lap();

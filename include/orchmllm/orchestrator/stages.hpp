@@ -270,8 +270,9 @@ struct encoder_stage {
   /// > 1) may be cut at segment boundaries into pieces encoded on different ranks, balanced by
   /// `balance_split` (balance/split.hpp) with these rules and the stage's balancer options; the
   /// stage's plan, routes and `step_plan::encoder_view` are then over pieces
-  /// (`encoder_routes::pieces`). Needs the packed policy when sub-items are segmented and a
-  /// built-in balancer (`options.method` or a built-in `balancer` object). Empty by default:
+  /// (`encoder_routes::pieces`). Any policy (under a padded one a piece of k segments is k
+  /// padded rows); needs a built-in balancer (`options.method` or a built-in `balancer`
+  /// object). Empty by default:
   /// sub-items stay whole; set without segmented sub-items it changes no plan.
   std::optional<split_options> split{};
 };
@@ -472,8 +473,9 @@ struct sub_item {
   /// of a video, the 30 s windows of a recording): encoder_length, input_rows and llm_tokens
   /// must each be divisible by S, and segment i is rows [i·input_rows/S, (i+1)·input_rows/S)
   /// of its input and tokens [i·llm_tokens/S, (i+1)·llm_tokens/S) of its output. Its cost is
-  /// the sum of S segment costs of length encoder_length/S (packed), and a stage with
-  /// `encoder_stage::split` may cut it at segment boundaries. 1 (the default) costs nothing:
+  /// the sum of S segment costs of length encoder_length/S (packed; under a padded policy it
+  /// is S padded rows of length encoder_length/S), and a stage with `encoder_stage::split` may
+  /// cut it at segment boundaries. 1 (the default) costs nothing:
   /// the metadata, plans and routes are those of a sub-item without segments.
   std::int64_t segments = 1;
   friend bool operator==(const sub_item&, const sub_item&) = default;

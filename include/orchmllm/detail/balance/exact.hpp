@@ -17,7 +17,8 @@
 //    in increasing order of that load (ties by rank), so the first leaf is an LPT-like solution;
 //  - padded capacity: with every load to stay below the best makespan, a rank of count c and
 //    unit cost u takes at most (largest t with t · u < best) − c more items; fewer places than
-//    items left cuts the node (this is what makes padded instances of n ≈ 20 quick);
+//    items left cuts the node (this is what makes padded instances of n ≈ 20 quick); with
+//    segments c counts the rank's rows (every item is at least one row) and max_items the items;
 //  - stop: once a solution meets makespan_lower_bound nothing can beat it.
 // Every child examined (kept or cut) counts one node against `node_budget`; the search stops,
 // incomplete, when the budget is spent. No clock is read: the same input gives the same result.
@@ -122,6 +123,7 @@ exact_result<Cost> exact_search(const balance_input<Cost>& in, const C& cost,
 
   const auto& lim = in.limits;
   const bool padded = in.policy.is_padded();
+  const bool segmented = padded && in.layout.has_segments();  // items are S_g padded rows
   const std::int64_t m = lim.min_items;
   const bool counts_matter = m > 0 || lim.max_items != std::numeric_limits<std::int64_t>::max();
   const bool tokens_cap = lim.cap && lim.cap->what == capacity::measure::tokens;
@@ -161,7 +163,7 @@ exact_result<Cost> exact_search(const balance_input<Cost>& in, const C& cost,
 
   auto grown = [&](const bin& b, std::int64_t g) {
     bin x = b;
-    x.add(in.layout.length(g), in.costs[static_cast<std::size_t>(g)], in.layout.bytes(g), cost);
+    x.add(item_shape_of(in.layout, g), in.costs[static_cast<std::size_t>(g)], cost);
     return x;
   };
   auto fits_cap = [&](const bin& x) { return !lim.cap || x.fits(*lim.cap); };
@@ -171,6 +173,8 @@ exact_result<Cost> exact_search(const balance_input<Cost>& in, const C& cost,
       k.count = b.count();
       k.a = b.max_length();
       if (bytes_cap) k.b = b.max_bytes();
+      // With segments the load reads the rows; the item count (limits, bytes) rides along.
+      if (segmented) k.cost = static_cast<Cost>(b.rows());
     } else {
       k.cost = b.load(cost);
       if (counts_matter) k.count = b.count();
@@ -220,9 +224,10 @@ exact_result<Cost> exact_search(const balance_input<Cost>& in, const C& cost,
   // cost u can take at most t − c more items, t the largest count with t · u < best (and within
   // max_items and the cap); an empty rank at most t for the smallest unit of any item (every
   // load is at least count · that unit). Fewer places than items left: cut. O(min(n, d)).
-  const Cost min_unit = padded ? static_cast<Cost>(cost(in.policy.padded_length(
-                                     in.layout.length(in.order[static_cast<std::size_t>(n - 1)]))))
-                               : Cost{};
+  const Cost min_unit =
+      padded ? static_cast<Cost>(cost(in.policy.padded_length(
+                   item_shape_of(in.layout, in.order[static_cast<std::size_t>(n - 1)]).row_length)))
+             : Cost{};
   auto below_best = [&](Cost u, std::int64_t limit) -> std::int64_t {
     // Largest t in [0, limit] with Cost(t) · u < best.
     if (!(u > Cost{0})) return limit;
@@ -253,6 +258,16 @@ exact_result<Cost> exact_search(const balance_input<Cost>& in, const C& cost,
       const std::int64_t fp = tokens_cap  ? in.policy.padded_length(b.max_length())
                               : bytes_cap ? b.max_bytes()
                                           : 0;
+      if (segmented) {
+        // Rows below best (each item is at least one row), within the cap's rows, and items
+        // within max_items: whichever admits fewer items.
+        const std::int64_t rows_cap =
+            lim.cap && fp > 0 ? cap / fp : std::numeric_limits<std::int64_t>::max();
+        const std::int64_t by_rows = below_best(b.unit(cost), rows_cap) - b.rows();
+        const std::int64_t by_count = std::min(lim.max_items, n) - b.count();
+        room += std::max<std::int64_t>(0, std::min(by_rows, by_count));
+        continue;
+      }
       room += std::max<std::int64_t>(0, below_best(b.unit(cost), limit_of(fp)) - b.count());
     }
     if (open < d && room < need) {

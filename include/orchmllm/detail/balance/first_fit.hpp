@@ -140,17 +140,22 @@ struct sequence {
   std::vector<Cost> cost;        // packed: the item's cost; padded: cost(padded length)
   std::vector<std::int64_t> fp;  // footprint under the cap's measure (0 without a cap)
   std::vector<std::int64_t> length, bytes;
+  std::vector<item_shape> shape;  // padded with segments only: the item's rows (else empty)
 
   template <class C>
   sequence(const balance_input<Cost>& in, const C& c, std::vector<std::int64_t> order)
       : id(std::move(order)), cost(id.size()), fp(id.size(), 0), length(id.size()),
         bytes(id.size()) {
+    const bool rows = in.policy.is_padded() && in.layout.has_segments();
+    if (rows) shape.resize(id.size());
     for (std::size_t i = 0; i < id.size(); ++i) {
       const auto g = id[i];
       length[i] = in.layout.length(g);
       bytes[i] = in.layout.bytes(g);
+      if (rows) shape[i] = item_shape_of(in.layout, g);
       cost[i] = in.policy.is_padded()
-                    ? static_cast<Cost>(c(in.policy.padded_length(length[i])))
+                    ? static_cast<Cost>(
+                          c(in.policy.padded_length(rows ? shape[i].row_length : length[i])))
                     : in.costs[static_cast<std::size_t>(g)];
       if (in.limits.cap) fp[i] = item_footprint(in.layout, g, in.policy, in.limits.cap->what);
     }
@@ -212,7 +217,11 @@ std::optional<packing<Cost>> pack(const balance_input<Cost>& in, const C& cost,
     auto& s = st[static_cast<std::size_t>(r)];
     if (r == open) ++open;
     if (s.count() < m) --deficit;
-    s.add(seq.length[ui], p, seq.bytes[ui], cost);
+    if (seq.shape.empty()) {
+      s.add(seq.length[ui], p, seq.bytes[ui], cost);
+    } else {
+      s.add(seq.shape[ui], p, cost);
+    }
     tree.set(r, room_of(s));
     out.assignment[static_cast<std::size_t>(seq.id[ui])] = static_cast<rank_t>(r);
   }
@@ -266,7 +275,11 @@ std::optional<packing<Cost>> pack_worst_fit(const balance_input<Cost>& in, const
     const auto r = static_cast<std::int64_t>(node) - size;
     auto& s = st[static_cast<std::size_t>(r)];
     if (s.count() < m) --deficit;
-    s.add(seq.length[ui], seq.cost[ui], seq.bytes[ui]);
+    if (seq.shape.empty()) {
+      s.add(seq.length[ui], seq.cost[ui], seq.bytes[ui]);
+    } else {
+      s.add(seq.shape[ui], seq.cost[ui]);
+    }
     const bool open = s.count() < lim.max_items && !(reserve && s.count() >= m);
     set(r, open ? cap - (bytes ? s.bytes() : s.tokens()) : none);
     out.assignment[static_cast<std::size_t>(seq.id[ui])] = static_cast<rank_t>(r);

@@ -30,11 +30,18 @@ struct balance_input {
   const constraints& limits;
 };
 
-/// Footprint of one item alone under the cap's measure (tokens: padded length; bytes: bytes).
+/// Footprint of one item alone under the cap's measure (tokens: padded length, or under a
+/// padded policy S_g × the padded longest segment; bytes: bytes). Throws
+/// `invalid_argument_error` when the padded footprint exceeds 2^63 − 1.
 inline std::int64_t item_footprint(const batch_layout& layout, std::int64_t g,
                                    padding_policy policy, capacity::measure what) {
-  return what == capacity::measure::tokens ? policy.padded_length(layout.length(g))
-                                           : layout.bytes(g);
+  if (what != capacity::measure::tokens) return layout.bytes(g);
+  if (!policy.is_padded() || !layout.has_segments()) return policy.padded_length(layout.length(g));
+  const item_shape item = item_shape_of(layout, g);
+  const std::int64_t row = policy.padded_length(item.row_length);
+  ORCHMLLM_REQUIRE(row == 0 || item.rows <= INT64_MAX / row, invalid_argument_error, "item ", g,
+                   ": ", item.rows, " rows padded to ", row, " tokens exceed 2^63 - 1 tokens");
+  return item.rows * row;
 }
 
 /// Whether an assignment (destination rank per item) satisfies every constraint. O(n + d).
@@ -52,8 +59,8 @@ bool satisfies(const balance_input<Cost>& in, std::span<const rank_t> assignment
   for (std::size_t g = 0; g < assignment.size(); ++g) {
     const auto r = assignment[g];
     if (r < 0 || static_cast<std::size_t>(r) >= d) return false;
-    acc[static_cast<std::size_t>(r)].add(in.layout.length(static_cast<std::int64_t>(g)), Cost{},
-                                          in.layout.bytes(static_cast<std::int64_t>(g)));
+    acc[static_cast<std::size_t>(r)].add(item_shape_of(in.layout, static_cast<std::int64_t>(g)),
+                                         Cost{});
   }
   for (const auto& a : acc) {
     if (a.count() < in.limits.min_items || a.count() > in.limits.max_items) return false;
@@ -65,15 +72,16 @@ bool satisfies(const balance_input<Cost>& in, std::span<const rank_t> assignment
   return true;
 }
 
-/// Makespan of an assignment under the policy (items combined in global-id order). O(n + d).
+/// Makespan of an assignment under the policy (items combined in global-id order; padded: an
+/// item of S segments is S rows of its longest segment). O(n + d + Σ S_g).
 template <class Cost, class C>
 Cost assignment_makespan(const balance_input<Cost>& in, const C& cost,
                          std::span<const rank_t> assignment) {
   using tally = rank_load<Cost, rank_load_mode::add_only>;
   std::vector<tally> acc(static_cast<std::size_t>(in.d), tally(in.policy));
   for (std::size_t g = 0; g < assignment.size(); ++g)
-    acc[static_cast<std::size_t>(assignment[g])].add(in.layout.length(static_cast<std::int64_t>(g)),
-                                                      in.costs[g], 0);
+    acc[static_cast<std::size_t>(assignment[g])].add(
+        item_shape_of(in.layout, static_cast<std::int64_t>(g)), in.costs[g]);
   Cost best{};
   for (const auto& a : acc) best = std::max(best, a.load(cost));
   return best;

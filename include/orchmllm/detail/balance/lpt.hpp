@@ -304,8 +304,8 @@ std::optional<std::vector<rank_t>> lpt_general(const balance_input<Cost>& in, co
   const tally empty(in.policy);
 
   // Whether a rank can take one more item of this length and byte size under the cap.
-  auto fits = [&](const tally& t, std::int64_t length, std::int64_t bytes) {
-    return !capped || t.fits_if_added(*lim.cap, length, bytes);
+  auto fits = [&](const tally& t, const item_shape& item) {
+    return !capped || t.fits_if_added(*lim.cap, item);
   };
   // The least the cap measures (length or bytes) among the items at order positions ≥ i: a
   // rank that cannot fit an item that small can never take another (footprints grow with the
@@ -316,8 +316,10 @@ std::optional<std::vector<rank_t>> lpt_general(const balance_input<Cost>& in, co
     for (std::int64_t i = n - 1; i >= 0; --i) {
       const auto u = static_cast<std::size_t>(i);
       const std::int64_t g = in.order[u];
-      suffix_min[u] = std::min(suffix_min[u + 1],
-                               bytes_capped ? in.layout.bytes(g) : in.layout.length(g));
+      // Padded with segments: the shortest row (one row is the least an item adds).
+      suffix_min[u] = std::min(suffix_min[u + 1], bytes_capped ? in.layout.bytes(g)
+                                                  : padded ? item_shape_of(in.layout, g).row_length
+                                                           : in.layout.length(g));
     }
   }
 
@@ -349,12 +351,12 @@ std::optional<std::vector<rank_t>> lpt_general(const balance_input<Cost>& in, co
                 raw.end());
       heap.make();
     }
-    const std::int64_t length = in.layout.length(g);
     // Bytes only where a byte cap reads them: the states' byte footprints are read nowhere
     // else here.
-    const std::int64_t bytes = bytes_capped ? in.layout.bytes(g) : 0;
+    item_shape item = item_shape_of(in.layout, g);
+    if (!bytes_capped) item.bytes = 0;
     // Padded: what an empty rank's load would become (smallest possible resulting load).
-    const Cost empty_key = padded ? empty.load_if_added(length, Cost{}, cost) : Cost{};
+    const Cost empty_key = padded ? empty.load_if_added(item, Cost{}, cost) : Cost{};
     // The chosen rank stays at the top of the heap (not popped) so that, in the common case,
     // its update is one replace-top; ranks the cap refused are popped and set aside.
     std::size_t chosen = d;
@@ -364,7 +366,7 @@ std::optional<std::vector<rank_t>> lpt_general(const balance_input<Cost>& in, co
       if (next_empty < d && !rank_key_before(t, entry{empty_key, static_cast<rank_t>(next_empty)}))
         break;  // the empty rank is at least as good as every rank left in the heap
       const auto r = static_cast<std::size_t>(t.rank);
-      if (fits(st[r], length, bytes)) {
+      if (fits(st[r], item)) {
         chosen = r;
         at_top = true;
         break;
@@ -372,20 +374,20 @@ std::optional<std::vector<rank_t>> lpt_general(const balance_input<Cost>& in, co
       heap.pop();
       // A rank that cannot fit even the smallest remaining item simply stays out of the heap.
       const std::int64_t least = suffix_min[static_cast<std::size_t>(i)];
-      if (fits(st[r], bytes_capped ? 0 : least, bytes_capped ? least : 0)) {
+      if (fits(st[r], item_shape{bytes_capped ? 0 : least, bytes_capped ? least : 0, 1,
+                                 bytes_capped ? 0 : least})) {
         aside.push_back(t);
         if (--search_left < 0) return std::nullopt;
       }
     }
-    if (chosen == d && next_empty < d && fits(st[next_empty], length, bytes))
-      chosen = next_empty++;
+    if (chosen == d && next_empty < d && fits(st[next_empty], item)) chosen = next_empty++;
     if (chosen == d) return std::nullopt;
 
     const std::size_t r = chosen;
     out[static_cast<std::size_t>(g)] = static_cast<rank_t>(r);
     if (below_min(r)) --deficit;
     tally& t = st[r];
-    t.add(length, in.costs[static_cast<std::size_t>(g)], bytes, cost);
+    t.add(item, in.costs[static_cast<std::size_t>(g)], cost);
     // The key: the load after one more item, which is no longer than this one (packed: the
     // load itself, the next item's cost being common to all ranks).
     const Cost key = t.load_if_added(t.max_length(), Cost{}, cost);

@@ -27,6 +27,11 @@
 // over the integers, floating costs over the bit patterns of non-negative values (their integer
 // order is the value order), so the search takes at most 64 checks either way.
 //
+// Segments (a layout with segments: item g is S_g rows of its longest segment): the problem is
+// NP-hard, and `padded_segmented` below runs a strict and an overfilling weighted greedy with
+// a proven additive bound instead (docs/algorithms.md, "Padded policies with segments");
+// `optimal` is then never set.
+//
 // Complexity: O(n log n) for the lower bound, O(n) to tabulate costs, then at most 64 checks of
 // O(min(n, d)) each (O(n) with an unsorted bytes cap). Memory O(n). Deterministic.
 
@@ -58,6 +63,75 @@ struct padded_result {
   bool optimal = false;
 };
 
+/// Group sizes (in order positions) → destination ranks in global-id order (group k → rank k).
+inline std::vector<rank_t> groups_to_assignment(std::span<const std::int64_t> order,
+                                                std::span<const std::int64_t> sizes) {
+  std::vector<rank_t> assignment(order.size());
+  std::size_t s = 0;
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    for (std::int64_t j = 0; j < sizes[k]; ++j, ++s)
+      assignment[static_cast<std::size_t>(order[s])] = static_cast<rank_t>(k);
+  }
+  return assignment;
+}
+
+/// `padded_optimal` on a layout with segments (item g is S_g rows of its longest segment; n ≥ 1,
+/// d ≥ 1). The weighted problem is NP-hard (equal row lengths make it P||Cmax on the S_g), so
+/// this is a heuristic with a bound, never `optimal`: the better of (a) the strict weighted
+/// greedy, binary-searched on the target like the unweighted one, and (b) the overfilling greedy
+/// at T₀ = max(optimum of the row relaxation, max_g S_g · u_g), which without a cap and item
+/// counts always fits d groups and has makespan ≤ T₀ + (S_max − 1) · u_max ≤ OPT + (S_max − 1)
+/// · u_max (docs/algorithms.md, "Padded policies with segments"). (b) is kept only when strictly
+/// better; on a tie (a) wins. O(n log n + 64 · (n + d) + 64 · d log n).
+template <class Cost, class C>
+padded_result<Cost> padded_segmented(const balance_input<Cost>& in, const C& cost) {
+  const auto n = in.order.size();
+  std::vector<Cost> unit(n);
+  std::vector<std::int64_t> rows(n);
+  std::vector<std::int64_t> prefix(n + 1, 0);
+  Cost heaviest{};
+  for (std::size_t s = 0; s < n; ++s) {
+    const item_shape item = item_shape_of(in.layout, in.order[s]);
+    unit[s] = static_cast<Cost>(cost(in.policy.padded_length(item.row_length)));
+    rows[s] = item.rows;
+    prefix[s + 1] = prefix[s] + item.rows;
+    heaviest = std::max(heaviest, padded_impl::group_load(item.rows, unit[s]));
+  }
+  bool bytes_sorted = true;
+  if (in.limits.cap && in.limits.cap->what == capacity::measure::bytes) {
+    for (std::size_t s = 1; s < n && bytes_sorted; ++s)
+      bytes_sorted = in.layout.bytes(in.order[s]) <= in.layout.bytes(in.order[s - 1]);
+  }
+  const padded_instance inst{in.layout, in.d, in.order, in.policy, in.limits};
+  padded_result<Cost> result;  // never `optimal`: the greedy is not exact with rows
+  const padded_impl::greedy<Cost> strict(inst, unit, bytes_sorted, prefix, false);
+  std::optional<Cost> best;
+  std::vector<std::int64_t> sizes;
+  const auto top = strict.run(unbounded<Cost>());
+  if (top.feasible) {
+    const Cost lo = std::min(input_lower_bound(in, cost), top.makespan);
+    const Cost hi = padded_impl::min_feasible_makespan(strict, lo, top.makespan);
+    const auto final_run = strict.run(hi, &sizes);
+    if (final_run.feasible) best = final_run.makespan;
+  }
+  // (b): the target from the row relaxation (exact for rows, so T₀ is a lower bound on OPT).
+  const padded_impl::row_greedy<Cost> relax(in.d, unit, rows);
+  const auto wide = relax.run(unbounded<Cost>());
+  if (wide.feasible) {
+    Cost t0 = padded_impl::min_feasible_makespan(relax, Cost{}, wide.makespan);
+    t0 = std::max(t0, heaviest);
+    const padded_impl::greedy<Cost> over(inst, std::move(unit), bytes_sorted, std::move(prefix),
+                                         true);
+    std::vector<std::int64_t> over_sizes;
+    const auto o = over.run(t0, &over_sizes);
+    if (o.feasible && (!best || o.makespan < *best)) {
+      best = o.makespan;
+      sizes = std::move(over_sizes);
+    }
+  }
+  if (best) result.assignment = groups_to_assignment(in.order, sizes);
+  return result;
+}
 
 /// Exact min-makespan assignment for a padded policy (see the file comment). Requires
 /// `in.policy.is_padded()` and `in.order` the canonical padded order (length desc, id asc);
@@ -81,6 +155,8 @@ padded_result<Cost> padded_optimal(const balance_input<Cost>& in, const C& cost)
     result.optimal = true;  // items but no rank: nothing is feasible
     return result;
   }
+
+  if (in.layout.has_segments()) return padded_segmented(in, cost);
 
   std::vector<Cost> unit(static_cast<std::size_t>(n));
   for (std::int64_t s = 0; s < n; ++s) {

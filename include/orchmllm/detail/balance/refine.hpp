@@ -316,10 +316,10 @@ void refine_padded(const balance_input<Cost>& in, const C& cost, std::vector<ran
   using tally = rank_load<Cost>;
   std::vector<tally> st(static_cast<std::size_t>(in.d), tally(in.policy));
   auto take = [&](tally& t, std::int64_t g) {
-    t.add(in.layout.length(g), s.cost_of(g), in.layout.bytes(g), cost);
+    t.add(item_shape_of(in.layout, g), s.cost_of(g), cost);
   };
   auto give = [&](tally& t, std::int64_t g) {
-    t.remove(in.layout.length(g), s.cost_of(g), in.layout.bytes(g), cost);
+    t.remove(item_shape_of(in.layout, g), s.cost_of(g), cost);
   };
   for (rank_t r = 0; r < in.d; ++r) {
     const auto R = static_cast<std::size_t>(r);
@@ -344,10 +344,9 @@ void refine_padded(const balance_input<Cost>& in, const C& cost, std::vector<ran
       tally rest = st[H];  // H without a: O(k_H)
       give(rest, a);
       const Cost new_h = rest.load(cost);
-      const Cost new_l = st[L].load_if_added(in.layout.length(a), s.cost_of(a), cost);
+      const Cost new_l = st[L].load_if_added(item_shape_of(in.layout, a), s.cost_of(a), cost);
       if (!(std::max(new_h, new_l) < m)) continue;
-      if (capped && !st[L].fits_if_added(*lim.cap, in.layout.length(a), in.layout.bytes(a)))
-        continue;
+      if (capped && !st[L].fits_if_added(*lim.cap, item_shape_of(in.layout, a))) continue;
       if (!found || std::max(new_h, new_l) < std::max(best_h, best_l)) {
         found = true;
         best_i = i;

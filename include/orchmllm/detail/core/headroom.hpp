@@ -17,13 +17,18 @@
 
 namespace orchmllm::detail {
 
-/// Checks the contract of a trainer's padding rule on the lengths of `layout`: pad(l) ≥ l and
+/// Checks the contract of a trainer's padding rule on the lengths of `layout` (the longest
+/// segments of a layout with segments, which are what a padded policy pads): pad(l) ≥ l and
 /// pad non-decreasing (the exact padded algorithm and every padded bound rely on it). O(n log n)
 /// and one rule call per distinct length; nothing for the shipped policies, which keep it by
 /// construction. Throws `invalid_argument_error` naming the rule and the two lengths.
 inline void check_padding_rule(const batch_layout& layout, padding_policy policy) {
   if (policy.policy_kind() != padding_policy::kind::custom) return;
   std::vector<std::int64_t> lengths(layout.lengths().begin(), layout.lengths().end());
+  if (layout.has_segments()) {  // the rule pads rows: the items' longest segments
+    for (std::int64_t g = 0; g < layout.num_items(); ++g)
+      lengths[static_cast<std::size_t>(g)] = item_shape_of(layout, g).row_length;
+  }
   std::sort(lengths.begin(), lengths.end());
   lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
   std::int64_t previous = -1;
@@ -70,10 +75,10 @@ cost_type_t<C> checked_item_cost(const batch_layout& layout, std::int64_t g, con
 ///   - floating costs: every cost finite, and so are the totals below;
 ///   - packed: Σ costs fits `Cost` (a rank's load is a part of it; Σ lengths and Σ bytes are
 ///     checked by `batch_layout`);
-///   - padded: the longest padded length, n × that many tokens, n × the widest item's bytes and
-///     (n + 1) × the largest padded cost fit (a rank's load is count × its padded cost; the
-///     list scheduler's keys look one item ahead); a trainer's rule keeps its contract
-///     (`check_padding_rule`).
+///   - padded: the longest padded row length, R × that many tokens, n × the widest item's bytes
+///     and (R + 1) × the largest padded cost fit, R the rows (n, or Σ S_g with segments: a
+///     rank's load is its rows × its padded cost; the list scheduler's keys look one row
+///     ahead); a trainer's rule keeps its contract (`check_padding_rule`).
 /// `costs[g]` is `item_cost(layout, g, cost)` and `cost` returns `Cost`. O(n) plus one evaluation.
 /// Throws `invalid_argument_error` naming the item or the value that does not fit.
 template <class Cost, class C>
@@ -81,12 +86,6 @@ void check_headroom(const batch_layout& layout, std::span<const Cost> costs, con
                     padding_policy policy) {
   const std::int64_t n = layout.num_items();
   if (n == 0) return;
-  // Segmented items under a padded policy would make every segment a padded row (a rank's
-  // load = its segments × cost(pad(longest segment))); no balancer evaluates that yet.
-  ORCHMLLM_REQUIRE(!(policy.is_padded() && layout.has_segments()), invalid_argument_error,
-                   "items with several segments (", layout.total_segments(), " segments in ", n,
-                   " items) are balanced under the packed policy only; the padded policies "
-                   "do not support segments yet");
   constexpr bool integral = std::is_integral_v<Cost>;
   constexpr Cost top = std::numeric_limits<Cost>::max();
   if constexpr (!integral) {
@@ -116,26 +115,29 @@ void check_headroom(const batch_layout& layout, std::span<const Cost> costs, con
   std::int64_t widest = 0;
   Cost largest{};
   for (std::int64_t g = 0; g < n; ++g) {
-    longest = std::max(longest, layout.length(g));
+    longest = std::max(longest, item_shape_of(layout, g).row_length);
     widest = std::max(widest, layout.bytes(g));
     largest = std::max(largest, costs[static_cast<std::size_t>(g)]);
   }
+  // With segments every segment is a padded row: loads and token footprints count rows.
+  const std::int64_t rows = layout.total_segments();
   const std::int64_t padded = policy.padded_length(longest);  // throws past 2^63 - 1
-  ORCHMLLM_REQUIRE(padded == 0 || n <= INT64_MAX / padded, invalid_argument_error, n,
-                   " items padded to ", padded, " tokens exceed 2^63 - 1 tokens");
+  ORCHMLLM_REQUIRE(padded == 0 || rows <= INT64_MAX / padded, invalid_argument_error, rows,
+                   layout.has_segments() ? " rows" : " items", " padded to ", padded,
+                   " tokens exceed 2^63 - 1 tokens");
   ORCHMLLM_REQUIRE(widest == 0 || n <= INT64_MAX / widest, invalid_argument_error, n,
                    " items padded to ", widest, " bytes exceed 2^63 - 1 bytes");
   const Cost padded_cost = static_cast<Cost>(cost(padded));
   largest = std::max(largest, padded_cost);
   if constexpr (integral) {
-    ORCHMLLM_REQUIRE(largest == 0 || n + 1 <= top / largest, invalid_argument_error, n + 1,
+    ORCHMLLM_REQUIRE(largest == 0 || rows + 1 <= top / largest, invalid_argument_error, rows + 1,
                      " × the padded cost ", largest, " (length ", padded,
                      ") exceeds the largest load 2^63 - 1");
   } else {
-    ORCHMLLM_REQUIRE(std::isfinite(padded_cost) &&
-                         std::isfinite(static_cast<Cost>(n + 1) * largest),
-                     invalid_argument_error, n + 1, " × the padded cost ", largest, " (length ",
-                     padded, ") is not finite");
+    ORCHMLLM_REQUIRE(
+        std::isfinite(padded_cost) && std::isfinite(static_cast<Cost>(rows + 1) * largest),
+        invalid_argument_error, rows + 1, " × the padded cost ", largest, " (length ", padded,
+        ") is not finite");
   }
 }
 

@@ -59,7 +59,8 @@ inline void sort_keys_descending(std::vector<std::pair<std::uint64_t, std::int64
 }
 
 /// The canonical order: item ids sorted by (cost desc, length desc, id asc) for the packed
-/// policy and by (length desc, id asc) for padded ones. Every algorithm scans items in this
+/// policy and by (row length desc, id asc) for padded ones (the row length is the item's
+/// length, or its longest segment: `item_shape_of`). Every algorithm scans items in this
 /// order so ties break the same way on every rank. Costs must be non-negative (not NaN).
 /// O(n) for large n (radix), O(n log n) otherwise; deterministic.
 template <class Cost>
@@ -69,7 +70,9 @@ std::vector<std::int64_t> canonical_order(const batch_layout& layout, std::span<
   std::vector<std::pair<std::uint64_t, std::int64_t>> keys(n);
   for (std::size_t g = 0; g < n; ++g) {
     const auto id = static_cast<std::int64_t>(g);
-    keys[g] = {policy.is_padded() ? order_key(layout.length(id)) : order_key(costs[g]), id};
+    keys[g] = {
+        policy.is_padded() ? order_key(item_shape_of(layout, id).row_length) : order_key(costs[g]),
+        id};
   }
   sort_keys_descending(keys);
   std::vector<std::int64_t> order(n);

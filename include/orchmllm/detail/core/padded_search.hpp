@@ -67,11 +67,25 @@ std::int64_t max_count(Cost T, Cost unit, std::int64_t limit) {
 }
 
 // The greedy feasibility check and the plan it builds, over items in canonical order.
+//
+// Items with segments (a layout with segments under a padded policy) weigh their rows: a group
+// of items costs (Σ rows) × unit of its first item. `prefix_rows` (n + 1 entries, the rows of the
+// first s items in order) switches this on; empty means one row per item (the unweighted greedy,
+// whose code path is unchanged). With rows, the greedy gives a group the longest run of items
+// whose rows fit the target (strict), or, with `overfill`, takes items while the rows before
+// the next one stay below ⌊T / unit⌋ (the last item may overshoot T: the bound of
+// docs/algorithms.md, "Padded policies with segments"). Hard limits (item counts, the cap) are
+// never exceeded.
 template <class Cost>
 class greedy {
  public:
-  greedy(padded_instance in, std::vector<Cost> unit_cost, bool bytes_sorted)
-      : in_(in), unit_(std::move(unit_cost)), bytes_sorted_(bytes_sorted) {}
+  greedy(padded_instance in, std::vector<Cost> unit_cost, bool bytes_sorted,
+         std::vector<std::int64_t> prefix_rows = {}, bool overfill = false)
+      : in_(in),
+        unit_(std::move(unit_cost)),
+        bytes_sorted_(bytes_sorted),
+        prefix_(std::move(prefix_rows)),
+        overfill_(overfill) {}
 
   struct outcome {
     bool feasible = false;
@@ -97,8 +111,16 @@ class greedy {
       c = std::min(c, in_.limits.max_items);
       if (c < std::max<std::int64_t>(m, 1)) return out;
       const Cost unit = unit_[static_cast<std::size_t>(s)];
-      if (unit > Cost{0}) c = max_count(T, unit, c);
       const std::int64_t first = in_.order[static_cast<std::size_t>(s)];
+      if (!prefix_.empty()) {
+        if (!weighted_count(T, unit, s, first, c)) return out;
+        out.makespan = std::max(out.makespan, group_load(rows(s, c), unit));
+        if (sizes) sizes->push_back(c);
+        s += c;
+        ++groups;
+        continue;
+      }
+      if (unit > Cost{0}) c = max_count(T, unit, c);
       if (cap && c > 0) {
         if (cap->what == capacity::measure::tokens) {
           const std::int64_t pl = in_.policy.padded_length(in_.layout.length(first));
@@ -121,6 +143,55 @@ class greedy {
   }
 
  private:
+  // Rows of the c items from position s.
+  std::int64_t rows(std::int64_t s, std::int64_t c) const {
+    return prefix_[static_cast<std::size_t>(s + c)] - prefix_[static_cast<std::size_t>(s)];
+  }
+  // Most items from s (at most `limit`) whose rows stay <= `most` rows.
+  std::int64_t items_within(std::int64_t s, std::int64_t limit, std::int64_t most) const {
+    const auto base = prefix_.begin() + static_cast<std::ptrdiff_t>(s);
+    const std::int64_t top = prefix_[static_cast<std::size_t>(s)] > INT64_MAX - most
+                                 ? INT64_MAX
+                                 : prefix_[static_cast<std::size_t>(s)] + most;
+    const auto it = std::upper_bound(base, base + limit + 1, top);
+    return static_cast<std::int64_t>(it - base) - 1;
+  }
+  // Fewest items from s (at most `limit`) that hold at least `least` rows (`limit` if none).
+  std::int64_t items_reaching(std::int64_t s, std::int64_t limit, std::int64_t least) const {
+    const auto base = prefix_.begin() + static_cast<std::ptrdiff_t>(s);
+    const std::int64_t bottom = prefix_[static_cast<std::size_t>(s)] > INT64_MAX - least
+                                    ? INT64_MAX
+                                    : prefix_[static_cast<std::size_t>(s)] + least;
+    const auto it = std::lower_bound(base, base + limit + 1, bottom);
+    return std::min(limit, static_cast<std::int64_t>(it - base));
+  }
+  // The weighted group size at position s: `c` comes in as the item-count limit and leaves as
+  // the group size; false when the group cannot hold the items it must.
+  bool weighted_count(Cost T, Cost unit, std::int64_t s, std::int64_t first,
+                      std::int64_t& c) const {
+    const std::int64_t left = static_cast<std::int64_t>(in_.order.size()) - s;
+    const std::int64_t m = in_.limits.min_items;
+    if (unit > Cost{0}) {
+      // Rows the target allows at this unit (the count limit is only an upper bound on it).
+      const std::int64_t most = max_count(T, unit, rows(s, left));
+      c = overfill_ ? items_reaching(s, c, most) : items_within(s, c, most);
+    }
+    const auto& cap = in_.limits.cap;
+    if (cap && c > 0) {
+      if (cap->what == capacity::measure::tokens) {
+        const std::int64_t pl =
+            in_.policy.padded_length(item_shape_of(in_.layout, first).row_length);
+        if (pl > 0) c = items_within(s, c, cap->limit / pl);
+      } else if (bytes_sorted_) {
+        const std::int64_t b = in_.layout.bytes(first);
+        if (b > 0) c = std::min(c, cap->limit / b);
+      } else {
+        c = bytes_scan(s, c, cap->limit);
+      }
+    }
+    return c >= std::max<std::int64_t>(m, 1);
+  }
+
   // Longest run from position s, at most `limit` items, with count · max bytes <= cap.
   std::int64_t bytes_scan(std::int64_t s, std::int64_t limit, std::int64_t cap) const {
     std::int64_t c = 0;
@@ -138,6 +209,61 @@ class greedy {
   padded_instance in_;
   std::vector<Cost> unit_;  // cost(padded length) of the item at each order position
   bool bytes_sorted_;
+  std::vector<std::int64_t> prefix_;  // rows of the first s items in order (empty: one each)
+  bool overfill_;
+};
+
+// The row relaxation of a padded instance with segments: every row (segment) placed on its own,
+// no item counts, no cap. Its optimum is a lower bound on the optimum with whole items (every
+// plan of items is a plan of rows), and the greedy over rows in canonical order is exact for it
+// (the unweighted proof, rows as items). `run(T)`: whether at most d groups of rows cover all
+// rows at target T, and the makespan of that plan. O(n + d) per check.
+template <class Cost>
+class row_greedy {
+ public:
+  // `unit[s]`, `rows[s]`: cost(pad(row length)) and rows of the item at order position s.
+  row_greedy(rank_t d, std::vector<Cost> unit, std::vector<std::int64_t> rows)
+      : d_(d), unit_(std::move(unit)), rows_(std::move(rows)) {
+    for (const auto w : rows_) total_ += w;
+  }
+
+  struct outcome {
+    bool feasible = false;
+    Cost makespan{};
+  };
+
+  outcome run(Cost T) const {
+    const auto n = unit_.size();
+    outcome out;
+    std::size_t i = 0;
+    std::int64_t rem = n > 0 ? rows_[0] : 0;  // rows of item i not placed yet
+    std::int64_t left = total_;               // rows not placed yet
+    std::int64_t groups = 0;
+    while (left > 0) {
+      if (groups == d_) return out;
+      const Cost u = unit_[i];
+      const std::int64_t c = u > Cost{0} ? max_count(T, u, left) : left;
+      if (c == 0) return out;
+      out.makespan = std::max(out.makespan, group_load(c, u));
+      left -= c;
+      std::int64_t take = c;
+      while (take > 0) {
+        const std::int64_t t = std::min(take, rem);
+        rem -= t;
+        take -= t;
+        if (rem == 0 && ++i < n) rem = rows_[i];
+      }
+      ++groups;
+    }
+    out.feasible = true;
+    return out;
+  }
+
+ private:
+  rank_t d_;
+  std::vector<Cost> unit_;
+  std::vector<std::int64_t> rows_;
+  std::int64_t total_ = 0;
 };
 
 // Bit pattern <-> value of a non-negative floating value (patterns of non-negative IEEE values
@@ -161,8 +287,8 @@ Cost from_bits(float_bits_t<Cost> b) noexcept {
 // on the target, over the integers for integral costs and over the bit patterns of non-negative
 // values for floating ones (at most 64 checks). When the greedy is exact (see padded.hpp) this
 // is the optimum.
-template <class Cost>
-Cost min_feasible_makespan(const greedy<Cost>& check, Cost lo, Cost hi) {
+template <class Cost, class Check>
+Cost min_feasible_makespan(const Check& check, Cost lo, Cost hi) {
   if constexpr (std::is_integral_v<Cost>) {
     while (lo < hi) {
       const Cost mid = static_cast<Cost>(lo + (hi - lo) / 2);

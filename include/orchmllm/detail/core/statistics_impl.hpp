@@ -45,6 +45,29 @@ Cost lower_bound_in_order(const batch_layout& layout, std::span<const std::int64
   if (n == 0) return Cost{};
   const std::int64_t m = std::min<std::int64_t>(limits.min_items, n / d);
   auto at = [&](std::int64_t i) { return order[static_cast<std::size_t>(i)]; };
+  if (policy.is_padded() && layout.has_segments()) {
+    // Rows: the top i + 1 items hold R rows, so some rank holds ⌈R / d⌉ of them, each costing
+    // at least the unit of item i; an item alone costs its rows × its unit.
+    Cost best{};
+    Cost total{};
+    std::int64_t rows = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const item_shape item = item_shape_of(layout, at(i));
+      rows += item.rows;
+      const std::int64_t count = std::max<std::int64_t>(m, rows / d + (rows % d != 0 ? 1 : 0));
+      const Cost c = static_cast<Cost>(cost(policy.padded_length(item.row_length)));
+      using rule = rank_load<Cost, rank_load_mode::add_only>;
+      best = std::max<Cost>(best, rule::padded_load(count, c));
+      best = std::max<Cost>(best, rule::padded_load(item.rows, c));
+      total += rule::padded_load(item.rows, c);
+    }
+    if constexpr (std::is_integral_v<Cost>) {
+      best = std::max<Cost>(best, ceil_div(total, d));
+    } else {
+      best = std::max<Cost>(best, total / static_cast<Cost>(d));
+    }
+    return best;
+  }
   if (policy.is_padded()) {
     Cost best{};
     Cost total{};
@@ -91,6 +114,30 @@ Cost lower_bound_in_order(const batch_layout& layout, std::span<const std::int64
   return best;
 }
 
+/// A padded instance with segments: the optimum of its row relaxation (`padded_impl::
+/// row_greedy`), and at least `bound` (= lower_bound_in_order, which holds every single item's
+/// rows × unit). O(n + 64 · (n + d)).
+template <class C, class Cost = cost_type_t<C>>
+Cost segmented_padded_bound(const batch_layout& layout, std::span<const std::int64_t> order,
+                            rank_t d, const C& cost, padding_policy policy, Cost bound) {
+  const auto n = order.size();
+  std::vector<Cost> unit(n);
+  std::vector<std::int64_t> rows(n);
+  for (std::size_t s = 0; s < n; ++s) {
+    const item_shape item = item_shape_of(layout, order[s]);
+    unit[s] = static_cast<Cost>(cost(policy.padded_length(item.row_length)));
+    rows[s] = item.rows;
+  }
+  const padded_impl::row_greedy<Cost> check(d, std::move(unit), std::move(rows));
+  const Cost top = std::numeric_limits<Cost>::has_infinity ? std::numeric_limits<Cost>::infinity()
+                                                           : std::numeric_limits<Cost>::max();
+  const auto widest = check.run(top);
+  if (!widest.feasible) return bound;  // unreachable: d >= 1 groups hold all rows at +inf
+  const Cost relaxed =
+      padded_impl::min_feasible_makespan(check, std::min(bound, widest.makespan), widest.makespan);
+  return std::max(bound, relaxed);
+}
+
 /// The lower bound the library reports, given `bound` = lower_bound_in_order on the same input.
 /// Packed: `bound`. Padded: the optimum of the instance without its memory cap (the exact padded
 /// search of detail/core/padded_search.hpp, started at `bound`), so a plan proven optimal
@@ -103,6 +150,8 @@ Cost reported_lower_bound(const batch_layout& layout, std::span<const std::int64
                           const constraints& limits, Cost bound) {
   const std::int64_t n = layout.num_items();
   if (!policy.is_padded() || n == 0 || d <= 0) return bound;
+  if (layout.has_segments())
+    return segmented_padded_bound<C>(layout, order, d, cost, policy, bound);
   constraints counts = limits;
   counts.cap.reset();  // the cap can only raise the optimum: the bound stays valid without it
   std::vector<Cost> unit(static_cast<std::size_t>(n));
@@ -152,7 +201,7 @@ std::vector<cost_type_t<C>> loads_of(const batch_layout& layout,
     rank_load<Cost, rank_load_mode::add_only> acc(policy);
     for (auto k = off[r]; k < off[r + 1]; ++k) {
       const std::int64_t g = item_of(k);
-      acc.add(layout.length(g), costs[static_cast<std::size_t>(g)], layout.bytes(g));
+      acc.add(item_shape_of(layout, g), costs[static_cast<std::size_t>(g)]);
     }
     loads[r] = acc.load(cost);
   }
@@ -259,7 +308,7 @@ plan_statistics<cost_type_t<C>> compute_statistics_impl(const batch_layout& layo
     rank_load<Cost, rank_load_mode::add_only> acc(policy);
     for (auto h = off[static_cast<std::size_t>(r)]; h < off[static_cast<std::size_t>(r) + 1]; ++h) {
       const auto g = plan.source_of(h);
-      acc.add(layout.length(g), Cost{}, layout.bytes(g));
+      acc.add(item_shape_of(layout, g), Cost{});
     }
     s.max_tokens = std::max(s.max_tokens, acc.tokens());
     s.max_bytes = std::max(s.max_bytes, acc.bytes());
@@ -269,7 +318,7 @@ plan_statistics<cost_type_t<C>> compute_statistics_impl(const batch_layout& layo
   for (rank_t r = 0; r < layout.num_ranks(); ++r) {
     rank_load<Cost, rank_load_mode::add_only> acc(policy);
     for (auto g = layout.offset(r); g < layout.offset(r + 1); ++g) {
-      acc.add(layout.length(g), Cost{}, layout.bytes(g));
+      acc.add(item_shape_of(layout, g), Cost{});
       if (plan.dst_ranks()[static_cast<std::size_t>(g)] != r) {
         ++s.items_moved;
         s.bytes_moved += layout.bytes(g);

@@ -106,7 +106,7 @@ struct state {
     for (std::size_t R = 0; R < D; ++R) {
       for (auto g : items[R]) {
         if (padded) {
-          st[R].add(length_of(g), cost_of(g), bytes_of(g), cost);
+          st[R].add(item_shape_of(layout, g), cost_of(g), cost);
         } else {
           load[R] += cost_of(g);
           fp[R] += footprint_of(g);
@@ -128,7 +128,8 @@ struct state {
   }
   Cost cost_of(std::int64_t g) const { return in.costs[static_cast<std::size_t>(g)]; }
   std::int64_t bytes_of(std::int64_t g) const { return layout.bytes(g); }
-  std::int64_t length_of(std::int64_t g) const { return layout.length(g); }
+  // The length a padded rank pads: the item's, or its longest segment (`item_shape_of`).
+  std::int64_t length_of(std::int64_t g) const { return item_shape_of(layout, g).row_length; }
   std::int64_t footprint_of(std::int64_t g) const {
     return item_footprint(layout, g, in.policy,
                           cap_tokens ? capacity::measure::tokens : capacity::measure::bytes);
@@ -159,8 +160,9 @@ struct state {
     if (count(r) + 1 > lim.max_items) return std::nullopt;
     Cost nl{};
     if (padded) {
-      if (capped && !st[R].fits_if_added(*lim.cap, length_of(g), bytes_of(g))) return std::nullopt;
-      nl = st[R].load_if_added(length_of(g), cost_of(g), cost);
+      const item_shape item = item_shape_of(layout, g);
+      if (capped && !st[R].fits_if_added(*lim.cap, item)) return std::nullopt;
+      nl = st[R].load_if_added(item, cost_of(g), cost);
     } else {
       nl = load[R] + cost_of(g);
       if (capped && footprint_of(g) > cap - fp[R]) return std::nullopt;
@@ -202,7 +204,7 @@ struct state {
     if (padded) {
       const auto F = static_cast<std::size_t>(from);
       st[F] = tally(in.policy);
-      for (auto x : v) st[F].add(length_of(x), cost_of(x), bytes_of(x), cost);
+      for (auto x : v) st[F].add(item_shape_of(layout, x), cost_of(x), cost);
       mirror(F);
     } else {
       load[static_cast<std::size_t>(from)] -= cost_of(g);
@@ -217,7 +219,7 @@ struct state {
     items[static_cast<std::size_t>(to)].push_back(g);
     a[static_cast<std::size_t>(g)] = to;
     if (padded) {
-      st[static_cast<std::size_t>(to)].add(length_of(g), cost_of(g), bytes_of(g), cost);
+      st[static_cast<std::size_t>(to)].add(item_shape_of(layout, g), cost_of(g), cost);
       mirror(static_cast<std::size_t>(to));
     } else {
       load[static_cast<std::size_t>(to)] += cost_of(g);
