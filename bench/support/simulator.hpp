@@ -54,9 +54,8 @@
 ///  * `split`: `full` plus `encoder_stage::split` (default `split_options`) on the vision stage:
 ///    `plan_step` may cut segmented sub-items (videos) at segment boundaries into pieces encoded
 ///    on different ranks; the vision routes move pieces (input rows and LLM tokens pro rata to
-///    their segments): 3K + 1. The audio stage does not split: it is padded (splitting
-///    segmented items needs the packed policy) and its sub-items are single 30 s windows
-///    already (workloads.hpp). Listed last so the five earlier scenarios keep their positions.
+///    their segments): 3K + 1. The audio stage does not split: its sub-items are single 30 s
+///    windows already (workloads.hpp), so there is nothing to cut. Listed last so the five earlier scenarios keep their positions.
 ///
 /// Determinism: every figure but `plan_seconds` (and what depends on it, only when planning does
 /// not fit under the compute) is a deterministic function of the options and the batch.

@@ -262,9 +262,8 @@ inline sub_item audio_sub_item(const audio_item& a) noexcept {
 /// Appends the audio sub-items of a clip of `seconds` (> 0): one per 30 s Whisper window
 /// (`whisper_audio` of 30 s, the last one of the remainder), in order. Whisper encodes every
 /// window independently as a padded row of 1500 positions, so a window is the unit of encoder
-/// work; the windows are separate sub-items rather than segments of one because the audio
-/// stage is padded (segments need the packed policy) and the last window is shorter (segments
-/// are equal). A clip of ≤ 30 s is one sub-item, as before. O(windows).
+/// work; the windows are separate sub-items rather than segments of one because the last
+/// window is shorter in input rows and LLM tokens (a sub-item's segments share them equally). A clip of ≤ 30 s is one sub-item, as before. O(windows).
 inline void append_audio_windows(std::vector<sub_item>& out, double seconds) {
   const auto windows =
       std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(seconds / 30.0)));
