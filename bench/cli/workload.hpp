@@ -5,9 +5,9 @@
 //   orchmllm-bench workload --name vl-sft --ranks 512 --out-dir w/
 //     -> w/vision.csv, w/audio.csv, w/llm.csv (rank,slot,length,bytes; rank, slot order)
 //
-// vision.csv: one item per image or video clip, length = ViT patches, bytes = patches · 2352
-// (a video's segments, its temporal groups, are not written: the files keep the columns
-// above, without ITEMS.csv's optional segments column);
+// vision.csv: one item per image or video clip, length = ViT patches, bytes = patches · 2352,
+// and, when the batch has videos, ITEMS.csv's optional segments column (a video's temporal
+// groups: `plan` then costs a video as the sum of its groups, as `simulate` does);
 // audio.csv: one item per 30 s window of a clip, length = 1500 Whisper positions, bytes = mel
 // frames · 256; llm.csv: one item per sample, length = text + encoder
 // output tokens, bytes = length · 8. A stage without items gets a header-only file. The three
@@ -57,7 +57,8 @@ inline const command& workload_command() {
     c.details =
         "Rank r draws its samples from stream r of the seed, so rank r's samples do not depend\n"
         "on D. Files (rank,slot,length,bytes): vision.csv = images and video clips (length ViT\n"
-        "patches, bytes 2352 per patch; no segments column), audio.csv = 30 s windows of audio\n"
+        "patches, bytes 2352 per patch; a segments column = temporal groups when there are\n"
+        "videos), audio.csv = 30 s windows of audio\n"
         "clips (length 1500 Whisper positions, bytes 256 per mel frame), llm.csv = samples (length text + encoder tokens,\n"
         "bytes 8 per token). stdout: one JSON object with the workload, D, K, seed, samples and\n"
         "per stage items, length, bytes (llm also text_tokens, mean/max sequence length and the\n"

@@ -637,7 +637,8 @@ inline std::vector<std::int64_t> sequence_lengths(const local_batch& b) {
 /// The three stage layouts of a workload (one item per sub-item or sample, rank-major, local
 /// order):
 ///  * vision: length = encoder_length (ViT patches), bytes = input_rows · vision_row_bytes,
-///    parent = the global id of its sample (an item of `llm`);
+///    parent = the global id of its sample (an item of `llm`), and the sub-item's equal
+///    `segments` (a video's temporal groups; a layout without videos stores none);
 ///  * audio: the same with audio_row_bytes;
 ///  * llm: one item per sample, length = text + Σ llm_tokens of its sub-items, bytes = length ·
 ///    text_row_bytes, no parent.
@@ -651,7 +652,7 @@ struct stage_layouts {
 /// modality other than 0/1 (not produced by make_workload).
 inline stage_layouts make_stage_layouts(const workload_batch& w) {
   struct flat {
-    std::vector<std::int64_t> offsets{0}, lengths, bytes, parents;
+    std::vector<std::int64_t> offsets{0}, lengths, bytes, parents, segments;
   } vision, audio, llm;
   std::int64_t first_sample = 0;
   for (const auto& b : w.ranks) {
@@ -664,6 +665,7 @@ inline stage_layouts make_stage_layouts(const workload_batch& w) {
       f.bytes.push_back(s.input_rows *
                         (s.modality == vision_modality ? vision_row_bytes : audio_row_bytes));
       f.parents.push_back(first_sample + s.parent);
+      f.segments.push_back(s.segments);
     }
     for (auto l : sequence_lengths(b)) {
       llm.lengths.push_back(l);
@@ -674,8 +676,13 @@ inline stage_layouts make_stage_layouts(const workload_batch& w) {
       f->offsets.push_back(static_cast<std::int64_t>(f->lengths.size()));
   }
   auto make = [](flat& f) {
-    return batch_layout(std::move(f.offsets), std::move(f.lengths), std::move(f.bytes),
-                        std::move(f.parents));
+    batch_layout l(std::move(f.offsets), std::move(f.lengths), std::move(f.bytes),
+                   std::move(f.parents));
+    // Equal segments (a sub-item's encoder length is a multiple of them, workloads.hpp's
+    // invariant); all-single segments store none, so image-only layouts are unchanged.
+    if (std::any_of(f.segments.begin(), f.segments.end(), [](auto c) { return c > 1; }))
+      l = l.with_equal_segments(f.segments);
+    return l;
   };
   return {make(vision), make(audio), make(llm)};
 }

@@ -587,6 +587,23 @@ TEST_CASE("stage layouts agree with the batches and the summary") {
       max_rank = std::max(max_rank, t);
     }
     CHECK(s.max_rank_llm_tokens == max_rank);
+    // Segments: a video's temporal groups, equal, in the vision layout only; workloads with
+    // videos have some.
+    CHECK(!l.audio.has_segments());
+    if (n == workload_name::video_heavy) CHECK(l.vision.has_segments());
+    if (n == workload_name::vl_sft || n == workload_name::audio_asr)
+      CHECK(!l.vision.has_segments());
+    {
+      std::int64_t g = 0;
+      for (const auto& b : w.ranks)
+        for (const auto& sub : b.sub_items) {
+          if (sub.modality != vision_modality) continue;
+          const auto segs = l.vision.segments(g++);
+          CHECK(static_cast<std::int64_t>(segs.size()) == sub.segments);
+          for (auto x : segs) CHECK(x * sub.segments == sub.encoder_length);
+        }
+      CHECK(g == l.vision.num_items());
+    }
     // Parents: an encoder item's parent is an LLM item on the same rank.
     for (const auto* e : {&l.vision, &l.audio})
       for (rank_t r = 0; r < 7; ++r)
@@ -626,9 +643,11 @@ TEST_CASE("workload subcommand writes ITEMS.csv files that parse back to the sta
       CHECK(std::equal(got.offsets().begin(), got.offsets().end(), layout->offsets().begin(),
                        layout->offsets().end()));
       REQUIRE(got.num_items() == layout->num_items());
+      CHECK(got.has_segments() == layout->has_segments());
       for (std::int64_t g = 0; g < got.num_items(); ++g) {
         CHECK(got.length(g) == layout->length(g));
         CHECK(got.bytes(g) == layout->bytes(g));
+        CHECK(std::ranges::equal(got.segments(g), layout->segments(g)));
       }
     }
     // No temporary files left behind.
