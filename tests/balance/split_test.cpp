@@ -61,33 +61,45 @@ bool valid_runs(const std::vector<rank_t>& label, std::size_t a, std::size_t b,
   return runs == 1 || (runs <= s.max_pieces && shortest >= s.min_piece_segments);
 }
 
-// The optimum over every cut at segment boundaries and every assignment (packed).
-template <class C>
-std::int64_t brute_optimum(const batch_layout& l, const C& cost, const split_options& s) {
+// The smallest makespan(label) over every labelling of the segments (label[i] = the rank of
+// segment i, items' segments consecutive) whose runs are valid cuts: every cut at segment
+// boundaries and every assignment. `segment_lengths` receives the segments in that order.
+template <class Makespan>
+std::int64_t brute_over_cuts(const batch_layout& l, const split_options& s,
+                             std::vector<std::int64_t>& segment_lengths, Makespan makespan) {
   const rank_t d = l.num_ranks();
-  std::vector<std::int64_t> seg_cost;
+  segment_lengths.clear();
   std::vector<std::size_t> start{0};
   for (std::int64_t g = 0; g < l.num_items(); ++g) {
-    for (auto x : l.segments(g)) seg_cost.push_back(cost(x));
-    start.push_back(seg_cost.size());
+    for (auto x : l.segments(g)) segment_lengths.push_back(x);
+    start.push_back(segment_lengths.size());
   }
-  const std::size_t t = seg_cost.size();
+  const std::size_t t = segment_lengths.size();
   std::vector<rank_t> label(t, 0);
   std::int64_t best = std::numeric_limits<std::int64_t>::max();
   while (true) {
     bool ok = true;
     for (std::size_t g = 0; g + 1 < start.size() && ok; ++g)
       ok = valid_runs(label, start[g], start[g + 1], s);
-    if (ok) {
-      std::vector<std::int64_t> load(static_cast<std::size_t>(d), 0);
-      for (std::size_t i = 0; i < t; ++i) load[static_cast<std::size_t>(label[i])] += seg_cost[i];
-      best = std::min(best, *std::max_element(load.begin(), load.end()));
-    }
+    if (ok) best = std::min(best, makespan(label));
     std::size_t i = 0;
     while (i < t && ++label[i] == d) label[i++] = 0;
     if (i == t) break;
   }
   return t == 0 ? 0 : best;
+}
+
+// The optimum over every cut at segment boundaries and every assignment (packed).
+template <class C>
+std::int64_t brute_optimum(const batch_layout& l, const C& cost, const split_options& s) {
+  const auto d = static_cast<std::size_t>(l.num_ranks());
+  std::vector<std::int64_t> seg;
+  return brute_over_cuts(l, s, seg, [&](const std::vector<rank_t>& label) {
+    std::vector<std::int64_t> load(d, 0);
+    for (std::size_t i = 0; i < label.size(); ++i)
+      load[static_cast<std::size_t>(label[i])] += cost(seg[i]);
+    return *std::max_element(load.begin(), load.end());
+  });
 }
 
 // The pieces of every item are contiguous ids, in segment order, and cover it exactly once;
@@ -194,37 +206,20 @@ namespace {
 template <class C>
 std::int64_t brute_padded_optimum(const batch_layout& l, const C& cost,
                                   orchmllm::padding_policy policy, const split_options& s) {
-  const rank_t d = l.num_ranks();
+  const auto d = static_cast<std::size_t>(l.num_ranks());
   std::vector<std::int64_t> seg;
-  std::vector<std::size_t> start{0};
-  for (std::int64_t g = 0; g < l.num_items(); ++g) {
-    for (auto x : l.segments(g)) seg.push_back(x);
-    start.push_back(seg.size());
-  }
-  const std::size_t t = seg.size();
-  std::vector<rank_t> label(t, 0);
-  std::int64_t best = std::numeric_limits<std::int64_t>::max();
-  while (true) {
-    bool ok = true;
-    for (std::size_t g = 0; g + 1 < start.size() && ok; ++g)
-      ok = valid_runs(label, start[g], start[g + 1], s);
-    if (ok) {
-      std::vector<std::int64_t> rows(static_cast<std::size_t>(d), 0), longest(rows);
-      for (std::size_t i = 0; i < t; ++i) {
-        ++rows[static_cast<std::size_t>(label[i])];
-        longest[static_cast<std::size_t>(label[i])] =
-            std::max(longest[static_cast<std::size_t>(label[i])], seg[i]);
-      }
-      std::int64_t worst = 0;
-      for (std::size_t r = 0; r < rows.size(); ++r)
-        if (rows[r] > 0) worst = std::max(worst, rows[r] * cost(policy.padded_length(longest[r])));
-      best = std::min(best, worst);
+  return brute_over_cuts(l, s, seg, [&](const std::vector<rank_t>& label) {
+    std::vector<std::int64_t> rows(d, 0), longest(d, 0);
+    for (std::size_t i = 0; i < label.size(); ++i) {
+      const auto r = static_cast<std::size_t>(label[i]);
+      ++rows[r];
+      longest[r] = std::max(longest[r], seg[i]);
     }
-    std::size_t i = 0;
-    while (i < t && ++label[i] == d) label[i++] = 0;
-    if (i == t) break;
-  }
-  return t == 0 ? 0 : best;
+    std::int64_t worst = 0;
+    for (std::size_t r = 0; r < d; ++r)
+      if (rows[r] > 0) worst = std::max(worst, rows[r] * cost(policy.padded_length(longest[r])));
+    return worst;
+  });
 }
 
 }  // namespace
