@@ -147,22 +147,22 @@ class greedy {
   std::int64_t rows(std::int64_t s, std::int64_t c) const {
     return prefix_[static_cast<std::size_t>(s + c)] - prefix_[static_cast<std::size_t>(s)];
   }
+  // The rows before position s plus `extra` (>= 0), saturated at INT64_MAX: a prefix value
+  // to search for.
+  std::int64_t rows_before_plus(std::int64_t s, std::int64_t extra) const {
+    const std::int64_t before = prefix_[static_cast<std::size_t>(s)];
+    return before > INT64_MAX - extra ? INT64_MAX : before + extra;
+  }
   // Most items from s (at most `limit`) whose rows stay <= `most` rows.
   std::int64_t items_within(std::int64_t s, std::int64_t limit, std::int64_t most) const {
     const auto base = prefix_.begin() + static_cast<std::ptrdiff_t>(s);
-    const std::int64_t top = prefix_[static_cast<std::size_t>(s)] > INT64_MAX - most
-                                 ? INT64_MAX
-                                 : prefix_[static_cast<std::size_t>(s)] + most;
-    const auto it = std::upper_bound(base, base + limit + 1, top);
+    const auto it = std::upper_bound(base, base + limit + 1, rows_before_plus(s, most));
     return static_cast<std::int64_t>(it - base) - 1;
   }
   // Fewest items from s (at most `limit`) that hold at least `least` rows (`limit` if none).
   std::int64_t items_reaching(std::int64_t s, std::int64_t limit, std::int64_t least) const {
     const auto base = prefix_.begin() + static_cast<std::ptrdiff_t>(s);
-    const std::int64_t bottom = prefix_[static_cast<std::size_t>(s)] > INT64_MAX - least
-                                    ? INT64_MAX
-                                    : prefix_[static_cast<std::size_t>(s)] + least;
-    const auto it = std::lower_bound(base, base + limit + 1, bottom);
+    const auto it = std::lower_bound(base, base + limit + 1, rows_before_plus(s, least));
     return std::min(limit, static_cast<std::int64_t>(it - base));
   }
   // The weighted group size at position s: `c` comes in as the item-count limit and leaves as
