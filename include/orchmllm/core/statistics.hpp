@@ -4,6 +4,7 @@
 /// bounds on the optimal makespan and the ratio to them, items and bytes that change rank.
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "orchmllm/config.hpp"
@@ -57,11 +58,13 @@ std::vector<cost_type_t<C>> rank_loads_impl(const batch_layout& layout, const re
 template <class C>
 cost_type_t<C> makespan_lower_bound_impl(const batch_layout& layout, rank_t d, const C& cost,
                                          padding_policy policy, const constraints& limits);
+// `known_lower_bound`: the stage's bound when the caller has it already (`balance_result::
+// lower_bound` of the same layout, model, policy and limits): taken as is instead of recomputed
+// (the bound is the one figure that sorts).
 template <class C>
-plan_statistics<cost_type_t<C>> compute_statistics_impl(const batch_layout& layout,
-                                                        const rearrangement& plan, const C& cost,
-                                                        padding_policy policy,
-                                                        const constraints& limits);
+plan_statistics<cost_type_t<C>> compute_statistics_impl(
+    const batch_layout& layout, const rearrangement& plan, const C& cost, padding_policy policy,
+    const constraints& limits, std::optional<cost_type_t<C>> known_lower_bound = std::nullopt);
 
 // The compiled library's entry points (orchmllm/config.hpp), one per computation type.
 #define ORCHMLLM_DETAIL_DECLARE_STATISTICS(T)                                                   \

@@ -77,6 +77,16 @@ bool satisfies(const balance_input<Cost>& in, std::span<const rank_t> assignment
 template <class Cost, class C>
 Cost assignment_makespan(const balance_input<Cost>& in, const C& cost,
                          std::span<const rank_t> assignment) {
+  if (!in.policy.is_padded()) {
+    // The packed rule alone (a rank's load is its Σ cost, added in global-id order, as
+    // `rank_load` adds it): bare sums, the same bits without the tally's shape bookkeeping.
+    std::vector<Cost> sum(static_cast<std::size_t>(in.d), Cost{});
+    for (std::size_t g = 0; g < assignment.size(); ++g)
+      sum[static_cast<std::size_t>(assignment[g])] += in.costs[g];
+    Cost best{};
+    for (const Cost s : sum) best = std::max(best, s);
+    return best;
+  }
   using tally = rank_load<Cost, rank_load_mode::add_only>;
   std::vector<tally> acc(static_cast<std::size_t>(in.d), tally(in.policy));
   for (std::size_t g = 0; g < assignment.size(); ++g)

@@ -152,7 +152,7 @@ inline item_paths node_wise_paths(const rearrangement& plan, std::span<const std
 }
 
 // Drops hops in which no item changes rank (the same decision on every rank).
-inline item_paths drop_idle_hops(const item_paths& p, std::int64_t n) {
+inline item_paths drop_idle_hops(item_paths p, std::int64_t n) {
   std::vector<int> keep{0};
   for (int k = 1; k <= p.hops; ++k) {
     bool moves = false;
@@ -187,10 +187,30 @@ inline double predict_seconds(const item_paths& p, std::span<const std::int64_t>
   std::vector<std::int64_t> first(d + 1), by_sender;
   std::vector<char> seen(d, 0);
   std::vector<rank_t> peers;
+  // Sender a's latency terms: its distinct receivers (collected in `peers`), in increasing order.
+  const auto flush = [&](std::size_t a) {
+    std::sort(peers.begin(), peers.end());
+    for (const rank_t b : peers) {
+      seen[static_cast<std::size_t>(b)] = 0;
+      const double lat =
+          topo.same_node(static_cast<rank_t>(a), b) ? L.intra_latency : L.inter_latency;
+      send_t[a] += lat;
+      recv_t[static_cast<std::size_t>(b)] += lat;
+    }
+    peers.clear();
+  };
+  const auto peer = [&](rank_t b) {
+    if (seen[static_cast<std::size_t>(b)] == 0) {
+      seen[static_cast<std::size_t>(b)] = 1;
+      peers.push_back(b);
+    }
+  };
   for (int k = 1; k <= p.hops; ++k) {
     std::fill(send_t.begin(), send_t.end(), 0.0);
     std::fill(recv_t.begin(), recv_t.end(), 0.0);
     std::fill(first.begin(), first.end(), 0);
+    bool by_sender_order = true;  // the moving items' senders never decrease with g
+    rank_t last_sender = 0;
     for (std::int64_t g = 0; g < n; ++g) {
       const rank_t a = p.where(g, k - 1), b = p.where(g, k);
       // Zero-byte items post no message (zero counts are skipped on both sides): no latency.
@@ -200,33 +220,38 @@ inline double predict_seconds(const item_paths& p, std::span<const std::int64_t>
       send_t[static_cast<std::size_t>(a)] += secs;
       recv_t[static_cast<std::size_t>(b)] += secs;
       ++first[static_cast<std::size_t>(a) + 1];
+      by_sender_order = by_sender_order && a >= last_sender;
+      last_sender = a;
     }
-    for (std::size_t r = 0; r < d; ++r) first[r + 1] += first[r];
-    by_sender.resize(static_cast<std::size_t>(first[d]));
-    {
-      std::vector<std::int64_t> at(first.begin(), first.end() - 1);
+    if (by_sender_order) {
+      // Already grouped by sender (the first hop leaves in source order): the same visits as
+      // the bucketed walk below, without bucketing.
+      std::size_t at = 0;
       for (std::int64_t g = 0; g < n; ++g) {
-        const rank_t a = p.where(g, k - 1);
-        if (a == p.where(g, k) || bytes[static_cast<std::size_t>(g)] == 0) continue;
-        by_sender[static_cast<std::size_t>(at[static_cast<std::size_t>(a)]++)] = g;
+        const rank_t a = p.where(g, k - 1), b = p.where(g, k);
+        if (a == b || bytes[static_cast<std::size_t>(g)] == 0) continue;
+        if (static_cast<std::size_t>(a) != at) {
+          flush(at);
+          at = static_cast<std::size_t>(a);
+        }
+        peer(b);
       }
-    }
-    for (std::size_t a = 0; a < d; ++a) {
-      peers.clear();
-      for (auto i = first[a]; i < first[a + 1]; ++i) {
-        const rank_t b = p.where(by_sender[static_cast<std::size_t>(i)], k);
-        if (seen[static_cast<std::size_t>(b)] == 0) {
-          seen[static_cast<std::size_t>(b)] = 1;
-          peers.push_back(b);
+      flush(at);
+    } else {
+      for (std::size_t r = 0; r < d; ++r) first[r + 1] += first[r];
+      by_sender.resize(static_cast<std::size_t>(first[d]));
+      {
+        std::vector<std::int64_t> at(first.begin(), first.end() - 1);
+        for (std::int64_t g = 0; g < n; ++g) {
+          const rank_t a = p.where(g, k - 1);
+          if (a == p.where(g, k) || bytes[static_cast<std::size_t>(g)] == 0) continue;
+          by_sender[static_cast<std::size_t>(at[static_cast<std::size_t>(a)]++)] = g;
         }
       }
-      std::sort(peers.begin(), peers.end());
-      for (const rank_t b : peers) {
-        seen[static_cast<std::size_t>(b)] = 0;
-        const double lat =
-            topo.same_node(static_cast<rank_t>(a), b) ? L.intra_latency : L.inter_latency;
-        send_t[a] += lat;
-        recv_t[static_cast<std::size_t>(b)] += lat;
+      for (std::size_t a = 0; a < d; ++a) {
+        for (auto i = first[a]; i < first[a + 1]; ++i)
+          peer(p.where(by_sender[static_cast<std::size_t>(i)], k));
+        flush(a);
       }
     }
     double hop = 0;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -197,6 +198,16 @@ std::vector<cost_type_t<C>> loads_of(const batch_layout& layout,
                                      const C& cost, padding_policy policy) {
   using Cost = cost_type_t<C>;
   std::vector<Cost> loads(off.size() - 1);
+  if (!policy.is_padded()) {
+    // The packed rule alone: each rank's Σ cost in slot order, as `rank_load` adds it.
+    for (std::size_t r = 0; r + 1 < off.size(); ++r) {
+      Cost sum{};
+      for (auto k = off[r]; k < off[r + 1]; ++k)
+        sum += costs[static_cast<std::size_t>(item_of(k))];
+      loads[r] = sum;
+    }
+    return loads;
+  }
   for (std::size_t r = 0; r + 1 < off.size(); ++r) {
     rank_load<Cost, rank_load_mode::add_only> acc(policy);
     for (auto k = off[r]; k < off[r + 1]; ++k) {
@@ -267,10 +278,9 @@ cost_type_t<C> makespan_lower_bound_impl(const batch_layout& layout, rank_t d, c
 }
 
 template <class C>
-plan_statistics<cost_type_t<C>> compute_statistics_impl(const batch_layout& layout,
-                                                   const rearrangement& plan, const C& cost,
-                                                   padding_policy policy,
-                                                   const constraints& limits) {
+plan_statistics<cost_type_t<C>> compute_statistics_impl(
+    const batch_layout& layout, const rearrangement& plan, const C& cost, padding_policy policy,
+    const constraints& limits, std::optional<cost_type_t<C>> known_lower_bound) {
   using Cost = cost_type_t<C>;
   plan_statistics<Cost> s;
   s.ranks = plan.num_dst_ranks();
@@ -297,8 +307,9 @@ plan_statistics<cost_type_t<C>> compute_statistics_impl(const batch_layout& layo
   s.imbalance_before =
       s.mean_before > 0 ? static_cast<double>(s.makespan_before) / s.mean_before : 1.0;
   s.imbalance_after = s.mean_after > 0 ? static_cast<double>(s.makespan) / s.mean_after : 1.0;
-  s.lower_bound =
-      s.ranks > 0 ? lower_bound_of<C>(layout, costs, s.ranks, cost, policy, limits) : Cost{};
+  s.lower_bound = known_lower_bound ? *known_lower_bound
+                  : s.ranks > 0     ? lower_bound_of<C>(layout, costs, s.ranks, cost, policy, limits)
+                                    : Cost{};
   s.ratio = s.lower_bound > Cost{}
                 ? static_cast<double>(s.makespan) / static_cast<double>(s.lower_bound)
                 : (s.makespan > Cost{} ? INFINITY : 1.0);

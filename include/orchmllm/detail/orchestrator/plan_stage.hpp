@@ -76,13 +76,19 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
     auto m = stage.mapper.custom() ? map_bins(balanced.plan, bytes, topo, stage.mapper)
                                    : map_bins(balanced.plan, bytes, topo, stage_mapping(stage));
     rep.map_seconds = lap();
-    const auto after = compute_statistics(units, m.plan, cost, stage.policy, opt.limits);
+    // The bound is known already: the balance's (the same layout, model, policy and limits)
+    // or, split, the bound that lets items be cut (reported instead of the pieces' own).
+    const Cost known_bound = split_bound ? *split_bound : balanced.lower_bound;
+    const auto after = detail::with_normal_cost(cost, [&](const auto& c) {
+      return detail::compute_statistics_impl(units, m.plan, c, stage.policy, opt.limits,
+                                             std::optional<Cost>(known_bound));
+    });
     rep.report_seconds = lap();
     rep.used = balanced.used;
     rep.makespan_before = static_cast<double>(after.makespan_before);
     rep.makespan_after = static_cast<double>(after.makespan);
     // With splitting, the bound that lets items be cut (pieces counted whole can exceed it).
-    rep.lower_bound = static_cast<double>(split_bound ? *split_bound : after.lower_bound);
+    rep.lower_bound = static_cast<double>(after.lower_bound);
     rep.imbalance_before = after.imbalance_before;
     rep.imbalance_after = after.imbalance_after;
     rep.max_tokens_before = after.max_tokens_before;
