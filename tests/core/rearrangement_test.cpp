@@ -4,6 +4,7 @@
 // and ragged rows, count matrices, validate, and every error.
 
 #include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/detail/core/fnv.hpp"
 
 #include <doctest/doctest.h>
 
@@ -618,6 +619,8 @@ namespace {
 // |dst_offsets|, dst_offsets, then per source item its destination rank (as uint32) and slot.
 std::uint64_t reference_fingerprint(const vec& src, const vec& dst, const ranks& rank_of,
                                     const vec& slot_of) {
+  // The definition: FNV-1a over each offset array's size and word digest, then the word
+  // digest of (rank, slot) per item, fed one word at a time.
   std::uint64_t h = 14695981039346656037ULL;
   auto bytes_of = [&](std::uint64_t v) {
     for (int i = 0; i < 8; ++i) {
@@ -625,14 +628,21 @@ std::uint64_t reference_fingerprint(const vec& src, const vec& dst, const ranks&
       h *= 1099511628211ULL;
     }
   };
+  auto digest_of = [](const vec& v) {
+    orchmllm::detail::word_digest w;
+    for (const auto x : v) w.add(static_cast<std::uint64_t>(x));
+    return w.finish();
+  };
   bytes_of(src.size());
-  for (const auto v : src) bytes_of(static_cast<std::uint64_t>(v));
+  bytes_of(digest_of(src));
   bytes_of(dst.size());
-  for (const auto v : dst) bytes_of(static_cast<std::uint64_t>(v));
+  bytes_of(digest_of(dst));
+  orchmllm::detail::word_digest items;
   for (std::size_t g = 0; g < rank_of.size(); ++g) {
-    bytes_of(static_cast<std::uint32_t>(rank_of[g]));
-    bytes_of(static_cast<std::uint64_t>(slot_of[g]));
+    items.add(static_cast<std::uint32_t>(rank_of[g]));
+    items.add(static_cast<std::uint64_t>(slot_of[g]));
   }
+  bytes_of(items.finish());
   return h;
 }
 

@@ -88,10 +88,29 @@ class rearrangement {
   static rearrangement from_placements(std::span<const std::int64_t> src_offsets,
                                        std::span<const placement> destinations,
                                        rank_t num_dst_ranks) {
-    std::vector<rank_t> ranks(destinations.size());
-    for (std::size_t g = 0; g < destinations.size(); ++g) ranks[g] = destinations[g].rank;
-    rearrangement p = from_destinations(src_offsets, ranks, num_dst_ranks);
-    std::vector<char> used(destinations.size(), 0);
+    // from_destinations' checks and offsets (its errors, in its order: every rank first), then
+    // the given slots in one pass: `src_of_dst_` starts at -1 and marks the slots taken.
+    check_offsets(src_offsets, "source");
+    const auto n = static_cast<std::int64_t>(destinations.size());
+    ORCHMLLM_REQUIRE(src_offsets.back() == n, invalid_argument_error, "source layout has ",
+                     src_offsets.back(), " items but ", n, " destinations were given");
+    ORCHMLLM_REQUIRE(num_dst_ranks >= 0, invalid_argument_error, "destination rank count ",
+                     num_dst_ranks, " is negative");
+    rearrangement p;
+    p.src_offsets_.assign(src_offsets.begin(), src_offsets.end());
+    p.dst_offsets_.assign(static_cast<std::size_t>(num_dst_ranks) + 1, 0);
+    p.dst_rank_.resize(static_cast<std::size_t>(n));
+    for (std::int64_t g = 0; g < n; ++g) {
+      const rank_t r = destinations[static_cast<std::size_t>(g)].rank;
+      ORCHMLLM_REQUIRE(r >= 0 && r < num_dst_ranks, invalid_argument_error, "item ", g,
+                       " is sent to rank ", r, ", outside [0, ", num_dst_ranks, ")");
+      ++p.dst_offsets_[static_cast<std::size_t>(r) + 1];
+      p.dst_rank_[static_cast<std::size_t>(g)] = r;
+    }
+    for (std::size_t r = 1; r < p.dst_offsets_.size(); ++r)
+      p.dst_offsets_[r] += p.dst_offsets_[r - 1];
+    p.dst_slot_.resize(static_cast<std::size_t>(n));
+    p.src_of_dst_.assign(static_cast<std::size_t>(n), -1);
     for (std::size_t g = 0; g < destinations.size(); ++g) {
       const auto r = static_cast<std::size_t>(destinations[g].rank);
       const std::int64_t size = p.dst_offsets_[r + 1] - p.dst_offsets_[r];
@@ -99,10 +118,9 @@ class rearrangement {
       ORCHMLLM_REQUIRE(s >= 0 && s < size, invalid_argument_error, "item ", g, " goes to slot ", s,
                        " of rank ", r, ", which receives ", size, " items");
       const std::int64_t h = p.dst_offsets_[r] + s;
-      ORCHMLLM_REQUIRE(!used[static_cast<std::size_t>(h)], invalid_argument_error, "item ", g,
-                       " goes to slot ", s, " of rank ", r, ", already taken by item ",
-                       p.src_of_dst_[static_cast<std::size_t>(h)]);
-      used[static_cast<std::size_t>(h)] = 1;
+      ORCHMLLM_REQUIRE(p.src_of_dst_[static_cast<std::size_t>(h)] < 0, invalid_argument_error,
+                       "item ", g, " goes to slot ", s, " of rank ", r,
+                       ", already taken by item ", p.src_of_dst_[static_cast<std::size_t>(h)]);
       p.dst_slot_[g] = s;
       p.src_of_dst_[static_cast<std::size_t>(h)] = static_cast<std::int64_t>(g);
     }

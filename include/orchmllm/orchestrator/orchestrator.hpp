@@ -201,23 +201,24 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
   // while this one plans the LLM (each writes only its own plan and report). Errors are raised
   // in the serial order (LLM, then encoders by index), so every rank and every machine reports
   // the same one whatever the thread timing.
-  std::vector<std::future<rearrangement>> encoder_plans;
-  encoder_plans.reserve(kc);
-  for (std::size_t k = 0; k < kc; ++k)
-    encoder_plans.push_back(std::async(options.parallel_stages ? std::launch::async
-                                                                : std::launch::deferred,
-                                       [&, k] {
-                                         return in_stage(decl.encoders[k].name, [&] {
-                                           const auto& split = decl.encoders[k].split;
-                                           return detail::plan_stage(
-                                               decl.encoders[k], out.encoders[k].layout, topo,
-                                               out.stages[k], split ? &*split : nullptr,
-                                               &out.encoders[k].pieces);
-                                         });
-                                       }));
   std::optional<detail::step_route_builder> routes;
   if (options.routes_for >= 0)
     routes.emplace(decl, meta, topo, options.routes_for, options.sched, options.parallel_stages);
+  std::vector<std::future<rearrangement>> encoder_plans;
+  encoder_plans.reserve(kc);
+  for (std::size_t k = 0; k < kc; ++k)
+    encoder_plans.push_back(std::async(
+        options.parallel_stages ? std::launch::async : std::launch::deferred, [&, k] {
+          auto plan = in_stage(decl.encoders[k].name, [&] {
+            const auto& split = decl.encoders[k].split;
+            return detail::plan_stage(decl.encoders[k], out.encoders[k].layout, topo,
+                                      out.stages[k], split ? &*split : nullptr,
+                                      &out.encoders[k].pieces);
+          });
+          // Π_E_k's route right away, on this thread, while the other stages are planned.
+          if (routes) routes->input(k, plan, out.encoders[k].units());
+          return plan;
+        }));
   std::exception_ptr first_error;
   try {
     out.llm = in_stage(decl.llm.name, [&] {
@@ -237,7 +238,6 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
   }
   if (first_error) std::rethrow_exception(first_error);
   out.stages_seconds = lap();
-  if (routes) routes->start_inputs(out);  // Π_E_k's routes, during the composition
 
   // The encoders' compositions are independent (each writes only its own routes): on
   // threads as the stages are.

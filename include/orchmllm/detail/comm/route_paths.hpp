@@ -77,47 +77,48 @@ inline item_paths node_wise_paths(const rearrangement& plan, std::span<const std
   p.at.resize(4 * n);
   // Items that change node, with their sort key (source node, destination node, source local
   // rank, destination id) computed once: the sort compares contiguous integers instead of
-  // looking the topology up per comparison.
+  // looking the topology up per comparison. Bucketed by source node (a counting sort, items in
+  // id order within a bucket), then each node's bucket sorted on the rest: N small sorts
+  // instead of one of every remote item (keys are distinct: the same order).
   struct remote_item {
     rank_t ns, nt, ls;
     std::int64_t id, g;
   };
-  std::vector<remote_item> remote;
+  const auto nodes = static_cast<std::size_t>(topo.num_nodes());
+  std::vector<std::size_t> start(nodes + 1, 0);
   for (std::size_t g = 0; g < n; ++g) {
     const rank_t s = src[g];
     const rank_t t = plan.dst_ranks()[g];
     p.at[4 * g] = s;
+    p.at[4 * g + 3] = t;
     if (topo.same_node(s, t)) {
-      p.at[4 * g + 1] = p.at[4 * g + 2] = p.at[4 * g + 3] = t;
+      p.at[4 * g + 1] = p.at[4 * g + 2] = t;
     } else {
-      p.at[4 * g + 3] = t;
-      const auto gi = static_cast<std::int64_t>(g);
-      remote.push_back({topo.node_of(s), topo.node_of(t), topo.local_rank(s),
-                        plan.destination_id(gi), gi});
+      ++start[static_cast<std::size_t>(topo.node_of(s)) + 1];
     }
   }
+  for (std::size_t m = 0; m < nodes; ++m) start[m + 1] += start[m];
+  std::vector<remote_item> remote(start[nodes]);
   {
-    // Bucketed by source node (a counting sort), then each node's bucket sorted on the rest:
-    // N small sorts instead of one of every remote item (keys are distinct: the same order).
-    const auto nodes = static_cast<std::size_t>(topo.num_nodes());
-    std::vector<std::size_t> start(nodes + 1, 0);
-    for (const auto& r : remote) ++start[static_cast<std::size_t>(r.ns) + 1];
-    for (std::size_t m = 0; m < nodes; ++m) start[m + 1] += start[m];
-    std::vector<remote_item> sorted(remote.size());
-    {
-      std::vector<std::size_t> at(start.begin(), start.end() - 1);
-      for (const auto& r : remote) sorted[at[static_cast<std::size_t>(r.ns)]++] = r;
+    std::vector<std::size_t> at(start.begin(), start.end() - 1);
+    for (std::size_t g = 0; g < n; ++g) {
+      const rank_t s = src[g];
+      const rank_t t = plan.dst_ranks()[g];
+      if (topo.same_node(s, t)) continue;
+      const auto gi = static_cast<std::int64_t>(g);
+      const rank_t ns = topo.node_of(s);
+      remote[at[static_cast<std::size_t>(ns)]++] = {ns, topo.node_of(t), topo.local_rank(s),
+                                                    plan.destination_id(gi), gi};
     }
-    for (std::size_t m = 0; m < nodes; ++m)
-      std::sort(sorted.begin() + static_cast<std::ptrdiff_t>(start[m]),
-                sorted.begin() + static_cast<std::ptrdiff_t>(start[m + 1]),
-                [](const remote_item& a, const remote_item& b) {
-                  if (a.nt != b.nt) return a.nt < b.nt;
-                  if (a.ls != b.ls) return a.ls < b.ls;
-                  return a.id < b.id;
-                });
-    remote = std::move(sorted);
   }
+  for (std::size_t m = 0; m < nodes; ++m)
+    std::sort(remote.begin() + static_cast<std::ptrdiff_t>(start[m]),
+              remote.begin() + static_cast<std::ptrdiff_t>(start[m + 1]),
+              [](const remote_item& a, const remote_item& b) {
+                if (a.nt != b.nt) return a.nt < b.nt;
+                if (a.ls != b.ls) return a.ls < b.ls;
+                return a.id < b.id;
+              });
   for (std::size_t i = 0; i < remote.size();) {
     const rank_t ns = remote[i].ns;
     const rank_t nt = remote[i].nt;

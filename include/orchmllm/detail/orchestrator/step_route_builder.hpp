@@ -7,7 +7,6 @@
 #include <array>
 #include <cstdint>
 #include <exception>
-#include <future>
 #include <optional>
 #include <span>
 #include <string>
@@ -26,11 +25,11 @@ namespace detail {
 
 // This rank's 3K + 1 routes (step_routes' order: K inputs, text, K outputs, K gradients),
 // built as soon as their plans exist so that they overlap the rest of the planning: the text
-// route on the calling thread while the encoder stages are still being planned (`text`), the
-// input routes on their own threads during the composition (`start_inputs`), the output and
-// gradient routes on up to planning_threads() threads at the end (`finish`). Without
-// `parallel` everything runs on the calling thread, in order. The routes are the same either
-// way; an error is rethrown from `finish`, the first in step_routes' order.
+// route on the calling thread while the encoder stages are still being planned (`text`), each
+// input route on its stage's thread right after the stage (`input`), the output and gradient
+// routes on up to planning_threads() threads at the end (`finish`). Without `parallel`
+// everything runs on the calling thread, in order. The routes are the same either way; an
+// error is rethrown from `finish`, the first in step_routes' order.
 class step_route_builder {
  public:
   step_route_builder(const stage_declarations& decl, const step_metadata& meta,
@@ -49,17 +48,10 @@ class step_route_builder {
     });
   }
 
-  // Starts the input routes (Π_E_k); `plan`'s encoder plans and layouts must stay put.
-  void start_inputs(const step_plan& plan) {
-    for (std::size_t k = 0; k < kc_; ++k)
-      inputs_.push_back(std::async(parallel_ ? std::launch::async : std::launch::deferred,
-                                   [this, &plan, k] {
-                                     run(k, [&] {
-                                       const auto& er = plan.encoders[k];
-                                       return route::build(er.input, er.units().explicit_bytes(),
-                                                           topo_, me_, sched_);
-                                     });
-                                   }));
+  // Builds the input route of encoder k (Π_E_k over its units) here: plan_step calls it on the
+  // stage's own thread as soon as the stage is planned, while the other stages still are.
+  void input(std::size_t k, const rearrangement& plan, const batch_layout& units) {
+    run(k, [&] { return route::build(plan, units.explicit_bytes(), topo_, me_, sched_); });
   }
 
   // Builds the output and gradient routes, waits for the inputs, returns all.
@@ -99,7 +91,6 @@ class step_route_builder {
                                      me_, sched_);
       });
     });
-    for (auto& f : inputs_) f.get();
     for (auto& e : errors_)
       if (e) std::rethrow_exception(e);
     step_routes out;
@@ -127,7 +118,6 @@ class step_route_builder {
   std::size_t kc_;
   std::vector<route> routes_;
   std::vector<std::exception_ptr> errors_;
-  std::vector<std::future<void>> inputs_;
 };
 
 }  // namespace detail
