@@ -224,7 +224,7 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     out.llm = in_stage(decl.llm.name, [&] {
       return detail::plan_stage(decl.llm, out.llm_layout, topo, out.stages[kc]);
     });
-    // The text route needs Π_M only: built here while the encoder stages are still planned.
+    // The text route needs Π_M only: started now, on its own thread, beside the rest.
     if (routes) routes->text(out.llm);
   } catch (...) {
     first_error = std::current_exception();

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <exception>
+#include <future>
 #include <optional>
 #include <span>
 #include <string>
@@ -25,7 +26,7 @@ namespace detail {
 
 // This rank's 3K + 1 routes (step_routes' order: K inputs, text, K outputs, K gradients),
 // built as soon as their plans exist so that they overlap the rest of the planning: the text
-// route on the calling thread while the encoder stages are still being planned (`text`), each
+// route on its own thread as soon as Π_M exists (`text`), each
 // input route on its stage's thread right after the stage (`input`), the output and gradient
 // routes on up to planning_threads() threads at the end (`finish`). Without `parallel`
 // everything runs on the calling thread, in order. The routes are the same either way; an
@@ -37,15 +38,19 @@ class step_route_builder {
       : decl_(decl), meta_(meta), topo_(topo), me_(me), sched_(sched), parallel_(parallel),
         kc_(meta.modalities.size()), routes_(3 * kc_ + 1), errors_(3 * kc_ + 1) {}
 
-  // Builds the text route (Π_M) here. The byte products cannot overflow: plan_step's LLM
-  // layout checked each of them ("text bytes of sample").
+  // Starts the text route (Π_M) on its own thread (here without `parallel`); `llm` must stay
+  // put until `finish`. The byte products cannot overflow: plan_step's LLM layout checked each
+  // of them ("text bytes of sample").
   void text(const rearrangement& llm) {
-    run(kc_, [&] {
-      std::vector<std::int64_t> bytes(meta_.text_tokens.size());
-      for (std::size_t g = 0; g < bytes.size(); ++g)
-        bytes[g] = meta_.text_tokens[g] * decl_.llm.text_row_bytes;
-      return route::build(llm, bytes, topo_, me_, sched_);
+    text_ = std::async(parallel_ ? std::launch::async : std::launch::deferred, [this, &llm] {
+      run(kc_, [&] {
+        std::vector<std::int64_t> bytes(meta_.text_tokens.size());
+        for (std::size_t g = 0; g < bytes.size(); ++g)
+          bytes[g] = meta_.text_tokens[g] * decl_.llm.text_row_bytes;
+        return route::build(llm, bytes, topo_, me_, sched_);
+      });
     });
+    if (!parallel_) text_.get();
   }
 
   // Builds the input route of encoder k (Π_E_k over its units) here: plan_step calls it on the
@@ -91,6 +96,7 @@ class step_route_builder {
                                      me_, sched_);
       });
     });
+    if (text_.valid()) text_.get();
     for (auto& e : errors_)
       if (e) std::rethrow_exception(e);
     step_routes out;
@@ -118,6 +124,7 @@ class step_route_builder {
   std::size_t kc_;
   std::vector<route> routes_;
   std::vector<std::exception_ptr> errors_;
+  std::future<void> text_;  // the text route's task (`run` keeps its errors: get() never throws)
 };
 
 }  // namespace detail

@@ -115,34 +115,52 @@ inline std::int64_t worst_node_lower_bound(const mapping_problem& p) {
   const auto nn = static_cast<std::size_t>(p.num_nodes());
   const auto d = static_cast<std::size_t>(p.num_bins());
   if (nn < 2) return 0;
-  std::vector<std::vector<std::pair<std::int64_t, rank_t>>> column(nn);  // (w, bin)
-  for (std::size_t b = 0; b < d; ++b)
-    for (auto k = p.by_node.offsets[b]; k < p.by_node.offsets[b + 1]; ++k) {
-      const auto& a = p.by_node.arcs[static_cast<std::size_t>(k)];
-      column[static_cast<std::size_t>(a.node)].emplace_back(a.profit, static_cast<rank_t>(b));
-    }
-  std::vector<rank_t> by_size(d);  // bins by increasing W_b
+  // The columns as one CSR by node (a counting sort of the arcs): (w, bin) per arc.
+  std::vector<std::int64_t> col_off(nn + 1, 0);
+  for (const auto& a : p.by_node.arcs) ++col_off[static_cast<std::size_t>(a.node) + 1];
+  for (std::size_t m = 0; m < nn; ++m) col_off[m + 1] += col_off[m];
+  std::vector<std::int64_t> col_w(p.by_node.arcs.size());
+  std::vector<rank_t> col_bin(p.by_node.arcs.size());
+  {
+    std::vector<std::int64_t> at(col_off.begin(), col_off.end() - 1);
+    for (std::size_t b = 0; b < d; ++b)
+      for (auto k = p.by_node.offsets[b]; k < p.by_node.offsets[b + 1]; ++k) {
+        const auto& a = p.by_node.arcs[static_cast<std::size_t>(k)];
+        const auto i = static_cast<std::size_t>(at[static_cast<std::size_t>(a.node)]++);
+        col_w[i] = a.profit;
+        col_bin[i] = static_cast<rank_t>(b);
+      }
+  }
+  // Bins by increasing W_b: only sums of the smallest are taken, so ties may fall either way.
+  std::vector<rank_t> by_size(d);
   std::iota(by_size.begin(), by_size.end(), rank_t{0});
-  std::stable_sort(by_size.begin(), by_size.end(), [&](rank_t a, rank_t b) {
+  std::sort(by_size.begin(), by_size.end(), [&](rank_t a, rank_t b) {
     return p.bin_bytes[static_cast<std::size_t>(a)] < p.bin_bytes[static_cast<std::size_t>(b)];
   });
   std::vector<char> in_column(d, 0);
   const auto nodes = static_cast<std::int64_t>(nn);  // ⌈bound / nodes⌉, no bound + nodes − 1
   std::int64_t best = p.lower_bound / nodes + (p.lower_bound % nodes != 0 ? 1 : 0);
-  std::vector<std::int64_t> cand;
+  std::vector<std::int64_t> top, cand;
   for (std::size_t m = 0; m < nn; ++m) {
-    auto& col = column[m];
+    const auto first = static_cast<std::size_t>(col_off[m]);
+    const auto last = static_cast<std::size_t>(col_off[m + 1]);
     const auto g = static_cast<std::size_t>(p.capacity[m]);
-    std::sort(col.begin(), col.end(), std::greater<>{});
-    std::int64_t top = 0;
-    for (std::size_t i = 0; i < std::min(g, col.size()); ++i) top += col[i].first;
-    best = std::max(best, p.node_held[m] - top);
+    // Egress: the sum of the g largest w of the column (a partial selection: only the sum).
+    top.assign(col_w.begin() + static_cast<std::ptrdiff_t>(first),
+               col_w.begin() + static_cast<std::ptrdiff_t>(last));
+    const auto kt = std::min(g, top.size());
+    std::nth_element(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(kt), top.end(),
+                     std::greater<>{});
+    std::int64_t kept = 0;
+    for (std::size_t i = 0; i < kt; ++i) kept += top[i];
+    best = std::max(best, p.node_held[m] - kept);
     // Ingress: the g smallest of {W_b − w[b][m]}: column bins with their own value, and the g
     // smallest W_b among the other bins.
     cand.clear();
-    for (const auto& [w, b] : col) {
-      cand.push_back(p.bin_bytes[static_cast<std::size_t>(b)] - w);
-      in_column[static_cast<std::size_t>(b)] = 1;
+    for (auto i = first; i < last; ++i) {
+      const auto b = static_cast<std::size_t>(col_bin[i]);
+      cand.push_back(p.bin_bytes[b] - col_w[i]);
+      in_column[b] = 1;
     }
     std::size_t taken = 0;
     for (std::size_t i = 0; i < d && taken < g; ++i)
@@ -150,7 +168,7 @@ inline std::int64_t worst_node_lower_bound(const mapping_problem& p) {
         cand.push_back(p.bin_bytes[static_cast<std::size_t>(by_size[i])]);
         ++taken;
       }
-    for (const auto& [w, b] : col) in_column[static_cast<std::size_t>(b)] = 0;
+    for (auto i = first; i < last; ++i) in_column[static_cast<std::size_t>(col_bin[i])] = 0;
     const auto k = std::min(g, cand.size());
     std::nth_element(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(k), cand.end());
     std::int64_t in = 0;
