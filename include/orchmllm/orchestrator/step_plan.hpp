@@ -236,10 +236,10 @@ struct step_plan {
 /// Options of `plan_step`.
 struct plan_options {
   /// Balance and map the K encoder stages on K extra threads while the calling thread plans the
-  /// LLM (the stages are independent), compose the encoders' routes side by side, and build
-  /// the routes (`routes_for`) as soon as their plans exist: the text route while the encoders
-  /// are planned, the input routes during the composition, the rest on up to
-  /// `std::thread::hardware_concurrency()` threads. The plans and routes are the same either
+  /// LLM (the stages are independent), compose the encoders' routes side by side, and build the
+  /// routes (`routes_for`) as soon as their plans exist: the text route on its own thread once
+  /// Π_M exists, each input route on its stage's thread right after the stage, the rest on up
+  /// to `std::thread::hardware_concurrency()` threads. The plans and routes are the same either
   /// way; false does everything one after another on the calling thread.
   bool parallel_stages = true;
   /// Also build the prebuilt routes of every transfer of the step for this rank
