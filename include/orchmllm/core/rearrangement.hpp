@@ -41,6 +41,10 @@ struct placement {
   friend constexpr bool operator==(const placement&, const placement&) = default;
 };
 
+namespace detail {
+struct rearrangement_parts;
+}  // namespace detail
+
 class rearrangement {
  public:
   /// The empty plan (no ranks, no items).
@@ -255,6 +259,7 @@ class rearrangement {
   }
 
   friend bool operator==(const rearrangement&, const rearrangement&) = default;
+  friend struct detail::rearrangement_parts;
 
  private:
   static void check_offsets(std::span<const std::int64_t> offsets, const char* which) {
@@ -323,6 +328,25 @@ inline rearrangement compose(const rearrangement& second, const rearrangement& f
 }
 
 namespace detail {
+
+/// Internal: a plan from its five arrays, for builders that produce them already consistent
+/// (plan_step's composition writes a plan, its lift and its inverse in one walk). Unchecked:
+/// the caller guarantees what `rearrangement::validate` checks. O(1) (the arrays are moved in).
+struct rearrangement_parts {
+  std::vector<std::int64_t> src_offsets, dst_offsets;
+  std::vector<rank_t> dst_rank;
+  std::vector<std::int64_t> dst_slot, src_of_dst;
+
+  [[nodiscard]] rearrangement assemble() && {
+    rearrangement p;
+    p.src_offsets_ = std::move(src_offsets);
+    p.dst_offsets_ = std::move(dst_offsets);
+    p.dst_rank_ = std::move(dst_rank);
+    p.dst_slot_ = std::move(dst_slot);
+    p.src_of_dst_ = std::move(src_of_dst);
+    return p;
+  }
+};
 
 // Whether the elements of `R&&` may be moved from: an rvalue that owns them (not a view).
 template <class R>

@@ -262,31 +262,64 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     }
     const batch_layout& units = er.units();
     const auto n_units = static_cast<std::size_t>(units.num_items());
-    std::vector<placement> lifted(n_units), composed(n_units);
     const auto eoff = er.input.dst_offsets();
+    // One walk writes the three plans whole, each in the canonical form its factory would give
+    // (from_placements for L_k and the composed route, inverse() for the gradient): position h
+    // of the walk is destination id h of L_k and of the composed route (rank r, slot) and
+    // source id h of the gradient; a unit's encoder-destination id e is the composed route's
+    // source id and the gradient's destination.
+    detail::rearrangement_parts lifted, output, gradient;
+    const std::span<const std::int64_t> origin =
+        er.pieces ? units.offsets() : std::span<const std::int64_t>(mod.offsets);
+    lifted.src_offsets.assign(origin.begin(), origin.end());
+    output.src_offsets.assign(eoff.begin(), eoff.end());
+    lifted.dst_offsets.assign(static_cast<std::size_t>(d) + 1, 0);
+    lifted.dst_rank.resize(n_units);
+    lifted.dst_slot.resize(n_units);
+    lifted.src_of_dst.resize(n_units);
+    output.dst_rank.resize(n_units);
+    output.dst_slot.resize(n_units);
+    output.src_of_dst.resize(n_units);
+    gradient.dst_rank.resize(n_units);
+    gradient.dst_slot.resize(n_units);
+    gradient.src_of_dst.resize(n_units);
+    std::int64_t h = 0;
     for (rank_t r = 0; r < d; ++r) {
       std::int64_t slot = 0;
-      for (auto h = moff[static_cast<std::size_t>(r)]; h < moff[static_cast<std::size_t>(r) + 1];
-           ++h) {
-        const auto g = static_cast<std::size_t>(out.llm.source_of(h));
-        for (auto j = sub_off[g]; j < sub_off[g + 1]; ++j) {
-          const auto i = subs[static_cast<std::size_t>(j)];
+      for (auto j = moff[static_cast<std::size_t>(r)]; j < moff[static_cast<std::size_t>(r) + 1];
+           ++j) {
+        const auto g = static_cast<std::size_t>(out.llm.source_of(j));
+        for (auto q = sub_off[g]; q < sub_off[g + 1]; ++q) {
+          const auto i = subs[static_cast<std::size_t>(q)];
           const auto first = er.pieces ? er.pieces->first_piece(i) : i;
           const auto last = er.pieces ? er.pieces->first_piece(i + 1) : i + 1;
-          for (auto u = first; u < last; ++u) {
-            lifted[static_cast<std::size_t>(u)] = {r, slot};
-            const auto e = er.input.destination_of(u);
-            composed[static_cast<std::size_t>(eoff[static_cast<std::size_t>(e.rank)] +
-                                              e.slot)] = {r, slot};
-            ++slot;
+          for (auto u = first; u < last; ++u, ++slot, ++h) {
+            const auto uu = static_cast<std::size_t>(u);
+            const auto hh = static_cast<std::size_t>(h);
+            const auto pe = er.input.destination_of(u);
+            const auto e = static_cast<std::size_t>(eoff[static_cast<std::size_t>(pe.rank)] +
+                                                    pe.slot);
+            lifted.dst_rank[uu] = r;
+            lifted.dst_slot[uu] = slot;
+            lifted.src_of_dst[hh] = u;
+            output.dst_rank[e] = r;
+            output.dst_slot[e] = slot;
+            output.src_of_dst[hh] = static_cast<std::int64_t>(e);
+            gradient.dst_rank[hh] = pe.rank;
+            gradient.dst_slot[hh] = pe.slot;
+            gradient.src_of_dst[e] = h;
           }
         }
       }
+      lifted.dst_offsets[static_cast<std::size_t>(r) + 1] = h;
     }
-    er.lifted = er.pieces ? rearrangement::from_placements(units.offsets(), lifted, d)
-                          : rearrangement::from_placements(mod.offsets, lifted, d);
-    er.output = rearrangement::from_placements(eoff, composed, d);
-    er.gradient = er.output.inverse();
+    // h == n_units here: every unit's sub-item has one parent sample, on exactly one LLM slot.
+    output.dst_offsets = lifted.dst_offsets;
+    gradient.src_offsets = lifted.dst_offsets;
+    gradient.dst_offsets = output.src_offsets;
+    er.lifted = std::move(lifted).assemble();
+    er.output = std::move(output).assemble();
+    er.gradient = std::move(gradient).assemble();
   };
   detail::run_indexed(kc, options.parallel_stages ? detail::planning_threads() : 1, compose);
   out.compose_seconds = lap();
