@@ -242,6 +242,35 @@ Cost item_cost(const batch_layout& layout, std::int64_t g, const C& cost) {
   return item_cost<Cost>(layout, g, cost, [](std::int64_t, const Cost&) {});
 }
 
+namespace detail {
+
+/// The segment arrays of `batch_layout::with_equal_segments`: item g cut into counts[g] equal
+/// segments of lengths[g] / counts[g] (segment offsets, n + 1 entries; segment lengths). Checks
+/// and throws as with_equal_segments, item by item. O(n + Σ counts), sized once.
+inline std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> equal_segments(
+    std::span<const std::int64_t> lengths, std::span<const std::int64_t> counts) {
+  ORCHMLLM_REQUIRE(counts.size() == lengths.size(), invalid_argument_error, counts.size(),
+                   " segment counts given for ", lengths.size(), " items");
+  std::vector<std::int64_t> seg_offsets(counts.size() + 1, 0);
+  for (std::size_t g = 0; g < counts.size(); ++g) {
+    const std::int64_t s = counts[g];
+    ORCHMLLM_REQUIRE(s >= 1, invalid_argument_error, "item ", g, " has ", s,
+                     " segments, must have at least 1");
+    ORCHMLLM_REQUIRE(lengths[g] % s == 0, invalid_argument_error, "item ", g, " of length ",
+                     lengths[g], " cannot be cut into ", s, " equal segments");
+    ORCHMLLM_REQUIRE(s <= INT64_MAX - seg_offsets[g], invalid_argument_error,
+                     "segment counts overflow at item ", g);
+    seg_offsets[g + 1] = seg_offsets[g] + s;
+  }
+  std::vector<std::int64_t> seg_lengths(static_cast<std::size_t>(seg_offsets.back()));
+  for (std::size_t g = 0; g < counts.size(); ++g)
+    std::fill(seg_lengths.begin() + seg_offsets[g], seg_lengths.begin() + seg_offsets[g + 1],
+              lengths[g] / counts[g]);
+  return {std::move(seg_offsets), std::move(seg_lengths)};
+}
+
+}  // namespace detail
+
 // Out of the class so that a unit using the compiled library (orchmllm/config.hpp) does not
 // compile them: they are defined there once.
 #if !ORCHMLLM_USE_COMPILED
@@ -269,20 +298,7 @@ ORCHMLLM_FUNC batch_layout batch_layout::from_ranks(
 
 ORCHMLLM_FUNC batch_layout
 batch_layout::with_equal_segments(std::span<const std::int64_t> counts) const {
-  ORCHMLLM_REQUIRE(counts.size() == lengths_.size(), invalid_argument_error, counts.size(),
-                   " segment counts given for ", lengths_.size(), " items");
-  std::vector<std::int64_t> seg_offsets{0};
-  seg_offsets.reserve(counts.size() + 1);
-  std::vector<std::int64_t> seg_lengths;
-  for (std::size_t g = 0; g < counts.size(); ++g) {
-    const std::int64_t s = counts[g];
-    ORCHMLLM_REQUIRE(s >= 1, invalid_argument_error, "item ", g, " has ", s,
-                     " segments, must have at least 1");
-    ORCHMLLM_REQUIRE(lengths_[g] % s == 0, invalid_argument_error, "item ", g, " of length ",
-                     lengths_[g], " cannot be cut into ", s, " equal segments");
-    seg_lengths.insert(seg_lengths.end(), static_cast<std::size_t>(s), lengths_[g] / s);
-    seg_offsets.push_back(static_cast<std::int64_t>(seg_lengths.size()));
-  }
+  auto [seg_offsets, seg_lengths] = detail::equal_segments(lengths_, counts);
   return with_segments(std::move(seg_offsets), std::move(seg_lengths));
 }
 

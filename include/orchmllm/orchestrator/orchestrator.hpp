@@ -186,13 +186,18 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
       bytes[i] = detail::checked_mul(mod.input_rows[i], decl.encoders[k].input_row_bytes,
                                      "stage '", decl.encoders[k].name, "': input bytes of item ",
                                      i);
-    out.encoders[k].layout =
-        batch_layout(mod.offsets, mod.encoder_length, std::move(bytes), mod.parent);
     // Segmented sub-items: S equal segments each (checked when the metadata was built), so
-    // their costs are per segment (packed) or every segment is a padded row (padded policies).
-    // Without any, the layout is the one above, bit for bit.
-    if (std::any_of(mod.segments.begin(), mod.segments.end(), [](auto s) { return s != 1; }))
-      out.encoders[k].layout = out.encoders[k].layout.with_equal_segments(mod.segments);
+    // their costs are per segment (packed) or every segment is a padded row (padded policies):
+    // the layout's with_equal_segments, built in one go. Without any, no segments at all.
+    if (std::any_of(mod.segments.begin(), mod.segments.end(), [](auto s) { return s != 1; })) {
+      auto [seg_offsets, seg_lengths] = detail::equal_segments(mod.encoder_length, mod.segments);
+      out.encoders[k].layout =
+          batch_layout(mod.offsets, mod.encoder_length, std::move(bytes), mod.parent,
+                       std::move(seg_offsets), std::move(seg_lengths));
+    } else {
+      out.encoders[k].layout =
+          batch_layout(mod.offsets, mod.encoder_length, std::move(bytes), mod.parent);
+    }
   }
 
   out.layout_seconds = lap();
