@@ -206,7 +206,7 @@ class StageDeclarations:
         native.validate()
         self._native = native
         # A callable cost enters the fingerprint by its values at the library's probe lengths.
-        probes = np.array([0, 1, 2, 3, 7, 64, 100, 1000, 4096, 12345, 65536, 1000000], np.int64)
+        probes = np.array(_orchmllm._fingerprint_probe_lengths(), np.int64)
         self._probes = [
             i.to_bytes(2, "little") + np.asarray(_fn(s.cost)(probes.copy()), np.float64).tobytes()
             for i, s in enumerate([*self.encoders, self.llm]) if _is_callable(s.cost)]

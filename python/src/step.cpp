@@ -309,7 +309,8 @@ all_to_all_arrays step_all_to_all(const py_step& s, const std::string& name, i64
       orchmllm::detail::step_route_builder b(s.decl, *s.meta, s.topo, r, orchmllm::schedule::direct,
                                              false);
       b.text(s.step.llm);
-      b.start_inputs(s.step);
+      for (std::size_t e = 0; e < s.step.encoders.size(); ++e)
+        b.input(e, s.step.encoders[e].input, s.step.encoders[e].units());
       built = b.finish(s.step);
     }
     const auto& all = rank == s.routes_rank ? s.step.routes : built;
@@ -413,6 +414,13 @@ np_array<i64> span_array(Span s) {
 }  // namespace
 
 void bind_step(nb::module_& m) {
+  m.def(
+      "_fingerprint_probe_lengths",
+      [] {
+        const auto& p = orchmllm::detail::fingerprint_probe_lengths;
+        return std::vector<i64>(p.begin(), p.end());
+      },
+      "The lengths at which the declarations' fingerprint probes a cost (for callable costs).");
   nb::class_<py_declarations>(m, "_Declarations")
       .def(nb::init<>())
       .def("add_encoder", &py_declarations::add_encoder, "name"_a, "cost"_a, "policy"_a,

@@ -18,6 +18,7 @@
 /// platform-independent hash.
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -372,6 +373,12 @@ struct stage_declarations {
 
 namespace detail {
 
+/// The lengths at which a stage's cost model enters the declarations' fingerprint (a model is
+/// an arbitrary callable: it is compared by its values there). The Python package reads this
+/// list for its callable costs.
+inline constexpr std::array<std::int64_t, 12> fingerprint_probe_lengths{
+    0, 1, 2, 3, 7, 64, 100, 1000, 4096, 12345, 65536, 1000000};
+
 template <class Stage>
 void mix_stage(fnv& f, const Stage& stage) {
   const std::string_view name = stage.name;
@@ -381,8 +388,7 @@ void mix_stage(fnv& f, const Stage& stage) {
   const mapping_method mapping = stage_mapping(stage);
   f.mix(name);
   // A cost model is an arbitrary callable: compare it by its values at fixed probe lengths.
-  for (std::int64_t l : {0LL, 1LL, 2LL, 3LL, 7LL, 64LL, 100LL, 1000LL, 4096LL, 12345LL, 65536LL,
-                         1000000LL})
+  for (const std::int64_t l : fingerprint_probe_lengths)
     cost.visit([&](const auto& c) {
       if constexpr (std::is_integral_v<decltype(c(l))>) {
         f.mix(static_cast<std::uint64_t>(c(l)));
