@@ -56,24 +56,10 @@ class rearrangement {
   /// [0, num_dst_ranks) or sizes disagree.
   static rearrangement from_destinations(std::span<const std::int64_t> src_offsets,
                                          std::span<const rank_t> dst_rank, rank_t num_dst_ranks) {
-    check_offsets(src_offsets, "source");
     const auto n = static_cast<std::int64_t>(dst_rank.size());
-    ORCHMLLM_REQUIRE(src_offsets.back() == n, invalid_argument_error, "source layout has ",
-                     src_offsets.back(), " items but ", n, " destinations were given");
-    ORCHMLLM_REQUIRE(num_dst_ranks >= 0, invalid_argument_error, "destination rank count ",
-                     num_dst_ranks, " is negative");
-    rearrangement p;
-    p.src_offsets_.assign(src_offsets.begin(), src_offsets.end());
-    p.dst_offsets_.assign(static_cast<std::size_t>(num_dst_ranks) + 1, 0);
-    for (std::int64_t g = 0; g < n; ++g) {
-      const rank_t r = dst_rank[static_cast<std::size_t>(g)];
-      ORCHMLLM_REQUIRE(r >= 0 && r < num_dst_ranks, invalid_argument_error, "item ", g,
-                       " is sent to rank ", r, ", outside [0, ", num_dst_ranks, ")");
-      ++p.dst_offsets_[static_cast<std::size_t>(r) + 1];
-    }
-    for (std::size_t r = 1; r < p.dst_offsets_.size(); ++r)
-      p.dst_offsets_[r] += p.dst_offsets_[r - 1];
-    p.dst_rank_.assign(dst_rank.begin(), dst_rank.end());
+    rearrangement p = with_ranks(src_offsets, n, num_dst_ranks, [&](std::int64_t g) {
+      return dst_rank[static_cast<std::size_t>(g)];
+    });
     p.dst_slot_.resize(static_cast<std::size_t>(n));
     p.src_of_dst_.resize(static_cast<std::size_t>(n));
     std::vector<std::int64_t> fill(p.dst_offsets_.begin(), p.dst_offsets_.end() - 1);
@@ -92,27 +78,12 @@ class rearrangement {
   static rearrangement from_placements(std::span<const std::int64_t> src_offsets,
                                        std::span<const placement> destinations,
                                        rank_t num_dst_ranks) {
-    // from_destinations' checks and offsets (its errors, in its order: every rank first), then
-    // the given slots in one pass: `src_of_dst_` starts at -1 and marks the slots taken.
-    check_offsets(src_offsets, "source");
+    // from_destinations' checks, offsets and ranks, then the given slots in one pass:
+    // `src_of_dst_` starts at -1 and marks the slots taken.
     const auto n = static_cast<std::int64_t>(destinations.size());
-    ORCHMLLM_REQUIRE(src_offsets.back() == n, invalid_argument_error, "source layout has ",
-                     src_offsets.back(), " items but ", n, " destinations were given");
-    ORCHMLLM_REQUIRE(num_dst_ranks >= 0, invalid_argument_error, "destination rank count ",
-                     num_dst_ranks, " is negative");
-    rearrangement p;
-    p.src_offsets_.assign(src_offsets.begin(), src_offsets.end());
-    p.dst_offsets_.assign(static_cast<std::size_t>(num_dst_ranks) + 1, 0);
-    p.dst_rank_.resize(static_cast<std::size_t>(n));
-    for (std::int64_t g = 0; g < n; ++g) {
-      const rank_t r = destinations[static_cast<std::size_t>(g)].rank;
-      ORCHMLLM_REQUIRE(r >= 0 && r < num_dst_ranks, invalid_argument_error, "item ", g,
-                       " is sent to rank ", r, ", outside [0, ", num_dst_ranks, ")");
-      ++p.dst_offsets_[static_cast<std::size_t>(r) + 1];
-      p.dst_rank_[static_cast<std::size_t>(g)] = r;
-    }
-    for (std::size_t r = 1; r < p.dst_offsets_.size(); ++r)
-      p.dst_offsets_[r] += p.dst_offsets_[r - 1];
+    rearrangement p =
+        with_ranks(src_offsets, n, num_dst_ranks,
+                   [&](std::int64_t g) { return destinations[static_cast<std::size_t>(g)].rank; });
     p.dst_slot_.resize(static_cast<std::size_t>(n));
     p.src_of_dst_.assign(static_cast<std::size_t>(n), -1);
     for (std::size_t g = 0; g < destinations.size(); ++g) {
@@ -262,6 +233,32 @@ class rearrangement {
   friend struct detail::rearrangement_parts;
 
  private:
+  // The checks and arrays both factories share: the source offsets, every item's destination
+  // rank (rank_of(g), checked in item order) and the destination offsets they give; slots and
+  // src_of_dst_ are left to the caller. O(n + d). Throws `invalid_argument_error`.
+  template <class RankOf>
+  static rearrangement with_ranks(std::span<const std::int64_t> src_offsets, std::int64_t n,
+                                  rank_t num_dst_ranks, RankOf rank_of) {
+    check_offsets(src_offsets, "source");
+    ORCHMLLM_REQUIRE(src_offsets.back() == n, invalid_argument_error, "source layout has ",
+                     src_offsets.back(), " items but ", n, " destinations were given");
+    ORCHMLLM_REQUIRE(num_dst_ranks >= 0, invalid_argument_error, "destination rank count ",
+                     num_dst_ranks, " is negative");
+    rearrangement p;
+    p.src_offsets_.assign(src_offsets.begin(), src_offsets.end());
+    p.dst_offsets_.assign(static_cast<std::size_t>(num_dst_ranks) + 1, 0);
+    p.dst_rank_.resize(static_cast<std::size_t>(n));
+    for (std::int64_t g = 0; g < n; ++g) {
+      const rank_t r = rank_of(g);
+      ORCHMLLM_REQUIRE(r >= 0 && r < num_dst_ranks, invalid_argument_error, "item ", g,
+                       " is sent to rank ", r, ", outside [0, ", num_dst_ranks, ")");
+      ++p.dst_offsets_[static_cast<std::size_t>(r) + 1];
+      p.dst_rank_[static_cast<std::size_t>(g)] = r;
+    }
+    for (std::size_t r = 1; r < p.dst_offsets_.size(); ++r)
+      p.dst_offsets_[r] += p.dst_offsets_[r - 1];
+    return p;
+  }
   static void check_offsets(std::span<const std::int64_t> offsets, const char* which) {
     ORCHMLLM_REQUIRE(!offsets.empty() && offsets.front() == 0, invalid_argument_error, which,
                      " offsets must start at 0");
@@ -317,7 +314,6 @@ inline rearrangement compose(const rearrangement& second, const rearrangement& f
   std::int64_t g = 0;
   for (; g + 2 <= plan.num_items(); g += 2) {
     items.add4(word(g, true), word(g, false), word(g + 1, true), word(g + 1, false));
-    items.count4();
   }
   for (; g < plan.num_items(); ++g) {
     items.add(word(g, true));

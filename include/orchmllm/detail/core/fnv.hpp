@@ -45,29 +45,23 @@ class word_digest {
   /// Feeds one word.
   void add(std::uint64_t w) noexcept {
     buf_[count_ & 3] = w;
-    if ((++count_ & 3) == 0) add4(buf_[0], buf_[1], buf_[2], buf_[3]);
+    if ((++count_ & 3) == 0) rounds(buf_[0], buf_[1], buf_[2], buf_[3]);
   }
-  /// Feeds four words (the fast path; only while no single words are pending).
+  /// Feeds four words (the fast path); the same as four `add`s. Requires no single words
+  /// pending (a multiple of four fed so far).
   void add4(std::uint64_t a, std::uint64_t b, std::uint64_t c, std::uint64_t d) noexcept {
-    acc_[0] = round(acc_[0], a);
-    acc_[1] = round(acc_[1], b);
-    acc_[2] = round(acc_[2], c);
-    acc_[3] = round(acc_[3], d);
+    rounds(a, b, c, d);
+    count_ += 4;
   }
   /// Feeds every value of `values`.
   void add_all(std::span<const std::int64_t> values) noexcept {
     std::size_t i = 0;
-    if ((count_ & 3) == 0) {
-      for (; i + 4 <= values.size(); i += 4) {
+    if ((count_ & 3) == 0)
+      for (; i + 4 <= values.size(); i += 4)
         add4(static_cast<std::uint64_t>(values[i]), static_cast<std::uint64_t>(values[i + 1]),
              static_cast<std::uint64_t>(values[i + 2]), static_cast<std::uint64_t>(values[i + 3]));
-        count_ += 4;
-      }
-    }
     for (; i < values.size(); ++i) add(static_cast<std::uint64_t>(values[i]));
   }
-  /// Counts words fed through `add4` directly (`add4` itself does not count them).
-  void count4() noexcept { count_ += 4; }
   /// The digest of every word fed, and how many.
   [[nodiscard]] std::uint64_t finish() const noexcept {
     std::uint64_t h = std::rotl(acc_[0], 1) + std::rotl(acc_[1], 7) + std::rotl(acc_[2], 12) +
@@ -94,6 +88,12 @@ class word_digest {
                                  p3 = 0x165667B19E3779F9ULL, p4 = 0x85EBCA77C2B2AE63ULL;
   static constexpr std::uint64_t round(std::uint64_t acc, std::uint64_t w) noexcept {
     return std::rotl(acc + w * p2, 31) * p1;
+  }
+  void rounds(std::uint64_t a, std::uint64_t b, std::uint64_t c, std::uint64_t d) noexcept {
+    acc_[0] = round(acc_[0], a);
+    acc_[1] = round(acc_[1], b);
+    acc_[2] = round(acc_[2], c);
+    acc_[3] = round(acc_[3], d);
   }
   std::uint64_t acc_[4] = {p1 + p2, p2, 0, 0 - p1};
   std::uint64_t buf_[4] = {};

@@ -26,11 +26,11 @@ namespace detail {
 
 // This rank's 3K + 1 routes (step_routes' order: K inputs, text, K outputs, K gradients),
 // built as soon as their plans exist so that they overlap the rest of the planning: the text
-// route on its own thread as soon as Π_M exists (`text`), each
-// input route on its stage's thread right after the stage (`input`), the output and gradient
-// routes on up to planning_threads() threads at the end (`finish`). Without `parallel`
-// everything runs on the calling thread, in order. The routes are the same either way; an
-// error is rethrown from `finish`, the first in step_routes' order.
+// route on its own thread as soon as Π_M exists (`text`), each input route on its stage's
+// thread right after the stage (`input`), the output and gradient routes on up to
+// planning_threads() threads at the end (`finish`). Without `parallel` everything runs on the
+// calling thread, in order. The routes are the same either way; an error is rethrown from
+// `finish`, the first in step_routes' order.
 class step_route_builder {
  public:
   step_route_builder(const stage_declarations& decl, const step_metadata& meta,
@@ -42,15 +42,19 @@ class step_route_builder {
   // put until `finish`. The byte products cannot overflow: plan_step's LLM layout checked each
   // of them ("text bytes of sample").
   void text(const rearrangement& llm) {
-    text_ = std::async(parallel_ ? std::launch::async : std::launch::deferred, [this, &llm] {
+    const auto build = [this, &llm] {
       run(kc_, [&] {
         std::vector<std::int64_t> bytes(meta_.text_tokens.size());
         for (std::size_t g = 0; g < bytes.size(); ++g)
           bytes[g] = meta_.text_tokens[g] * decl_.llm.text_row_bytes;
         return route::build(llm, bytes, topo_, me_, sched_);
       });
-    });
-    if (!parallel_) text_.get();
+    };
+    if (parallel_) {
+      text_ = std::async(std::launch::async, build);
+    } else {
+      build();
+    }
   }
 
   // Builds the input route of encoder k (Π_E_k over its units) here: plan_step calls it on the
@@ -59,7 +63,7 @@ class step_route_builder {
     run(k, [&] { return route::build(plan, units.explicit_bytes(), topo_, me_, sched_); });
   }
 
-  // Builds the output and gradient routes, waits for the inputs, returns all.
+  // Builds the output and gradient routes, waits for the text route, returns all.
   step_routes finish(const step_plan& plan) {
     // Encoder output bytes by sub-item, once per encoder. The products cannot overflow:
     // plan_step's LLM layout checked each of them ("encoder output bytes of sample").
