@@ -17,6 +17,7 @@
 #include <optional>
 #include <random>
 #include <sstream>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -28,6 +29,7 @@
 #include "orchmllm/detail/balance/kk.hpp"
 #include "orchmllm/detail/balance/lpt.hpp"
 #include "orchmllm/detail/balance/refine.hpp"
+#include "orchmllm/detail/core/order.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -330,6 +332,33 @@ TEST_CASE_TEMPLATE("kk_equal within p1 + S/d <= 2 OPT, equal counts, refinement 
   MESSAGE("kk_equal optimal on " << optimal << ", kk_equal+refine on " << refined_optimal
                                  << " of " << instances << "; worst kk_equal/OPT " << worst);
   CHECK(refined_optimal >= optimal);
+}
+
+TEST_CASE("canonical order: (cost desc, length desc, id asc), also for costs flat over lengths") {
+  // A step cost (flat over runs of lengths) makes equal-cost runs whose lengths are out of
+  // order; a strictly growing cost makes runs that are already ordered. Sizes on both sides of
+  // the radix sort's threshold (4096).
+  std::mt19937_64 rng(8080);
+  for (int rep = 0; rep < 24; ++rep) {
+    const std::int64_t n = rep % 3 == 0 ? uniform(rng, 5000, 9000) : uniform(rng, 0, 300);
+    const bool step = rep % 2 == 0;
+    const auto layout = random_layout(rng, 4, n, 64, false);
+    std::vector<std::int64_t> costs(static_cast<std::size_t>(n));
+    for (std::int64_t g = 0; g < n; ++g)
+      costs[static_cast<std::size_t>(g)] = step ? layout.length(g) / 8 : layout.length(g);
+    std::vector<std::int64_t> want(static_cast<std::size_t>(n));
+    std::iota(want.begin(), want.end(), std::int64_t{0});
+    std::sort(want.begin(), want.end(), [&](std::int64_t a, std::int64_t b) {
+      const auto ca = costs[static_cast<std::size_t>(a)], cb = costs[static_cast<std::size_t>(b)];
+      if (ca != cb) return ca > cb;
+      if (layout.length(a) != layout.length(b)) return layout.length(a) > layout.length(b);
+      return a < b;
+    });
+    INFO("rep = ", rep, ", n = ", n, ", step cost = ", step);
+    const auto got = detail::canonical_order<std::int64_t>(
+        layout, std::span<const std::int64_t>(costs), packed);
+    CHECK(got == want);
+  }
 }
 
 TEST_CASE("kk_equal on a hand-checked instance") {

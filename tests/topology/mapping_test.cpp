@@ -10,6 +10,7 @@
 //    optimum, a local optimum (no improving swap through the first critical node), node figures
 //    recomputed here;
 //  - auction: a full, consistent mapping within its bound (tolerance · U, or d) of transport;
+//  - the worst-node bound's selection (detail::sum_of_extreme) against a full sort;
 //  - determinism, names, and bad input.
 
 #include "orchmllm/topology/mapping.hpp"
@@ -28,6 +29,7 @@
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/detail/topology/hungarian.hpp"
+#include "orchmllm/detail/topology/mapping_problem.hpp"
 #include "orchmllm/topology/topology.hpp"
 #include "support/mapping_reference.hpp"
 #include "support/test_support.hpp"
@@ -229,6 +231,31 @@ TEST_CASE("auction: within tolerance · U of transport's inter-node bytes (d up 
         static_cast<std::int64_t>(mappers::auction::default_tolerance * static_cast<double>(keep)),
         d);
     CHECK(fast.inter_node_bytes <= exact.inter_node_bytes + slack);
+  }
+}
+
+TEST_CASE("worst-node bound: the sum of the k largest / smallest equals a full sort's") {
+  std::mt19937_64 rng(515);
+  std::vector<std::int64_t> scratch;
+  for (int rep = 0; rep < 400; ++rep) {
+    const auto n = static_cast<std::size_t>(rng() % 60);
+    // Few distinct values on odd reps: ties at the selection's edge.
+    const std::uint64_t spread = rep % 2 == 1 ? 4 : (std::uint64_t{1} << 40);
+    std::vector<std::int64_t> v(n);
+    for (auto& x : v) x = static_cast<std::int64_t>(rng() % spread);
+    auto up = v;
+    std::sort(up.begin(), up.end());
+    for (const std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{8},
+                                std::size_t{16}, std::size_t{17}, std::size_t{40}, n, n + 5}) {
+      INFO("rep = ", rep, ", n = ", n, ", k = ", k);
+      const auto kk = std::min(k, n);
+      const auto smallest = std::accumulate(up.begin(), up.begin() + static_cast<std::ptrdiff_t>(kk),
+                                            std::int64_t{0});
+      const auto largest = std::accumulate(up.end() - static_cast<std::ptrdiff_t>(kk), up.end(),
+                                           std::int64_t{0});
+      CHECK(detail::sum_of_extreme(v, k, scratch, false) == smallest);
+      CHECK(detail::sum_of_extreme(v, k, scratch, true) == largest);
+    }
   }
 }
 

@@ -109,16 +109,25 @@ struct refine_state {
     });
     v.insert(it, g);
   }
+  // The two ranks' nodes are re-keyed in place (extract, then insert the node back): no
+  // allocation per step.
   void set_loads(rank_t h, Cost new_h, rank_t l, Cost new_l) {
-    ranks.erase({load[static_cast<std::size_t>(h)], h});
-    ranks.erase({load[static_cast<std::size_t>(l)], l});
+    auto nh = ranks.extract({load[static_cast<std::size_t>(h)], h});
+    auto nl = ranks.extract({load[static_cast<std::size_t>(l)], l});
     load[static_cast<std::size_t>(h)] = new_h;
     load[static_cast<std::size_t>(l)] = new_l;
-    ranks.insert({new_h, h});
-    ranks.insert({new_l, l});
+    nh.value().first = new_h;
+    nl.value().first = new_l;
+    ranks.insert(std::move(nh));
+    ranks.insert(std::move(nl));
   }
+  // Sorted first, then appended at the end (amortised O(1) per rank instead of O(log d)).
   void index_ranks() {
-    for (rank_t r = 0; r < in.d; ++r) ranks.insert({load[static_cast<std::size_t>(r)], r});
+    std::vector<std::pair<Cost, rank_t>> sorted(static_cast<std::size_t>(in.d));
+    for (rank_t r = 0; r < in.d; ++r)
+      sorted[static_cast<std::size_t>(r)] = {load[static_cast<std::size_t>(r)], r};
+    std::sort(sorted.begin(), sorted.end(), by_load{});
+    for (const auto& e : sorted) ranks.insert(ranks.end(), e);
   }
   void write(std::vector<rank_t>& assignment) const {
     for (rank_t r = 0; r < in.d; ++r)

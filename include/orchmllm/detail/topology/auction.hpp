@@ -39,6 +39,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "orchmllm/detail/topology/sparse_profits.hpp"
@@ -81,8 +82,12 @@ inline std::vector<std::int32_t> solve_transport_auction(const sparse_profits& p
     slot_off[m + 1] = slot_off[m] + static_cast<std::size_t>(capacity[m]);
   std::vector<bid_of> slots(slot_off[nn]);
   std::vector<std::int32_t> held(nn, 0);
-  // λ_m, kept beside the heaps: a bin's scan reads one array instead of two (~15 % faster).
+  // λ_m, kept beside the heaps: a bin's scan reads one array instead of two (~15 % faster). A
+  // node without capacity gets the largest price, so every arc to it has a value below 0 and is
+  // never chosen: the scan needs no capacity test (profit − price cannot overflow, profit > 0).
   std::vector<i64> price(nn, 0);
+  for (std::size_t m = 0; m < nn; ++m)
+    if (capacity[m] == 0) price[m] = std::numeric_limits<i64>::max();
 
   std::vector<std::int32_t> node_of_bin(static_cast<std::size_t>(d), -1);
   std::vector<std::int32_t> queue;  // bins waiting to bid: queue[head ..), each at most once
@@ -100,7 +105,6 @@ inline std::vector<std::int32_t> solve_transport_auction(const sparse_profits& p
     std::int32_t m1 = -1;
     for (auto [k, end] = row(b); k < end; ++k) {
       const auto m = static_cast<std::size_t>(prof.arcs[k].node);
-      if (capacity[m] == 0) continue;
       const i64 v = prof.arcs[k].profit - price[m];
       if (v > v1) {
         v2 = v1;

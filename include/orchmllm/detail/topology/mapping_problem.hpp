@@ -111,6 +111,47 @@ struct mapping_problem {
 // of its column, so egress_m ≥ held_m − that sum; it receives G_m bins, each bringing
 // W_b − w[b][m], so ingress_m ≥ the G_m smallest of those over all bins; and the worst node
 // carries at least the average of the inter-node total. O(nnz log nnz + d log d + Σ_m G_m · N).
+// The sum of the k largest (`largest`) or smallest values of `v` (all of them when k ≥ its
+// size). A sum of integers, so it does not depend on how the values are selected: a sorted
+// buffer of k for the small k of a node's GPU count, a partial selection in `scratch`
+// otherwise. O(|v| · min(k, 16)) or O(|v|).
+inline std::int64_t sum_of_extreme(std::span<const std::int64_t> v, std::size_t k,
+                                   std::vector<std::int64_t>& scratch, bool largest) {
+  std::int64_t sum = 0;
+  if (k >= v.size()) {
+    for (const auto x : v) sum += x;
+    return sum;
+  }
+  if (k == 0) return 0;
+  constexpr std::size_t small = 16;
+  if (k <= small) {
+    // buf[0 .. k) holds the k best seen so far, best first; a value enters when it beats the
+    // last one.
+    std::int64_t buf[small];
+    const auto better = [largest](std::int64_t x, std::int64_t y) {
+      return largest ? x > y : x < y;
+    };
+    std::size_t held = 0;
+    for (const auto x : v) {
+      if (held == k && !better(x, buf[k - 1])) continue;
+      std::size_t i = held < k ? held++ : k - 1;
+      for (; i > 0 && better(x, buf[i - 1]); --i) buf[i] = buf[i - 1];
+      buf[i] = x;
+    }
+    for (std::size_t i = 0; i < k; ++i) sum += buf[i];
+    return sum;
+  }
+  scratch.assign(v.begin(), v.end());
+  const auto mid = scratch.begin() + static_cast<std::ptrdiff_t>(k);
+  if (largest) {
+    std::nth_element(scratch.begin(), mid, scratch.end(), std::greater<>{});
+  } else {
+    std::nth_element(scratch.begin(), mid, scratch.end());
+  }
+  for (auto it = scratch.begin(); it != mid; ++it) sum += *it;
+  return sum;
+}
+
 inline std::int64_t worst_node_lower_bound(const mapping_problem& p) {
   const auto nn = static_cast<std::size_t>(p.num_nodes());
   const auto d = static_cast<std::size_t>(p.num_bins());
@@ -146,13 +187,8 @@ inline std::int64_t worst_node_lower_bound(const mapping_problem& p) {
     const auto last = static_cast<std::size_t>(col_off[m + 1]);
     const auto g = static_cast<std::size_t>(p.capacity[m]);
     // Egress: the sum of the g largest w of the column (a partial selection: only the sum).
-    top.assign(col_w.begin() + static_cast<std::ptrdiff_t>(first),
-               col_w.begin() + static_cast<std::ptrdiff_t>(last));
-    const auto kt = std::min(g, top.size());
-    std::nth_element(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(kt), top.end(),
-                     std::greater<>{});
-    std::int64_t kept = 0;
-    for (std::size_t i = 0; i < kt; ++i) kept += top[i];
+    const std::int64_t kept = sum_of_extreme(
+        std::span<const std::int64_t>(col_w.data() + first, last - first), g, top, true);
     best = std::max(best, p.node_held[m] - kept);
     // Ingress: the g smallest of {W_b − w[b][m]}: column bins with their own value, and the g
     // smallest W_b among the other bins.
@@ -169,11 +205,7 @@ inline std::int64_t worst_node_lower_bound(const mapping_problem& p) {
         ++taken;
       }
     for (auto i = first; i < last; ++i) in_column[static_cast<std::size_t>(col_bin[i])] = 0;
-    const auto k = std::min(g, cand.size());
-    std::nth_element(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(k), cand.end());
-    std::int64_t in = 0;
-    for (std::size_t i = 0; i < k; ++i) in += cand[i];
-    best = std::max(best, in);
+    best = std::max(best, sum_of_extreme(cand, g, top, false));
   }
   return best;
 }
