@@ -708,10 +708,19 @@ TEST_CASE("plan_step rejects inconsistent inputs") {
   b2.sub_items.push_back(sub_item{.modality = 1, .parent = 0, .encoder_length = 9,
                                   .input_rows = 1, .llm_tokens = 1});
   const auto meta2 = orchmllm::make_step_metadata({b2, b2}, 2);
-  for (bool parallel : {true, false}) {
+  for (const auto& [parallel, routes_for] :
+       {std::pair{true, -1}, std::pair{false, -1}, std::pair{true, 1}, std::pair{false, 1}}) {
     CAPTURE(parallel);
+    CAPTURE(routes_for);
     orchmllm::plan_options po;
     po.parallel_stages = parallel;
+    po.routes_for = routes_for;
+    // Only the LLM fails: the encoders, planned and waiting for Π_M, stop without it.
+    auto llm_only = two;
+    llm_only.llm.options.limits.cap = capacity{capacity::measure::tokens, 3};
+    orchmllm::test::expect_error<infeasible_error>(
+        [&] { (void)orchmllm::plan_step(llm_only, meta2, topology::uniform(2, 0), po); },
+        {"stage 'llm'"});
     auto all = two;
     for (auto& e : all.encoders) e.options.limits.cap = capacity{capacity::measure::tokens, 3};
     all.llm.options.limits.cap = capacity{capacity::measure::tokens, 3};

@@ -202,52 +202,10 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
 
   out.layout_seconds = lap();
 
-  // Balance and map the K + 1 stages: independent, so the encoders run on their own threads
-  // while this one plans the LLM (each writes only its own plan and report). Errors are raised
-  // in the serial order (LLM, then encoders by index), so every rank and every machine reports
-  // the same one whatever the thread timing.
-  std::optional<detail::step_route_builder> routes;
-  if (options.routes_for >= 0)
-    routes.emplace(decl, meta, topo, options.routes_for, options.sched, options.parallel_stages);
-  std::vector<std::future<rearrangement>> encoder_plans;
-  encoder_plans.reserve(kc);
-  for (std::size_t k = 0; k < kc; ++k)
-    encoder_plans.push_back(std::async(
-        options.parallel_stages ? std::launch::async : std::launch::deferred, [&, k] {
-          auto plan = in_stage(decl.encoders[k].name, [&] {
-            const auto& split = decl.encoders[k].split;
-            return detail::plan_stage(decl.encoders[k], out.encoders[k].layout, topo,
-                                      out.stages[k], split ? &*split : nullptr,
-                                      &out.encoders[k].pieces);
-          });
-          // Π_E_k's route right away, on this thread, while the other stages are planned.
-          if (routes) routes->input(k, plan, out.encoders[k].units());
-          return plan;
-        }));
-  std::exception_ptr first_error;
-  try {
-    out.llm = in_stage(decl.llm.name, [&] {
-      return detail::plan_stage(decl.llm, out.llm_layout, topo, out.stages[kc]);
-    });
-    // The text route needs Π_M only: started now, on its own thread, beside the rest.
-    if (routes) routes->text(out.llm);
-  } catch (...) {
-    first_error = std::current_exception();
-  }
-  for (std::size_t k = 0; k < kc; ++k) {
-    try {
-      out.encoders[k].input = encoder_plans[k].get();
-    } catch (...) {
-      if (!first_error) first_error = std::current_exception();
-    }
-  }
-  if (first_error) std::rethrow_exception(first_error);
-  out.stages_seconds = lap();
-
-  // The encoders' compositions are independent (each writes only its own routes): on
-  // threads as the stages are.
-  const auto moff = out.llm.dst_offsets();
+  // Encoder k's plans after its stage, once Π_M exists: L_k, the composed route and the
+  // gradient route (each encoder writes only its own).
   const auto compose = [&](std::size_t k) {
+    const auto moff = out.llm.dst_offsets();
     const auto& mod = meta.modalities[k];
     auto& er = out.encoders[k];
 
@@ -326,10 +284,97 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     er.output = std::move(output).assemble();
     er.gradient = std::move(gradient).assemble();
   };
-  detail::run_indexed(kc, options.parallel_stages ? detail::planning_threads() : 1, compose);
-  out.compose_seconds = lap();
+
+  // Balance and map the K + 1 stages: independent, so the encoders run on their own threads
+  // while this one plans the LLM (each writes only its own plan and report). Each encoder's
+  // thread then goes on as far as its plans allow: its input route (on a thread of its own),
+  // then, once Π_M exists, its composition and its output and gradient routes; the text route
+  // gets its own thread once Π_M exists. So the threads whose stages finish early take the
+  // later work, and nothing waits for the slowest stage but that stage's own encoder. Errors
+  // are raised in the serial order (LLM, then encoders by index), so every rank and every
+  // machine reports the same one whatever the thread timing; the routes' errors after them,
+  // from `finish`. Without `parallel_stages` the same steps run on this thread, in order.
+  using clock = std::chrono::steady_clock;
+  std::optional<detail::step_route_builder> routes;
+  if (options.routes_for >= 0)
+    routes.emplace(decl, meta, topo, options.routes_for, options.sched, options.parallel_stages);
+  std::vector<clock::time_point> stage_end(kc + 1, phase), composed(kc, phase);
+  bool llm_ok = false;  // written before llm_ready is released, read after
+  std::promise<void> llm_promise;
+  const std::shared_future<void> llm_ready = llm_promise.get_future().share();
+  std::vector<std::future<void>> encoder_tasks;
+  encoder_tasks.reserve(kc);
+  // Declared after the tasks, so destroyed before them: whatever unwinds this scope releases
+  // the encoders waiting for Π_M before their futures wait for them.
+  struct release_on_exit {
+    std::promise<void>& p;
+    bool done = false;
+    void release() {
+      if (!std::exchange(done, true)) p.set_value();
+    }
+    ~release_on_exit() { release(); }
+  } llm_release{llm_promise};
+  for (std::size_t k = 0; k < kc; ++k)
+    encoder_tasks.push_back(std::async(
+        options.parallel_stages ? std::launch::async : std::launch::deferred, [&, k] {
+          auto& er = out.encoders[k];
+          er.input = in_stage(decl.encoders[k].name, [&] {
+            const auto& split = decl.encoders[k].split;
+            return detail::plan_stage(decl.encoders[k], er.layout, topo, out.stages[k],
+                                      split ? &*split : nullptr, &er.pieces);
+          });
+          stage_end[k] = clock::now();
+          std::future<void> input_route;
+          if (routes)
+            input_route = std::async(
+                options.parallel_stages ? std::launch::async : std::launch::deferred,
+                [&, k] { routes->input(k, er.input, er.units()); });
+          llm_ready.wait();
+          if (llm_ok) {
+            compose(k);
+            composed[k] = clock::now();
+            if (routes) routes->outputs(k, er);
+          }
+          if (input_route.valid()) input_route.get();
+        }));
+  std::exception_ptr first_error;
+  try {
+    out.llm = in_stage(decl.llm.name, [&] {
+      return detail::plan_stage(decl.llm, out.llm_layout, topo, out.stages[kc]);
+    });
+    stage_end[kc] = clock::now();
+    llm_ok = true;
+  } catch (...) {
+    first_error = std::current_exception();
+  }
+  llm_release.release();
+  // The text route needs Π_M only: on its own thread, beside the rest.
+  if (llm_ok && routes) {
+    try {
+      routes->text(out.llm);
+    } catch (...) {
+      first_error = std::current_exception();
+    }
+  }
+  for (std::size_t k = 0; k < kc; ++k) {
+    try {
+      encoder_tasks[k].get();
+    } catch (...) {
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+  if (first_error) std::rethrow_exception(first_error);
+  // The phases overlap: each runs from the end of the one before to the end of its last task.
+  const auto stages_done = *std::max_element(stage_end.begin(), stage_end.end());
+  const auto composed_done =
+      std::max(stages_done, kc ? *std::max_element(composed.begin(), composed.end()) : phase);
+  const auto seconds = [](clock::time_point a, clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  out.stages_seconds = seconds(phase, stages_done);
+  out.compose_seconds = seconds(stages_done, composed_done);
   if (routes) out.routes = routes->finish(out);
-  out.routes_seconds = lap();
+  out.routes_seconds = seconds(composed_done, clock::now());
   out.plan_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;

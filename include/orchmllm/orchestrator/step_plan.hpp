@@ -141,15 +141,15 @@ struct step_plan {
   std::vector<stage_report> stages;      ///< K encoder stages, then the LLM stage
   step_routes routes;  ///< this rank's routes when `plan_options::routes_for` asked for them
   double plan_seconds = 0;  ///< wall time of `plan_step` (not deterministic; a report only)
-  // Wall times of the phases around the stages (each stage's are in its report; with
-  // `parallel_stages` the stages overlap, so the phases need not add up to plan_seconds).
+  // Wall times of the phases around the stages (each stage's are in its report). With
+  // `parallel_stages` the work overlaps: an encoder composes and builds its routes as soon as
+  // its stage and Π_M are done, while slower stages still run. Each phase here runs from the
+  // end of the one before to the end of its last task, so they add up to about plan_seconds.
   double layout_seconds = 0;   ///< building the K + 1 layouts from the metadata
-  double stages_seconds = 0;   ///< balancing and mapping all stages (wall, threads included;
-                               ///< with `routes_for`, the text route overlaps it)
-  double compose_seconds = 0;  ///< lifts, composed routes and their inverses (the input routes
-                               ///< are built meanwhile)
-  double routes_seconds = 0;   ///< the rest of this rank's routes (`plan_options::routes_for`):
-                               ///< outputs, gradients, and waiting for the inputs
+  double stages_seconds = 0;   ///< until the last stage is balanced and mapped (with
+                               ///< `routes_for`, routes and compositions overlap it)
+  double compose_seconds = 0;  ///< then until the last lift, composed route and inverse
+  double routes_seconds = 0;   ///< then until this rank's last route (`plan_options::routes_for`)
 
   /// 3K + 1.
   [[nodiscard]] int alltoalls_per_step() const noexcept {

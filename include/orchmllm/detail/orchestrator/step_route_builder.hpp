@@ -26,17 +26,20 @@ namespace detail {
 
 // This rank's 3K + 1 routes (step_routes' order: K inputs, text, K outputs, K gradients),
 // built as soon as their plans exist so that they overlap the rest of the planning: the text
-// route on its own thread as soon as Π_M exists (`text`), each input route on its stage's
-// thread right after the stage (`input`), the output and gradient routes on up to
-// planning_threads() threads at the end (`finish`). Without `parallel` everything runs on the
-// calling thread, in order. The routes are the same either way; an error is rethrown from
-// `finish`, the first in step_routes' order.
+// route on its own thread as soon as Π_M exists (`text`), each input route as soon as its
+// stage is planned (`input`, called on a thread of its own by plan_step), and each encoder's
+// output and gradient routes as soon as its plans are composed (`outputs`, the two side by
+// side); `finish` builds the outputs of the encoders not done yet and waits for the text route.
+// Without `parallel` everything runs on the calling thread, in order. The routes are the same
+// either way (each call writes only its own slots); an error is rethrown from `finish`, the
+// first in step_routes' order.
 class step_route_builder {
  public:
   step_route_builder(const stage_declarations& decl, const step_metadata& meta,
                      const topology& topo, rank_t me, schedule sched, bool parallel)
       : decl_(decl), meta_(meta), topo_(topo), me_(me), sched_(sched), parallel_(parallel),
-        kc_(meta.modalities.size()), routes_(3 * kc_ + 1), errors_(3 * kc_ + 1) {}
+        kc_(meta.modalities.size()), routes_(3 * kc_ + 1), errors_(3 * kc_ + 1),
+        outputs_done_(kc_, 0) {}
 
   // Starts the text route (Π_M) on its own thread (here without `parallel`); `llm` must stay
   // put until `finish`. The byte products cannot overflow: plan_step's LLM layout checked each
@@ -57,49 +60,60 @@ class step_route_builder {
     }
   }
 
-  // Builds the input route of encoder k (Π_E_k over its units) here: plan_step calls it on the
-  // stage's own thread as soon as the stage is planned, while the other stages still are.
+  // Builds the input route of encoder k (Π_E_k over its units) here: plan_step calls it on a
+  // thread of its own as soon as the stage is planned, beside the composition and the other
+  // stages.
   void input(std::size_t k, const rearrangement& plan, const batch_layout& units) {
     run(k, [&] { return route::build(plan, units.explicit_bytes(), topo_, me_, sched_); });
   }
 
-  // Builds the output and gradient routes, waits for the text route, returns all.
-  step_routes finish(const step_plan& plan) {
-    // Encoder output bytes by sub-item, once per encoder. The products cannot overflow:
-    // plan_step's LLM layout checked each of them ("encoder output bytes of sample").
-    // With splitting, by piece: the LLM tokens of its segments (piece_sums).
-    std::vector<std::vector<std::int64_t>> origin(kc_);
-    for (std::size_t k = 0; k < kc_; ++k) {
-      const auto& mod = meta_.modalities[k];
-      std::vector<std::int64_t> tokens;
-      if (const auto& pieces = plan.encoders[k].pieces) {
-        std::vector<std::int64_t> per_segment;
-        per_segment.reserve(static_cast<std::size_t>(pieces->items().total_segments()));
-        for (std::size_t i = 0; i < mod.llm_tokens.size(); ++i) {
-          const std::int64_t s = mod.segments_of(static_cast<std::int64_t>(i));
-          per_segment.insert(per_segment.end(), static_cast<std::size_t>(s),
-                             mod.llm_tokens[i] / s);
-        }
-        tokens = pieces->piece_sums(per_segment);
+  // Builds encoder k's output and gradient routes from its composed plans (`er`: output,
+  // gradient, and the input and lift that carry the bytes), the two on their own threads with
+  // `parallel`. Encoder output bytes by sub-item; with splitting, by piece (the LLM tokens of
+  // its segments: piece_sums). The products cannot overflow: plan_step's LLM layout checked
+  // each of them ("encoder output bytes of sample").
+  void outputs(std::size_t k, const encoder_routes& er) {
+    const auto& mod = meta_.modalities[k];
+    std::vector<std::int64_t> tokens;
+    if (const auto& pieces = er.pieces) {
+      std::vector<std::int64_t> per_segment;
+      per_segment.reserve(static_cast<std::size_t>(pieces->items().total_segments()));
+      for (std::size_t i = 0; i < mod.llm_tokens.size(); ++i) {
+        const std::int64_t s = mod.segments_of(static_cast<std::int64_t>(i));
+        per_segment.insert(per_segment.end(), static_cast<std::size_t>(s),
+                           mod.llm_tokens[i] / s);
       }
-      const auto& t = plan.encoders[k].pieces ? tokens : mod.llm_tokens;
-      origin[k].resize(t.size());
-      for (std::size_t i = 0; i < t.size(); ++i)
-        origin[k][i] = t[i] * decl_.encoders[k].output_row_bytes;
+      tokens = pieces->piece_sums(per_segment);
     }
-    detail::run_indexed(2 * kc_, parallel_ ? detail::planning_threads() : 1, [&](std::size_t t) {
-      const std::size_t k = t % kc_;
-      const bool output = t < kc_;
-      run(output ? kc_ + 1 + k : 2 * kc_ + 1 + k, [&] {
-        // The bytes carried along a plan (an item keeps its bytes): into Π_E_k's destination
-        // order for the output route, into Π_M's (the lift L_k) for the gradient route.
-        const auto& er = plan.encoders[k];
-        return output ? route::build(er.output, orchmllm::apply(er.input, origin[k]), topo_,
-                                     me_, sched_)
-                      : route::build(er.gradient, orchmllm::apply(er.lifted, origin[k]), topo_,
-                                     me_, sched_);
-      });
+    const auto& t = er.pieces ? tokens : mod.llm_tokens;
+    std::vector<std::int64_t> origin(t.size());
+    for (std::size_t i = 0; i < t.size(); ++i)
+      origin[i] = t[i] * decl_.encoders[k].output_row_bytes;
+    // The bytes carried along a plan (an item keeps its bytes): into Π_E_k's destination order
+    // for the output route, into Π_M's (the lift L_k) for the gradient route.
+    detail::run_indexed(2, parallel_ ? 2 : 1, [&](std::size_t which) {
+      if (which == 0) {
+        run(kc_ + 1 + k, [&] {
+          return route::build(er.output, orchmllm::apply(er.input, origin), topo_, me_, sched_);
+        });
+      } else {
+        run(2 * kc_ + 1 + k, [&] {
+          return route::build(er.gradient, orchmllm::apply(er.lifted, origin), topo_, me_,
+                              sched_);
+        });
+      }
     });
+    outputs_done_[k] = 1;
+  }
+
+  // Builds the output and gradient routes of the encoders `outputs` has not done, waits for the
+  // text route, returns all.
+  step_routes finish(const step_plan& plan) {
+    std::vector<std::size_t> pending;
+    for (std::size_t k = 0; k < kc_; ++k)
+      if (!outputs_done_[k]) pending.push_back(k);
+    detail::run_indexed(pending.size(), parallel_ ? detail::planning_threads() : 1,
+                        [&](std::size_t i) { outputs(pending[i], plan.encoders[pending[i]]); });
     if (text_.valid()) text_.get();
     for (auto& e : errors_)
       if (e) std::rethrow_exception(e);
@@ -128,6 +142,7 @@ class step_route_builder {
   std::size_t kc_;
   std::vector<route> routes_;
   std::vector<std::exception_ptr> errors_;
+  std::vector<char> outputs_done_;  // per encoder: `outputs` ran (each written by its caller)
   std::future<void> text_;  // the text route's task (`run` keeps its errors: get() never throws)
 };
 
