@@ -68,8 +68,8 @@ class step_route_builder {
   }
 
   // Builds encoder k's output and gradient routes from its composed plans (`er`: output,
-  // gradient, and the input and lift that carry the bytes), the two on their own threads with
-  // `parallel`. Encoder output bytes by sub-item; with splitting, by piece (the LLM tokens of
+  // gradient, and the input and lift that carry the bytes), side by side with `parallel` (one
+  // on this thread, one on a second). Encoder output bytes by sub-item; with splitting, by piece (the LLM tokens of
   // its segments: piece_sums). The products cannot overflow: plan_step's LLM layout checked
   // each of them ("encoder output bytes of sample").
   void outputs(std::size_t k, const encoder_routes& er) {

@@ -107,10 +107,6 @@ struct mapping_problem {
   }
 };
 
-// mapping_result::worst_node_bytes_lower_bound. Node m keeps at most the G_m largest w[b][m]
-// of its column, so egress_m ≥ held_m − that sum; it receives G_m bins, each bringing
-// W_b − w[b][m], so ingress_m ≥ the G_m smallest of those over all bins; and the worst node
-// carries at least the average of the inter-node total. O(nnz log nnz + d log d + Σ_m G_m · N).
 // The sum of the k largest (`largest`) or smallest values of `v` (all of them when k ≥ its
 // size). A sum of integers, so it does not depend on how the values are selected: a sorted
 // buffer of k for the small k of a node's GPU count, a partial selection in `scratch`
@@ -152,6 +148,10 @@ inline std::int64_t sum_of_extreme(std::span<const std::int64_t> v, std::size_t 
   return sum;
 }
 
+// mapping_result::worst_node_bytes_lower_bound. Node m keeps at most the G_m largest w[b][m]
+// of its column, so egress_m ≥ held_m − that sum; it receives G_m bins, each bringing
+// W_b − w[b][m], so ingress_m ≥ the G_m smallest of those over all bins; and the worst node
+// carries at least the average of the inter-node total. O(nnz log nnz + d log d + Σ_m G_m · N).
 inline std::int64_t worst_node_lower_bound(const mapping_problem& p) {
   const auto nn = static_cast<std::size_t>(p.num_nodes());
   const auto d = static_cast<std::size_t>(p.num_bins());
