@@ -708,8 +708,10 @@ TEST_CASE("plan_step rejects inconsistent inputs") {
   b2.sub_items.push_back(sub_item{.modality = 1, .parent = 0, .encoder_length = 9,
                                   .input_rows = 1, .llm_tokens = 1});
   const auto meta2 = orchmllm::make_step_metadata({b2, b2}, 2);
-  for (const auto& [parallel, routes_for] :
+  for (const auto& mode :
        {std::pair{true, -1}, std::pair{false, -1}, std::pair{true, 1}, std::pair{false, 1}}) {
+    const bool parallel = mode.first;
+    const int routes_for = mode.second;
     CAPTURE(parallel);
     CAPTURE(routes_for);
     orchmllm::plan_options po;
