@@ -375,6 +375,37 @@ TEST_CASE("kk_equal on a hand-checked instance") {
   CHECK(refined.proven_optimal);
 }
 
+// The same step cost computed in three types: kk's merges order joined subsets by a radix sort
+// for int64 and double sums from 4096 ranks on, by comparison for long double.
+struct step_cost_i64 {
+  std::int64_t operator()(std::int64_t l) const { return l / 3; }
+};
+struct step_cost_double {
+  double operator()(std::int64_t l) const { return static_cast<double>(l / 3); }
+};
+struct step_cost_long_double {
+  long double operator()(std::int64_t l) const { return static_cast<long double>(l / 3); }
+};
+
+TEST_CASE("kk: the radix order of joined subsets (d >= 4096) equals the comparison order") {
+  std::mt19937_64 rng(0x5eed00a1);
+  const int reps = sanitized ? 2 : 6;
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto d = static_cast<rank_t>(uniform(rng, 4096, 5200));
+    const std::int64_t n = uniform(rng, 1, 4) * d + uniform(rng, 0, d - 1);
+    const auto layout = random_layout(rng, d, n, 60, false);  // small lengths: many equal sums
+    const bool complete = false;
+    INFO("rep = ", rep, ", d = ", d, ", n = ", n);
+    const prepared<step_cost_i64> pi(layout, step_cost_i64{}, packed, {});
+    const prepared<step_cost_double> pd(layout, step_cost_double{}, packed, {});
+    const prepared<step_cost_long_double> pl(layout, step_cost_long_double{}, packed, {});
+    const auto by_comparison = detail::karmarkar_karp(pl.in, complete);
+    REQUIRE(by_comparison);
+    CHECK(detail::karmarkar_karp(pi.in, complete) == by_comparison);
+    CHECK(detail::karmarkar_karp(pd.in, complete) == by_comparison);
+  }
+}
+
 TEST_CASE("kk_equal satisfies the equal-count constraint by construction") {
   std::mt19937_64 rng(0x5eed0004);
   for (int iter = 0; iter < 300; ++iter) {

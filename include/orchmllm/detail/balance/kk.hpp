@@ -35,10 +35,13 @@
 #include <cstdint>
 #include <numeric>
 #include <optional>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/detail/balance/common.hpp"
+#include "orchmllm/detail/core/order.hpp"
 
 namespace orchmllm::detail {
 
@@ -87,6 +90,8 @@ std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in,
   std::vector<Cost> js(d);
   std::vector<std::int64_t> jh(d), jt(d);
   std::vector<std::size_t> perm(d);
+  const bool radix = !std::is_same_v<Cost, long double> && d >= 4096;
+  std::vector<std::pair<std::uint64_t, std::int64_t>> keyed(radix ? d : 0);
   while (heap.size() > 1) {
     std::pop_heap(heap.begin(), heap.end(), less);
     const node a = heap.back();
@@ -110,9 +115,19 @@ std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in,
         }
       }
     }
-    std::iota(perm.begin(), perm.end(), std::size_t{0});
-    std::sort(perm.begin(), perm.end(),
-              [&](std::size_t p, std::size_t q) { return js[p] != js[q] ? js[p] > js[q] : p < q; });
+    // (sum descending, position ascending): for many ranks by the stable radix sort of the
+    // sums' order keys (the same order: sums are >= 0 and, but for long double, keyed exactly),
+    // else by comparison.
+    if (radix) {
+      for (std::size_t i = 0; i < d; ++i) keyed[i] = {order_key(js[i]), static_cast<std::int64_t>(i)};
+      sort_keys_descending(keyed);
+      for (std::size_t i = 0; i < d; ++i) perm[i] = static_cast<std::size_t>(keyed[i].second);
+    } else {
+      std::iota(perm.begin(), perm.end(), std::size_t{0});
+      std::sort(perm.begin(), perm.end(), [&](std::size_t p, std::size_t q) {
+        return js[p] != js[q] ? js[p] > js[q] : p < q;
+      });
+    }
     for (std::size_t i = 0; i < d; ++i) {
       sum[A + i] = js[perm[i]];
       head[A + i] = jh[perm[i]];
