@@ -249,10 +249,9 @@ TEST_CASE("worst-node bound: the sum of the k largest / smallest equals a full s
                                 std::size_t{16}, std::size_t{17}, std::size_t{40}, n, n + 5}) {
       INFO("rep = ", rep, ", n = ", n, ", k = ", k);
       const auto kk = std::min(k, n);
-      const auto smallest = std::accumulate(up.begin(), up.begin() + static_cast<std::ptrdiff_t>(kk),
-                                            std::int64_t{0});
-      const auto largest = std::accumulate(up.end() - static_cast<std::ptrdiff_t>(kk), up.end(),
-                                           std::int64_t{0});
+      const auto cut = static_cast<std::ptrdiff_t>(kk);
+      const auto smallest = std::accumulate(up.begin(), up.begin() + cut, std::int64_t{0});
+      const auto largest = std::accumulate(up.end() - cut, up.end(), std::int64_t{0});
       CHECK(detail::sum_of_extreme(v, k, scratch, false) == smallest);
       CHECK(detail::sum_of_extreme(v, k, scratch, true) == largest);
     }

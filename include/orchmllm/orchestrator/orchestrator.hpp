@@ -101,7 +101,6 @@
 #if !ORCHMLLM_USE_COMPILED
 #include <future>  // plan_step's body (compiled mode: in the library)
 
-#include "orchmllm/detail/core/parallel.hpp"  // its route building, likewise
 #include "orchmllm/detail/orchestrator/step_route_builder.hpp"
 #endif
 

@@ -119,7 +119,8 @@ std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in,
     // sums' order keys (the same order: sums are >= 0 and, but for long double, keyed exactly),
     // else by comparison.
     if (radix) {
-      for (std::size_t i = 0; i < d; ++i) keyed[i] = {order_key(js[i]), static_cast<std::int64_t>(i)};
+      for (std::size_t i = 0; i < d; ++i)
+        keyed[i] = {order_key(js[i]), static_cast<std::int64_t>(i)};
       sort_keys_descending(keyed);
       for (std::size_t i = 0; i < d; ++i) perm[i] = static_cast<std::size_t>(keyed[i].second);
     } else {

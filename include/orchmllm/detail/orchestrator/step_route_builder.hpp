@@ -69,9 +69,9 @@ class step_route_builder {
 
   // Builds encoder k's output and gradient routes from its composed plans (`er`: output,
   // gradient, and the input and lift that carry the bytes), side by side with `parallel` (one
-  // on this thread, one on a second). Encoder output bytes by sub-item; with splitting, by piece (the LLM tokens of
-  // its segments: piece_sums). The products cannot overflow: plan_step's LLM layout checked
-  // each of them ("encoder output bytes of sample").
+  // on this thread, one on a second). Encoder output bytes by sub-item; with splitting, by
+  // piece (the LLM tokens of its segments: piece_sums). The products cannot overflow:
+  // plan_step's LLM layout checked each of them ("encoder output bytes of sample").
   void outputs(std::size_t k, const encoder_routes& er) {
     const auto& mod = meta_.modalities[k];
     std::vector<std::int64_t> tokens;

@@ -181,14 +181,14 @@ inline std::int64_t worst_node_lower_bound(const mapping_problem& p) {
   std::vector<char> in_column(d, 0);
   const auto nodes = static_cast<std::int64_t>(nn);  // ⌈bound / nodes⌉, no bound + nodes − 1
   std::int64_t best = p.lower_bound / nodes + (p.lower_bound % nodes != 0 ? 1 : 0);
-  std::vector<std::int64_t> top, cand;
+  std::vector<std::int64_t> cand, scratch;  // scratch: sum_of_extreme's selections
   for (std::size_t m = 0; m < nn; ++m) {
     const auto first = static_cast<std::size_t>(col_off[m]);
     const auto last = static_cast<std::size_t>(col_off[m + 1]);
     const auto g = static_cast<std::size_t>(p.capacity[m]);
     // Egress: the sum of the g largest w of the column (a partial selection: only the sum).
     const std::int64_t kept = sum_of_extreme(
-        std::span<const std::int64_t>(col_w.data() + first, last - first), g, top, true);
+        std::span<const std::int64_t>(col_w.data() + first, last - first), g, scratch, true);
     best = std::max(best, p.node_held[m] - kept);
     // Ingress: the g smallest of {W_b − w[b][m]}: column bins with their own value, and the g
     // smallest W_b among the other bins.
@@ -205,7 +205,7 @@ inline std::int64_t worst_node_lower_bound(const mapping_problem& p) {
         ++taken;
       }
     for (auto i = first; i < last; ++i) in_column[static_cast<std::size_t>(col_bin[i])] = 0;
-    best = std::max(best, sum_of_extreme(cand, g, top, false));
+    best = std::max(best, sum_of_extreme(cand, g, scratch, false));
   }
   return best;
 }
