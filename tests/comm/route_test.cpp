@@ -21,6 +21,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -939,6 +940,58 @@ double reference_prediction(const orchmllm::detail::item_paths& p,
   return total;
 }
 
+// Node-wise paths as route.hpp's file comment states them, written the obvious way: the items
+// that change node in one sort by (source node, destination node, source local rank,
+// destination id), each node pair's bytes split evenly over its rails in that order. The
+// library buckets and sorts in pieces (or not at all on nodes of consecutive ranks): it must
+// give the same paths.
+std::vector<rank_t> reference_node_wise(const rearrangement& plan,
+                                        std::span<const std::int64_t> bytes, const topology& topo,
+                                        std::span<const rank_t> src) {
+  const auto n = static_cast<std::size_t>(plan.num_items());
+  std::vector<rank_t> at(4 * n);
+  std::vector<std::array<std::int64_t, 5>> remote;  // ns, nt, ls, id, g
+  for (std::size_t g = 0; g < n; ++g) {
+    const rank_t s = src[g], t = plan.dst_ranks()[g];
+    at[4 * g] = s;
+    at[4 * g + 3] = t;
+    if (topo.same_node(s, t)) {
+      at[4 * g + 1] = at[4 * g + 2] = t;
+    } else {
+      remote.push_back({topo.node_of(s), topo.node_of(t), topo.local_rank(s),
+                        plan.destination_id(static_cast<std::int64_t>(g)),
+                        static_cast<std::int64_t>(g)});
+    }
+  }
+  std::sort(remote.begin(), remote.end());
+  for (std::size_t i = 0; i < remote.size();) {
+    std::size_t j = i;
+    std::int64_t total = 0;
+    for (; j < remote.size() && remote[j][0] == remote[i][0] && remote[j][1] == remote[i][1]; ++j)
+      total += bytes[static_cast<std::size_t>(remote[j][4])];
+    const auto ns = static_cast<rank_t>(remote[i][0]), nt = static_cast<rank_t>(remote[i][1]);
+    const rank_t rails = std::min(topo.node_size(ns), topo.node_size(nt));
+    std::int64_t cum = 0;
+    for (std::size_t k = i; k < j; ++k) {
+      const auto g = static_cast<std::size_t>(remote[k][4]);
+      rank_t rail;
+      if (total > 0) {
+        const double mid = (static_cast<double>(cum) + 0.5 * static_cast<double>(bytes[g])) /
+                           static_cast<double>(total);
+        rail = static_cast<rank_t>(std::min<double>(rails - 1, std::floor(mid * rails)));
+      } else {
+        rail = static_cast<rank_t>(static_cast<std::int64_t>(k - i) * rails /
+                                   static_cast<std::int64_t>(j - i));
+      }
+      cum += bytes[g];
+      at[4 * g + 1] = topo.rank_at(ns, rail);
+      at[4 * g + 2] = topo.rank_at(nt, rail);
+    }
+    i = j;
+  }
+  return at;
+}
+
 }  // namespace
 
 TEST_CASE("route: the time model gives the reference's exact doubles on random plans") {
@@ -954,4 +1007,39 @@ TEST_CASE("route: the time model gives the reference's exact doubles on random p
     CHECK(orchmllm::detail::predict_seconds(nw, c.bytes, c.topo) ==
           reference_prediction(nw, c.bytes, c.topo));
   }
+}
+
+TEST_CASE("route: node-wise paths and the time model are the reference's on larger groups") {
+  std::mt19937_64 rng(2718);
+  int contiguous = 0, scattered = 0;
+  for (int it = 0; it < 400; ++it) {
+    auto c = make_random_case(rng, it);
+    // Every other case on larger groups, so that node pairs carry runs of several items.
+    if (it % 2 == 1) {
+      const auto d = static_cast<rank_t>(uniform(rng, 16, 64));
+      const auto g = static_cast<rank_t>(uniform(rng, 2, 8));
+      c.topo = uniform(rng, 0, 1) == 0
+                   ? topology::uniform(d, g)
+                   : topology(orchmllm::test::random_node_map(rng, d, (d + g - 1) / g));
+      const auto off = orchmllm::test::random_offsets(rng, d, uniform(rng, 0, 12 * d));
+      c.plan = orchmllm::test::random_rearrangement(rng, off, d, uniform(rng, 0, 1) == 1, 0);
+      c.bytes.clear();
+      for (std::int64_t x = 0; x < c.plan.num_items(); ++x)
+        c.bytes.push_back(uniform(rng, 0, 4) == 0 ? 0 : uniform(rng, 1, 500));
+    }
+    INFO(c.what);
+    const auto map = c.topo.node_map();
+    (std::is_sorted(map.begin(), map.end()) ? contiguous : scattered) += 1;
+    const auto src = orchmllm::detail::source_ranks(c.plan);
+    const auto nw = orchmllm::detail::node_wise_paths(c.plan, c.bytes, c.topo, src);
+    CHECK(nw.at == reference_node_wise(c.plan, c.bytes, c.topo, src));
+    // And the time model's exact doubles on these larger groups (many receivers per sender).
+    const auto direct = orchmllm::detail::direct_paths(c.plan, src);
+    CHECK(orchmllm::detail::predict_seconds(direct, c.bytes, c.topo) ==
+          reference_prediction(direct, c.bytes, c.topo));
+    CHECK(orchmllm::detail::predict_seconds(nw, c.bytes, c.topo) ==
+          reference_prediction(nw, c.bytes, c.topo));
+  }
+  CHECK(contiguous > 100);
+  CHECK(scattered > 50);
 }

@@ -66,6 +66,14 @@ inline item_paths direct_paths(const rearrangement& plan, std::span<const rank_t
   return p;
 }
 
+// Whether every node's ranks are consecutive (node_of never decreases with the rank; nodes are
+// numbered in order of their lowest rank): then a destination id's node never decreases with
+// the id, and a sender's receivers below, on and above its node come in that order. O(d).
+inline bool nodes_contiguous(const topology& topo) noexcept {
+  const auto m = topo.node_map();
+  return std::is_sorted(m.begin(), m.end());
+}
+
 // Node-wise paths [s, rail in source node, same rail in destination node, t]; see route.hpp's
 // file comment. Rails split each node pair's bytes evenly, walking its items in (source local
 // rank, destination id) order.
@@ -76,10 +84,13 @@ inline item_paths node_wise_paths(const rearrangement& plan, std::span<const std
   const auto n = static_cast<std::size_t>(plan.num_items());
   p.at.resize(4 * n);
   // Items that change node, with their sort key (source node, destination node, source local
-  // rank, destination id) computed once: the sort compares contiguous integers instead of
-  // looking the topology up per comparison. Bucketed by source node (a counting sort, items in
-  // id order within a bucket), then each node's bucket sorted on the rest: N small sorts
-  // instead of one of every remote item (keys are distinct: the same order).
+  // rank, destination id) computed once, bucketed by source node (a counting sort). Keys are
+  // distinct, so any way of sorting gives the same order:
+  //  - nodes of consecutive ranks: each bucket is filled in destination-id order (walking the
+  //    destinations), so its destination nodes come in runs of increasing node, and only each
+  //    run (usually a few items) is sorted on (source local rank, id): O(n + d) and small sorts;
+  //  - otherwise: each bucket filled in item order and sorted on (destination node, source
+  //    local rank, id): N sorts of a node's items.
   struct remote_item {
     rank_t ns, nt, ls;
     std::int64_t id, g;
@@ -99,26 +110,52 @@ inline item_paths node_wise_paths(const rearrangement& plan, std::span<const std
   }
   for (std::size_t m = 0; m < nodes; ++m) start[m + 1] += start[m];
   std::vector<remote_item> remote(start[nodes]);
+  const bool contiguous = nodes_contiguous(topo);
   {
     std::vector<std::size_t> at(start.begin(), start.end() - 1);
-    for (std::size_t g = 0; g < n; ++g) {
+    const auto put = [&](std::int64_t id, std::size_t g, rank_t t) {
       const rank_t s = src[g];
-      const rank_t t = plan.dst_ranks()[g];
-      if (topo.same_node(s, t)) continue;
-      const auto gi = static_cast<std::int64_t>(g);
+      if (topo.same_node(s, t)) return;
       const rank_t ns = topo.node_of(s);
-      remote[at[static_cast<std::size_t>(ns)]++] = {ns, topo.node_of(t), topo.local_rank(s),
-                                                    plan.destination_id(gi), gi};
+      remote[at[static_cast<std::size_t>(ns)]++] = {ns, topo.node_of(t), topo.local_rank(s), id,
+                                                    static_cast<std::int64_t>(g)};
+    };
+    if (contiguous) {
+      const auto doff = plan.dst_offsets();
+      for (rank_t t = 0; t < plan.num_dst_ranks(); ++t)
+        for (auto h = doff[static_cast<std::size_t>(t)]; h < doff[static_cast<std::size_t>(t) + 1];
+             ++h)
+          put(h, static_cast<std::size_t>(plan.source_of(h)), t);
+    } else {
+      for (std::size_t g = 0; g < n; ++g)
+        put(plan.destination_id(static_cast<std::int64_t>(g)), g, plan.dst_ranks()[g]);
     }
   }
-  for (std::size_t m = 0; m < nodes; ++m)
-    std::sort(remote.begin() + static_cast<std::ptrdiff_t>(start[m]),
-              remote.begin() + static_cast<std::ptrdiff_t>(start[m + 1]),
-              [](const remote_item& a, const remote_item& b) {
-                if (a.nt != b.nt) return a.nt < b.nt;
-                if (a.ls != b.ls) return a.ls < b.ls;
-                return a.id < b.id;
-              });
+  if (contiguous) {
+    // Runs of one (source node, destination node), each in id order: sort on (local rank, id).
+    for (std::size_t i = 0; i < remote.size();) {
+      std::size_t j = i + 1;
+      while (j < remote.size() && remote[j].ns == remote[i].ns && remote[j].nt == remote[i].nt)
+        ++j;
+      if (j - i > 1)
+        std::sort(remote.begin() + static_cast<std::ptrdiff_t>(i),
+                  remote.begin() + static_cast<std::ptrdiff_t>(j),
+                  [](const remote_item& a, const remote_item& b) {
+                    if (a.ls != b.ls) return a.ls < b.ls;
+                    return a.id < b.id;
+                  });
+      i = j;
+    }
+  } else {
+    for (std::size_t m = 0; m < nodes; ++m)
+      std::sort(remote.begin() + static_cast<std::ptrdiff_t>(start[m]),
+                remote.begin() + static_cast<std::ptrdiff_t>(start[m + 1]),
+                [](const remote_item& a, const remote_item& b) {
+                  if (a.nt != b.nt) return a.nt < b.nt;
+                  if (a.ls != b.ls) return a.ls < b.ls;
+                  return a.id < b.id;
+                });
+  }
   for (std::size_t i = 0; i < remote.size();) {
     const rank_t ns = remote[i].ns;
     const rank_t nt = remote[i].nt;
@@ -175,9 +212,10 @@ inline item_paths drop_idle_hops(item_paths p, std::int64_t n) {
 // Time model of a set of paths (see route.hpp's file comment). Per hop, the bandwidth terms are
 // added in item order and the latency terms in increasing (sender, receiver) order, so the
 // floating-point sums (and with them `automatic`'s choice) are the same on every rank and
-// platform. O(hops · (n + d) + Σ distinct receivers of a sender · log of their count): the
-// moving items are bucketed by sender (a counting sort), each sender's distinct receivers
-// marked in a d-sized table and sorted.
+// platform. O(hops · (n + d)) with nodes of consecutive ranks, plus Σ distinct receivers of a
+// sender · log of their count otherwise: the moving items are bucketed by sender (a counting
+// sort), each sender's distinct receivers marked in a d-sized table (and sorted when nodes are
+// not consecutive ranks).
 inline double predict_seconds(const item_paths& p, std::span<const std::int64_t> bytes,
                               const topology& topo) {
   const auto d = static_cast<std::size_t>(topo.num_ranks());
@@ -188,15 +226,36 @@ inline double predict_seconds(const item_paths& p, std::span<const std::int64_t>
   std::vector<std::int64_t> first(d + 1), by_sender;
   std::vector<char> seen(d, 0);
   std::vector<rank_t> peers;
+  const bool contiguous = nodes_contiguous(topo);
   // Sender a's latency terms: its distinct receivers (collected in `peers`), in increasing order.
+  // Each receiver's own sum gets one term per sender, in increasing sender order whatever the
+  // order within a sender. With nodes of consecutive ranks, the sender's sum in increasing
+  // receiver order is its receivers below its node (inter), on it (intra), then above it
+  // (inter): counted, not sorted, the same sequence of additions.
   const auto flush = [&](std::size_t a) {
-    std::sort(peers.begin(), peers.end());
-    for (const rank_t b : peers) {
-      seen[static_cast<std::size_t>(b)] = 0;
-      const double lat =
-          topo.same_node(static_cast<rank_t>(a), b) ? L.intra_latency : L.inter_latency;
-      send_t[a] += lat;
-      recv_t[static_cast<std::size_t>(b)] += lat;
+    const rank_t node = topo.node_of(static_cast<rank_t>(a));
+    if (contiguous) {
+      std::int64_t below = 0, same = 0;
+      for (const rank_t b : peers) {
+        seen[static_cast<std::size_t>(b)] = 0;
+        const rank_t nb = topo.node_of(b);
+        const double lat = nb == node ? L.intra_latency : L.inter_latency;
+        recv_t[static_cast<std::size_t>(b)] += lat;
+        below += nb < node ? 1 : 0;
+        same += nb == node ? 1 : 0;
+      }
+      const auto above = static_cast<std::int64_t>(peers.size()) - below - same;
+      for (std::int64_t i = 0; i < below; ++i) send_t[a] += L.inter_latency;
+      for (std::int64_t i = 0; i < same; ++i) send_t[a] += L.intra_latency;
+      for (std::int64_t i = 0; i < above; ++i) send_t[a] += L.inter_latency;
+    } else {
+      std::sort(peers.begin(), peers.end());
+      for (const rank_t b : peers) {
+        seen[static_cast<std::size_t>(b)] = 0;
+        const double lat = topo.node_of(b) == node ? L.intra_latency : L.inter_latency;
+        send_t[a] += lat;
+        recv_t[static_cast<std::size_t>(b)] += lat;
+      }
     }
     peers.clear();
   };
