@@ -25,9 +25,11 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "orchmllm/core/error.hpp"
@@ -992,6 +994,31 @@ std::vector<rank_t> reference_node_wise(const rearrangement& plan,
   return at;
 }
 
+// A hop's group figures the obvious way: every rank's send and receive bytes, every rank's
+// items (all of them, staying ones included) and every (sender, receiver) block, self blocks
+// included.
+orchmllm::agreed_exchange reference_group(const orchmllm::detail::item_paths& p,
+                                          std::span<const std::int64_t> bytes, int k, rank_t d) {
+  const auto ud = static_cast<std::size_t>(d);
+  std::vector<std::int64_t> send(ud, 0), recv(ud, 0), items(ud, 0);
+  std::map<std::pair<rank_t, rank_t>, std::int64_t> block;
+  for (std::size_t g = 0; g < bytes.size(); ++g) {
+    const rank_t a = p.where(static_cast<std::int64_t>(g), k - 1);
+    const rank_t b = p.where(static_cast<std::int64_t>(g), k);
+    send[static_cast<std::size_t>(a)] += bytes[g];
+    recv[static_cast<std::size_t>(b)] += bytes[g];
+    ++items[static_cast<std::size_t>(a)];
+    block[{a, b}] += bytes[g];
+  }
+  orchmllm::agreed_exchange x;
+  for (std::size_t r = 0; r < ud; ++r) {
+    x.max_buffer = std::max({x.max_buffer, send[r], recv[r]});
+    x.max_items = std::max(x.max_items, items[r]);
+  }
+  for (const auto& [pair, b] : block) x.max_block = std::max(x.max_block, b);
+  return x;
+}
+
 }  // namespace
 
 TEST_CASE("route: the time model gives the reference's exact doubles on random plans") {
@@ -1009,7 +1036,7 @@ TEST_CASE("route: the time model gives the reference's exact doubles on random p
   }
 }
 
-TEST_CASE("route: node-wise paths and the time model are the reference's on larger groups") {
+TEST_CASE("route: node-wise paths, the time model and hop figures are the reference's on larger groups") {
   std::mt19937_64 rng(2718);
   int contiguous = 0, scattered = 0;
   for (int it = 0; it < 400; ++it) {
@@ -1039,6 +1066,16 @@ TEST_CASE("route: node-wise paths and the time model are the reference's on larg
           reference_prediction(direct, c.bytes, c.topo));
     CHECK(orchmllm::detail::predict_seconds(nw, c.bytes, c.topo) ==
           reference_prediction(nw, c.bytes, c.topo));
+    // And every hop's group figures.
+    for (const auto* paths : {&direct, &nw})
+      for (int k = 1; k <= paths->hops; ++k) {
+        const auto got = orchmllm::detail::hop_group_figures(*paths, c.bytes, k,
+                                                             c.topo.num_ranks());
+        const auto want = reference_group(*paths, c.bytes, k, c.topo.num_ranks());
+        CHECK(got.max_block == want.max_block);
+        CHECK(got.max_buffer == want.max_buffer);
+        CHECK(got.max_items == want.max_items);
+      }
   }
   CHECK(contiguous > 100);
   CHECK(scattered > 50);

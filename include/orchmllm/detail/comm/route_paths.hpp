@@ -223,7 +223,8 @@ inline double predict_seconds(const item_paths& p, std::span<const std::int64_t>
   const auto& L = topo.links;
   double total = 0;
   std::vector<double> send_t(d), recv_t(d);
-  std::vector<std::int64_t> first(d + 1), by_sender;
+  std::vector<std::int64_t> first(d + 1);
+  std::vector<rank_t> by_sender;  // the receivers of the moving items, bucketed by sender
   std::vector<char> seen(d, 0);
   std::vector<rank_t> peers;
   const bool contiguous = nodes_contiguous(topo);
@@ -305,12 +306,12 @@ inline double predict_seconds(const item_paths& p, std::span<const std::int64_t>
         for (std::int64_t g = 0; g < n; ++g) {
           const rank_t a = p.where(g, k - 1);
           if (a == p.where(g, k) || bytes[static_cast<std::size_t>(g)] == 0) continue;
-          by_sender[static_cast<std::size_t>(at[static_cast<std::size_t>(a)]++)] = g;
+          by_sender[static_cast<std::size_t>(at[static_cast<std::size_t>(a)]++)] = p.where(g, k);
         }
       }
       for (std::size_t a = 0; a < d; ++a) {
         for (auto i = first[a]; i < first[a + 1]; ++i)
-          peer(p.where(by_sender[static_cast<std::size_t>(i)], k));
+          peer(by_sender[static_cast<std::size_t>(i)]);
         flush(a);
       }
     }
@@ -341,20 +342,28 @@ inline agreed_exchange hop_group_figures(const item_paths& p, std::span<const st
     a.max_items = std::max(a.max_items, items[r + 1]);
     items[r + 1] += items[r];
   }
-  std::vector<std::int64_t> by_sender(n);
-  for (std::size_t g = 0; g < n; ++g)
-    by_sender[static_cast<std::size_t>(
-        items[static_cast<std::size_t>(p.where(static_cast<std::int64_t>(g), k - 1))]++)] =
-        static_cast<std::int64_t>(g);
+  // The items' (receiver, bytes), bucketed by sender: the walk below reads them in order.
+  struct sent {
+    rank_t to;
+    std::int64_t bytes;
+  };
+  std::vector<sent> by_sender(n);
+  {
+    std::vector<std::int64_t> at(items.begin(), items.end() - 1);
+    for (std::size_t g = 0; g < n; ++g) {
+      const auto gi = static_cast<std::int64_t>(g);
+      by_sender[static_cast<std::size_t>(at[static_cast<std::size_t>(p.where(gi, k - 1))]++)] = {
+          p.where(gi, k), bytes[g]};
+    }
+  }
   std::vector<std::int64_t> block(ud, 0);
   std::vector<rank_t> touched;
-  for (std::size_t i = 0; i < n;) {
-    const rank_t from = p.where(by_sender[i], k - 1);
+  for (std::size_t from = 0; from < ud; ++from) {
     touched.clear();
-    for (; i < n && p.where(by_sender[i], k - 1) == from; ++i) {
-      const auto to = p.where(by_sender[i], k);
-      if (block[static_cast<std::size_t>(to)] == 0) touched.push_back(to);
-      block[static_cast<std::size_t>(to)] += bytes[static_cast<std::size_t>(by_sender[i])];
+    for (auto i = items[from]; i < items[from + 1]; ++i) {
+      const auto& x = by_sender[static_cast<std::size_t>(i)];
+      if (block[static_cast<std::size_t>(x.to)] == 0) touched.push_back(x.to);
+      block[static_cast<std::size_t>(x.to)] += x.bytes;
     }
     for (const auto to : touched) {
       a.max_block = std::max(a.max_block, block[static_cast<std::size_t>(to)]);
