@@ -703,12 +703,15 @@ TEST_CASE("monotone queue with unsigned 64-bit costs and loads near 2^63") {
 namespace {
 
 // Textbook d-way largest differencing, written independently of detail/balance/kk.hpp: every
-// item a tuple (cost, 0, …, 0) of d subsets; merge the two tuples of largest spread (ties: the
-// earlier created), joining the first's i-th heaviest subset with the second's i-th lightest,
-// re-sorted by sum descending (ties: position in the join). Items start in canonical order.
+// item a tuple (cost, 0, …, 0) of d subsets (`chunk` = 1, the complete method), or every `chunk`
+// = d consecutive items of the canonical order one tuple, one item per subset, the last padded
+// with empty subsets (the equal-count method); merge the two tuples of largest spread (ties:
+// the earlier created), joining the first's i-th heaviest subset with the second's i-th
+// lightest, re-sorted by sum descending (ties: position in the join). Subsets are lists of
+// items here, joined by copying.
 template <class Cost>
 std::vector<rank_t> reference_ldm(const batch_layout& layout, rank_t d,
-                                  const std::vector<Cost>& costs) {
+                                  const std::vector<Cost>& costs, std::size_t chunk = 1) {
   struct subset {
     Cost sum{};
     std::vector<std::int64_t> items;
@@ -720,9 +723,10 @@ std::vector<rank_t> reference_ldm(const batch_layout& layout, rank_t d,
   const auto order = detail::canonical_order<Cost>(layout, costs, packed);
   std::vector<tuple> live;
   std::int64_t created = 0;
-  for (const auto g : order) {
+  for (std::size_t k = 0; k < order.size(); k += chunk) {
     tuple t{std::vector<subset>(static_cast<std::size_t>(d)), created++};
-    t.parts[0] = subset{costs[static_cast<std::size_t>(g)], {g}};
+    for (std::size_t i = 0; i < chunk && k + i < order.size(); ++i)
+      t.parts[i] = subset{costs[static_cast<std::size_t>(order[k + i])], {order[k + i]}};
     live.push_back(std::move(t));
   }
   auto take = [&] {
@@ -776,6 +780,26 @@ TEST_CASE_TEMPLATE("kk is the textbook complete differencing (against a referenc
     CHECK(res.used == balance_method::kk);
     const auto dst = check_result(layout, cost, packed, {}, res);
     CHECK(dst == reference_ldm(layout, d, costs));
+  }
+}
+
+TEST_CASE_TEMPLATE("kk_equal is the chunked differencing (against a reference)", C, linear_cost,
+                   quadratic_cost) {
+  const C cost = pick_cost<C>(1, {0.5, 1.0, 0.03});
+  using Cost = cost_type_t<C>;
+  std::mt19937_64 rng(0x5eed000b);
+  const int big = sanitized ? 1 : 3;  // cases with d >= 4096 (the radix order of the joins)
+  for (int iter = 0; iter < 300 + big; ++iter) {
+    const auto d = static_cast<rank_t>(iter < 300 ? uniform(rng, 1, 9) : uniform(rng, 4096, 4500));
+    const std::int64_t n = iter < 300 ? uniform(rng, 0, 60) : uniform(rng, 2 * d, 4 * d);
+    const auto layout = random_layout(rng, d, n, uniform(rng, 0, 1) ? 8 : 200, false);
+    INFO("iter = ", iter, ", d = ", d, ", n = ", n);
+    std::vector<Cost> costs;
+    for (std::int64_t g = 0; g < n; ++g) costs.push_back(cost(layout.length(g)));
+    const auto res = balance(layout, cost, packed, method(balance_method::kk_equal));
+    CHECK(res.used == balance_method::kk_equal);
+    const auto dst = check_result(layout, cost, packed, {}, res);
+    CHECK(dst == reference_ldm(layout, d, costs, static_cast<std::size_t>(d)));
   }
 }
 

@@ -20,10 +20,12 @@
 //     constraint for free, at the price of quality when the optimum needs unequal counts.
 //     Bound: any one-item-per-chunk assignment has makespan ≤ p₁ + Σ_{t≥1} max(chunk t) ≤ p₁ +
 //     Σ_{t≥1} min(chunk t−1) ≤ p₁ + S/d ≤ 2·OPT, and that is all we claim for it.
-// Subsets are intrusive singly linked lists over item ids (one `next` link per item), so joining
-// two subsets is O(1). The façade follows either with refinement on request (always in
-// automatic). Caps and other counts are not looked at: the result is returned only when it
-// satisfies every constraint (`satisfies`), std::nullopt otherwise.
+// Only the subsets' sums are merged (O(1) per join); each merge records the order it gave its
+// joins, and one backward pass over the records tells every item its final subset (sequential
+// passes, where following linked lists of items missed the cache on every item at n ≈ 10^6).
+// The façade follows either with refinement on request (always in automatic). Caps and other
+// counts are not looked at: the result is returned only when it satisfies every constraint
+// (`satisfies`), std::nullopt otherwise.
 //
 // Determinism: tuples are merged in (difference descending, creation index ascending) order,
 // the starting tuples created in canonical order; joined subsets are re-sorted by (sum
@@ -59,16 +61,16 @@ std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in,
   const std::size_t per_tuple = complete ? 1 : d;  // items that start in one tuple
   const std::size_t tuples = (un + per_tuple - 1) / per_tuple;
 
-  // Tuple t lives in slots [t·d, t·d + d) of the arenas, subsets sorted by sum descending.
-  // A merge writes its result into the first operand's slots and frees the second's.
+  // Tuple t lives in slots [t·d, t·d + d) of the sum arena, subsets sorted by sum descending.
+  // A merge writes its result into the first operand's slots and frees the second's (never
+  // reused). Only sums are merged; each merge records its operands and the order it gave the
+  // joined subsets, and one backward pass over the records at the end tells every starting
+  // slot (an item) which subset of the final tuple it ended in.
   std::vector<Cost> sum(tuples * d, Cost{});
-  std::vector<std::int64_t> head(tuples * d, -1), tail(tuples * d, -1);
-  std::vector<std::int64_t> next(un, -1);
   for (std::size_t k = 0; k < un; ++k) {
     const std::int64_t g = in.order[k];
     const std::size_t slot = (k / per_tuple) * d + k % per_tuple;  // chunk: k itself
     sum[slot] = in.costs[static_cast<std::size_t>(g)];
-    head[slot] = tail[slot] = g;
   }
 
   struct node {
@@ -87,8 +89,15 @@ std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in,
   std::make_heap(heap.begin(), heap.end(), less);
   std::size_t created = tuples;
 
+  // Merge m joined slot A's subset j with slot B's subset d − 1 − j and put the join at
+  // position i of A when order[m·d + i] = j.
+  struct merge_record {
+    std::size_t a, b;
+  };
+  std::vector<merge_record> merges;
+  merges.reserve(tuples - 1);
+  std::vector<std::uint32_t> order((tuples - 1) * d);
   std::vector<Cost> js(d);
-  std::vector<std::int64_t> jh(d), jt(d);
   std::vector<std::size_t> perm(d);
   const bool radix = !std::is_same_v<Cost, long double> && d >= 4096;
   std::vector<std::pair<std::uint64_t, std::int64_t>> keyed(radix ? d : 0);
@@ -100,21 +109,7 @@ std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in,
     const node b = heap.back();
     heap.pop_back();
     const std::size_t A = a.slot * d, B = b.slot * d;
-    for (std::size_t i = 0; i < d; ++i) {
-      const std::size_t x = A + i, y = B + (d - 1 - i);
-      js[i] = sum[x] + sum[y];
-      if (head[x] < 0) {
-        jh[i] = head[y];
-        jt[i] = tail[y];
-      } else {
-        jh[i] = head[x];
-        jt[i] = tail[x];
-        if (head[y] >= 0) {
-          next[static_cast<std::size_t>(tail[x])] = head[y];
-          jt[i] = tail[y];
-        }
-      }
-    }
+    for (std::size_t i = 0; i < d; ++i) js[i] = sum[A + i] + sum[B + (d - 1 - i)];
     // (sum descending, position ascending): for many ranks by the stable radix sort of the
     // sums' order keys (the same order: sums are >= 0 and, but for long double, keyed exactly),
     // else by comparison.
@@ -129,20 +124,37 @@ std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in,
         return js[p] != js[q] ? js[p] > js[q] : p < q;
       });
     }
+    const std::size_t m = merges.size();
     for (std::size_t i = 0; i < d; ++i) {
       sum[A + i] = js[perm[i]];
-      head[A + i] = jh[perm[i]];
-      tail[A + i] = jt[perm[i]];
+      order[m * d + i] = static_cast<std::uint32_t>(perm[i]);
     }
+    merges.push_back({a.slot, b.slot});
     heap.push_back(node{sum[A] - sum[A + d - 1], created++, a.slot});
     std::push_heap(heap.begin(), heap.end(), less);
   }
 
-  const std::size_t F = heap.front().slot * d;
+  // rank[slot]: the final subset (the rank) of what a slot held. The last tuple's subset i goes
+  // to rank i; undoing the merges from the last, a join at position i of A hands its rank to
+  // the two subsets it joined (A's before the merge, and B's).
+  std::vector<rank_t> rank(tuples * d);
+  {
+    const std::size_t F = heap.front().slot * d;
+    for (std::size_t i = 0; i < d; ++i) rank[F + i] = static_cast<rank_t>(i);
+    std::vector<rank_t> before(d);
+    for (std::size_t m = merges.size(); m-- > 0;) {
+      const std::size_t A = merges[m].a * d, B = merges[m].b * d;
+      for (std::size_t i = 0; i < d; ++i) {
+        const std::size_t j = order[m * d + i];
+        before[j] = rank[A + i];
+        rank[B + (d - 1 - j)] = rank[A + i];
+      }
+      std::copy(before.begin(), before.end(), rank.begin() + static_cast<std::ptrdiff_t>(A));
+    }
+  }
   std::vector<rank_t> out(un, 0);
-  for (std::size_t i = 0; i < d; ++i)
-    for (std::int64_t g = head[F + i]; g >= 0; g = next[static_cast<std::size_t>(g)])
-      out[static_cast<std::size_t>(g)] = static_cast<rank_t>(i);
+  for (std::size_t k = 0; k < un; ++k)
+    out[static_cast<std::size_t>(in.order[k])] = rank[(k / per_tuple) * d + k % per_tuple];
   if (in.limits.any() && !satisfies(in, std::span<const rank_t>(out))) return std::nullopt;
   return out;
 }
