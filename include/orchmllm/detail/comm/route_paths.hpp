@@ -331,24 +331,30 @@ inline agreed_exchange hop_group_figures(const item_paths& p, std::span<const st
   const auto n = bytes.size();
   agreed_exchange a;
   std::vector<std::int64_t> send(ud, 0), recv(ud, 0), items(ud + 1, 0);
+  bool by_sender_order = true;  // the senders never decrease with g (the first hop's do not)
+  std::size_t last = 0;
   for (std::size_t g = 0; g < n; ++g) {
     const auto from = static_cast<std::size_t>(p.where(static_cast<std::int64_t>(g), k - 1));
     send[from] += bytes[g];
     recv[static_cast<std::size_t>(p.where(static_cast<std::int64_t>(g), k))] += bytes[g];
     ++items[from + 1];
+    by_sender_order = by_sender_order && from >= last;
+    last = from;
   }
   for (std::size_t r = 0; r < ud; ++r) {
     a.max_buffer = std::max({a.max_buffer, send[r], recv[r]});
     a.max_items = std::max(a.max_items, items[r + 1]);
     items[r + 1] += items[r];
   }
-  // The items' (receiver, bytes), bucketed by sender: the walk below reads them in order.
+  // Each sender's items: in item order when the senders never decrease, else their
+  // (receiver, bytes) bucketed by sender, so the walk reads them in order either way.
   struct sent {
     rank_t to;
     std::int64_t bytes;
   };
-  std::vector<sent> by_sender(n);
-  {
+  std::vector<sent> by_sender;
+  if (!by_sender_order) {
+    by_sender.resize(n);
     std::vector<std::int64_t> at(items.begin(), items.end() - 1);
     for (std::size_t g = 0; g < n; ++g) {
       const auto gi = static_cast<std::int64_t>(g);
@@ -356,12 +362,16 @@ inline agreed_exchange hop_group_figures(const item_paths& p, std::span<const st
           p.where(gi, k), bytes[g]};
     }
   }
+  const auto item = [&](std::int64_t i) {
+    return by_sender_order ? sent{p.where(i, k), bytes[static_cast<std::size_t>(i)]}
+                           : by_sender[static_cast<std::size_t>(i)];
+  };
   std::vector<std::int64_t> block(ud, 0);
   std::vector<rank_t> touched;
   for (std::size_t from = 0; from < ud; ++from) {
     touched.clear();
     for (auto i = items[from]; i < items[from + 1]; ++i) {
-      const auto& x = by_sender[static_cast<std::size_t>(i)];
+      const sent x = item(i);
       if (block[static_cast<std::size_t>(x.to)] == 0) touched.push_back(x.to);
       block[static_cast<std::size_t>(x.to)] += x.bytes;
     }
