@@ -90,13 +90,13 @@ std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in,
   std::size_t created = tuples;
 
   // Merge m joined slot A's subset j with slot B's subset d − 1 − j and put the join at
-  // position i of A when order[m·d + i] = j.
+  // position i of A when join_order[m·d + i] = j.
   struct merge_record {
     std::size_t a, b;
   };
   std::vector<merge_record> merges;
   merges.reserve(tuples - 1);
-  std::vector<std::uint32_t> order((tuples - 1) * d);
+  std::vector<std::uint32_t> join_order((tuples - 1) * d);
   std::vector<Cost> js(d);
   std::vector<std::size_t> perm(d);
   const bool radix = !std::is_same_v<Cost, long double> && d >= 4096;
@@ -127,7 +127,7 @@ std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in,
     const std::size_t m = merges.size();
     for (std::size_t i = 0; i < d; ++i) {
       sum[A + i] = js[perm[i]];
-      order[m * d + i] = static_cast<std::uint32_t>(perm[i]);
+      join_order[m * d + i] = static_cast<std::uint32_t>(perm[i]);
     }
     merges.push_back({a.slot, b.slot});
     heap.push_back(node{sum[A] - sum[A + d - 1], created++, a.slot});
@@ -145,7 +145,7 @@ std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in,
     for (std::size_t m = merges.size(); m-- > 0;) {
       const std::size_t A = merges[m].a * d, B = merges[m].b * d;
       for (std::size_t i = 0; i < d; ++i) {
-        const std::size_t j = order[m * d + i];
+        const std::size_t j = join_order[m * d + i];
         before[j] = rank[A + i];
         rank[B + (d - 1 - j)] = rank[A + i];
       }

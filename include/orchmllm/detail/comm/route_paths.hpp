@@ -235,28 +235,25 @@ inline double predict_seconds(const item_paths& p, std::span<const std::int64_t>
   // (inter): counted, not sorted, the same sequence of additions.
   const auto flush = [&](std::size_t a) {
     const rank_t node = topo.node_of(static_cast<rank_t>(a));
-    if (contiguous) {
-      std::int64_t below = 0, same = 0;
-      for (const rank_t b : peers) {
-        seen[static_cast<std::size_t>(b)] = 0;
-        const rank_t nb = topo.node_of(b);
-        const double lat = nb == node ? L.intra_latency : L.inter_latency;
-        recv_t[static_cast<std::size_t>(b)] += lat;
+    if (!contiguous) std::sort(peers.begin(), peers.end());
+    std::int64_t below = 0, same = 0;
+    for (const rank_t b : peers) {
+      seen[static_cast<std::size_t>(b)] = 0;
+      const rank_t nb = topo.node_of(b);
+      const double lat = nb == node ? L.intra_latency : L.inter_latency;
+      recv_t[static_cast<std::size_t>(b)] += lat;
+      if (contiguous) {
         below += nb < node ? 1 : 0;
         same += nb == node ? 1 : 0;
+      } else {
+        send_t[a] += lat;
       }
+    }
+    if (contiguous) {
       const auto above = static_cast<std::int64_t>(peers.size()) - below - same;
       for (std::int64_t i = 0; i < below; ++i) send_t[a] += L.inter_latency;
       for (std::int64_t i = 0; i < same; ++i) send_t[a] += L.intra_latency;
       for (std::int64_t i = 0; i < above; ++i) send_t[a] += L.inter_latency;
-    } else {
-      std::sort(peers.begin(), peers.end());
-      for (const rank_t b : peers) {
-        seen[static_cast<std::size_t>(b)] = 0;
-        const double lat = topo.node_of(b) == node ? L.intra_latency : L.inter_latency;
-        send_t[a] += lat;
-        recv_t[static_cast<std::size_t>(b)] += lat;
-      }
     }
     peers.clear();
   };
