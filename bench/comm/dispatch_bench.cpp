@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -150,7 +151,12 @@ measurement measure(const orchmllm::bench::dispatch_inputs& c, rank_t d, rank_t 
   const auto both =
       orchmllm::route::build(c.plan, item_bytes, topo, 0, orchmllm::schedule::automatic);
   m.predicted_direct = both.predicted_seconds(orchmllm::schedule::direct);
-  m.predicted_node_wise = both.predicted_seconds(orchmllm::schedule::node_wise);
+  // NaN when automatic skipped node-wise (its lower bound reached direct's time): build it.
+  m.predicted_node_wise =
+      std::isnan(both.predicted_seconds(orchmllm::schedule::node_wise))
+          ? orchmllm::route::build(c.plan, item_bytes, topo, 0, orchmllm::schedule::node_wise)
+                .predicted_seconds()
+          : both.predicted_seconds(orchmllm::schedule::node_wise);
   return m;
 }
 

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <new>
@@ -160,7 +161,11 @@ dispatch_summary run_dispatch_rank(Comm& comm, const batch_layout& layout,
   {
     const route both = route::build(plan, item_bytes, topo, me, schedule::automatic);
     sum.predicted_direct_seconds = both.predicted_seconds(schedule::direct);
-    sum.predicted_node_wise_seconds = both.predicted_seconds(schedule::node_wise);
+    // NaN when automatic skipped node-wise (its lower bound reached direct's time): build it.
+    sum.predicted_node_wise_seconds =
+        std::isnan(both.predicted_seconds(schedule::node_wise))
+            ? route::build(plan, item_bytes, topo, me, schedule::node_wise).predicted_seconds()
+            : both.predicted_seconds(schedule::node_wise);
   }
 
   host_mover dispatch_scratch;  // reused by dispatch/combine, as a trainer would

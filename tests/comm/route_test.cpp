@@ -432,7 +432,7 @@ random_case make_random_case(std::mt19937_64& rng, int it) {
 
 TEST_CASE("route: random plans deliver every item exactly once under every schedule") {
   std::mt19937_64 rng(31337);
-  int node_wise_chosen = 0, multi_hop = 0;
+  int node_wise_chosen = 0, multi_hop = 0, pruned = 0;
   for (int it = 0; it < 400; ++it) {
     const auto c = make_random_case(rng, it);
     INFO(c.what);
@@ -481,7 +481,17 @@ TEST_CASE("route: random plans deliver every item exactly once under every sched
     CHECK(pd == doctest::Approx(model_seconds(direct, c.topo)).epsilon(1e-12));
     CHECK(pn == doctest::Approx(model_seconds(nw, c.topo)).epsilon(1e-12));
     CHECK(a.predicted_seconds(schedule::direct) == pd);
-    CHECK(a.predicted_seconds(schedule::node_wise) == pn);
+    // Node-wise is skipped exactly when its lower bound reaches direct's time, and then it
+    // would not have been chosen.
+    const double bound = orchmllm::detail::node_wise_lower_bound(
+        c.plan, c.bytes, c.topo, orchmllm::detail::source_ranks(c.plan));
+    if (bound * (1 - 1e-6) >= pd) {
+      ++pruned;
+      CHECK(std::isnan(a.predicted_seconds(schedule::node_wise)));
+      CHECK(pn >= pd);
+    } else {
+      CHECK(a.predicted_seconds(schedule::node_wise) == pn);
+    }
     CHECK(a.used() == (pn < pd ? schedule::node_wise : schedule::direct));
     CHECK(a.predicted_seconds() == std::min(pd, pn));
     if (a.used() == schedule::node_wise) ++node_wise_chosen;
@@ -497,7 +507,7 @@ TEST_CASE("route: random plans deliver every item exactly once under every sched
   }
   // The sample exercises real forwarding and both automatic outcomes.
   INFO("node-wise forwarded in ", multi_hop, " of 400 plans; automatic chose it ", node_wise_chosen,
-       " times");
+       " times and skipped it ", pruned, " times");
   CHECK(multi_hop > 50);
   CHECK(node_wise_chosen > 0);
 }
@@ -679,6 +689,7 @@ TEST_CASE("route: time model on hand examples") {
     // Slowest side: rank 0 sends 50/10 + 2 = 7 s (rank 1 receives the same); self copies are free.
     const auto a = route::build(plan, bytes, topo, 0, schedule::automatic);
     CHECK(a.predicted_seconds(schedule::direct) == 7.0);
+    // Node-wise's lower bound is 7 s too: within the rounding margin, so both are built.
     CHECK(a.predicted_seconds(schedule::node_wise) == 7.0);
     CHECK(a.used() == schedule::direct);
   }
@@ -769,10 +780,22 @@ TEST_CASE("route: predicted_seconds is NaN for a schedule that was not built") {
   CHECK(std::isnan(n.predicted_seconds(schedule::direct)));
   CHECK_FALSE(std::isnan(n.predicted_seconds(schedule::node_wise)));
   CHECK(n.predicted_seconds() == n.predicted_seconds(schedule::node_wise));
-  const auto a = route::build(plan, bytes, topo, 0, schedule::automatic);
+  // Automatic builds both on one node (node-wise has no inter-node hop to bound it)...
+  const auto a = route::build(plan, bytes, topology::uniform(2, 0), 0, schedule::automatic);
   CHECK_FALSE(std::isnan(a.predicted_seconds(schedule::direct)));
   CHECK_FALSE(std::isnan(a.predicted_seconds(schedule::node_wise)));
   CHECK(a.predicted_seconds() == a.predicted_seconds(a.used()));
+  // ... and only direct when node-wise's lower bound reaches direct's time. 3 nodes × 2 GPUs:
+  // rank 0 sends one item to node 1, rank 1 one to node 2. Each node pair carries one item,
+  // so both take rail ⌊2/2⌋ = 1: rank 1 sends two inter-node messages in node-wise's middle
+  // hop, direct's ranks one each.
+  const auto spread = rearrangement::from_destinations(vec{0, 1, 2, 2, 2, 2, 2}, ranks{2, 4}, 6);
+  const auto six = topology::uniform(6, 2);
+  const auto b = route::build(spread, vec{100, 100}, six, 0, schedule::automatic);
+  const auto bn = route::build(spread, vec{100, 100}, six, 0, schedule::node_wise);
+  CHECK(b.used() == schedule::direct);
+  CHECK(std::isnan(b.predicted_seconds(schedule::node_wise)));
+  CHECK(bn.predicted_seconds() > 2 * b.predicted_seconds(schedule::direct));
   const route empty;
   CHECK(empty.num_ranks() == 0);
   CHECK(empty.hops().empty());
@@ -1038,7 +1061,7 @@ TEST_CASE("route: the time model gives the reference's exact doubles on random p
 
 TEST_CASE("route: node-wise paths, the time model and hop figures are the reference's on larger groups") {
   std::mt19937_64 rng(2718);
-  int contiguous = 0, scattered = 0;
+  int contiguous = 0, scattered = 0, bounded = 0;
   for (int it = 0; it < 400; ++it) {
     auto c = make_random_case(rng, it);
     // Every other case on larger groups, so that node pairs carry runs of several items.
@@ -1066,6 +1089,10 @@ TEST_CASE("route: node-wise paths, the time model and hop figures are the refere
           reference_prediction(direct, c.bytes, c.topo));
     CHECK(orchmllm::detail::predict_seconds(nw, c.bytes, c.topo) ==
           reference_prediction(nw, c.bytes, c.topo));
+    // Automatic's lower bound of node-wise's time holds (0 on scattered node maps).
+    const double bound = orchmllm::detail::node_wise_lower_bound(c.plan, c.bytes, c.topo, src);
+    CHECK(bound <= orchmllm::detail::predict_seconds(nw, c.bytes, c.topo) * (1 + 1e-12));
+    if (bound > 0) ++bounded;
     // And every hop's group figures.
     for (const auto* paths : {&direct, &nw})
       for (int k = 1; k <= paths->hops; ++k) {
@@ -1079,4 +1106,47 @@ TEST_CASE("route: node-wise paths, the time model and hop figures are the refere
   }
   CHECK(contiguous > 100);
   CHECK(scattered > 50);
+  CHECK(bounded > 100);
+}
+
+TEST_CASE("route: the rails bound of automatic's node-wise bound holds for every item order") {
+  // One node pair's items, in random orders and sizes (with zeros), split over R rails by the
+  // midpoint rule of node_wise_paths: the rails that get a positive item are at least
+  // rails_lower_bound(count of positive items, bytes, largest, R).
+  std::mt19937_64 rng(99);
+  int above_one = 0;
+  for (int it = 0; it < 20000; ++it) {
+    const auto rails = static_cast<rank_t>(uniform(rng, 1, 16));
+    const auto n = uniform(rng, 1, 40);
+    const auto top = uniform(rng, 0, 3) == 0 ? 1000000 : uniform(rng, 1, 50);
+    const bool two_sizes = uniform(rng, 0, 1) == 0;  // a few large items among small ones
+    vec bytes;
+    for (std::int64_t i = 0; i < n; ++i)
+      bytes.push_back(uniform(rng, 0, 5) == 0 ? 0
+                      : two_sizes            ? (uniform(rng, 0, 4) == 0 ? top : 1)
+                                             : uniform(rng, 1, top));
+    std::int64_t total = 0, largest = 0, count = 0;
+    for (const auto b : bytes) {
+      total += b;
+      largest = std::max(largest, b);
+      count += b > 0 ? 1 : 0;
+    }
+    if (count == 0) continue;
+    std::vector<char> hit(static_cast<std::size_t>(rails), 0);
+    std::int64_t cum = 0;
+    for (const auto b : bytes) {
+      const double mid = (static_cast<double>(cum) + 0.5 * static_cast<double>(b)) /
+                         static_cast<double>(total);
+      const auto rail = static_cast<std::size_t>(std::min<double>(rails - 1, std::floor(mid * rails)));
+      if (b > 0) hit[rail] = 1;
+      cum += b;
+    }
+    const auto used = std::count(hit.begin(), hit.end(), 1);
+    const auto bound = orchmllm::detail::rails_lower_bound(count, total, largest, rails);
+    INFO("rails ", rails, ", items ", n, ", total ", total, ", largest ", largest);
+    CHECK(bound >= 1);
+    CHECK(used >= bound);
+    if (bound > 1) ++above_one;
+  }
+  CHECK(above_one > 5000);  // the bound is not the trivial 1
 }

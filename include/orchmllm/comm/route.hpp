@@ -22,7 +22,11 @@
 ///   carries about 1/G of the node's traffic, and a rank exchanges one message per node instead
 ///   of one per rank. (3) Inside the destination node, rails scatter to the final ranks.
 ///   Inter-node bytes are the same as `direct`; intra-node bytes grow by the forwarding hops.
-/// - `automatic`: builds both and keeps the one the time model predicts faster (ties: direct).
+/// - `automatic`: keeps the schedule the time model predicts faster (ties: direct). It builds
+///   direct, then node-wise unless a lower bound of node-wise's modelled time (its inter-node
+///   hop, summed per node pair without building the paths; O(n + d)) already reaches
+///   direct's, when node-wise could not win: the same choice as building both, at a fraction
+///   of the cost (direct wins at scale when each rank's traffic goes to a few peers).
 ///   Hops in which no item changes rank anywhere are dropped (e.g. all of node-wise on one node).
 ///
 /// Order on the wire: in every hop, the bytes for one peer are in increasing destination global
@@ -171,7 +175,7 @@ class route {
   /// Builds rank `rank`'s route. `item_bytes` has one entry per source item (global id order):
   /// its payload size in bytes. The plan must map d ranks to the same d ranks and `topo` must
   /// have d ranks. O(hops · n log n + d) time, O(n + d) memory (both schedules with
-  /// `automatic`). Deterministic: every rank derives the same schedule, order and offsets.
+  /// `automatic` unless node-wise is ruled out by its lower bound). Deterministic: every rank derives the same schedule, order and offsets.
   /// Throws `invalid_argument_error` for mismatched sizes, negative bytes or a rank outside
   /// [0, d).
   static route build(const rearrangement& plan, std::span<const std::int64_t> item_bytes,
@@ -209,8 +213,10 @@ class route {
   [[nodiscard]] double predicted_seconds() const noexcept {
     return predicted_[used_ == schedule::direct ? 0 : 1];
   }
-  /// Modelled time under `direct` or `node_wise`; NaN for a schedule that was not built (only
-  /// `automatic` builds both).
+  /// Modelled time under `direct` or `node_wise`; NaN for a schedule that was not built:
+  /// `direct` and `node_wise` build only themselves; `automatic` builds both, or only direct
+  /// when node-wise's lower bound reached it (then node-wise is not used, and its NaN says
+  /// only that it would not be faster; build it with `node_wise` to see its time).
   [[nodiscard]] double predicted_seconds(schedule s) const noexcept {
     if (s == schedule::automatic) return predicted_seconds();
     return predicted_[s == schedule::direct ? 0 : 1];

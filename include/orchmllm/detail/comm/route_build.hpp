@@ -27,7 +27,13 @@ ORCHMLLM_FUNC route route::build(const rearrangement& plan,
     r.predicted_[0] = detail::predict_seconds(chosen, item_bytes, topo);
     r.used_ = schedule::direct;
   }
-  if (s == schedule::node_wise || s == schedule::automatic) {
+  // `automatic` skips the node-wise paths when a lower bound of their modelled time already
+  // reaches the direct one's: they could not be chosen (a relative margin of 1e-6 covers the
+  // rounding of both sums, whose relative error is below (n + d) · 2⁻⁵³).
+  const bool pruned =
+      s == schedule::automatic &&
+      detail::node_wise_lower_bound(plan, item_bytes, topo, src) * (1 - 1e-6) >= r.predicted_[0];
+  if (s == schedule::node_wise || (s == schedule::automatic && !pruned)) {
     auto nw = detail::drop_idle_hops(detail::node_wise_paths(plan, item_bytes, topo, src), n);
     r.predicted_[1] = detail::predict_seconds(nw, item_bytes, topo);
     if (s == schedule::node_wise || r.predicted_[1] < r.predicted_[0]) {

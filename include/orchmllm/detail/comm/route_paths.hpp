@@ -189,6 +189,95 @@ inline item_paths node_wise_paths(const rearrangement& plan, std::span<const std
   return p;
 }
 
+// A lower bound on the number of rails that carry a message of one (source node, destination
+// node) pair in `node_wise_paths`: `count` items of positive bytes, `total` bytes, the largest
+// `largest`, over `rails` rails. Each positive item goes to rail ⌊mid · rails⌋ (clamped), mid
+// the midpoint of its byte range in [0, 1): consecutive midpoints lie at most s = largest/total
+// apart, the first within s/2 of 0 and the last within s/2 of 1, so the rails hit span at
+// least rails − 1 − s·rails with steps of at most ⌊s·rails⌋ + 1. One rail of slack at the span
+// and one at the step absorb the rounding of the midpoints. A single item uses exactly one rail.
+inline std::int64_t rails_lower_bound(std::int64_t count, std::int64_t total,
+                                      std::int64_t largest, rank_t rails) noexcept {
+  if (count <= 1 || rails <= 1) return 1;
+  const double sr = static_cast<double>(largest) / static_cast<double>(total) *
+                    static_cast<double>(rails) * (1 + 1e-9);
+  const double span = std::floor(static_cast<double>(rails) - 2 - sr);
+  if (span <= 0) return 1;
+  const auto step = static_cast<std::int64_t>(std::floor(sr)) + 2;
+  return std::min<std::int64_t>({rails, count, 1 + static_cast<std::int64_t>(span) / step});
+}
+
+// A lower bound on `predict_seconds(node_wise_paths(...))`, without building the paths: the
+// inter-node hop alone. Every (source node, destination node) pair with bytes sends them over
+// the rails, at least `rails_lower_bound` messages of them, all from ranks of the source node
+// to ranks of the destination node: so the hop takes at least a node's total (bytes / inter
+// bandwidth + messages · inter latency) over its rank count, on either side; and a pair with a
+// single item sends it on rail ⌊rails/2⌋ (its midpoint is exactly 1/2), which bounds that
+// rank's own time. Exact on the real numbers; the caller leaves a relative margin for the
+// rounding of both sums. O(n + d), reading the items in order: their source nodes never
+// decrease when nodes are of consecutive ranks, so each source node's pairs are summed in an
+// N-sized table and flushed when it ends; 0 (no bound) for other node maps.
+inline double node_wise_lower_bound(const rearrangement& plan, std::span<const std::int64_t> bytes,
+                                    const topology& topo, std::span<const rank_t> src) {
+  if (!nodes_contiguous(topo)) return 0;
+  const auto& L = topo.links;
+  const auto nodes = static_cast<std::size_t>(topo.num_nodes());
+  const auto d = static_cast<std::size_t>(topo.num_ranks());
+  // The current source node's pairs, by destination node: positive items, bytes, largest.
+  struct pair_sum {
+    std::int64_t count = 0, total = 0, largest = 0;
+  };
+  std::vector<pair_sum> pairs(nodes);
+  std::vector<rank_t> touched;
+  std::vector<double> node_send(nodes, 0.0), node_recv(nodes, 0.0);
+  std::vector<double> rank_send(d, 0.0), rank_recv(d, 0.0);
+  const auto flush = [&](rank_t ns) {
+    for (const rank_t nt : touched) {
+      auto& c = pairs[static_cast<std::size_t>(nt)];
+      const rank_t rails = std::min(topo.node_size(ns), topo.node_size(nt));
+      const double secs =
+          static_cast<double>(c.total) / L.inter_bandwidth +
+          static_cast<double>(rails_lower_bound(c.count, c.total, c.largest, rails)) *
+              L.inter_latency;
+      node_send[static_cast<std::size_t>(ns)] += secs;
+      node_recv[static_cast<std::size_t>(nt)] += secs;
+      if (c.count == 1) {
+        const rank_t rail = std::min<rank_t>(rails - 1, rails / 2);
+        rank_send[static_cast<std::size_t>(topo.rank_at(ns, rail))] += secs;
+        rank_recv[static_cast<std::size_t>(topo.rank_at(nt, rail))] += secs;
+      }
+      c = pair_sum{};
+    }
+    touched.clear();
+  };
+  const auto dst = plan.dst_ranks();
+  rank_t current = 0;
+  for (std::size_t g = 0; g < bytes.size(); ++g) {
+    const std::int64_t b = bytes[g];
+    if (b == 0) continue;  // posts no message
+    const rank_t ns = topo.node_of(src[g]);
+    const rank_t nt = topo.node_of(dst[g]);
+    if (ns == nt) continue;  // stays on its node
+    if (ns != current) {
+      flush(current);
+      current = ns;
+    }
+    auto& c = pairs[static_cast<std::size_t>(nt)];
+    if (c.count == 0) touched.push_back(nt);
+    ++c.count;
+    c.total += b;
+    c.largest = std::max(c.largest, b);
+  }
+  flush(current);
+  double bound = 0;
+  for (std::size_t m = 0; m < nodes; ++m) {
+    const auto size = static_cast<double>(topo.node_size(static_cast<rank_t>(m)));
+    bound = std::max({bound, node_send[m] / size, node_recv[m] / size});
+  }
+  for (std::size_t r = 0; r < d; ++r) bound = std::max({bound, rank_send[r], rank_recv[r]});
+  return bound;
+}
+
 // Drops hops in which no item changes rank (the same decision on every rank).
 inline item_paths drop_idle_hops(item_paths p, std::int64_t n) {
   std::vector<int> keep{0};
