@@ -211,10 +211,20 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     // L_k and the composed route: walk the LLM ranks' slots in order; each slot's sample hands
     // out the next slots of its modality-k sub-items (in increasing id = original order), and
     // each sub-item those of its units (itself, or its pieces in segment order), so a split
-    // sub-item's outputs arrive as one run of rows, in order.
-    std::vector<std::int64_t> sub_off(static_cast<std::size_t>(meta.num_samples()) + 1, 0);
+    // sub-item's outputs arrive as one run of rows, in order. Position h of that walk is
+    // destination id h of L_k and of the composed route (rank r, slot) and source id h of the
+    // gradient; a unit's encoder-destination id e is the composed route's source id and the
+    // gradient's destination. The walk is not taken in its own order, which would chase ids
+    // from slot to sample to sub-item to encoder slot (a chain of cache misses per unit): each
+    // sample's first position is found first (its unit count, summed in LLM slot order), then
+    // the samples are visited in id order, reading the sub-items and Π_E_k in order and writing
+    // each unit's entries where they belong. The three plans come out whole, each in the
+    // canonical form its factory would give (from_placements for L_k and the composed route,
+    // inverse() for the gradient).
+    const auto n_samples = static_cast<std::size_t>(meta.num_samples());
+    std::vector<std::int64_t> sub_off(n_samples + 1, 0);
     for (auto p : mod.parent) ++sub_off[static_cast<std::size_t>(p) + 1];
-    for (std::size_t g = 0; g + 1 < sub_off.size(); ++g) sub_off[g + 1] += sub_off[g];
+    for (std::size_t g = 0; g < n_samples; ++g) sub_off[g + 1] += sub_off[g];
     std::vector<std::int64_t> subs(mod.parent.size());
     {
       std::vector<std::int64_t> fill(sub_off.begin(), sub_off.end() - 1);
@@ -225,17 +235,33 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     const batch_layout& units = er.units();
     const auto n_units = static_cast<std::size_t>(units.num_items());
     const auto eoff = er.input.dst_offsets();
-    // One walk writes the three plans whole, each in the canonical form its factory would give
-    // (from_placements for L_k and the composed route, inverse() for the gradient): position h
-    // of the walk is destination id h of L_k and of the composed route (rank r, slot) and
-    // source id h of the gradient; a unit's encoder-destination id e is the composed route's
-    // source id and the gradient's destination.
+    const auto first_unit = [&](std::int64_t i) {
+      return er.pieces ? er.pieces->first_piece(i) : i;
+    };
     detail::rearrangement_parts lifted, output, gradient;
     const std::span<const std::int64_t> origin =
         er.pieces ? units.offsets() : std::span<const std::int64_t>(mod.offsets);
     lifted.src_offsets.assign(origin.begin(), origin.end());
     output.src_offsets.assign(eoff.begin(), eoff.end());
     lifted.dst_offsets.assign(static_cast<std::size_t>(d) + 1, 0);
+    // start[g]: the walk position of sample g's first unit (its unit count first).
+    std::vector<std::int64_t> start(n_samples, 0);
+    for (std::size_t g = 0; g < n_samples; ++g)
+      for (auto q = sub_off[g]; q < sub_off[g + 1]; ++q) {
+        const auto i = subs[static_cast<std::size_t>(q)];
+        start[g] += first_unit(i + 1) - first_unit(i);
+      }
+    {
+      std::int64_t h = 0;
+      for (rank_t r = 0; r < d; ++r) {
+        for (auto j = moff[static_cast<std::size_t>(r)]; j < moff[static_cast<std::size_t>(r) + 1];
+             ++j) {
+          auto& s = start[static_cast<std::size_t>(out.llm.source_of(j))];
+          h += std::exchange(s, h);
+        }
+        lifted.dst_offsets[static_cast<std::size_t>(r) + 1] = h;
+      }
+    }
     lifted.dst_rank.resize(n_units);
     lifted.dst_slot.resize(n_units);
     lifted.src_of_dst.resize(n_units);
@@ -245,37 +271,35 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     gradient.dst_rank.resize(n_units);
     gradient.dst_slot.resize(n_units);
     gradient.src_of_dst.resize(n_units);
-    std::int64_t h = 0;
-    for (rank_t r = 0; r < d; ++r) {
-      std::int64_t slot = 0;
-      for (auto j = moff[static_cast<std::size_t>(r)]; j < moff[static_cast<std::size_t>(r) + 1];
-           ++j) {
-        const auto g = static_cast<std::size_t>(out.llm.source_of(j));
-        for (auto q = sub_off[g]; q < sub_off[g + 1]; ++q) {
-          const auto i = subs[static_cast<std::size_t>(q)];
-          const auto first = er.pieces ? er.pieces->first_piece(i) : i;
-          const auto last = er.pieces ? er.pieces->first_piece(i + 1) : i + 1;
-          for (auto u = first; u < last; ++u, ++slot, ++h) {
-            const auto uu = static_cast<std::size_t>(u);
-            const auto hh = static_cast<std::size_t>(h);
-            const auto pe = er.input.destination_of(u);
-            const auto e = static_cast<std::size_t>(eoff[static_cast<std::size_t>(pe.rank)] +
-                                                    pe.slot);
-            lifted.dst_rank[uu] = r;
-            lifted.dst_slot[uu] = slot;
-            lifted.src_of_dst[hh] = u;
-            output.dst_rank[e] = r;
-            output.dst_slot[e] = slot;
-            output.src_of_dst[hh] = static_cast<std::int64_t>(e);
-            gradient.dst_rank[hh] = pe.rank;
-            gradient.dst_slot[hh] = pe.slot;
-            gradient.src_of_dst[e] = h;
-          }
+    const auto llm_rank = out.llm.dst_ranks();
+    for (std::size_t g = 0; g < n_samples; ++g) {
+      if (sub_off[g] == sub_off[g + 1]) continue;
+      const rank_t r = llm_rank[g];
+      const std::int64_t rank_start = lifted.dst_offsets[static_cast<std::size_t>(r)];
+      std::int64_t h = start[g];
+      for (auto q = sub_off[g]; q < sub_off[g + 1]; ++q) {
+        const auto i = subs[static_cast<std::size_t>(q)];
+        for (auto u = first_unit(i); u < first_unit(i + 1); ++u, ++h) {
+          const auto uu = static_cast<std::size_t>(u);
+          const auto hh = static_cast<std::size_t>(h);
+          const auto pe = er.input.destination_of(u);
+          const auto e =
+              static_cast<std::size_t>(eoff[static_cast<std::size_t>(pe.rank)] + pe.slot);
+          const std::int64_t slot = h - rank_start;
+          lifted.dst_rank[uu] = r;
+          lifted.dst_slot[uu] = slot;
+          lifted.src_of_dst[hh] = u;
+          output.dst_rank[e] = r;
+          output.dst_slot[e] = slot;
+          output.src_of_dst[hh] = static_cast<std::int64_t>(e);
+          gradient.dst_rank[hh] = pe.rank;
+          gradient.dst_slot[hh] = pe.slot;
+          gradient.src_of_dst[e] = h;
         }
       }
-      lifted.dst_offsets[static_cast<std::size_t>(r) + 1] = h;
     }
-    // h == n_units here: every unit's sub-item has one parent sample, on exactly one LLM slot.
+    // Every unit was written once (lifted.dst_offsets[d] == n_units): its sub-item has one
+    // parent sample, on exactly one LLM slot.
     output.dst_offsets = lifted.dst_offsets;
     gradient.src_offsets = lifted.dst_offsets;
     gradient.dst_offsets = output.src_offsets;
