@@ -244,19 +244,19 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     lifted.src_offsets.assign(origin.begin(), origin.end());
     output.src_offsets.assign(eoff.begin(), eoff.end());
     lifted.dst_offsets.assign(static_cast<std::size_t>(d) + 1, 0);
-    // start[g]: the walk position of sample g's first unit (its unit count first).
-    std::vector<std::int64_t> start(n_samples, 0);
+    // walk_start[g]: the walk position of sample g's first unit (its unit count first).
+    std::vector<std::int64_t> walk_start(n_samples, 0);
     for (std::size_t g = 0; g < n_samples; ++g)
       for (auto q = sub_off[g]; q < sub_off[g + 1]; ++q) {
         const auto i = subs[static_cast<std::size_t>(q)];
-        start[g] += first_unit(i + 1) - first_unit(i);
+        walk_start[g] += first_unit(i + 1) - first_unit(i);
       }
     {
       std::int64_t h = 0;
       for (rank_t r = 0; r < d; ++r) {
         for (auto j = moff[static_cast<std::size_t>(r)]; j < moff[static_cast<std::size_t>(r) + 1];
              ++j) {
-          auto& s = start[static_cast<std::size_t>(out.llm.source_of(j))];
+          auto& s = walk_start[static_cast<std::size_t>(out.llm.source_of(j))];
           h += std::exchange(s, h);
         }
         lifted.dst_offsets[static_cast<std::size_t>(r) + 1] = h;
@@ -276,7 +276,7 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
       if (sub_off[g] == sub_off[g + 1]) continue;
       const rank_t r = llm_rank[g];
       const std::int64_t rank_start = lifted.dst_offsets[static_cast<std::size_t>(r)];
-      std::int64_t h = start[g];
+      std::int64_t h = walk_start[g];
       for (auto q = sub_off[g]; q < sub_off[g + 1]; ++q) {
         const auto i = subs[static_cast<std::size_t>(q)];
         for (auto u = first_unit(i); u < first_unit(i + 1); ++u, ++h) {
