@@ -344,7 +344,8 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
           er.input = in_stage(decl.encoders[k].name, [&] {
             const auto& split = decl.encoders[k].split;
             return detail::plan_stage(decl.encoders[k], er.layout, topo, out.stages[k],
-                                      split ? &*split : nullptr, &er.pieces);
+                                      options.parallel_stages, split ? &*split : nullptr,
+                                      &er.pieces);
           });
           stage_end[k] = clock::now();
           std::future<void> input_route;
@@ -363,7 +364,8 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
   std::exception_ptr first_error;
   try {
     out.llm = in_stage(decl.llm.name, [&] {
-      return detail::plan_stage(decl.llm, out.llm_layout, topo, out.stages[kc]);
+      return detail::plan_stage(decl.llm, out.llm_layout, topo, out.stages[kc],
+                                options.parallel_stages);
     });
     stage_end[kc] = clock::now();
     llm_ok = true;

@@ -4,13 +4,15 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdint>
+#include <future>
 #include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
-#include <chrono>
 
 #include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/balance/split.hpp"
@@ -29,10 +31,13 @@ namespace detail {
 
 // Balance + map one stage; fills its report. `bytes` are the layout's item bytes. With `split`
 // (an encoder stage that splits), the stage is balanced by balance_split, the cut goes to
-// `*pieces`, and the plan, mapping and report are over the pieces.
+// `*pieces`, and the plan, mapping and report are over the pieces. With `parallel` the report
+// is computed on a thread of its own beside the mapping: its figures are maxima and sums over
+// ranks of what each bin holds (in canonical slot order either way), which the mapping only
+// permutes, so it reads the balanced plan and gives the mapped plan's figures.
 template <class Stage>
 rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const topology& topo,
-                         stage_report& rep, const split_options* split = nullptr,
+                         stage_report& rep, bool parallel, const split_options* split = nullptr,
                          std::optional<piece_layout>* pieces = nullptr) {
   balance_options opt = detail::stage_options(stage);
   ORCHMLLM_REQUIRE(opt.node_of_rank.empty() ||
@@ -53,9 +58,9 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
       return stage.balancer(balance_problem<cost_ref<Cost>>(p.input(), erased, p.lower_bound()));
     };
     auto t0 = std::chrono::steady_clock::now();
-    const auto lap = [&t0] {
+    const auto lap = [](std::chrono::steady_clock::time_point& t) {
       const auto t1 = std::chrono::steady_clock::now();
-      return std::chrono::duration<double>(t1 - std::exchange(t0, t1)).count();
+      return std::chrono::duration<double>(t1 - std::exchange(t, t1)).count();
     };
     std::optional<Cost> split_bound;
     const auto balanced = [&] {
@@ -70,20 +75,27 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
     }();
     const batch_layout& units = split ? (*pieces)->layout() : layout;
     const std::span<const std::int64_t> bytes = units.item_bytes();
-    rep.balance_seconds = lap();
+    rep.balance_seconds = lap(t0);
+    // The bound is known already: the balance's (the same layout, model, policy and limits)
+    // or, split, the bound that lets items be cut (reported instead of the pieces' own).
+    const Cost known_bound = split_bound ? *split_bound : balanced.lower_bound;
+    const auto report = [&] {
+      auto t = std::chrono::steady_clock::now();
+      auto stats = detail::with_normal_cost(cost, [&](const auto& c) {
+        return detail::compute_statistics_impl(units, balanced.plan, c, stage.policy, opt.limits,
+                                               std::optional<Cost>(known_bound));
+      });
+      rep.report_seconds = lap(t);
+      return stats;
+    };
+    auto beside = parallel ? std::async(std::launch::async, report)
+                           : std::future<std::invoke_result_t<decltype(report)>>{};
     // A custom mapper (the application's, GLPK's) runs behind the stage's std::function; every
     // other stage maps by its method (a built-in mapper object's, or `mapping`).
     auto m = stage.mapper.custom() ? map_bins(balanced.plan, bytes, topo, stage.mapper)
                                    : map_bins(balanced.plan, bytes, topo, stage_mapping(stage));
-    rep.map_seconds = lap();
-    // The bound is known already: the balance's (the same layout, model, policy and limits)
-    // or, split, the bound that lets items be cut (reported instead of the pieces' own).
-    const Cost known_bound = split_bound ? *split_bound : balanced.lower_bound;
-    const auto after = detail::with_normal_cost(cost, [&](const auto& c) {
-      return detail::compute_statistics_impl(units, m.plan, c, stage.policy, opt.limits,
-                                             std::optional<Cost>(known_bound));
-    });
-    rep.report_seconds = lap();
+    rep.map_seconds = lap(t0);
+    const auto after = beside.valid() ? beside.get() : report();
     rep.used = balanced.used;
     rep.makespan_before = static_cast<double>(after.makespan_before);
     rep.makespan_after = static_cast<double>(after.makespan);
