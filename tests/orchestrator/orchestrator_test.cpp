@@ -821,6 +821,21 @@ TEST_CASE("plan_step: stages and routes planned in parallel give the serial ones
       CHECK(a.stages[k].moved_bytes == b.stages[k].moved_bytes);
       CHECK(a.stages[k].max_bytes_after == b.stages[k].max_bytes_after);
     }
+    // The reports (computed from the balanced plans, beside the mappings) are the mapped
+    // plans' own figures.
+    const auto llm_stats =
+        orchmllm::compute_statistics(a.llm_layout, a.llm, decl.llm.cost, decl.llm.policy);
+    CHECK(a.stages.back().makespan_after == static_cast<double>(llm_stats.makespan));
+    CHECK(a.stages.back().max_tokens_after == llm_stats.max_tokens);
+    CHECK(a.stages.back().max_bytes_after == llm_stats.max_bytes);
+    for (std::size_t k = 0; k < a.encoders.size(); ++k) {
+      const auto& er = a.encoders[k];
+      const auto st = orchmllm::compute_statistics(er.units(), er.input, decl.encoders[k].cost,
+                                                   decl.encoders[k].policy);
+      CHECK(a.stages[k].makespan_after == static_cast<double>(st.makespan));
+      CHECK(a.stages[k].max_tokens_after == st.max_tokens);
+      CHECK(a.stages[k].max_bytes_after == st.max_bytes);
+    }
   }
 }
 
