@@ -34,15 +34,14 @@
 // exact in that metric, the result is compared with the input by `assignment_makespan` at the end
 // and discarded if worse.
 //
-// Complexity: O(n + d log d) set-up (none when the input already meets the target); per
-// step O(log d) for the rank order plus, per partner tried, O(k_H + k_L) (k = items on a
-// rank) for the swap sweep and the list updates. O(n + d) memory. Deterministic: ranks are
-// ordered by (load, index), items by their canonical position.
+// Complexity: O(n + d) set-up (none when the input already meets the target); per step
+// O(log d) for the rank order (amortised over its stale entries) plus, per partner tried,
+// O(k_H + k_L) (k = items on a rank) for the swap sweep and the list updates. O(n + d + steps)
+// memory. Deterministic: ranks are ordered by (load, index), items by their canonical position.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <set>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -60,78 +59,114 @@ inline constexpr int refine_partners = 8;
 
 /// Shared state of a refinement run: per-rank item lists in canonical order (for packed: cost
 /// descending; for padded: length descending), loads, and the ranks ordered by load.
+///
+/// Built for runs of a few steps on many ranks: the lists are one counting sort of the items
+/// into a flat array (a rank's list is moved to the end of it, with room to grow, when it first
+/// changes), and the load order is two binary heaps of (load, rank, version) entries (heaviest
+/// first, lightest first), a rank's old entries going stale when its load changes. The order is
+/// the total order (load, then index: heaviest = largest load, lowest index), so the heaps give
+/// the ranks in exactly the order a sorted set would.
 template <class Cost>
 struct refine_state {
-  // Heaviest = last (largest load, then lowest index); lightest = first.
-  struct by_load {
-    bool operator()(const std::pair<Cost, rank_t>& a, const std::pair<Cost, rank_t>& b) const {
-      return a.first < b.first || (a.first == b.first && a.second > b.second);
-    }
+  struct entry {
+    Cost load;
+    rank_t rank;
+    std::uint32_t version;
   };
+  // Lighter first: smaller load, then larger index.
+  static bool lighter(const entry& a, const entry& b) {
+    return a.load < b.load || (a.load == b.load && a.rank > b.rank);
+  }
 
   const balance_input<Cost>& in;
-  std::vector<std::int64_t> pos;                 // canonical position of every item
-  std::vector<std::vector<std::int64_t>> items;  // per rank, by canonical position
+  std::vector<std::int64_t> pos;  // canonical position of every item
   std::vector<Cost> load;
-  std::set<std::pair<Cost, rank_t>, by_load> ranks;
 
   refine_state(const balance_input<Cost>& input, std::span<const rank_t> assignment)
       : in(input),
         pos(static_cast<std::size_t>(input.layout.num_items())),
-        items(static_cast<std::size_t>(input.d)),
-        load(static_cast<std::size_t>(input.d), Cost{}) {
+        load(static_cast<std::size_t>(input.d), Cost{}),
+        begin_(static_cast<std::size_t>(input.d) + 1, 0),
+        size_(static_cast<std::size_t>(input.d), 0),
+        room_(static_cast<std::size_t>(input.d), 0),
+        version_(static_cast<std::size_t>(input.d), 0) {
     const auto n = pos.size();
-    // Exact sizes first (plus slack for moves), so filling never reallocates.
-    std::vector<std::size_t> count(items.size(), 0);
-    for (std::size_t g = 0; g < n; ++g) ++count[static_cast<std::size_t>(assignment[g])];
-    for (std::size_t r = 0; r < items.size(); ++r) items[r].reserve(count[r] + 8);
+    const auto d = size_.size();
+    for (std::size_t g = 0; g < n; ++g) ++size_[static_cast<std::size_t>(assignment[g])];
+    for (std::size_t r = 0; r < d; ++r) {
+      begin_[r + 1] = begin_[r] + size_[r];
+      room_[r] = size_[r];
+    }
+    flat_.resize(n);
+    std::vector<std::size_t> fill(begin_.begin(), begin_.end() - 1);
     for (std::size_t i = 0; i < n; ++i) {
       const auto g = static_cast<std::size_t>(in.order[i]);
       pos[g] = static_cast<std::int64_t>(i);
-      items[static_cast<std::size_t>(assignment[g])].push_back(in.order[i]);
+      flat_[fill[static_cast<std::size_t>(assignment[g])]++] = in.order[i];
     }
   }
 
+  /// Rank r's items, by canonical position. Valid until r's list next changes.
+  [[nodiscard]] std::span<const std::int64_t> items(rank_t r) const {
+    const auto R = static_cast<std::size_t>(r);
+    return {flat_.data() + begin_[R], size_[R]};
+  }
   [[nodiscard]] std::int64_t count(rank_t r) const {
-    return static_cast<std::int64_t>(items[static_cast<std::size_t>(r)].size());
+    return static_cast<std::int64_t>(size_[static_cast<std::size_t>(r)]);
   }
   [[nodiscard]] Cost cost_of(std::int64_t g) const { return in.costs[static_cast<std::size_t>(g)]; }
 
   void erase_at(rank_t r, std::size_t i) {
-    auto& v = items[static_cast<std::size_t>(r)];
-    v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
+    const auto R = static_cast<std::size_t>(r);
+    auto* v = flat_.data() + begin_[R];
+    std::copy(v + i + 1, v + size_[R], v + i);
+    --size_[R];
   }
   void insert_sorted(rank_t r, std::int64_t g) {
-    auto& v = items[static_cast<std::size_t>(r)];
+    const auto R = static_cast<std::size_t>(r);
+    if (size_[R] == room_[R]) {
+      // Moved to the end with room to grow (amortised O(1) per item).
+      const std::size_t at = flat_.size();
+      room_[R] = 2 * size_[R] + 8;
+      flat_.resize(at + room_[R]);
+      std::copy(flat_.begin() + static_cast<std::ptrdiff_t>(begin_[R]),
+                flat_.begin() + static_cast<std::ptrdiff_t>(begin_[R] + size_[R]),
+                flat_.begin() + static_cast<std::ptrdiff_t>(at));
+      begin_[R] = at;
+    }
+    auto* v = flat_.data() + begin_[R];
     const auto p = pos[static_cast<std::size_t>(g)];
-    auto it = std::lower_bound(v.begin(), v.end(), p, [&](std::int64_t x, std::int64_t key) {
+    auto* it = std::lower_bound(v, v + size_[R], p, [&](std::int64_t x, std::int64_t key) {
       return pos[static_cast<std::size_t>(x)] < key;
     });
-    v.insert(it, g);
+    std::copy_backward(it, v + size_[R], v + size_[R] + 1);
+    *it = g;
+    ++size_[R];
   }
-  // The two ranks' nodes are re-keyed in place (extract, then insert the node back): no
-  // allocation per step.
   void set_loads(rank_t h, Cost new_h, rank_t l, Cost new_l) {
-    auto nh = ranks.extract({load[static_cast<std::size_t>(h)], h});
-    auto nl = ranks.extract({load[static_cast<std::size_t>(l)], l});
-    load[static_cast<std::size_t>(h)] = new_h;
-    load[static_cast<std::size_t>(l)] = new_l;
-    nh.value().first = new_h;
-    nl.value().first = new_l;
-    ranks.insert(std::move(nh));
-    ranks.insert(std::move(nl));
+    for (const auto& [r, v] : {std::pair{h, new_h}, std::pair{l, new_l}}) {
+      const auto R = static_cast<std::size_t>(r);
+      load[R] = v;
+      push({v, r, ++version_[R]});
+      touched_.push_back(r);
+    }
   }
-  // Sorted first, then appended at the end (amortised O(1) per rank instead of O(log d)).
+  // Both heaps from the loads. O(d).
   void index_ranks() {
-    std::vector<std::pair<Cost, rank_t>> sorted(static_cast<std::size_t>(in.d));
-    for (rank_t r = 0; r < in.d; ++r)
-      sorted[static_cast<std::size_t>(r)] = {load[static_cast<std::size_t>(r)], r};
-    std::sort(sorted.begin(), sorted.end(), by_load{});
-    for (const auto& e : sorted) ranks.insert(ranks.end(), e);
+    heavy_.clear();
+    light_.clear();
+    for (rank_t r = 0; r < in.d; ++r) {
+      const auto R = static_cast<std::size_t>(r);
+      heavy_.push_back({load[R], r, version_[R]});
+    }
+    light_ = heavy_;
+    std::make_heap(heavy_.begin(), heavy_.end(), lighter);
+    std::make_heap(light_.begin(), light_.end(), heavier);
   }
+  // The items of every rank whose list changed get that rank (the others keep theirs).
   void write(std::vector<rank_t>& assignment) const {
-    for (rank_t r = 0; r < in.d; ++r)
-      for (auto g : items[static_cast<std::size_t>(r)]) assignment[static_cast<std::size_t>(g)] = r;
+    for (const rank_t r : touched_)
+      for (auto g : items(r)) assignment[static_cast<std::size_t>(g)] = r;
   }
 
   /// Runs steps until the target, the budget, or no improving step. `step(H, L)` tries one
@@ -139,27 +174,64 @@ struct refine_state {
   template <class Step>
   std::int64_t run(std::int64_t budget, Cost target, Step&& step) {
     std::int64_t steps = 0;
+    std::vector<entry> tried_entries;
     while (steps < budget) {
-      const rank_t h = std::prev(ranks.end())->second;
+      while (stale(heavy_.front())) pop(heavy_, lighter);
+      const rank_t h = heavy_.front().rank;
       const Cost m = load[static_cast<std::size_t>(h)];
       if (m <= target) break;
       bool applied = false;
       int tried = 0;
-      for (auto it = ranks.begin(); it != ranks.end() && tried < refine_partners; ++it) {
-        const rank_t l = it->second;
-        if (l == h) continue;
-        if (!(it->first < m)) break;
+      // The lightest ranks in order, taken off their heap and put back after.
+      tried_entries.clear();
+      while (!light_.empty() && tried < refine_partners) {
+        const entry e = light_.front();
+        pop(light_, heavier);
+        if (stale(e)) continue;
+        tried_entries.push_back(e);
+        if (e.rank == h) continue;
+        if (!(e.load < m)) break;
         ++tried;
-        if (step(h, l)) {
+        if (step(h, e.rank)) {
           applied = true;
           break;
         }
       }
+      for (const auto& e : tried_entries)
+        if (!stale(e)) {
+          light_.push_back(e);
+          std::push_heap(light_.begin(), light_.end(), heavier);
+        }
       if (!applied) break;
       ++steps;
     }
     return steps;
   }
+
+ private:
+  static bool heavier(const entry& a, const entry& b) { return lighter(b, a); }
+  [[nodiscard]] bool stale(const entry& e) const {
+    return e.version != version_[static_cast<std::size_t>(e.rank)];
+  }
+  template <class Less>
+  static void pop(std::vector<entry>& heap, Less less) {
+    std::pop_heap(heap.begin(), heap.end(), less);
+    heap.pop_back();
+  }
+  void push(const entry& e) {
+    heavy_.push_back(e);
+    std::push_heap(heavy_.begin(), heavy_.end(), lighter);
+    light_.push_back(e);
+    std::push_heap(light_.begin(), light_.end(), heavier);
+  }
+
+  std::vector<std::int64_t> flat_;   // every rank's list, at begin_[r], size_[r] of room_[r]
+  std::vector<std::size_t> begin_;   // d + 1 (the last is unused once a list moves)
+  std::vector<std::size_t> size_, room_;
+  std::vector<std::uint32_t> version_;
+  std::vector<entry> heavy_, light_;  // max-heaps of heavier-first and lighter-first
+  std::vector<rank_t> touched_;  // ranks whose load changed (with repeats): every step that
+                                 // changes lists sets both ranks' loads
 };
 
 /// Packed-policy refinement; see the file comment. A rank's state here is two sums, its load
@@ -200,8 +272,8 @@ void refine_packed(const balance_input<Cost>& in, [[maybe_unused]] const C& cost
 
   auto step = [&](rank_t h, rank_t l) -> bool {
     const auto H = static_cast<std::size_t>(h), L = static_cast<std::size_t>(l);
-    const auto& hi = s.items[H];
-    const auto& li = s.items[L];
+    const auto hi = s.items(h);
+    const auto li = s.items(l);
     const Cost m = s.load[H], lo = s.load[L];
     const Cost gap = m - lo;
     const Cost half_gap = gap / 2;
@@ -303,7 +375,7 @@ void refine_packed(const balance_input<Cost>& in, [[maybe_unused]] const C& cost
 
   if constexpr (std::is_floating_point_v<Cost>) {
     // See the file comment: guard against ulp drift of the incremental loads.
-    std::vector<rank_t> result(assignment.size());
+    std::vector<rank_t> result = assignment;
     s.write(result);
     // `before` is the input's makespan exactly as assignment_makespan computes it.
     if (assignment_makespan(in, cost, std::span<const rank_t>(result)) <= before)
@@ -332,14 +404,14 @@ void refine_padded(const balance_input<Cost>& in, const C& cost, std::vector<ran
   };
   for (rank_t r = 0; r < in.d; ++r) {
     const auto R = static_cast<std::size_t>(r);
-    for (auto g : s.items[R]) take(st[R], g);
+    for (auto g : s.items(r)) take(st[R], g);
     s.load[R] = st[R].load(cost);
   }
   s.index_ranks();
 
   auto step = [&](rank_t h, rank_t l) -> bool {
     const auto H = static_cast<std::size_t>(h), L = static_cast<std::size_t>(l);
-    const auto& hi = s.items[H];
+    const auto hi = s.items(h);
     const Cost m = s.load[H];
     const std::int64_t ch = s.count(h), cl = s.count(l);
     if (ch == 0 || ch - 1 < lim.min_items || cl + 1 > lim.max_items) return false;
