@@ -173,11 +173,24 @@ inline std::int64_t worst_node_lower_bound(const mapping_problem& p) {
       }
   }
   // Bins by increasing W_b: only sums of the smallest are taken, so ties may fall either way.
+  // A node skips its column's bins and takes G_m more, so only the first max_m (column size +
+  // G_m) are ever read: those are selected, then sorted (all of them when that is most bins).
   std::vector<rank_t> by_size(d);
   std::iota(by_size.begin(), by_size.end(), rank_t{0});
-  std::sort(by_size.begin(), by_size.end(), [&](rank_t a, rank_t b) {
+  const auto smaller = [&](rank_t a, rank_t b) {
     return p.bin_bytes[static_cast<std::size_t>(a)] < p.bin_bytes[static_cast<std::size_t>(b)];
-  });
+  };
+  std::size_t read = 0;
+  for (std::size_t m = 0; m < nn; ++m)
+    read = std::max(read, static_cast<std::size_t>(col_off[m + 1] - col_off[m]) +
+                              static_cast<std::size_t>(p.capacity[m]));
+  if (read < d / 4) {
+    const auto mid = by_size.begin() + static_cast<std::ptrdiff_t>(read);
+    std::nth_element(by_size.begin(), mid, by_size.end(), smaller);
+    std::sort(by_size.begin(), mid, smaller);
+  } else {
+    std::sort(by_size.begin(), by_size.end(), smaller);
+  }
   std::vector<char> in_column(d, 0);
   const auto nodes = static_cast<std::int64_t>(nn);  // ⌈bound / nodes⌉, no bound + nodes − 1
   std::int64_t best = p.lower_bound / nodes + (p.lower_bound % nodes != 0 ? 1 : 0);
