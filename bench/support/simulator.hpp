@@ -219,7 +219,7 @@ struct transfer_figures {
 
 /// MEASURED wall times of the planner's phases (from `step_plan` and its stage reports).
 struct planner_phases {
-  double layout_seconds = 0;   ///< the K + 1 layouts from the metadata
+  double layout_seconds = 0;   ///< the LLM layout from the metadata (the encoders' overlap)
   double stages_seconds = 0;   ///< balancing and mapping every stage (wall, threads overlap)
   double compose_seconds = 0;  ///< lifts, composed routes and inverses
   struct stage {

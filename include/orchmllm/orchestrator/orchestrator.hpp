@@ -153,8 +153,8 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     const auto now = std::chrono::steady_clock::now();
     return std::chrono::duration<double>(now - std::exchange(phase, now)).count();
   };
-  // Layouts: the LLM stage over samples (sequence lengths, text and encoder-output bytes), then
-  // one per encoder stage.
+  // The LLM stage's layout over samples (sequence lengths, text and encoder-output bytes);
+  // each encoder stage's is built on its own thread (`encoder_layout`).
   {
     const auto n = static_cast<std::size_t>(meta.num_samples());
     std::vector<std::int64_t> lengths(n), bytes(n);
@@ -178,7 +178,8 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     out.llm_layout = batch_layout(meta.sample_offsets, std::move(lengths), std::move(bytes));
   }
   out.encoders.resize(kc);
-  for (std::size_t k = 0; k < kc; ++k) {
+  // Encoder k's layout: built on its stage's thread, beside the others and the LLM stage.
+  const auto encoder_layout = [&](std::size_t k) {
     const auto& mod = meta.modalities[k];
     std::vector<std::int64_t> bytes(mod.input_rows.size());
     for (std::size_t i = 0; i < bytes.size(); ++i)
@@ -197,7 +198,7 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
       out.encoders[k].layout =
           batch_layout(mod.offsets, mod.encoder_length, std::move(bytes), mod.parent);
     }
-  }
+  };
 
   out.layout_seconds = lap();
 
@@ -341,6 +342,7 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     encoder_tasks.push_back(std::async(
         options.parallel_stages ? std::launch::async : std::launch::deferred, [&, k] {
           auto& er = out.encoders[k];
+          encoder_layout(k);
           er.input = in_stage(decl.encoders[k].name, [&] {
             const auto& split = decl.encoders[k].split;
             return detail::plan_stage(decl.encoders[k], er.layout, topo, out.stages[k],

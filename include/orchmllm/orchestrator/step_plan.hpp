@@ -145,7 +145,8 @@ struct step_plan {
   // `parallel_stages` the work overlaps: an encoder composes and builds its routes as soon as
   // its stage and Π_M are done, while slower stages still run. Each phase here runs from the
   // end of the one before to the end of its last task, so they add up to about plan_seconds.
-  double layout_seconds = 0;   ///< building the K + 1 layouts from the metadata
+  double layout_seconds = 0;   ///< building the LLM layout from the metadata (each encoder's
+                               ///< is built on its stage's thread, within stages_seconds)
   double stages_seconds = 0;   ///< until the last stage is balanced and mapped (with
                                ///< `routes_for`, routes and compositions overlap it)
   double compose_seconds = 0;  ///< then until the last lift, composed route and inverse
