@@ -258,6 +258,107 @@ TEST_CASE("worst-node bound: the sum of the k largest / smallest equals a full s
   }
 }
 
+TEST_CASE("worst-node bound: the documented formula, computed the obvious way (d up to 600)") {
+  // mapping_result::worst_node_bytes_lower_bound: per node m with G_m GPUs, held_m minus the G_m
+  // largest w[b][m], and the G_m smallest of {W_b − w[b][m]} over all bins; and
+  // ⌈inter_node_bytes_lower_bound / N⌉. Larger groups of few-GPU nodes, where the library sorts
+  // only the smallest bins a node can reach.
+  std::mt19937_64 rng(616);
+  for (int rep = 0; rep < 60; ++rep) {
+    const auto d = static_cast<rank_t>(uniform(rng, 64, 600));
+    const auto g = static_cast<rank_t>(uniform(rng, 1, 8));
+    instance in = random_instance(rng, d, false, rep % 3 == 0 ? 3 : 1000);
+    in.topo = topology::uniform(d, g);
+    INFO("d = ", d, ", G = ", g, ", rep = ", rep);
+    const auto p = detail::build_mapping_problem(in.binned, in.bytes, in.topo);
+    const auto nn = static_cast<std::size_t>(in.topo.num_nodes());
+    const auto ud = static_cast<std::size_t>(d);
+    std::vector<std::int64_t> w(ud * nn, 0), held(nn, 0), bin(ud, 0);
+    const auto off = in.binned.src_offsets();
+    for (std::size_t x = 0; x < in.bytes.size(); ++x) {
+      const auto b = static_cast<std::size_t>(in.binned.dst_ranks()[x]);
+      const auto s = static_cast<rank_t>(
+          std::upper_bound(off.begin(), off.end(), static_cast<std::int64_t>(x)) - off.begin() -
+          1);
+      const auto m = static_cast<std::size_t>(in.topo.node_of(s));
+      w[b * nn + m] += in.bytes[x];
+      held[m] += in.bytes[x];
+      bin[b] += in.bytes[x];
+    }
+    std::int64_t lower = 0;
+    for (std::size_t b = 0; b < ud; ++b)
+      lower += bin[b] - *std::max_element(w.begin() + static_cast<std::ptrdiff_t>(b * nn),
+                                          w.begin() + static_cast<std::ptrdiff_t>((b + 1) * nn));
+    const auto nodes = static_cast<std::int64_t>(nn);
+    std::int64_t want = nn < 2 ? 0 : (lower + nodes - 1) / nodes;
+    for (std::size_t m = 0; nn >= 2 && m < nn; ++m) {
+      const auto k = static_cast<std::size_t>(in.topo.node_size(static_cast<rank_t>(m)));
+      std::vector<std::int64_t> col, in_bytes;
+      for (std::size_t b = 0; b < ud; ++b) {
+        col.push_back(w[b * nn + m]);
+        in_bytes.push_back(bin[b] - w[b * nn + m]);
+      }
+      std::sort(col.rbegin(), col.rend());
+      std::sort(in_bytes.begin(), in_bytes.end());
+      const auto cut = static_cast<std::ptrdiff_t>(std::min(k, ud));
+      want = std::max(want, held[m] - std::accumulate(col.begin(), col.begin() + cut,
+                                                      std::int64_t{0}));
+      want = std::max(want, std::accumulate(in_bytes.begin(), in_bytes.begin() + cut,
+                                            std::int64_t{0}));
+    }
+    CHECK(p.lower_bound == lower);
+    CHECK(p.worst_lower_bound == want);
+  }
+  // A node whose column holds the smallest bins, fewer than its GPUs: rank 0 (node 0, 8 GPUs)
+  // sends five one-byte items to bins 0..4, which get nothing else; every other bin gets 100
+  // bytes or more from other nodes. Node 0's ingress takes those five at 0 and the three
+  // smallest other bins: 13 bins read of the 400 sorted.
+  {
+    const rank_t d = 400;
+    std::vector<std::int64_t> off{0};
+    std::vector<rank_t> dst;
+    std::vector<std::int64_t> bytes;
+    std::vector<rank_t> src;
+    for (rank_t r = 0; r < d; ++r) {
+      if (r == 0) {
+        for (rank_t i = 0; i < 5; ++i) {
+          dst.push_back(i);
+          bytes.push_back(1);
+          src.push_back(r);
+        }
+      } else if (r >= 8) {
+        dst.push_back(5 + (r - 8) % 395);
+        bytes.push_back(100 + (r * 37) % 500);
+        src.push_back(r);
+      }
+      off.push_back(static_cast<std::int64_t>(dst.size()));
+    }
+    const auto topo = topology::uniform(d, 8);
+    const auto binned = rearrangement::from_destinations(off, dst, d);
+    const auto p = detail::build_mapping_problem(binned, bytes, topo);
+    std::vector<std::int64_t> w(static_cast<std::size_t>(d), 0);
+    for (std::size_t x = 0; x < dst.size(); ++x) w[static_cast<std::size_t>(dst[x])] += bytes[x];
+    const auto nodes = static_cast<std::int64_t>(topo.num_nodes());
+    std::int64_t want = (p.lower_bound + nodes - 1) / nodes;
+    for (rank_t m = 0; m < topo.num_nodes(); ++m) {
+      std::int64_t held = 0;
+      std::vector<std::int64_t> col(static_cast<std::size_t>(d), 0), ing;
+      for (std::size_t x = 0; x < dst.size(); ++x) {
+        if (topo.node_of(src[x]) != m) continue;
+        held += bytes[x];
+        col[static_cast<std::size_t>(dst[x])] += bytes[x];
+      }
+      for (rank_t b = 0; b < d; ++b)
+        ing.push_back(w[static_cast<std::size_t>(b)] - col[static_cast<std::size_t>(b)]);
+      std::sort(ing.begin(), ing.end());
+      std::sort(col.rbegin(), col.rend());
+      want = std::max({want, std::accumulate(ing.begin(), ing.begin() + 8, std::int64_t{0}),
+                       held - std::accumulate(col.begin(), col.begin() + 8, std::int64_t{0})});
+    }
+    CHECK(p.worst_lower_bound == want);
+  }
+}
+
 TEST_CASE("bottleneck: between the brute-force optimum and transport on the worst node (d <= 8)") {
   std::mt19937_64 rng(4242);
   int cases = 0, optimal = 0, improved = 0, tight = 0;
