@@ -91,9 +91,19 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
     auto beside = parallel ? std::async(std::launch::async, report)
                            : std::future<std::invoke_result_t<decltype(report)>>{};
     // A custom mapper (the application's, GLPK's) runs behind the stage's std::function; every
-    // other stage maps by its method (a built-in mapper object's, or `mapping`).
-    auto m = stage.mapper.custom() ? map_bins(balanced.plan, bytes, topo, stage.mapper)
-                                   : map_bins(balanced.plan, bytes, topo, stage_mapping(stage));
+    // other stage maps by its method (a built-in mapper object's, or `mapping`). A built-in
+    // mapping of a stage without items is skipped: any bijection gives the same empty plan and
+    // moves nothing (and it would still cost O(d + N · G³) at scale).
+    const auto map = [&] {
+      if (stage.mapper.custom()) return map_bins(balanced.plan, bytes, topo, stage.mapper);
+      if (units.num_items() == 0) {
+        mapping_result empty;
+        empty.plan = balanced.plan;
+        return empty;
+      }
+      return map_bins(balanced.plan, bytes, topo, stage_mapping(stage));
+    };
+    auto m = map();
     rep.map_seconds = lap(t0);
     const auto after = beside.valid() ? beside.get() : report();
     rep.used = balanced.used;
