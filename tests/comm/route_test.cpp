@@ -1137,7 +1137,8 @@ TEST_CASE("route: the rails bound of automatic's node-wise bound holds for every
     for (const auto b : bytes) {
       const double mid = (static_cast<double>(cum) + 0.5 * static_cast<double>(b)) /
                          static_cast<double>(total);
-      const auto rail = static_cast<std::size_t>(std::min<double>(rails - 1, std::floor(mid * rails)));
+      const auto rail =
+          static_cast<std::size_t>(std::min<double>(rails - 1, std::floor(mid * rails)));
       if (b > 0) hit[rail] = 1;
       cum += b;
     }

@@ -175,7 +175,8 @@ class route {
   /// Builds rank `rank`'s route. `item_bytes` has one entry per source item (global id order):
   /// its payload size in bytes. The plan must map d ranks to the same d ranks and `topo` must
   /// have d ranks. O(hops · n log n + d) time, O(n + d) memory (both schedules with
-  /// `automatic` unless node-wise is ruled out by its lower bound). Deterministic: every rank derives the same schedule, order and offsets.
+  /// `automatic` unless node-wise is ruled out by its lower bound). Deterministic: every rank
+  /// derives the same schedule, order and offsets.
   /// Throws `invalid_argument_error` for mismatched sizes, negative bytes or a rank outside
   /// [0, d).
   static route build(const rearrangement& plan, std::span<const std::int64_t> item_bytes,
