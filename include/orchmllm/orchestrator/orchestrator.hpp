@@ -92,7 +92,6 @@
 #include "orchmllm/orchestrator/stages.hpp"
 #include "orchmllm/orchestrator/step_plan.hpp"
 #include "orchmllm/detail/orchestrator/gather_metadata.hpp"
-#include "orchmllm/detail/orchestrator/plan_stage.hpp"
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"
 
@@ -101,6 +100,7 @@
 #if !ORCHMLLM_USE_COMPILED
 #include <future>  // plan_step's body (compiled mode: in the library)
 
+#include "orchmllm/detail/orchestrator/plan_stage.hpp"
 #include "orchmllm/detail/orchestrator/step_route_builder.hpp"
 #endif
 
