@@ -1,6 +1,7 @@
 #pragma once
 // plan_step's per-stage step (orchestrator/orchestrator.hpp): balance one stage with its
-// balancer, map the bins with its mapper, and fill the stage's report.
+// balancer, map the bins with its mapper, and fill the stage's report. Not compiled in units
+// that use the compiled library (ORCHMLLM_USE_COMPILED): plan_step's body is there.
 
 #include <algorithm>
 #include <array>
@@ -16,17 +17,20 @@
 
 #include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/balance/split.hpp"
+#include "orchmllm/config.hpp"
 #include "orchmllm/core/pieces.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/core/statistics.hpp"
 #include "orchmllm/orchestrator/stages.hpp"
+#include "orchmllm/detail/topology/mapping_problem.hpp"
 #include "orchmllm/orchestrator/step_plan.hpp"
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"
 
 namespace orchmllm {
 
+#if !ORCHMLLM_USE_COMPILED
 namespace detail {
 
 // Balance + map one stage; fills its report. `bytes` are the layout's item bytes. With `split`
@@ -94,6 +98,8 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
     // other stage maps by its method (a built-in mapper object's, or `mapping`). A built-in
     // mapping of a stage without items is skipped: any bijection gives the same empty plan and
     // moves nothing (and it would still cost O(d + N · G³) at scale).
+    // With `parallel`, a built-in mapping other than `bottleneck` (which reads it) computes the
+    // problem's worst-node bound on a thread beside the solver: the same code as map_bins.
     const auto map = [&] {
       if (stage.mapper.custom()) return map_bins(balanced.plan, bytes, topo, stage.mapper);
       if (units.num_items() == 0) {
@@ -101,7 +107,15 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
         empty.plan = balanced.plan;
         return empty;
       }
-      return map_bins(balanced.plan, bytes, topo, stage_mapping(stage));
+      const mapping_method method = stage_mapping(stage);
+      if (!parallel || method == mapping_method::bottleneck)
+        return map_bins(balanced.plan, bytes, topo, method);
+      auto problem = detail::build_mapping_problem(balanced.plan, bytes, topo, false);
+      auto worst = std::async(std::launch::async,
+                              [&problem] { return detail::worst_node_lower_bound(problem); });
+      auto ranks = detail::builtin_rank_of_bin(problem, method, 0);
+      problem.worst_lower_bound = worst.get();
+      return detail::result_from_ranks(problem, std::move(ranks));
     };
     auto m = map();
     rep.map_seconds = lap(t0);
@@ -126,5 +140,6 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
 }
 
 }  // namespace detail
+#endif
 
 }  // namespace orchmllm

@@ -223,10 +223,12 @@ inline std::int64_t worst_node_lower_bound(const mapping_problem& p) {
   return best;
 }
 
-// Gathers the problem. Validates the inputs (check_mapping_inputs). O(n + d + N).
+// Gathers the problem. Validates the inputs (check_mapping_inputs). O(n + d + N). Without
+// `worst_bound`, `worst_lower_bound` is left at 0 for the caller to fill (worst_node_lower_bound
+// reads the problem only), e.g. on a thread beside the solver.
 inline mapping_problem build_mapping_problem(const rearrangement& binned,
                                              std::span<const std::int64_t> item_bytes,
-                                             const topology& topo) {
+                                             const topology& topo, bool worst_bound = true) {
   check_mapping_inputs(binned, item_bytes, topo);
   mapping_problem p;
   p.binned = &binned;
@@ -291,7 +293,7 @@ inline mapping_problem build_mapping_problem(const rearrangement& binned,
   }
   p.capacity.resize(static_cast<std::size_t>(nn));
   for (rank_t m = 0; m < nn; ++m) p.capacity[static_cast<std::size_t>(m)] = topo.node_size(m);
-  p.worst_lower_bound = worst_node_lower_bound(p);
+  if (worst_bound) p.worst_lower_bound = worst_node_lower_bound(p);
   return p;
 }
 
