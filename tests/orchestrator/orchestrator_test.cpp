@@ -775,6 +775,56 @@ TEST_CASE("plan_step: byte and token sizes past 2^63 are errors, not wrapped siz
       {"sequence length of sample 0"});
 }
 
+TEST_CASE("plan_step: a step with 10^5 sub-items per modality, parallel as serial") {
+  // Large enough that the composition writes its samples on two threads and the mappings
+  // compute their worst-node bounds beside the solver.
+  std::mt19937_64 rng(8080);
+  const rank_t d = 64;
+  std::vector<local_batch> batches(static_cast<std::size_t>(d));
+  for (auto& b : batches) {
+    for (std::int64_t i = 0; i < 1200; ++i) {
+      b.text_tokens.push_back(uniform(rng, 1, 400));
+      for (std::int64_t s = uniform(rng, 1, 3); s > 0; --s)
+        b.sub_items.push_back(sub_item{.modality = static_cast<std::int32_t>(uniform(rng, 0, 1)),
+                                       .parent = i,
+                                       .encoder_length = uniform(rng, 1, 900),
+                                       .input_rows = uniform(rng, 1, 9),
+                                       .llm_tokens = uniform(rng, 1, 60)});
+    }
+  }
+  const auto meta = orchmllm::make_step_metadata(batches, 2);
+  REQUIRE(meta.modalities[0].parent.size() >= (std::size_t{1} << 16));
+  REQUIRE(meta.modalities[1].parent.size() >= (std::size_t{1} << 16));
+  stage_declarations decl;
+  decl.encoders.resize(2);
+  decl.encoders[0].name = "vision";
+  decl.encoders[1].name = "audio";
+  decl.encoders[1].policy = orchmllm::padded;
+  decl.llm.mapping = orchmllm::mapping_method::auction;
+  const auto topo = topology::uniform(d, 8);
+  orchmllm::plan_options serial, parallel;
+  serial.parallel_stages = false;
+  const auto a = orchmllm::plan_step(decl, meta, topo, parallel);
+  const auto b = orchmllm::plan_step(decl, meta, topo, serial);
+  CHECK(a.llm == b.llm);
+  for (std::size_t k = 0; k < 2; ++k) {
+    CHECK(a.encoders[k].input == b.encoders[k].input);
+    CHECK(a.encoders[k].lifted == b.encoders[k].lifted);
+    CHECK(a.encoders[k].output == b.encoders[k].output);
+    CHECK(a.encoders[k].gradient == b.encoders[k].gradient);
+  }
+  for (std::size_t k = 0; k < 3; ++k) {
+    CHECK(a.stages[k].makespan_after == b.stages[k].makespan_after);
+    CHECK(a.stages[k].moved_bytes == b.stages[k].moved_bytes);
+    CHECK(a.stages[k].inter_node_bytes == b.stages[k].inter_node_bytes);
+  }
+  // And the composition is the one its definition gives: the gradient undoes the output.
+  for (std::size_t k = 0; k < 2; ++k) {
+    CHECK(a.encoders[k].gradient == a.encoders[k].output.inverse());
+    a.encoders[k].lifted.validate();
+  }
+}
+
 TEST_CASE("plan_step: stages and routes planned in parallel give the serial ones") {
   std::mt19937_64 rng(777);
   for (int trial = 0; trial < 60; ++trial) {

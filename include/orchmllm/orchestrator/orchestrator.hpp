@@ -273,31 +273,42 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     gradient.dst_slot.resize(n_units);
     gradient.src_of_dst.resize(n_units);
     const auto llm_rank = out.llm.dst_ranks();
-    for (std::size_t g = 0; g < n_samples; ++g) {
-      if (sub_off[g] == sub_off[g + 1]) continue;
-      const rank_t r = llm_rank[g];
-      const std::int64_t rank_start = lifted.dst_offsets[static_cast<std::size_t>(r)];
-      std::int64_t h = walk_start[g];
-      for (auto q = sub_off[g]; q < sub_off[g + 1]; ++q) {
-        const auto i = subs[static_cast<std::size_t>(q)];
-        for (auto u = first_unit(i); u < first_unit(i + 1); ++u, ++h) {
-          const auto uu = static_cast<std::size_t>(u);
-          const auto hh = static_cast<std::size_t>(h);
-          const auto pe = er.input.destination_of(u);
-          const auto e =
-              static_cast<std::size_t>(eoff[static_cast<std::size_t>(pe.rank)] + pe.slot);
-          const std::int64_t slot = h - rank_start;
-          lifted.dst_rank[uu] = r;
-          lifted.dst_slot[uu] = slot;
-          lifted.src_of_dst[hh] = u;
-          output.dst_rank[e] = r;
-          output.dst_slot[e] = slot;
-          output.src_of_dst[hh] = static_cast<std::int64_t>(e);
-          gradient.dst_rank[hh] = pe.rank;
-          gradient.dst_slot[hh] = pe.slot;
-          gradient.src_of_dst[e] = h;
+    // Every unit's entries sit at its own ids (u, h, e), so samples can be written in any order:
+    // with parallel stages and many units, the second half on a thread of its own.
+    const auto write_samples = [&](std::size_t first, std::size_t last) {
+      for (std::size_t g = first; g < last; ++g) {
+        if (sub_off[g] == sub_off[g + 1]) continue;
+        const rank_t r = llm_rank[g];
+        const std::int64_t rank_start = lifted.dst_offsets[static_cast<std::size_t>(r)];
+        std::int64_t h = walk_start[g];
+        for (auto q = sub_off[g]; q < sub_off[g + 1]; ++q) {
+          const auto i = subs[static_cast<std::size_t>(q)];
+          for (auto u = first_unit(i); u < first_unit(i + 1); ++u, ++h) {
+            const auto uu = static_cast<std::size_t>(u);
+            const auto hh = static_cast<std::size_t>(h);
+            const auto pe = er.input.destination_of(u);
+            const auto e =
+                static_cast<std::size_t>(eoff[static_cast<std::size_t>(pe.rank)] + pe.slot);
+            const std::int64_t slot = h - rank_start;
+            lifted.dst_rank[uu] = r;
+            lifted.dst_slot[uu] = slot;
+            lifted.src_of_dst[hh] = u;
+            output.dst_rank[e] = r;
+            output.dst_slot[e] = slot;
+            output.src_of_dst[hh] = static_cast<std::int64_t>(e);
+            gradient.dst_rank[hh] = pe.rank;
+            gradient.dst_slot[hh] = pe.slot;
+            gradient.src_of_dst[e] = h;
+          }
         }
       }
+    };
+    if (options.parallel_stages && n_units >= (std::size_t{1} << 16)) {
+      auto second = std::async(std::launch::async, write_samples, n_samples / 2, n_samples);
+      write_samples(0, n_samples / 2);
+      second.get();
+    } else {
+      write_samples(0, n_samples);
     }
     // Every unit was written once (lifted.dst_offsets[d] == n_units): its sub-item has one
     // parent sample, on exactly one LLM slot.
