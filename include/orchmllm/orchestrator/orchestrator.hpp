@@ -100,6 +100,7 @@
 #if !ORCHMLLM_USE_COMPILED
 #include <future>  // plan_step's body (compiled mode: in the library)
 
+#include "orchmllm/detail/core/parallel.hpp"
 #include "orchmllm/detail/orchestrator/plan_stage.hpp"
 #include "orchmllm/detail/orchestrator/step_route_builder.hpp"
 #endif
@@ -303,7 +304,7 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
         }
       }
     };
-    if (options.parallel_stages && n_units >= (std::size_t{1} << 16)) {
+    if (options.parallel_stages && n_units >= detail::parallel_min_items) {
       auto second = std::async(std::launch::async, write_samples, n_samples / 2, n_samples);
       write_samples(0, n_samples / 2);
       second.get();

@@ -242,7 +242,7 @@ inline double node_wise_lower_bound(const rearrangement& plan, std::span<const s
       node_send[static_cast<std::size_t>(ns)] += secs;
       node_recv[static_cast<std::size_t>(nt)] += secs;
       if (c.count == 1) {
-        const rank_t rail = std::min<rank_t>(rails - 1, rails / 2);
+        const rank_t rail = rails / 2;  // ⌊R/2⌋ ≤ R − 1 for every R ≥ 1: no clamp
         rank_send[static_cast<std::size_t>(topo.rank_at(ns, rail))] += secs;
         rank_recv[static_cast<std::size_t>(topo.rank_at(nt, rail))] += secs;
       }

@@ -11,6 +11,10 @@
 
 namespace orchmllm::detail {
 
+// The planner splits one stage's work over threads (a report beside the mapping, halves of a
+// composition) only from this many items: below it, starting a thread costs more than it saves.
+inline constexpr std::size_t parallel_min_items = std::size_t{1} << 16;
+
 // Calls fn(i) for every i in [0, count), on at most `workers` threads (the calling thread is
 // one of them; workers ≤ 1 runs everything here, in order). Each task writes only its own
 // results, so the outcome does not depend on the thread timing. If tasks throw, the exception

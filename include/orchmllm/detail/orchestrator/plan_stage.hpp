@@ -22,6 +22,7 @@
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/core/statistics.hpp"
+#include "orchmllm/detail/core/parallel.hpp"
 #include "orchmllm/detail/topology/mapping_problem.hpp"
 #include "orchmllm/orchestrator/stages.hpp"
 #include "orchmllm/orchestrator/step_plan.hpp"
@@ -35,8 +36,9 @@ namespace detail {
 
 // Balance + map one stage; fills its report. `bytes` are the layout's item bytes. With `split`
 // (an encoder stage that splits), the stage is balanced by balance_split, the cut goes to
-// `*pieces`, and the plan, mapping and report are over the pieces. With `parallel` the report
-// is computed on a thread of its own beside the mapping: its figures are maxima and sums over
+// `*pieces`, and the plan, mapping and report are over the pieces. With `parallel` (and at
+// least `parallel_min_items` items) the report is computed on a thread of its own beside the
+// mapping: its figures are maxima and sums over
 // ranks of what each bin holds (in canonical slot order either way), which the mapping only
 // permutes, so it reads the balanced plan and gives the mapped plan's figures.
 template <class Stage>
@@ -79,6 +81,8 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
     }();
     const batch_layout& units = split ? (*pieces)->layout() : layout;
     const std::span<const std::int64_t> bytes = units.item_bytes();
+    const bool beside_map =
+        parallel && static_cast<std::size_t>(units.num_items()) >= parallel_min_items;
     rep.balance_seconds = lap(t0);
     // The bound is known already: the balance's (the same layout, model, policy and limits)
     // or, split, the bound that lets items be cut (reported instead of the pieces' own).
@@ -92,13 +96,13 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
       rep.report_seconds = lap(t);
       return stats;
     };
-    auto beside = parallel ? std::async(std::launch::async, report)
+    auto beside = beside_map ? std::async(std::launch::async, report)
                            : std::future<std::invoke_result_t<decltype(report)>>{};
     // A custom mapper (the application's, GLPK's) runs behind the stage's std::function; every
     // other stage maps by its method (a built-in mapper object's, or `mapping`). A built-in
     // mapping of a stage without items is skipped: any bijection gives the same empty plan and
     // moves nothing (and it would still cost O(d + N · G³) at scale).
-    // With `parallel`, a built-in mapping other than `bottleneck` (which reads it) computes the
+    // Beside the map, a built-in mapping other than `bottleneck` (which reads it) computes the
     // problem's worst-node bound on a thread beside the solver: the same code as map_bins.
     const auto map = [&] {
       if (stage.mapper.custom()) return map_bins(balanced.plan, bytes, topo, stage.mapper);
@@ -108,7 +112,7 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
         return empty;
       }
       const mapping_method method = stage_mapping(stage);
-      if (!parallel || method == mapping_method::bottleneck)
+      if (!beside_map || method == mapping_method::bottleneck)
         return map_bins(balanced.plan, bytes, topo, method);
       auto problem = detail::build_mapping_problem(balanced.plan, bytes, topo, false);
       auto worst = std::async(std::launch::async,
