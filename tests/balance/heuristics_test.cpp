@@ -337,16 +337,24 @@ TEST_CASE_TEMPLATE("kk_equal within p1 + S/d <= 2 OPT, equal counts, refinement 
 
 TEST_CASE("canonical order: (cost desc, length desc, id asc), also for costs flat over lengths") {
   // A step cost (flat over runs of lengths) makes equal-cost runs whose lengths are out of
-  // order; a strictly growing cost makes runs that are already ordered. Sizes on both sides of
-  // the radix sort's threshold (4096).
+  // order; a strictly growing cost makes runs that are already ordered. Costs that fall with
+  // the length somewhere (one length cheaper than the shorter ones; costs not a function of the
+  // length at all) make the length-first order of large inputs fail its check and take the
+  // sort of the costs. Sizes on both sides of the radix sort's threshold (4096).
   std::mt19937_64 rng(8080);
-  for (int rep = 0; rep < 24; ++rep) {
+  for (int rep = 0; rep < 48; ++rep) {
     const std::int64_t n = rep % 3 == 0 ? uniform(rng, 5000, 9000) : uniform(rng, 0, 300);
-    const bool step = rep % 2 == 0;
+    const int shape = (rep / 3) % 4;  // 0 step, 1 growing, 2 one dip, 3 unrelated to length
     const auto layout = random_layout(rng, 4, n, 64, false);
+    const std::int64_t dip = n > 0 ? layout.length(uniform(rng, 0, n - 1)) : 0;
     std::vector<std::int64_t> costs(static_cast<std::size_t>(n));
-    for (std::int64_t g = 0; g < n; ++g)
-      costs[static_cast<std::size_t>(g)] = step ? layout.length(g) / 8 : layout.length(g);
+    for (std::int64_t g = 0; g < n; ++g) {
+      const std::int64_t l = layout.length(g);
+      costs[static_cast<std::size_t>(g)] = shape == 0   ? l / 8
+                                           : shape == 1 ? l
+                                           : shape == 2 ? (l == dip ? 0 : l)
+                                                        : uniform(rng, 0, 40);
+    }
     std::vector<std::int64_t> want(static_cast<std::size_t>(n));
     std::iota(want.begin(), want.end(), std::int64_t{0});
     std::sort(want.begin(), want.end(), [&](std::int64_t a, std::int64_t b) {
@@ -355,10 +363,24 @@ TEST_CASE("canonical order: (cost desc, length desc, id asc), also for costs fla
       if (layout.length(a) != layout.length(b)) return layout.length(a) > layout.length(b);
       return a < b;
     });
-    INFO("rep = ", rep, ", n = ", n, ", step cost = ", step);
+    INFO("rep = ", rep, ", n = ", n, ", cost shape = ", shape);
     const auto got = detail::canonical_order<std::int64_t>(
         layout, std::span<const std::int64_t>(costs), packed);
     CHECK(got == want);
+    // Padded: by (row length desc, id asc), the row length being the longest segment.
+    std::vector<std::int64_t> segments(static_cast<std::size_t>(n));
+    for (std::int64_t g = 0; g < n; ++g) {
+      auto& k = segments[static_cast<std::size_t>(g)];
+      for (k = uniform(rng, 1, 3); layout.length(g) % k != 0;) --k;  // equal segments only
+    }
+    const auto split = rep % 2 == 0 ? layout.with_equal_segments(segments) : layout;
+    const auto row = [&](std::int64_t g) { return item_shape_of(split, g).row_length; };
+    std::vector<std::int64_t> by_row(static_cast<std::size_t>(n));
+    std::iota(by_row.begin(), by_row.end(), std::int64_t{0});
+    std::stable_sort(by_row.begin(), by_row.end(),
+                     [&](std::int64_t a, std::int64_t b) { return row(a) > row(b); });
+    CHECK(detail::canonical_order<std::int64_t>(split, std::span<const std::int64_t>(costs),
+                                                padded) == by_row);
   }
 }
 
