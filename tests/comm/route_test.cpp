@@ -432,7 +432,7 @@ random_case make_random_case(std::mt19937_64& rng, int it) {
 
 TEST_CASE("route: random plans deliver every item exactly once under every schedule") {
   std::mt19937_64 rng(31337);
-  int node_wise_chosen = 0, multi_hop = 0, pruned = 0;
+  int node_wise_chosen = 0, multi_hop = 0, pruned = 0, ended_early = 0;
   for (int it = 0; it < 400; ++it) {
     const auto c = make_random_case(rng, it);
     INFO(c.what);
@@ -485,6 +485,20 @@ TEST_CASE("route: random plans deliver every item exactly once under every sched
     // would not have been chosen.
     const double bound = orchmllm::detail::node_wise_lower_bound(
         c.plan, c.bytes, c.topo, orchmllm::detail::source_ranks(c.plan));
+    // The pass that ends at the first final term reaching direct's time: a lower bound too,
+    // with the same decision.
+    const auto reaches = [pd](double b) { return b * (1 - 1e-6) >= pd; };
+    const double early = orchmllm::detail::node_wise_lower_bound(
+        c.plan, c.bytes, c.topo, orchmllm::detail::source_ranks(c.plan), reaches);
+    CHECK(early <= bound);
+    CHECK(reaches(early) == reaches(bound));
+    // A test that a smaller term passes too: the pass ends at a final term in [bound/2, bound].
+    const double half = orchmllm::detail::node_wise_lower_bound(
+        c.plan, c.bytes, c.topo, orchmllm::detail::source_ranks(c.plan),
+        [bound](double b) { return b >= bound / 2; });
+    CHECK(half <= bound);
+    CHECK(half >= bound / 2);
+    ended_early += half < bound ? 1 : 0;
     if (bound * (1 - 1e-6) >= pd) {
       ++pruned;
       CHECK(std::isnan(a.predicted_seconds(schedule::node_wise)));
@@ -507,9 +521,10 @@ TEST_CASE("route: random plans deliver every item exactly once under every sched
   }
   // The sample exercises real forwarding and both automatic outcomes.
   INFO("node-wise forwarded in ", multi_hop, " of 400 plans; automatic chose it ", node_wise_chosen,
-       " times and skipped it ", pruned, " times");
+       " times and skipped it ", pruned, " times (", ended_early, " before the bound's end)");
   CHECK(multi_hop > 50);
   CHECK(node_wise_chosen > 0);
+  CHECK(ended_early > 0);
 }
 
 TEST_CASE("route: every uniform G and uneven shapes with busy plans") {

@@ -29,10 +29,11 @@ ORCHMLLM_FUNC route route::build(const rearrangement& plan,
   }
   // `automatic` skips the node-wise paths when a lower bound of their modelled time already
   // reaches the direct one's: they could not be chosen (a relative margin of 1e-6 covers the
-  // rounding of both sums, whose relative error is below (n + d) · 2⁻⁵³).
-  const bool pruned =
-      s == schedule::automatic &&
-      detail::node_wise_lower_bound(plan, item_bytes, topo, src) * (1 - 1e-6) >= r.predicted_[0];
+  // rounding of both sums, whose relative error is below (n + d) · 2⁻⁵³). The bound's pass
+  // ends at its first final term that reaches it: the same decision.
+  const auto reaches = [&r](double bound) { return bound * (1 - 1e-6) >= r.predicted_[0]; };
+  const bool pruned = s == schedule::automatic &&
+                      reaches(detail::node_wise_lower_bound(plan, item_bytes, topo, src, reaches));
   if (s == schedule::node_wise || (s == schedule::automatic && !pruned)) {
     auto nw = detail::drop_idle_hops(detail::node_wise_paths(plan, item_bytes, topo, src), n);
     r.predicted_[1] = detail::predict_seconds(nw, item_bytes, topo);

@@ -217,8 +217,16 @@ inline std::int64_t rails_lower_bound(std::int64_t count, std::int64_t total,
 // rounding of both sums. O(n + d), reading the items in order: their source nodes never
 // decrease when nodes are of consecutive ranks, so each source node's pairs are summed in an
 // N-sized table and flushed when it ends; 0 (no bound) for other node maps.
-inline double node_wise_lower_bound(const rearrangement& plan, std::span<const std::int64_t> bytes,
-                                    const topology& topo, std::span<const rank_t> src) {
+//
+// `enough(b)`, a test monotone in b (the caller's decision), ends the pass early: the terms
+// on the sending side (a source node's total over its ranks, a single-item pair's sending
+// rank) are final once the source node's items are flushed, and the first final term that
+// passes `enough` is returned. A lower bound too (one term of the maximum), and it passes
+// `enough` exactly when the full bound would: the decision is the same, often after the
+// first node's items (the planner's routes: direct is 2–8× faster than this bound).
+template <class Enough>
+double node_wise_lower_bound(const rearrangement& plan, std::span<const std::int64_t> bytes,
+                             const topology& topo, std::span<const rank_t> src, Enough&& enough) {
   if (!nodes_contiguous(topo)) return 0;
   const auto& L = topo.links;
   const auto nodes = static_cast<std::size_t>(topo.num_nodes());
@@ -231,7 +239,9 @@ inline double node_wise_lower_bound(const rearrangement& plan, std::span<const s
   std::vector<rank_t> touched;
   std::vector<double> node_send(nodes, 0.0), node_recv(nodes, 0.0);
   std::vector<double> rank_send(d, 0.0), rank_recv(d, 0.0);
+  // Flushes source node ns's pairs; returns the largest of its final (sending-side) terms.
   const auto flush = [&](rank_t ns) {
+    double sending = 0;
     for (const rank_t nt : touched) {
       auto& c = pairs[static_cast<std::size_t>(nt)];
       const rank_t rails = std::min(topo.node_size(ns), topo.node_size(nt));
@@ -243,12 +253,16 @@ inline double node_wise_lower_bound(const rearrangement& plan, std::span<const s
       node_recv[static_cast<std::size_t>(nt)] += secs;
       if (c.count == 1) {
         const rank_t rail = rails / 2;  // ⌊R/2⌋ ≤ R − 1 for every R ≥ 1: no clamp
-        rank_send[static_cast<std::size_t>(topo.rank_at(ns, rail))] += secs;
+        const auto from = static_cast<std::size_t>(topo.rank_at(ns, rail));
+        rank_send[from] += secs;
         rank_recv[static_cast<std::size_t>(topo.rank_at(nt, rail))] += secs;
+        sending = std::max(sending, rank_send[from]);
       }
       c = pair_sum{};
     }
     touched.clear();
+    return std::max(sending, node_send[static_cast<std::size_t>(ns)] /
+                                 static_cast<double>(topo.node_size(ns)));
   };
   const auto dst = plan.dst_ranks();
   rank_t current = 0;
@@ -259,7 +273,7 @@ inline double node_wise_lower_bound(const rearrangement& plan, std::span<const s
     const rank_t nt = topo.node_of(dst[g]);
     if (ns == nt) continue;  // stays on its node
     if (ns != current) {
-      flush(current);
+      if (const double t = flush(current); enough(t)) return t;
       current = ns;
     }
     auto& c = pairs[static_cast<std::size_t>(nt)];
@@ -268,7 +282,7 @@ inline double node_wise_lower_bound(const rearrangement& plan, std::span<const s
     c.total += b;
     c.largest = std::max(c.largest, b);
   }
-  flush(current);
+  if (const double t = flush(current); enough(t)) return t;
   double bound = 0;
   for (std::size_t m = 0; m < nodes; ++m) {
     const auto size = static_cast<double>(topo.node_size(static_cast<rank_t>(m)));
@@ -276,6 +290,12 @@ inline double node_wise_lower_bound(const rearrangement& plan, std::span<const s
   }
   for (std::size_t r = 0; r < d; ++r) bound = std::max({bound, rank_send[r], rank_recv[r]});
   return bound;
+}
+
+// The full bound (no early end).
+inline double node_wise_lower_bound(const rearrangement& plan, std::span<const std::int64_t> bytes,
+                                    const topology& topo, std::span<const rank_t> src) {
+  return node_wise_lower_bound(plan, bytes, topo, src, [](double) { return false; });
 }
 
 // Drops hops in which no item changes rank (the same decision on every rank).
