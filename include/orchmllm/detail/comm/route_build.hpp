@@ -57,13 +57,32 @@ ORCHMLLM_FUNC void route::compile(const rearrangement& plan, std::span<const std
   const auto n = plan.num_items();
   const auto d = static_cast<std::size_t>(num_ranks_);
   const rank_t me = rank_;
-  std::vector<std::int64_t> pos(static_cast<std::size_t>(n), -1);
+  const auto off = plan.src_offsets();
+  const auto doff = plan.dst_offsets();
+  const std::int64_t first_in = off[static_cast<std::size_t>(me)];
+  const std::int64_t first_out = doff[static_cast<std::size_t>(me)];
+  // Where each of this rank's items sits in its current buffer. With one hop (every one-hop
+  // path set is the direct one: column 0 holds the sources, the last the destinations) or
+  // none, only this rank's input items and the items it receives have one: they are indexed by
+  // their place in the input range and by their destination id, and nothing of n entries is
+  // built or scanned. With several hops, one entry per item.
+  const bool one_hop = p.hops <= 1;
+  std::vector<std::int64_t> pos, input_pos, recv_pos;
+  if (one_hop) {
+    input_pos.resize(static_cast<std::size_t>(off[static_cast<std::size_t>(me) + 1] - first_in));
+    recv_pos.resize(static_cast<std::size_t>(doff[static_cast<std::size_t>(me) + 1] - first_out));
+  } else {
+    pos.assign(static_cast<std::size_t>(n), -1);
+  }
+  const auto held = [&](std::int64_t g, int k) -> std::int64_t& {  // g's position after hop k
+    if (!one_hop) return pos[static_cast<std::size_t>(g)];
+    return k == 0 ? input_pos[static_cast<std::size_t>(g - first_in)]
+                  : recv_pos[static_cast<std::size_t>(plan.destination_id(g) - first_out)];
+  };
   {
-    const auto off = plan.src_offsets();
     std::int64_t at = 0;
-    for (auto g = off[static_cast<std::size_t>(me)]; g < off[static_cast<std::size_t>(me) + 1];
-         ++g) {
-      pos[static_cast<std::size_t>(g)] = at;
+    for (auto g = first_in; g < off[static_cast<std::size_t>(me) + 1]; ++g) {
+      held(g, 0) = at;
       at += bytes[static_cast<std::size_t>(g)];
     }
     input_bytes_ = at;
@@ -75,9 +94,16 @@ ORCHMLLM_FUNC void route::compile(const rearrangement& plan, std::span<const std
     h.recv_counts.assign(d, 0);
     out_items.clear();
     in_items.clear();
-    for (std::int64_t g = 0; g < n; ++g) {
-      if (p.where(g, k - 1) == me) out_items.push_back(g);
-      if (p.where(g, k) == me) in_items.push_back(g);
+    if (one_hop) {  // this rank's input range, and the sources of its destination range
+      for (auto g = first_in; g < off[static_cast<std::size_t>(me) + 1]; ++g)
+        out_items.push_back(g);
+      for (auto hid = first_out; hid < doff[static_cast<std::size_t>(me) + 1]; ++hid)
+        in_items.push_back(plan.source_of(hid));
+    } else {
+      for (std::int64_t g = 0; g < n; ++g) {
+        if (p.where(g, k - 1) == me) out_items.push_back(g);
+        if (p.where(g, k) == me) in_items.push_back(g);
+      }
     }
     auto by_peer = [&](int col) {
       return [&, col](std::int64_t a, std::int64_t b) {
@@ -92,7 +118,7 @@ ORCHMLLM_FUNC void route::compile(const rearrangement& plan, std::span<const std
     for (const auto g : out_items) {
       const auto b = bytes[static_cast<std::size_t>(g)];
       const rank_t to = p.where(g, k);
-      h.pack.push(pos[static_cast<std::size_t>(g)], at, b);
+      h.pack.push(held(g, k - 1), at, b);
       h.send_counts[static_cast<std::size_t>(to)] += b;
       at += b;
       if (to == me)
@@ -106,7 +132,7 @@ ORCHMLLM_FUNC void route::compile(const rearrangement& plan, std::span<const std
     for (const auto g : in_items) {
       const auto b = bytes[static_cast<std::size_t>(g)];
       h.recv_counts[static_cast<std::size_t>(p.where(g, k - 1))] += b;
-      pos[static_cast<std::size_t>(g)] = at;
+      held(g, k) = at;
       at += b;
     }
     h.recv_bytes = at;
@@ -123,12 +149,10 @@ ORCHMLLM_FUNC void route::compile(const rearrangement& plan, std::span<const std
   // No hops: nothing changes rank, so the whole input is a self copy (the unpack). Counting it
   // keeps `sent()` of a direct route equal to `plan_traffic` for every plan.
   if (hops_.empty()) sent_.local_bytes = input_bytes_;
-  const auto doff = plan.dst_offsets();
   std::int64_t at = 0;
-  for (auto hid = doff[static_cast<std::size_t>(me)]; hid < doff[static_cast<std::size_t>(me) + 1];
-       ++hid) {
+  for (auto hid = first_out; hid < doff[static_cast<std::size_t>(me) + 1]; ++hid) {
     const auto g = static_cast<std::size_t>(plan.source_of(hid));
-    unpack_.push(pos[g], at, bytes[g]);
+    unpack_.push(held(static_cast<std::int64_t>(g), p.hops), at, bytes[g]);
     output_item_bytes_.push_back(bytes[g]);
     at += bytes[g];
   }
