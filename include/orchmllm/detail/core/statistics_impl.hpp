@@ -189,43 +189,66 @@ std::vector<cost_type_t<C>> checked_costs(const batch_layout& layout, const C& c
   return costs;
 }
 
+// The largest token and byte footprints and the fewest and most items of the ranks a pass of
+// `loads_of` visits.
+struct shape_extremes {
+  std::int64_t max_tokens = 0, max_bytes = 0;
+  std::int64_t min_items = INT64_MAX, max_items = 0;  // min stays INT64_MAX without ranks
+};
+
 // Loads of the ranks described by `off` (CSR offsets): rank r holds item_of(k) for k in
-// [off[r], off[r + 1]), combined in that order; `costs` from checked_costs.
+// [off[r], off[r + 1]), combined in that order; `costs` from checked_costs. With `shapes`, the
+// same pass also tallies every rank's tokens, bytes and items into it.
 template <class C, class ItemOf>
 std::vector<cost_type_t<C>> loads_of(const batch_layout& layout,
                                      std::span<const cost_type_t<C>> costs,
                                      std::span<const std::int64_t> off, ItemOf item_of,
-                                     const C& cost, padding_policy policy) {
+                                     const C& cost, padding_policy policy,
+                                     shape_extremes* shapes = nullptr) {
   using Cost = cost_type_t<C>;
+  using tally = rank_load<Cost, rank_load_mode::add_only>;
   std::vector<Cost> loads(off.size() - 1);
+  const auto note = [shapes](const tally& t) {
+    shapes->max_tokens = std::max(shapes->max_tokens, t.tokens());
+    shapes->max_bytes = std::max(shapes->max_bytes, t.bytes());
+    shapes->min_items = std::min(shapes->min_items, t.count());
+    shapes->max_items = std::max(shapes->max_items, t.count());
+  };
   if (!policy.is_padded()) {
     // The packed rule alone: each rank's Σ cost in slot order, as `rank_load` adds it.
     for (std::size_t r = 0; r + 1 < off.size(); ++r) {
       Cost sum{};
-      for (auto k = off[r]; k < off[r + 1]; ++k)
-        sum += costs[static_cast<std::size_t>(item_of(k))];
+      tally shape(policy);
+      for (auto k = off[r]; k < off[r + 1]; ++k) {
+        const std::int64_t g = item_of(k);
+        sum += costs[static_cast<std::size_t>(g)];
+        if (shapes) shape.add(item_shape_of(layout, g), Cost{});
+      }
       loads[r] = sum;
+      if (shapes) note(shape);
     }
     return loads;
   }
   for (std::size_t r = 0; r + 1 < off.size(); ++r) {
-    rank_load<Cost, rank_load_mode::add_only> acc(policy);
+    tally acc(policy);
     for (auto k = off[r]; k < off[r + 1]; ++k) {
       const std::int64_t g = item_of(k);
       acc.add(item_shape_of(layout, g), costs[static_cast<std::size_t>(g)]);
     }
     loads[r] = acc.load(cost);
+    if (shapes) note(acc);
   }
   return loads;
 }
 
-// The loads before (sampled layout) and after `plan`, from checked costs.
+// The loads before (sampled layout) and after `plan`, from checked costs (with `shapes`, their
+// ranks' shape extremes too).
 template <class C>
 std::vector<cost_type_t<C>> loads_before(const batch_layout& layout,
                                          std::span<const cost_type_t<C>> costs, const C& cost,
-                                         padding_policy policy) {
+                                         padding_policy policy, shape_extremes* shapes = nullptr) {
   return loads_of(layout, costs, layout.offsets(), [](std::int64_t g) { return g; }, cost,
-                  policy);
+                  policy, shapes);
 }
 inline void check_plan_source(const batch_layout& layout, const rearrangement& plan) {
   ORCHMLLM_REQUIRE(std::ranges::equal(layout.offsets(), plan.src_offsets()), invalid_argument_error,
@@ -236,9 +259,9 @@ inline void check_plan_source(const batch_layout& layout, const rearrangement& p
 template <class C>
 std::vector<cost_type_t<C>> loads_after(const batch_layout& layout, const rearrangement& plan,
                                         std::span<const cost_type_t<C>> costs, const C& cost,
-                                        padding_policy policy) {
+                                        padding_policy policy, shape_extremes* shapes = nullptr) {
   return loads_of(layout, costs, plan.dst_offsets(),
-                  [&](std::int64_t h) { return plan.source_of(h); }, cost, policy);
+                  [&](std::int64_t h) { return plan.source_of(h); }, cost, policy, shapes);
 }
 
 // The reported lower bound from checked costs.
@@ -288,8 +311,9 @@ plan_statistics<cost_type_t<C>> compute_statistics_impl(
   // Every item's cost once, shared by the loads before and after and the bound.
   const auto costs = checked_costs(layout, cost, policy);
   check_plan_source(layout, plan);
-  s.load_before = loads_before<C>(layout, costs, cost, policy);
-  s.load_after = loads_after<C>(layout, plan, costs, cost, policy);
+  shape_extremes before, after;
+  s.load_before = loads_before<C>(layout, costs, cost, policy, &before);
+  s.load_after = loads_after<C>(layout, plan, costs, cost, policy, &after);
   auto mean = [](const std::vector<Cost>& v) {
     double t = 0;
     for (auto x : v) t += static_cast<double>(x);
@@ -313,31 +337,18 @@ plan_statistics<cost_type_t<C>> compute_statistics_impl(
   s.ratio = s.lower_bound > Cost{}
                 ? static_cast<double>(s.makespan) / static_cast<double>(s.lower_bound)
                 : (s.makespan > Cost{} ? INFINITY : 1.0);
-  const auto off = plan.dst_offsets();
-  s.min_items_per_rank = s.ranks > 0 ? INT64_MAX : 0;
-  for (rank_t r = 0; r < s.ranks; ++r) {
-    rank_load<Cost, rank_load_mode::add_only> acc(policy);
-    for (auto h = off[static_cast<std::size_t>(r)]; h < off[static_cast<std::size_t>(r) + 1]; ++h) {
-      const auto g = plan.source_of(h);
-      acc.add(item_shape_of(layout, g), Cost{});
-    }
-    s.max_tokens = std::max(s.max_tokens, acc.tokens());
-    s.max_bytes = std::max(s.max_bytes, acc.bytes());
-    s.min_items_per_rank = std::min(s.min_items_per_rank, acc.count());
-    s.max_items_per_rank = std::max(s.max_items_per_rank, acc.count());
-  }
-  for (rank_t r = 0; r < layout.num_ranks(); ++r) {
-    rank_load<Cost, rank_load_mode::add_only> acc(policy);
-    for (auto g = layout.offset(r); g < layout.offset(r + 1); ++g) {
-      acc.add(item_shape_of(layout, g), Cost{});
+  s.max_tokens = after.max_tokens;
+  s.max_bytes = after.max_bytes;
+  s.min_items_per_rank = s.ranks > 0 ? after.min_items : 0;
+  s.max_items_per_rank = after.max_items;
+  s.max_tokens_before = before.max_tokens;
+  s.max_bytes_before = before.max_bytes;
+  for (rank_t r = 0; r < layout.num_ranks(); ++r)
+    for (auto g = layout.offset(r); g < layout.offset(r + 1); ++g)
       if (plan.dst_ranks()[static_cast<std::size_t>(g)] != r) {
         ++s.items_moved;
         s.bytes_moved += layout.bytes(g);
       }
-    }
-    s.max_tokens_before = std::max(s.max_tokens_before, acc.tokens());
-    s.max_bytes_before = std::max(s.max_bytes_before, acc.bytes());
-  }
   return s;
 }
 
