@@ -338,6 +338,41 @@ inline bool respects_capacity(const mapping_problem& p, std::span<const std::int
   return count == p.capacity;
 }
 
+// The binned plan with bin b delivered to rank rank_of_bin[b] (a permutation), in canonical
+// slots: `from_destinations(src offsets, dst)`, dst[g] = rank_of_bin[bin of g]. When the
+// binned plan's slots are canonical already (every bin's items by increasing id: the balancers'
+// plans), each item keeps its slot and each bin's block of sources moves whole to its rank:
+// copies instead of the counting sort's scattered writes. Requires a permutation (every
+// caller has one: the built-in solvers', or checked by check_rank_of_bin). O(n + d).
+inline rearrangement relabel_bins(const rearrangement& binned, std::span<const rank_t> rank_of_bin,
+                                  std::vector<rank_t> dst) {
+  const auto doff = binned.dst_offsets();
+  const auto sources = binned.sources();
+  const auto d = rank_of_bin.size();
+  bool canonical = true;
+  for (std::size_t b = 0; b < d && canonical; ++b)
+    for (auto h = doff[b] + 1; h < doff[b + 1] && canonical; ++h)
+      canonical = sources[static_cast<std::size_t>(h - 1)] < sources[static_cast<std::size_t>(h)];
+  if (!canonical)
+    return rearrangement::from_destinations(binned.src_offsets(), dst, binned.num_dst_ranks());
+  rearrangement_parts parts;
+  parts.src_offsets.assign(binned.src_offsets().begin(), binned.src_offsets().end());
+  std::vector<rank_t> bin_at(d);  // the bin each rank receives
+  for (std::size_t b = 0; b < d; ++b)
+    bin_at[static_cast<std::size_t>(rank_of_bin[b])] = static_cast<rank_t>(b);
+  parts.dst_offsets.assign(d + 1, 0);
+  parts.src_of_dst.resize(sources.size());
+  for (std::size_t r = 0; r < d; ++r) {
+    const auto b = static_cast<std::size_t>(bin_at[r]);
+    parts.dst_offsets[r + 1] = parts.dst_offsets[r] + (doff[b + 1] - doff[b]);
+    std::copy(sources.begin() + doff[b], sources.begin() + doff[b + 1],
+              parts.src_of_dst.begin() + parts.dst_offsets[r]);
+  }
+  parts.dst_rank = std::move(dst);
+  parts.dst_slot.assign(binned.dst_slots().begin(), binned.dst_slots().end());
+  return std::move(parts).assemble();
+}
+
 // Builds the result from a rank per bin: the plan (canonical slots) and its byte figures.
 // O(n + d + N).
 inline mapping_result result_from_ranks(const mapping_problem& p, std::vector<rank_t> rank_of_bin) {
@@ -363,7 +398,7 @@ inline mapping_result result_from_ranks(const mapping_problem& p, std::vector<ra
     out.max_node_egress_bytes = std::max(out.max_node_egress_bytes, egress[m]);
     out.max_node_ingress_bytes = std::max(out.max_node_ingress_bytes, ingress[m]);
   }
-  out.plan = rearrangement::from_destinations(p.binned->src_offsets(), dst, topo.num_ranks());
+  out.plan = relabel_bins(*p.binned, out.rank_of_bin, std::move(dst));
   return out;
 }
 
