@@ -87,13 +87,23 @@ Cost assignment_makespan(const balance_input<Cost>& in, const C& cost,
     for (const Cost s : sum) best = std::max(best, s);
     return best;
   }
-  using tally = rank_load<Cost, rank_load_mode::add_only>;
-  std::vector<tally> acc(static_cast<std::size_t>(in.d), tally(in.policy));
-  for (std::size_t g = 0; g < assignment.size(); ++g)
-    acc[static_cast<std::size_t>(assignment[g])].add(
-        item_shape_of(in.layout, static_cast<std::int64_t>(g)), in.costs[g]);
+  // The padded rule alone: a rank's load is rows × cost(pad(longest row)), what
+  // `rank_load::load` returns, from two integers per rank instead of a whole tally.
+  const auto d = static_cast<std::size_t>(in.d);
+  std::vector<std::int64_t> rows(d, 0);
+  std::vector<std::int64_t> longest(d, -1);  // -1: no item (row lengths are >= 0)
+  for (std::size_t g = 0; g < assignment.size(); ++g) {
+    const auto r = static_cast<std::size_t>(assignment[g]);
+    const item_shape item = item_shape_of(in.layout, static_cast<std::int64_t>(g));
+    rows[r] += item.rows;
+    longest[r] = std::max(longest[r], item.row_length);
+  }
+  using rule = rank_load<Cost, rank_load_mode::add_only>;
   Cost best{};
-  for (const auto& a : acc) best = std::max(best, a.load(cost));
+  for (std::size_t r = 0; r < d; ++r)
+    if (longest[r] >= 0)
+      best = std::max(best, rule::padded_load(rows[r], static_cast<Cost>(cost(
+                                                           in.policy.padded_length(longest[r])))));
   return best;
 }
 

@@ -90,9 +90,10 @@ padded_result<Cost> padded_segmented(const balance_input<Cost>& in, const C& cos
   std::vector<std::int64_t> rows(n);
   std::vector<std::int64_t> prefix(n + 1, 0);
   Cost heaviest{};
+  padded_unit_cost<Cost, C> unit_of(cost, in.policy);
   for (std::size_t s = 0; s < n; ++s) {
     const item_shape item = item_shape_of(in.layout, in.order[s]);
-    unit[s] = static_cast<Cost>(cost(in.policy.padded_length(item.row_length)));
+    unit[s] = unit_of(item.row_length);
     rows[s] = item.rows;
     prefix[s + 1] = prefix[s] + item.rows;
     heaviest = std::max(heaviest, padded_impl::group_load(item.rows, unit[s]));
@@ -159,10 +160,9 @@ padded_result<Cost> padded_optimal(const balance_input<Cost>& in, const C& cost)
   if (in.layout.has_segments()) return padded_segmented(in, cost);
 
   std::vector<Cost> unit(static_cast<std::size_t>(n));
-  for (std::int64_t s = 0; s < n; ++s) {
-    const auto l = in.layout.length(in.order[static_cast<std::size_t>(s)]);
-    unit[static_cast<std::size_t>(s)] = static_cast<Cost>(cost(in.policy.padded_length(l)));
-  }
+  padded_unit_cost<Cost, C> unit_of(cost, in.policy);
+  for (std::int64_t s = 0; s < n; ++s)
+    unit[static_cast<std::size_t>(s)] = unit_of(in.layout.length(in.order[static_cast<std::size_t>(s)]));
   bool bytes_sorted = true;
   if (in.limits.cap && in.limits.cap->what == capacity::measure::bytes) {
     for (std::int64_t s = 1; s < n && bytes_sorted; ++s) {

@@ -60,8 +60,9 @@ inline constexpr int refine_partners = 8;
 /// Shared state of a refinement run: per-rank item lists in canonical order (for packed: cost
 /// descending; for padded: length descending), loads, and the ranks ordered by load.
 ///
-/// Built for runs of a few steps on many ranks: the lists are one counting sort of the items
-/// into a flat array (a rank's list is moved to the end of it, with room to grow, when it first
+/// Built for runs of a few steps on many ranks: the lists hold canonical positions (item
+/// `order[p]` at position p), so they sort by the position itself and need no inverse of the
+/// order, and they are one counting sort of the positions into a flat array (a rank's list is moved to the end of it, with room to grow, when it first
 /// changes), and the load order is two binary heaps of (load, rank, version) entries (heaviest
 /// first, lightest first), a rank's old entries going stale when its load changes. The order is
 /// the total order (load, then index: heaviest = largest load, lowest index), so the heaps give
@@ -79,18 +80,16 @@ struct refine_state {
   }
 
   const balance_input<Cost>& in;
-  std::vector<std::int64_t> pos;  // canonical position of every item
   std::vector<Cost> load;
 
   refine_state(const balance_input<Cost>& input, std::span<const rank_t> assignment)
       : in(input),
-        pos(static_cast<std::size_t>(input.layout.num_items())),
         load(static_cast<std::size_t>(input.d), Cost{}),
         begin_(static_cast<std::size_t>(input.d) + 1, 0),
         size_(static_cast<std::size_t>(input.d), 0),
         room_(static_cast<std::size_t>(input.d), 0),
         version_(static_cast<std::size_t>(input.d), 0) {
-    const auto n = pos.size();
+    const auto n = static_cast<std::size_t>(input.layout.num_items());
     const auto d = size_.size();
     for (std::size_t g = 0; g < n; ++g) ++size_[static_cast<std::size_t>(assignment[g])];
     for (std::size_t r = 0; r < d; ++r) {
@@ -99,14 +98,12 @@ struct refine_state {
     }
     flat_.resize(n);
     std::vector<std::size_t> fill(begin_.begin(), begin_.end() - 1);
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto g = static_cast<std::size_t>(in.order[i]);
-      pos[g] = static_cast<std::int64_t>(i);
-      flat_[fill[static_cast<std::size_t>(assignment[g])]++] = in.order[i];
-    }
+    for (std::size_t i = 0; i < n; ++i)
+      flat_[fill[static_cast<std::size_t>(assignment[static_cast<std::size_t>(in.order[i])])]++] =
+          static_cast<std::int64_t>(i);
   }
 
-  /// Rank r's items, by canonical position. Valid until r's list next changes.
+  /// Rank r's items as their canonical positions, ascending. Valid until r's list next changes.
   [[nodiscard]] std::span<const std::int64_t> items(rank_t r) const {
     const auto R = static_cast<std::size_t>(r);
     return {flat_.data() + begin_[R], size_[R]};
@@ -114,7 +111,13 @@ struct refine_state {
   [[nodiscard]] std::int64_t count(rank_t r) const {
     return static_cast<std::int64_t>(size_[static_cast<std::size_t>(r)]);
   }
-  [[nodiscard]] Cost cost_of(std::int64_t g) const { return in.costs[static_cast<std::size_t>(g)]; }
+  /// The item at canonical position p, and its cost.
+  [[nodiscard]] std::int64_t item(std::int64_t p) const {
+    return in.order[static_cast<std::size_t>(p)];
+  }
+  [[nodiscard]] Cost cost_of(std::int64_t p) const {
+    return in.costs[static_cast<std::size_t>(item(p))];
+  }
 
   void erase_at(rank_t r, std::size_t i) {
     const auto R = static_cast<std::size_t>(r);
@@ -122,7 +125,7 @@ struct refine_state {
     std::copy(v + i + 1, v + size_[R], v + i);
     --size_[R];
   }
-  void insert_sorted(rank_t r, std::int64_t g) {
+  void insert_sorted(rank_t r, std::int64_t p) {
     const auto R = static_cast<std::size_t>(r);
     if (size_[R] == room_[R]) {
       // Moved to the end with room to grow (amortised O(1) per item).
@@ -135,12 +138,9 @@ struct refine_state {
       begin_[R] = at;
     }
     auto* v = flat_.data() + begin_[R];
-    const auto p = pos[static_cast<std::size_t>(g)];
-    auto* it = std::lower_bound(v, v + size_[R], p, [&](std::int64_t x, std::int64_t key) {
-      return pos[static_cast<std::size_t>(x)] < key;
-    });
+    auto* it = std::lower_bound(v, v + size_[R], p);
     std::copy_backward(it, v + size_[R], v + size_[R] + 1);
-    *it = g;
+    *it = p;
     ++size_[R];
   }
   void set_loads(rank_t h, Cost new_h, rank_t l, Cost new_l) {
@@ -166,7 +166,7 @@ struct refine_state {
   // The items of every rank whose list changed get that rank (the others keep theirs).
   void write(std::vector<rank_t>& assignment) const {
     for (const rank_t r : touched_)
-      for (auto g : items(r)) assignment[static_cast<std::size_t>(g)] = r;
+      for (auto p : items(r)) assignment[static_cast<std::size_t>(item(p))] = r;
   }
 
   /// Runs steps until the target, the budget, or no improving step. `step(H, L)` tries one
@@ -257,11 +257,15 @@ void refine_packed(const balance_input<Cost>& in, [[maybe_unused]] const C& cost
   const bool capped = lim.cap.has_value();
   const std::int64_t cap = capped ? lim.cap->limit : 0;
   const capacity::measure what = capped ? lim.cap->what : capacity::measure::tokens;
-  auto footprint = [&](std::int64_t g) { return item_footprint(in.layout, g, in.policy, what); };
+  // Lists hold canonical positions: the footprint of the item at position p.
+  auto footprint = [&](std::int64_t p) {
+    return item_footprint(in.layout, s.item(p), in.policy, what);
+  };
   std::vector<std::int64_t> fp(static_cast<std::size_t>(in.d), 0);
   if (capped)
     for (std::size_t g = 0; g < assignment.size(); ++g)
-      fp[static_cast<std::size_t>(assignment[g])] += footprint(static_cast<std::int64_t>(g));
+      fp[static_cast<std::size_t>(assignment[g])] +=
+          item_footprint(in.layout, static_cast<std::int64_t>(g), in.policy, what);
 
   struct candidate {
     int kind = 0;  // 0 none, 1 move, 2 swap
@@ -396,15 +400,13 @@ void refine_padded(const balance_input<Cost>& in, const C& cost, std::vector<ran
   // Per-rank states: every load, and every load a candidate move would give, comes from them.
   using tally = rank_load<Cost>;
   std::vector<tally> st(static_cast<std::size_t>(in.d), tally(in.policy));
-  auto take = [&](tally& t, std::int64_t g) {
-    t.add(item_shape_of(in.layout, g), s.cost_of(g), cost);
-  };
-  auto give = [&](tally& t, std::int64_t g) {
-    t.remove(item_shape_of(in.layout, g), s.cost_of(g), cost);
-  };
+  // Lists hold canonical positions: p is the item s.item(p).
+  auto shape = [&](std::int64_t p) { return item_shape_of(in.layout, s.item(p)); };
+  auto take = [&](tally& t, std::int64_t p) { t.add(shape(p), s.cost_of(p), cost); };
+  auto give = [&](tally& t, std::int64_t p) { t.remove(shape(p), s.cost_of(p), cost); };
   for (rank_t r = 0; r < in.d; ++r) {
     const auto R = static_cast<std::size_t>(r);
-    for (auto g : s.items(r)) take(st[R], g);
+    for (auto p : s.items(r)) take(st[R], p);
     s.load[R] = st[R].load(cost);
   }
   s.index_ranks();
@@ -425,9 +427,9 @@ void refine_padded(const balance_input<Cost>& in, const C& cost, std::vector<ran
       tally rest = st[H];  // H without a: O(k_H)
       give(rest, a);
       const Cost new_h = rest.load(cost);
-      const Cost new_l = st[L].load_if_added(item_shape_of(in.layout, a), s.cost_of(a), cost);
+      const Cost new_l = st[L].load_if_added(shape(a), s.cost_of(a), cost);
       if (!(std::max(new_h, new_l) < m)) continue;
-      if (capped && !st[L].fits_if_added(*lim.cap, item_shape_of(in.layout, a))) continue;
+      if (capped && !st[L].fits_if_added(*lim.cap, shape(a))) continue;
       if (!found || std::max(new_h, new_l) < std::max(best_h, best_l)) {
         found = true;
         best_i = i;

@@ -52,11 +52,12 @@ Cost lower_bound_in_order(const batch_layout& layout, std::span<const std::int64
     Cost best{};
     Cost total{};
     std::int64_t rows = 0;
+    padded_unit_cost<Cost, C> unit_of(cost, policy);
     for (std::int64_t i = 0; i < n; ++i) {
       const item_shape item = item_shape_of(layout, at(i));
       rows += item.rows;
       const std::int64_t count = std::max<std::int64_t>(m, rows / d + (rows % d != 0 ? 1 : 0));
-      const Cost c = static_cast<Cost>(cost(policy.padded_length(item.row_length)));
+      const Cost c = unit_of(item.row_length);
       using rule = rank_load<Cost, rank_load_mode::add_only>;
       best = std::max<Cost>(best, rule::padded_load(count, c));
       best = std::max<Cost>(best, rule::padded_load(item.rows, c));
@@ -72,9 +73,10 @@ Cost lower_bound_in_order(const batch_layout& layout, std::span<const std::int64
   if (policy.is_padded()) {
     Cost best{};
     Cost total{};
+    padded_unit_cost<Cost, C> unit_of(cost, policy);
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t count = std::max<std::int64_t>(m, i / d + 1);
-      const Cost c = static_cast<Cost>(cost(policy.padded_length(layout.length(at(i)))));
+      const Cost c = unit_of(layout.length(at(i)));
       using rule = rank_load<Cost, rank_load_mode::add_only>;
       best = std::max<Cost>(best, rule::padded_load(count, c));
       total += c;
@@ -124,9 +126,10 @@ Cost segmented_padded_bound(const batch_layout& layout, std::span<const std::int
   const auto n = order.size();
   std::vector<Cost> unit(n);
   std::vector<std::int64_t> rows(n);
+  padded_unit_cost<Cost, C> unit_of(cost, policy);
   for (std::size_t s = 0; s < n; ++s) {
     const item_shape item = item_shape_of(layout, order[s]);
-    unit[s] = static_cast<Cost>(cost(policy.padded_length(item.row_length)));
+    unit[s] = unit_of(item.row_length);
     rows[s] = item.rows;
   }
   const padded_impl::row_greedy<Cost> check(d, std::move(unit), std::move(rows));
@@ -156,9 +159,9 @@ Cost reported_lower_bound(const batch_layout& layout, std::span<const std::int64
   constraints counts = limits;
   counts.cap.reset();  // the cap can only raise the optimum: the bound stays valid without it
   std::vector<Cost> unit(static_cast<std::size_t>(n));
+  padded_unit_cost<Cost, C> unit_of(cost, policy);
   for (std::int64_t s = 0; s < n; ++s)
-    unit[static_cast<std::size_t>(s)] = static_cast<Cost>(
-        cost(policy.padded_length(layout.length(order[static_cast<std::size_t>(s)]))));
+    unit[static_cast<std::size_t>(s)] = unit_of(layout.length(order[static_cast<std::size_t>(s)]));
   const padded_impl::greedy<Cost> check(padded_instance{layout, d, order, policy, counts},
                                         std::move(unit), true);
   const Cost top = std::numeric_limits<Cost>::has_infinity ? std::numeric_limits<Cost>::infinity()
