@@ -223,17 +223,6 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     // each unit's entries where they belong. The three plans come out whole, each in the
     // canonical form its factory would give (from_placements for L_k and the composed route,
     // inverse() for the gradient).
-    const auto n_samples = static_cast<std::size_t>(meta.num_samples());
-    std::vector<std::int64_t> sub_off(n_samples + 1, 0);
-    for (auto p : mod.parent) ++sub_off[static_cast<std::size_t>(p) + 1];
-    for (std::size_t g = 0; g < n_samples; ++g) sub_off[g + 1] += sub_off[g];
-    std::vector<std::int64_t> subs(mod.parent.size());
-    {
-      std::vector<std::int64_t> fill(sub_off.begin(), sub_off.end() - 1);
-      for (std::size_t i = 0; i < mod.parent.size(); ++i)
-        subs[static_cast<std::size_t>(fill[static_cast<std::size_t>(mod.parent[i])]++)] =
-            static_cast<std::int64_t>(i);
-    }
     const batch_layout& units = er.units();
     const auto n_units = static_cast<std::size_t>(units.num_items());
     const auto eoff = er.input.dst_offsets();
@@ -246,70 +235,85 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
     lifted.src_offsets.assign(origin.begin(), origin.end());
     output.src_offsets.assign(eoff.begin(), eoff.end());
     lifted.dst_offsets.assign(static_cast<std::size_t>(d) + 1, 0);
-    // walk_start[g]: the walk position of sample g's first unit (its unit count first).
-    std::vector<std::int64_t> walk_start(n_samples, 0);
-    for (std::size_t g = 0; g < n_samples; ++g)
-      for (auto q = sub_off[g]; q < sub_off[g + 1]; ++q) {
-        const auto i = subs[static_cast<std::size_t>(q)];
-        walk_start[g] += first_unit(i + 1) - first_unit(i);
+    // A modality without units (none in this batch): three empty plans, all offsets but the
+    // sources' zero; the walk below would give exactly these after O(n + d) work.
+    if (n_units > 0) {
+      const auto n_samples = static_cast<std::size_t>(meta.num_samples());
+      std::vector<std::int64_t> sub_off(n_samples + 1, 0);
+      for (auto p : mod.parent) ++sub_off[static_cast<std::size_t>(p) + 1];
+      for (std::size_t g = 0; g < n_samples; ++g) sub_off[g + 1] += sub_off[g];
+      std::vector<std::int64_t> subs(mod.parent.size());
+      {
+        std::vector<std::int64_t> fill(sub_off.begin(), sub_off.end() - 1);
+        for (std::size_t i = 0; i < mod.parent.size(); ++i)
+          subs[static_cast<std::size_t>(fill[static_cast<std::size_t>(mod.parent[i])]++)] =
+              static_cast<std::int64_t>(i);
       }
-    {
-      std::int64_t h = 0;
-      for (rank_t r = 0; r < d; ++r) {
-        for (auto j = moff[static_cast<std::size_t>(r)]; j < moff[static_cast<std::size_t>(r) + 1];
-             ++j) {
-          auto& s = walk_start[static_cast<std::size_t>(out.llm.source_of(j))];
-          h += std::exchange(s, h);
-        }
-        lifted.dst_offsets[static_cast<std::size_t>(r) + 1] = h;
-      }
-    }
-    lifted.dst_rank.resize(n_units);
-    lifted.dst_slot.resize(n_units);
-    lifted.src_of_dst.resize(n_units);
-    output.dst_rank.resize(n_units);
-    output.dst_slot.resize(n_units);
-    output.src_of_dst.resize(n_units);
-    gradient.dst_rank.resize(n_units);
-    gradient.dst_slot.resize(n_units);
-    gradient.src_of_dst.resize(n_units);
-    const auto llm_rank = out.llm.dst_ranks();
-    // Every unit's entries sit at its own ids (u, h, e), so samples can be written in any order:
-    // with parallel stages and many units, the second half on a thread of its own.
-    const auto write_samples = [&](std::size_t first, std::size_t last) {
-      for (std::size_t g = first; g < last; ++g) {
-        if (sub_off[g] == sub_off[g + 1]) continue;
-        const rank_t r = llm_rank[g];
-        const std::int64_t rank_start = lifted.dst_offsets[static_cast<std::size_t>(r)];
-        std::int64_t h = walk_start[g];
+      // walk_start[g]: the walk position of sample g's first unit (its unit count first).
+      std::vector<std::int64_t> walk_start(n_samples, 0);
+      for (std::size_t g = 0; g < n_samples; ++g)
         for (auto q = sub_off[g]; q < sub_off[g + 1]; ++q) {
           const auto i = subs[static_cast<std::size_t>(q)];
-          for (auto u = first_unit(i); u < first_unit(i + 1); ++u, ++h) {
-            const auto uu = static_cast<std::size_t>(u);
-            const auto hh = static_cast<std::size_t>(h);
-            const auto pe = er.input.destination_of(u);
-            const auto e =
-                static_cast<std::size_t>(eoff[static_cast<std::size_t>(pe.rank)] + pe.slot);
-            const std::int64_t slot = h - rank_start;
-            lifted.dst_rank[uu] = r;
-            lifted.dst_slot[uu] = slot;
-            lifted.src_of_dst[hh] = u;
-            output.dst_rank[e] = r;
-            output.dst_slot[e] = slot;
-            output.src_of_dst[hh] = static_cast<std::int64_t>(e);
-            gradient.dst_rank[hh] = pe.rank;
-            gradient.dst_slot[hh] = pe.slot;
-            gradient.src_of_dst[e] = h;
+          walk_start[g] += first_unit(i + 1) - first_unit(i);
+        }
+      {
+        std::int64_t h = 0;
+        for (rank_t r = 0; r < d; ++r) {
+          const auto R = static_cast<std::size_t>(r);
+          for (auto j = moff[R]; j < moff[R + 1]; ++j) {
+            auto& s = walk_start[static_cast<std::size_t>(out.llm.source_of(j))];
+            h += std::exchange(s, h);
           }
+          lifted.dst_offsets[R + 1] = h;
         }
       }
-    };
-    if (options.parallel_stages && n_units >= detail::parallel_min_items) {
-      auto second = std::async(std::launch::async, write_samples, n_samples / 2, n_samples);
-      write_samples(0, n_samples / 2);
-      second.get();
-    } else {
-      write_samples(0, n_samples);
+      lifted.dst_rank.resize(n_units);
+      lifted.dst_slot.resize(n_units);
+      lifted.src_of_dst.resize(n_units);
+      output.dst_rank.resize(n_units);
+      output.dst_slot.resize(n_units);
+      output.src_of_dst.resize(n_units);
+      gradient.dst_rank.resize(n_units);
+      gradient.dst_slot.resize(n_units);
+      gradient.src_of_dst.resize(n_units);
+      const auto llm_rank = out.llm.dst_ranks();
+      // Every unit's entries sit at its own ids (u, h, e), so samples can be written in any order:
+      // with parallel stages and many units, the second half on a thread of its own.
+      const auto write_samples = [&](std::size_t first, std::size_t last) {
+        for (std::size_t g = first; g < last; ++g) {
+          if (sub_off[g] == sub_off[g + 1]) continue;
+          const rank_t r = llm_rank[g];
+          const std::int64_t rank_start = lifted.dst_offsets[static_cast<std::size_t>(r)];
+          std::int64_t h = walk_start[g];
+          for (auto q = sub_off[g]; q < sub_off[g + 1]; ++q) {
+            const auto i = subs[static_cast<std::size_t>(q)];
+            for (auto u = first_unit(i); u < first_unit(i + 1); ++u, ++h) {
+              const auto uu = static_cast<std::size_t>(u);
+              const auto hh = static_cast<std::size_t>(h);
+              const auto pe = er.input.destination_of(u);
+              const auto e =
+                  static_cast<std::size_t>(eoff[static_cast<std::size_t>(pe.rank)] + pe.slot);
+              const std::int64_t slot = h - rank_start;
+              lifted.dst_rank[uu] = r;
+              lifted.dst_slot[uu] = slot;
+              lifted.src_of_dst[hh] = u;
+              output.dst_rank[e] = r;
+              output.dst_slot[e] = slot;
+              output.src_of_dst[hh] = static_cast<std::int64_t>(e);
+              gradient.dst_rank[hh] = pe.rank;
+              gradient.dst_slot[hh] = pe.slot;
+              gradient.src_of_dst[e] = h;
+            }
+          }
+        }
+      };
+      if (options.parallel_stages && n_units >= detail::parallel_min_items) {
+        auto second = std::async(std::launch::async, write_samples, n_samples / 2, n_samples);
+        write_samples(0, n_samples / 2);
+        second.get();
+      } else {
+        write_samples(0, n_samples);
+      }
     }
     // Every unit was written once (lifted.dst_offsets[d] == n_units): its sub-item has one
     // parent sample, on exactly one LLM slot.

@@ -162,7 +162,8 @@ padded_result<Cost> padded_optimal(const balance_input<Cost>& in, const C& cost)
   std::vector<Cost> unit(static_cast<std::size_t>(n));
   padded_unit_cost<Cost, C> unit_of(cost, in.policy);
   for (std::int64_t s = 0; s < n; ++s)
-    unit[static_cast<std::size_t>(s)] = unit_of(in.layout.length(in.order[static_cast<std::size_t>(s)]));
+    unit[static_cast<std::size_t>(s)] =
+        unit_of(in.layout.length(in.order[static_cast<std::size_t>(s)]));
   bool bytes_sorted = true;
   if (in.limits.cap && in.limits.cap->what == capacity::measure::bytes) {
     for (std::int64_t s = 1; s < n && bytes_sorted; ++s) {
