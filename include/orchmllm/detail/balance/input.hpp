@@ -100,10 +100,11 @@ Cost assignment_makespan(const balance_input<Cost>& in, const C& cost,
   }
   using rule = rank_load<Cost, rank_load_mode::add_only>;
   Cost best{};
-  for (std::size_t r = 0; r < d; ++r)
-    if (longest[r] >= 0)
-      best = std::max(best, rule::padded_load(rows[r], static_cast<Cost>(cost(
-                                                           in.policy.padded_length(longest[r])))));
+  for (std::size_t r = 0; r < d; ++r) {
+    if (longest[r] < 0) continue;
+    const auto unit = static_cast<Cost>(cost(in.policy.padded_length(longest[r])));
+    best = std::max(best, rule::padded_load(rows[r], unit));
+  }
   return best;
 }
 

@@ -62,11 +62,12 @@ inline constexpr int refine_partners = 8;
 ///
 /// Built for runs of a few steps on many ranks: the lists hold canonical positions (item
 /// `order[p]` at position p), so they sort by the position itself and need no inverse of the
-/// order, and they are one counting sort of the positions into a flat array (a rank's list is
-/// moved to the end of it, with room to grow, when it first changes), and the load order is two binary heaps of (load, rank, version) entries (heaviest
-/// first, lightest first), a rank's old entries going stale when its load changes. The order is
-/// the total order (load, then index: heaviest = largest load, lowest index), so the heaps give
-/// the ranks in exactly the order a sorted set would.
+/// order; they are one counting sort of the positions into a flat array (a rank's list is moved
+/// to the end of it, with room to grow, when it first changes). The load order is two binary
+/// heaps of (load, rank, version) entries (heaviest first, lightest first), a rank's old entries
+/// going stale when its load changes. The order is the total order (load, then index: heaviest
+/// = largest load, lowest index), so the heaps give the ranks in exactly the order a sorted set
+/// would.
 template <class Cost>
 struct refine_state {
   struct entry {
