@@ -182,6 +182,24 @@ TEST_CASE("rearrangement: from_placements keeps the given slots") {
   }
 }
 
+TEST_CASE("rearrangement: is_identity is equality with the identity plan") {
+  std::mt19937_64 rng(31);
+  int identities = 0;
+  for (int iter = 0; iter < 2000; ++iter) {
+    const auto d_src = static_cast<rank_t>(uniform(rng, 1, 4));
+    const auto d_dst = uniform(rng, 0, 3) == 0 ? static_cast<rank_t>(uniform(rng, 1, 4)) : d_src;
+    const auto src = random_offsets(rng, d_src, uniform(rng, 0, 5));
+    // Random ranks, and random slots on them (from_placements): the same ranks as the identity
+    // in another slot order are not the identity.
+    const auto p = random_plan(rng, src, d_dst, uniform(rng, 0, 1) == 1);
+    const bool want = d_src == d_dst && p == rearrangement::identity(src);
+    CHECK(p.is_identity() == want);
+    identities += want ? 1 : 0;
+  }
+  CHECK(identities > 50);  // the random plans hit the identity often enough to test both ways
+  CHECK(rearrangement{}.is_identity());
+}
+
 TEST_CASE("rearrangement: construction errors") {
   const vec src{0, 2, 3};
   // Building a plan from `src` must fail with an invalid_argument_error naming every needle.
@@ -253,6 +271,7 @@ TEST_CASE("rearrangement: identity") {
       CHECK(id.destination_id(g) == g);
       CHECK(id.source_of(g) == g);
     }
+    CHECK(id.is_identity());
     CHECK(id.inverse() == id);
     CHECK(compose(id, id) == id);
     // identity of a layout

@@ -8,6 +8,9 @@
 //  - an application's mapper in a stage: the stage's plan is that mapper applied to the stage's
 //    balanced bins (checked against map_bins with the same mapper), a permutation of the bins,
 //    the same loads as the identity mapping; its fingerprint differs, and by name;
+//  - a tuned built-in (an auction's own tolerance, a bottleneck's own budget) plans like the same
+//    object behind an application's wrapper, on small steps, on steps large enough for the
+//    parallel paths and on a stage without items; a bad auction tolerance fails at declaration;
 //  - a stage mapper that returns a non-permutation makes plan_step throw invalid_argument_error.
 
 #include "orchmllm/orchestrator/stages.hpp"
@@ -136,11 +139,21 @@ TEST_CASE("stage_mapper: empty, built-in and custom holders and their names") {
   CHECK(loose.custom());
   CHECK(!loose.builtin());
   CHECK(loose.name() == "auction(tolerance=0.25)");
+  // Such objects are tuned built-ins; the methods' objects and the application's are not.
+  CHECK(loose.tuned() == mapping_method::auction);
+  CHECK(budget.tuned() == mapping_method::bottleneck);
+  CHECK(!auc.tuned());
+  CHECK(!none.tuned());
+  // A tolerance no auction accepts fails at the declaration, not at a later map.
+  for (const double bad : {0.0, -0.5, 1.5})
+    test::expect_invalid([&] { (void)stage_mapper(mappers::auction{.tolerance = bad}); },
+                         {"mappers::auction: tolerance", "outside (0, 1]"});
 
   std::atomic<int> calls{0};
   const stage_mapper mine = reverse_bins{&calls};
   CHECK(mine.custom());
   CHECK(mine.name() == "custom");
+  CHECK(!mine.tuned());
   CHECK(stage_mapper(reverse_bins{&calls}, "reverse").name() == "reverse");
   CHECK(stage_mapper(named_mapper{}).name() == "named-by-itself");
   CHECK(stage_mapper(named_mapper{}, "given").name() == "given");
@@ -209,6 +222,64 @@ TEST_CASE("plan_step: a built-in mapper object plans like the stage's mapping en
       CHECK(a.llm == b.llm);
       CHECK(a.encoders[0].input == b.encoders[0].input);
       CHECK(a.encoders[0].output == b.encoders[0].output);
+    }
+  }
+}
+
+// A step of d ranks with `per_rank` samples each (text, and an image on every third sample
+// when `images`): large enough for plan_step's parallel paths from 65,536 samples.
+step_input wide_step(std::mt19937_64& rng, rank_t d, std::int64_t per_rank, bool images) {
+  std::vector<local_batch> batches(static_cast<std::size_t>(d));
+  for (auto& b : batches)
+    for (std::int64_t s = 0; s < per_rank; ++s) {
+      b.text_tokens.push_back(uniform(rng, 1, 900));
+      if (images && s % 3 == 0)
+        b.sub_items.push_back({.modality = 0,
+                               .parent = s,
+                               .encoder_length = uniform(rng, 1, 1024),
+                               .input_rows = uniform(rng, 0, 16),
+                               .llm_tokens = uniform(rng, 1, 64)});
+    }
+  return {topology::uniform(d, 8), make_step_metadata(batches, 1)};
+}
+
+TEST_CASE("plan_step: a tuned built-in mapper plans like the same object behind a wrapper") {
+  // A tuned object runs with its method's fast paths (no map without items, the worst-node
+  // bound beside the solver); an application's wrapper around the same object runs the
+  // generic path. Same ranks, hence the same plans, reports and routes.
+  std::mt19937_64 rng(4242);
+  std::vector<step_input> steps;
+  for (int trial = 0; trial < 12; ++trial)
+    steps.push_back(random_step(rng, static_cast<rank_t>(uniform(rng, 1, 24))));
+  steps.push_back(wide_step(rng, 1024, 72, true));   // 73,728 samples: the parallel paths
+  steps.push_back(wide_step(rng, 1024, 72, false));  // and a vision stage without items
+  for (std::size_t t = 0; t < steps.size(); ++t) {
+    const auto& in = steps[t];
+    INFO("step ", t, ", d = ", in.topo.num_ranks());
+    for (const stage_mapper& tuned :
+         {stage_mapper(mappers::auction{.tolerance = 0.25}),
+          stage_mapper(mappers::auction{.tolerance = 1.0}),
+          stage_mapper(mappers::bottleneck{.step_budget = 3})}) {
+      REQUIRE(tuned.tuned());
+      auto fast = vision_and_llm();
+      fast.encoders[0].mapper = tuned;
+      fast.llm.mapper = tuned;
+      auto wrapped = vision_and_llm();
+      const stage_mapper wrapper(
+          [tuned](const bin_mapping_problem& p) { return tuned(p); }, "wrapper");
+      REQUIRE(!wrapper.tuned());
+      wrapped.encoders[0].mapper = wrapper;
+      wrapped.llm.mapper = wrapper;
+      const auto a = plan_step(fast, in.meta, in.topo, plan_options{.routes_for = 0});
+      const auto b = plan_step(wrapped, in.meta, in.topo, plan_options{.routes_for = 0});
+      CHECK(a.llm == b.llm);
+      CHECK(a.encoders[0].input == b.encoders[0].input);
+      CHECK(a.encoders[0].output == b.encoders[0].output);
+      for (std::size_t s = 0; s < a.stages.size(); ++s) {
+        CHECK(a.stages[s].moved_bytes == b.stages[s].moved_bytes);
+        CHECK(a.stages[s].inter_node_bytes == b.stages[s].inter_node_bytes);
+      }
+      CHECK(a.routes.all.size() == b.routes.all.size());
     }
   }
 }

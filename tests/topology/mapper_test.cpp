@@ -287,3 +287,59 @@ TEST_CASE("visit_mapper names every method and rejects values outside the enum")
       [] { (void)visit_mapper(static_cast<mapping_method>(9), [](const auto&) { return 0; }); },
       {"9", "not a mapping method"});
 }
+
+TEST_CASE("a binned plan that stays home: every built-in method keeps it, as home_mapping") {
+  // plan_step skips the mapping of such a stage (detail::stays_home): this is what makes the
+  // skip give the same plans. Uniform and uneven topologies, and one node above the dense
+  // assignment limit (the sparse greedy placement).
+  std::mt19937_64 rng(2718);
+  for (int rep = 0; rep < 80; ++rep) {
+    const auto d = rep == 0 ? rank_t{600} : static_cast<rank_t>(uniform(rng, 1, 48));
+    const topology topo = rep == 0 ? topology::uniform(d, d) : random_topology(rng, d);
+    INFO("rep ", rep, ", d = ", d);
+    // 1-5 items per rank, bytes 0-1000 with at least one positive per rank (the byte scales
+    // differ by rank, so the auction's ε is large against some bins).
+    std::vector<std::int64_t> offsets{0}, bytes;
+    for (rank_t r = 0; r < d; ++r) {
+      const auto k = uniform(rng, 1, 5);
+      const auto scale = uniform(rng, 0, 1) == 0 ? 1 : 1000;
+      for (std::int64_t i = 0; i < k; ++i) bytes.push_back(uniform(rng, 0, 1) * scale);
+      bytes.back() = std::max<std::int64_t>(bytes.back(), 1);
+      offsets.push_back(static_cast<std::int64_t>(bytes.size()));
+    }
+    const auto home = rearrangement::identity(offsets);
+    REQUIRE(detail::stays_home(home, bytes));
+    const mapping_result want = detail::home_mapping(home);
+    CHECK(want.plan == home);
+    const auto problem = detail::build_mapping_problem(home, bytes, topo);
+    std::vector<rank_t> iota(static_cast<std::size_t>(d));
+    std::iota(iota.begin(), iota.end(), rank_t{0});
+    for (const auto method : {mapping_method::identity, mapping_method::transport,
+                              mapping_method::bottleneck, mapping_method::auction}) {
+      INFO("method ", to_string(method));
+      check_same(map_bins(home, bytes, topo, method), want);
+    }
+    for (const double tolerance : {0.25, 1.0}) {
+      INFO("auction tolerance ", tolerance);
+      CHECK(detail::builtin_rank_of_bin(problem, mapping_method::auction, 0, tolerance) == iota);
+    }
+    CHECK(detail::builtin_rank_of_bin(problem, mapping_method::bottleneck, 3) == iota);
+
+    // Not home: an item moved to another rank, or a rank whose bytes are all zero.
+    if (d > 1) {
+      std::vector<rank_t> dst(bytes.size());
+      for (rank_t r = 0; r < d; ++r)
+        for (auto g = offsets[static_cast<std::size_t>(r)];
+             g < offsets[static_cast<std::size_t>(r) + 1]; ++g)
+          dst[static_cast<std::size_t>(g)] = r;
+      dst[0] = 1;
+      CHECK(!detail::stays_home(rearrangement::from_destinations(offsets, dst, d), bytes));
+    }
+    auto zero = bytes;
+    std::fill(zero.begin(), zero.begin() + offsets[1], 0);
+    CHECK(!detail::stays_home(home, zero));
+  }
+  // A rank without items holds an empty bin: not home (any rank can take it).
+  const std::vector<std::int64_t> offsets{0, 1, 1, 2};
+  CHECK(!detail::stays_home(rearrangement::identity(offsets), std::vector<std::int64_t>{5, 7}));
+}

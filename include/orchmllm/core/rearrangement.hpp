@@ -146,6 +146,15 @@ class rearrangement {
     return src_of_dst_[static_cast<std::size_t>(h)];
   }
 
+  /// Whether this is the identity plan: as many destination as source ranks, and every item
+  /// in its source slot (destination global id = source global id). O(n + d), no allocation.
+  [[nodiscard]] bool is_identity() const noexcept {
+    if (!std::ranges::equal(src_offsets_, dst_offsets_)) return false;
+    for (std::size_t h = 0; h < src_of_dst_.size(); ++h)
+      if (src_of_dst_[h] != static_cast<std::int64_t>(h)) return false;
+    return true;
+  }
+
   /// Items source rank `src` sends to each destination rank (d_dst entries): one row of the
   /// count matrix. O(items of src + d_dst).
   [[nodiscard]] std::vector<std::int64_t> send_counts(rank_t src) const {

@@ -182,7 +182,8 @@ class stage_balancer {
 /// A built-in object replaces the stage's `mapping` (it sets the equivalent method; a
 /// `mappers::bottleneck` with a non-default `step_budget` is kept as an object instead, named
 /// "bottleneck(step_budget=N)"; likewise a `mappers::auction` with a non-default `tolerance`,
-/// named "auction(tolerance=T)"). Any other mapper is held type-erased (one std::function call
+/// named "auction(tolerance=T)"; `tuned()` gives its method, and `plan_step` runs it with its
+/// method's fast paths). Any other mapper is held type-erased (one std::function call
 /// per mapping, from the compiled library too) and enters the declarations' fingerprint by its
 /// name: the `name` argument, else the mapper's own `name()` if it has one (the GLPK mapper
 /// does), else "custom". Give two different mappers different names.
@@ -196,7 +197,8 @@ class stage_mapper {
   stage_mapper() = default;
 
   /// Wraps `m`. The self-type test comes first so that checking the mapper concept on
-  /// stage_mapper itself never recurses into this constructor.
+  /// stage_mapper itself never recurses into this constructor. Throws `invalid_argument_error`
+  /// for a `mappers::auction` with a tolerance outside (0, 1].
   template <class M>
     requires(!std::is_same_v<std::remove_cvref_t<M>, stage_mapper> && mapper<M>)
   stage_mapper(M m, std::string name = {})  // NOLINT(google-explicit-constructor): `.mapper = my_mapper{}`
@@ -210,6 +212,7 @@ class stage_mapper {
         selectable = m.step_budget == -1;
         knob = detail::concat("bottleneck(step_budget=", m.step_budget, ")");
       } else if constexpr (std::is_same_v<M, mappers::auction>) {
+        detail::check_auction_tolerance(m.tolerance);  // at the declaration, not a later map
         selectable = m.tolerance == mappers::auction::default_tolerance;
         knob = detail::concat("auction(tolerance=", m.tolerance, ")");
       }
@@ -218,6 +221,7 @@ class stage_mapper {
         name_ = std::string(to_string(m.method()));
         return;
       }
+      tuned_ = m.method();
       if (name_.empty()) name_ = std::move(knob);
     }
     if (name_.empty()) {
@@ -238,6 +242,11 @@ class stage_mapper {
   /// Holds a mapper that no `mapping_method` selects (the application's, GLPK's, or a bottleneck
   /// with its own budget).
   [[nodiscard]] bool custom() const noexcept { return static_cast<bool>(custom_); }
+  /// The method of a built-in object held as custom for its knob (a bottleneck's own
+  /// `step_budget`, an auction's own `tolerance`), else none. `plan_step` runs such a mapper as
+  /// it runs its method (nothing to map for a stage without items, the worst-node bound beside
+  /// the solver): the same code, so the same ranks as calling it.
+  [[nodiscard]] const std::optional<mapping_method>& tuned() const noexcept { return tuned_; }
   /// The built-in's method name, or the custom mapper's name (see the class comment).
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
 
@@ -246,6 +255,7 @@ class stage_mapper {
 
  private:
   std::optional<mapping_method> builtin_;
+  std::optional<mapping_method> tuned_;
   detail::erased_mapper custom_;
   std::string name_;
 };

@@ -230,6 +230,12 @@ namespace detail {
 /// library, and how a stage declaration holds it.
 using erased_mapper = std::function<std::vector<rank_t>(const bin_mapping_problem&)>;
 
+/// Throws `invalid_argument_error` unless 0 < tolerance ≤ 1 (`mappers::auction`'s knob).
+inline void check_auction_tolerance(double tolerance) {
+  ORCHMLLM_REQUIRE(tolerance > 0.0 && tolerance <= 1.0, invalid_argument_error,
+                   "mappers::auction: tolerance ", tolerance, " is outside (0, 1]");
+}
+
 /// `map_bins` with a mapper (the body, header-only: detail/topology/mapper_impl.hpp).
 template <class M>
 mapping_result map_bins_with(const rearrangement& binned, std::span<const std::int64_t> item_bytes,

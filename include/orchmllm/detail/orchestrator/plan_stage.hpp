@@ -99,25 +99,35 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
     auto beside = beside_map ? std::async(std::launch::async, report)
                            : std::future<std::invoke_result_t<decltype(report)>>{};
     // A custom mapper (the application's, GLPK's) runs behind the stage's std::function; every
-    // other stage maps by its method (a built-in mapper object's, or `mapping`). A built-in
-    // mapping of a stage without items is skipped: any bijection gives the same empty plan and
-    // moves nothing (and it would still cost O(d + N · G³) at scale).
+    // other stage maps by its method (a built-in mapper object's, or `mapping`), and so does a
+    // built-in object tuned by its knob (`stage_mapper::tuned`, run behind the std::function:
+    // the same code as its method's with its own knob). A built-in mapping of a stage without
+    // items is skipped: any bijection gives the same empty plan and moves nothing (and it would
+    // still cost O(d + N · G³) at scale); so is one whose bins stay home (below).
     // Beside the map, a built-in mapping other than `bottleneck` (which reads it) computes the
     // problem's worst-node bound on a thread beside the solver: the same code as map_bins.
     const auto map = [&] {
-      if (stage.mapper.custom()) return map_bins(balanced.plan, bytes, topo, stage.mapper);
+      const std::optional<mapping_method>& tuned = stage.mapper.tuned();
+      if (stage.mapper.custom() && !tuned)
+        return map_bins(balanced.plan, bytes, topo, stage.mapper);
       if (units.num_items() == 0) {
         mapping_result empty;
         empty.plan = balanced.plan;
         return empty;
       }
-      const mapping_method method = stage_mapping(stage);
+      // Bins that already sit on their own ranks (an already balanced stage): every built-in
+      // method returns bin b → rank b, its unique optimum (detail::stays_home).
+      if (detail::stays_home(balanced.plan, bytes)) return detail::home_mapping(balanced.plan);
+      const mapping_method method = tuned ? *tuned : stage_mapping(stage);
       if (!beside_map || method == mapping_method::bottleneck)
-        return map_bins(balanced.plan, bytes, topo, method);
+        return tuned ? map_bins(balanced.plan, bytes, topo, stage.mapper)
+                     : map_bins(balanced.plan, bytes, topo, method);
       auto problem = detail::build_mapping_problem(balanced.plan, bytes, topo, false);
       auto worst = std::async(std::launch::async,
                               [&problem] { return detail::worst_node_lower_bound(problem); });
-      auto ranks = detail::builtin_rank_of_bin(problem, method, 0);
+      // A tuned auction does not read the worst-node bound its view holds (still unset here).
+      auto ranks = tuned ? stage.mapper(bin_mapping_problem(problem))
+                         : detail::builtin_rank_of_bin(problem, method, 0);
       problem.worst_lower_bound = worst.get();
       return detail::result_from_ranks(problem, std::move(ranks));
     };

@@ -134,8 +134,7 @@ ORCHMLLM_FUNC std::vector<rank_t> mappers::bottleneck::operator()(
 
 ORCHMLLM_FUNC std::vector<rank_t> mappers::auction::operator()(
     const bin_mapping_problem& p) const {
-  ORCHMLLM_REQUIRE(tolerance > 0.0 && tolerance <= 1.0, invalid_argument_error,
-                   "mappers::auction: tolerance ", tolerance, " is outside (0, 1]");
+  detail::check_auction_tolerance(tolerance);
   return detail::builtin_rank_of_bin(p.internal(), method(), 0, tolerance);
 }
 

@@ -402,6 +402,34 @@ inline mapping_result result_from_ranks(const mapping_problem& p, std::vector<ra
   return out;
 }
 
+// Whether bin b → rank b keeps every byte of `binned` where it is and no other mapping does:
+// `binned` is the identity plan (every item stays in its source slot, core/rearrangement.hpp)
+// and every bin holds a positive number of bytes, so moving any bin off its rank moves bytes.
+// Every built-in method then returns that mapping (its unique optimum under every objective;
+// tested in tests/topology/mapper_test.cpp), which `home_mapping` gives without solving.
+// O(n + d), no allocation.
+inline bool stays_home(const rearrangement& binned, std::span<const std::int64_t> item_bytes) {
+  if (!binned.is_identity()) return false;
+  const auto off = binned.src_offsets();
+  for (std::size_t r = 0; r + 1 < off.size(); ++r) {
+    std::int64_t sum = 0;
+    for (auto g = off[r]; g < off[r + 1]; ++g) sum |= item_bytes[static_cast<std::size_t>(g)];
+    if (sum <= 0) return false;  // bytes are never negative: the OR is positive iff the sum is
+  }
+  return true;
+}
+
+// The mapping result of a plan that `stays_home`: bin b on rank b, the plan itself, nothing
+// moved and every lower bound 0 (each bin's bytes all sit on its own rank). O(n + d).
+inline mapping_result home_mapping(const rearrangement& binned) {
+  mapping_result out;
+  out.rank_of_bin.resize(static_cast<std::size_t>(binned.num_dst_ranks()));
+  for (std::size_t b = 0; b < out.rank_of_bin.size(); ++b)
+    out.rank_of_bin[b] = static_cast<rank_t>(b);
+  out.plan = binned;
+  return out;
+}
+
 // Places each node's bins on its GPUs (G × G Hungarian maximising the bytes already on their
 // final GPU; bins of a node in increasing bin order, so ties are deterministic; above
 // dense_assignment_limit GPUs the sparse greedy, at least half the optimum): the rank of every
