@@ -49,6 +49,10 @@ inline const command& simulate_command() {
          "balancing stops within this fraction of each stage's lower bound "
          "(balance_options::gap_tolerance); default 0",
          false},
+        {"auction-tolerance", "X",
+         "full and split map every stage by an auction within this fraction of the keepable "
+         "bytes (mappers::auction::tolerance), in (0, 1]; default 0.01",
+         false},
         {"peak-flops", "FLOPS", "peak FLOP/s per GPU; default 989e12 (H100 bf16 dense)", false},
         {"intra-bandwidth", "B/S", "intra-node bytes/s per GPU per direction; default 450e9",
          false},
@@ -137,6 +141,7 @@ inline std::string simulation_json(const bench::sim_result& r, const bench::sim_
       .add("peak_flops", o.peak_flops)
       .add("achievable", o.achievable)
       .add("gap_tolerance", o.gap_tolerance)
+      .add("auction_tolerance", o.auction_tolerance)
       .add("step_seconds", r.step_seconds)
       .add("compute_seconds", r.compute_seconds)
       .add("comm_seconds", r.comm_seconds)
@@ -197,6 +202,9 @@ inline int run_simulate(const parsed_args& args, std::ostream& out, std::ostream
     o.gap_tolerance = args.get_double("gap-tolerance", o.gap_tolerance);
     if (!(o.gap_tolerance >= 0 && std::isfinite(o.gap_tolerance)))
       throw usage_error("--gap-tolerance must be finite and >= 0");
+    o.auction_tolerance = args.get_double("auction-tolerance", o.auction_tolerance);
+    if (!(o.auction_tolerance > 0 && o.auction_tolerance <= 1))
+      throw usage_error("--auction-tolerance must be in (0, 1]");
     o.peak_flops = args.get_double("peak-flops", o.peak_flops);
     if (!(o.peak_flops > 0)) throw usage_error("--peak-flops must be positive");
     o.links.intra_bandwidth = args.get_double("intra-bandwidth", o.links.intra_bandwidth);

@@ -83,6 +83,7 @@
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/orchestrator/orchestrator.hpp"
 #include "orchmllm/orchestrator/stages.hpp"
+#include "orchmllm/topology/mapper.hpp"
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"
 
@@ -182,9 +183,13 @@ struct sim_options {
   /// the balancers stop within lower bound · (1 + gap), so a stage's makespan is at most that
   /// fraction above what gap 0 gives. 0 (default): the plans of gap 0.
   double gap_tolerance = 0;
+  /// `mappers::auction::tolerance` of the auction-mapped stages (full, split): inter-node bytes
+  /// at most the transport minimum + this fraction of the keepable bytes per stage.
+  double auction_tolerance = mappers::auction::default_tolerance;
 
   /// Throws `invalid_argument_error` naming the value: gpus_per_node < 1, peak_flops not
-  /// positive and finite, achievable outside (0, 1], invalid links, or invalid model configs.
+  /// positive and finite, achievable outside (0, 1], auction_tolerance outside (0, 1], invalid
+  /// links, or invalid model configs.
   void validate() const {
     ORCHMLLM_REQUIRE(gpus_per_node >= 1, invalid_argument_error, "gpus_per_node is ", gpus_per_node,
                      ", must be >= 1");
@@ -192,6 +197,8 @@ struct sim_options {
                      "peak_flops is ", peak_flops, ", must be positive and finite");
     ORCHMLLM_REQUIRE(std::isfinite(gap_tolerance) && gap_tolerance >= 0, invalid_argument_error,
                      "gap_tolerance is ", gap_tolerance, ", must be finite and >= 0");
+    ORCHMLLM_REQUIRE(auction_tolerance > 0 && auction_tolerance <= 1, invalid_argument_error,
+                     "auction_tolerance is ", auction_tolerance, ", must be in (0, 1]");
     ORCHMLLM_REQUIRE(std::isfinite(achievable) && achievable > 0 && achievable <= 1,
                      invalid_argument_error, "achievable is ", achievable, ", must be in (0, 1]");
     links.validate();
@@ -363,10 +370,12 @@ inline double seconds_since(std::chrono::steady_clock::time_point start) {
 /// scenario: none → algorithm none + identity everywhere; llm-only → encoders none + identity,
 /// LLM automatic + identity; per-stage → automatic + identity; full → automatic + auction;
 /// beyond → locality (tolerance 0.001) + bottleneck; split → full plus `split_options{}` on the
-/// vision stage. Every balanced stage gets `gap_tolerance` (`balance_options`). O(1). Throws
-/// `invalid_argument_error` for an invalid model config.
-inline stage_declarations make_declarations(const model_config& model, scenario which,
-                                            double gap_tolerance = 0) {
+/// vision stage. Every balanced stage gets `gap_tolerance` (`balance_options`), every auction
+/// stage `auction_tolerance` (`mappers::auction`). O(1). Throws `invalid_argument_error` for an
+/// invalid model config or an auction tolerance outside (0, 1].
+inline stage_declarations make_declarations(
+    const model_config& model, scenario which, double gap_tolerance = 0,
+    double auction_tolerance = mappers::auction::default_tolerance) {
   stage_declarations decl;
   balance_options enc, llm;
   mapping_method enc_map = mapping_method::identity, llm_map = mapping_method::identity;
@@ -415,6 +424,11 @@ inline stage_declarations make_declarations(const model_config& model, scenario 
                        .options = llm,
                        .mapping = llm_map,
                        .text_row_bytes = text_row_bytes};
+  if (llm_map == mapping_method::auction) {
+    const stage_mapper auction = mappers::auction{.tolerance = auction_tolerance};
+    for (auto& e : decl.encoders) e.mapper = auction;
+    decl.llm.mapper = auction;
+  }
   return decl;
 }
 
@@ -436,7 +450,8 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
   const auto d = static_cast<rank_t>(batch.ranks.size());
   const topology topo = topology::uniform(d, options.gpus_per_node, options.links);
   const auto meta = make_step_metadata(batch.ranks, 2);
-  const auto decl = make_declarations(options.model, options.which, options.gap_tolerance);
+  const auto decl = make_declarations(options.model, options.which, options.gap_tolerance,
+                                      options.auction_tolerance);
   const double rate = options.peak_flops * options.achievable;
 
   sim_result res;

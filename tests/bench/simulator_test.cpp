@@ -313,6 +313,26 @@ TEST_CASE("scenarios keep the guarantees of their balancers and mappings") {
       CHECK(stage(gapped, n).seconds <= stage(full, n).seconds * 1.02 * eps);
     }
   }
+  // auction_tolerance: only the mapping changes (a permutation of the same bins: the same stage
+  // times); the default keeps the method's declarations, another value a tuned auction.
+  {
+    auto lo = o;
+    lo.which = scenario::full;
+    lo.auction_tolerance = 1.0;
+    const auto loose = simulate(w, lo);
+    for (const char* n : {"vision", "audio", "llm"}) {
+      CAPTURE(n);
+      CHECK(stage(loose, n).seconds == stage(full, n).seconds);
+    }
+    const auto plain = make_declarations(o.model, scenario::full);
+    CHECK(plain.llm.mapper.builtin() == mapping_method::auction);
+    CHECK(!plain.llm.mapper.tuned());
+    const auto tuned = make_declarations(o.model, scenario::full, 0, 0.2);
+    for (const auto& e : tuned.encoders) CHECK(e.mapper.tuned() == mapping_method::auction);
+    CHECK(tuned.llm.mapper.name() == "auction(tolerance=0.2)");
+    CHECK(fingerprint(tuned) != fingerprint(plain));
+    CHECK(make_declarations(o.model, scenario::beyond, 0, 0.2).llm.mapper.empty());
+  }
   // per-stage moves encoder outputs and gradients twice: more all-to-alls than full.
   CHECK(per_stage.alltoalls == 11);
   CHECK(full.alltoalls == 7);
@@ -416,6 +436,8 @@ TEST_CASE("bad options throw invalid_argument_error") {
   bad([](sim_options& o) { o.achievable = 0; });
   bad([](sim_options& o) { o.achievable = 1.5; });
   bad([](sim_options& o) { o.gap_tolerance = -1; });
+  bad([](sim_options& o) { o.auction_tolerance = 0; });
+  bad([](sim_options& o) { o.auction_tolerance = 1.5; });
   bad([](sim_options& o) { o.links.inter_bandwidth = 0; });
   bad([](sim_options& o) { o.model.llm.heads = 3; });  // does not divide hidden
   auto o = tiny_options(scenario::full);
@@ -447,7 +469,8 @@ TEST_CASE("orchmllm-bench simulate: JSON keys and exit codes") {
   std::string out, err;
   REQUIRE(run({"--workload", "omni-pretrain", "--ranks", "16", "--gpus-per-node", "8", "--scenario",
                "full", "--samples-per-rank", "2", "--seed", "5", "--model", "72b", "--schedule",
-               "node-wise", "--achievable", "0.4", "--gap-tolerance", "0.002"},
+               "node-wise", "--achievable", "0.4", "--gap-tolerance", "0.002",
+               "--auction-tolerance", "0.2"},
               out, err) == 0);
   CHECK(err.empty());
   CHECK(std::count(out.begin(), out.end(), '\n') == 1);
@@ -463,6 +486,7 @@ TEST_CASE("orchmllm-bench simulate: JSON keys and exit codes") {
                           "\"schedule\":\"node-wise\"",
                           "\"achievable\":0.4",
                           "\"gap_tolerance\":0.002",
+                          "\"auction_tolerance\":0.2",
                           "\"step_seconds\":",
                           "\"compute_seconds\":",
                           "\"comm_seconds\":",
@@ -493,6 +517,7 @@ TEST_CASE("orchmllm-bench simulate: JSON keys and exit codes") {
   o.sched = schedule::node_wise;
   o.achievable = 0.4;
   o.gap_tolerance = 0.002;
+  o.auction_tolerance = 0.2;
   const auto r = simulate(o);
   CHECK(out.find("\"compute_seconds\":" + tool::json_number(r.compute_seconds)) !=
         std::string::npos);
@@ -507,6 +532,7 @@ TEST_CASE("orchmllm-bench simulate: JSON keys and exit codes") {
   CHECK(out.find("\"schedule\":\"auto\"") != std::string::npos);
   CHECK(out.find("\"samples_per_rank\":8") != std::string::npos);
   CHECK(out.find("\"gap_tolerance\":0,") != std::string::npos);
+  CHECK(out.find("\"auction_tolerance\":0.01,") != std::string::npos);
   CHECK(out.find("\"alltoalls\":0") != std::string::npos);
 
   // Usage errors: exit 2, nothing on stdout, the message names the flag.
@@ -533,6 +559,8 @@ TEST_CASE("orchmllm-bench simulate: JSON keys and exit codes") {
   usage({"--scenario", "full", "--achievable", "1.5"}, "--achievable");
   usage({"--scenario", "full", "--achievable", "0"}, "--achievable");
   usage({"--scenario", "full", "--gap-tolerance", "-0.1"}, "--gap-tolerance");
+  usage({"--scenario", "full", "--auction-tolerance", "0"}, "--auction-tolerance");
+  usage({"--scenario", "full", "--auction-tolerance", "2"}, "--auction-tolerance");
   usage({"--scenario", "full", "--inter-bandwidth", "-1"}, "--inter-bandwidth");
   usage({"--scenario", "full", "--samples-per-rank", "-1"}, "--samples-per-rank");
   CHECK(run({"--workload", "vl-sft", "--ranks", "0", "--gpus-per-node", "4", "--scenario", "full"},
