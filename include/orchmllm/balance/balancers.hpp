@@ -109,10 +109,12 @@ struct automatic {
   std::int64_t exact_node_budget = 2'000'000;  ///< search nodes of the exact step
   std::int64_t exact_max_items = 14;        ///< the exact step runs up to this many items
   double gap_tolerance = 0;  ///< stop within lower bound · (1 + gap) (`balance_options`)
+  bool concurrent = false;   ///< kk beside lpt on a second thread (`balance_options`)
   [[nodiscard]] balance_options options(const constraints& limits = {}) const {
     return balance_options{.method = balance_method::automatic, .limits = limits,
                            .refine_budget = refine_budget, .exact_node_budget = exact_node_budget,
-                           .exact_max_items = exact_max_items, .gap_tolerance = gap_tolerance};
+                           .exact_max_items = exact_max_items, .gap_tolerance = gap_tolerance,
+                           .concurrent = concurrent};
   }
   template <class C>
   balancer_plan operator()(const balance_problem<C>& p) const;
@@ -168,7 +170,7 @@ decltype(auto) visit_balancer(const balance_options& o, F&& f) {
     case balance_method::automatic:
     case balance_method::locality: {
       const balancers::automatic a{o.refine_budget, o.exact_node_budget, o.exact_max_items,
-                                   o.gap_tolerance};
+                                   o.gap_tolerance, o.concurrent};
       if (o.method == balance_method::automatic) return std::forward<F>(f)(a);
       return std::forward<F>(f)(balancers::locality{a, o.locality_tolerance, o.node_of_rank});
     }

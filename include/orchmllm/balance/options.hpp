@@ -38,6 +38,10 @@ using algorithm = balance_method;
 /// n · d sums); above it `kk` runs `kk_equal`.
 inline constexpr std::int64_t kk_complete_max_entries = std::int64_t{1} << 21;
 
+/// Fewest items for which `balance_options::concurrent` starts its second thread: below it the
+/// thread costs more than it saves.
+inline constexpr std::int64_t concurrent_min_items = std::int64_t{1} << 16;
+
 /// True for the algorithms that balance the packed policy only (`kk`, `kk_equal`).
 constexpr bool packed_only(balance_method a) noexcept {
   return a == balance_method::kk || a == balance_method::kk_equal;
@@ -97,6 +101,15 @@ struct balance_options {
   /// gap or it is exactly the plan of gap 0 (a search that never reaches the target takes the
   /// same steps). Trades balance for planning time on large inputs. Must be finite and >= 0.
   double gap_tolerance = 0;
+  /// `automatic` (and `locality`'s base run) on the packed policy with at least
+  /// `concurrent_min_items` items: the equal-count Karmarkar–Karp candidate, which the search
+  /// considers when lpt and its refinement miss the target, is computed on a second thread from
+  /// the start, beside them, and stopped unused when they meet it. The same plan as without
+  /// (the search takes the same steps; tested), sooner where a core is spare (a planner beside
+  /// training); `plan_step` sets it with `plan_options::parallel_stages`. Plans do not depend on
+  /// it, so declarations' fingerprints do not either. The cost model is not called on that
+  /// thread. Starting the thread may throw std::system_error.
+  bool concurrent = false;
   /// `locality`: relative makespan slack over automatic's makespan M that the locality plan may
   /// use (target T = M · (1 + tolerance)); the knob that trades balance for moved bytes. Must be
   /// finite and >= 0.

@@ -213,11 +213,15 @@ builtin_outcome<cost_type_t<C>> search(const balancers::automatic& b,
     }
   } else {
     // lpt, then refinement, then kk + refinement: each step only when the bound is not met
-    // yet, so the result is never worse than lpt or kk alone.
+    // yet, so the result is never worse than lpt or kk alone. Concurrent and large: the
+    // equal-count kk runs from the start on a thread beside lpt and its refinement, and is
+    // stopped unused when they end the search (the same steps, so the same plan).
+    std::optional<karmarkar_karp_beside<cost_type_t<C>>> kk_beside;
+    if (b.concurrent && n >= concurrent_min_items) kk_beside.emplace(in);
     s.consider(lpt(in, p.cost_model()), balance_method::lpt);
     s.refine_best();
     if (!s.at_bound()) {
-      s.consider(karmarkar_karp(in), balance_method::kk_equal);
+      s.consider(kk_beside ? kk_beside->get() : karmarkar_karp(in), balance_method::kk_equal);
       s.refine_best();
     }
     // Then the complete differencing (within its memory guard), refined in a copy: `consider`

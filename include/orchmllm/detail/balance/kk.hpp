@@ -33,10 +33,13 @@
 // fixed sequence.
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <numeric>
 #include <optional>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -49,10 +52,12 @@ namespace orchmllm::detail {
 
 /// d-way largest differencing; see the file comment. `complete`: one starting tuple per item
 /// (needs n · d sums of memory); otherwise chunks of d items (equal counts). One destination
-/// rank per item in global-id order, or std::nullopt if the result violates a constraint.
+/// rank per item in global-id order, or std::nullopt if the result violates a constraint or
+/// `stop` (checked before every merge) was set: a stopped run's result is never used.
 template <class Cost>
 std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in,
-                                                  bool complete = false) {
+                                                  bool complete = false,
+                                                  const std::atomic<bool>* stop = nullptr) {
   const std::int64_t n = in.layout.num_items();
   if (n == 0) return std::vector<rank_t>{};
   if (in.d <= 0) return std::nullopt;
@@ -102,6 +107,7 @@ std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in,
   const bool radix = !std::is_same_v<Cost, long double> && d >= 4096;
   std::vector<std::pair<std::uint64_t, std::int64_t>> keyed(radix ? d : 0);
   while (heap.size() > 1) {
+    if (stop && stop->load(std::memory_order_relaxed)) return std::nullopt;
     std::pop_heap(heap.begin(), heap.end(), less);
     const node a = heap.back();
     heap.pop_back();
@@ -158,5 +164,43 @@ std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in,
   if (in.limits.any() && !satisfies(in, std::span<const rank_t>(out))) return std::nullopt;
   return out;
 }
+
+/// The equal-count differencing of `in` computed on a thread of its own, started at
+/// construction: what `automatic` considers after lpt and its refinement, begun beside them
+/// (`balancers::automatic::concurrent`). `get` joins and returns exactly what
+/// `karmarkar_karp(in)` returns (or rethrows what it threw); destroying it unused stops the run
+/// at its next merge and joins. `in` must outlive it. Throws std::system_error when the thread
+/// cannot be started.
+template <class Cost>
+class karmarkar_karp_beside {
+ public:
+  explicit karmarkar_karp_beside(const balance_input<Cost>& in)
+      : thread_([this, &in] {
+          try {
+            result_ = karmarkar_karp(in, false, &stop_);
+          } catch (...) {
+            error_ = std::current_exception();
+          }
+        }) {}
+  karmarkar_karp_beside(const karmarkar_karp_beside&) = delete;
+  karmarkar_karp_beside& operator=(const karmarkar_karp_beside&) = delete;
+  ~karmarkar_karp_beside() {
+    stop_.store(true, std::memory_order_relaxed);
+    if (thread_.joinable()) thread_.join();
+  }
+
+  /// The result; call at most once.
+  std::optional<std::vector<rank_t>> get() {
+    thread_.join();
+    if (error_) std::rethrow_exception(error_);
+    return std::move(result_);
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::optional<std::vector<rank_t>> result_;
+  std::exception_ptr error_;
+  std::thread thread_;  // last: started once the members it writes exist
+};
 
 }  // namespace orchmllm::detail

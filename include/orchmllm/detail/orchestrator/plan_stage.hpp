@@ -38,7 +38,8 @@ namespace detail {
 // (an encoder stage that splits), the stage is balanced by balance_split, the cut goes to
 // `*pieces`, and the plan, mapping and report are over the pieces. With `parallel` (and at
 // least `parallel_min_items` items) the report is computed on a thread of its own beside the
-// mapping: its figures are maxima and sums over
+// mapping, and automatic may run its kk beside its lpt (`balance_options::concurrent`, the same
+// plan): the report's figures are maxima and sums over
 // ranks of what each bin holds (in canonical slot order either way), which the mapping only
 // permutes, so it reads the balanced plan and gives the mapped plan's figures.
 template <class Stage>
@@ -52,6 +53,8 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
                    opt.node_of_rank.size(), " entries for ", topo.num_ranks(), " ranks");
   if (opt.method == balance_method::locality && opt.node_of_rank.empty())
     opt.node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
+  // Parallel planning may start automatic's kk beside its lpt (the same plan).
+  opt.concurrent = opt.concurrent || parallel;
   // Balance in the model's own computation type (exact integers for integral models); the
   // report carries the figures as double.
   mapping_result mapped = stage.cost.visit([&](const auto& cost) {
