@@ -108,7 +108,7 @@ struct balance_options {
   /// (the search takes the same steps; tested), sooner where a core is spare (a planner beside
   /// training); `plan_step` sets it with `plan_options::parallel_stages`. Plans do not depend on
   /// it, so declarations' fingerprints do not either. The cost model is not called on that
-  /// thread. Starting the thread may throw std::system_error.
+  /// thread; when no thread can be started, kk runs on the calling thread as without.
   bool concurrent = false;
   /// `locality`: relative makespan slack over automatic's makespan M that the locality plan may
   /// use (target T = M · (1 + tolerance)); the knob that trades balance for moved bytes. Must be

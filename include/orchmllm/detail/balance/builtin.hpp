@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <system_error>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -217,7 +218,12 @@ builtin_outcome<cost_type_t<C>> search(const balancers::automatic& b,
     // equal-count kk runs from the start on a thread beside lpt and its refinement, and is
     // stopped unused when they end the search (the same steps, so the same plan).
     std::optional<karmarkar_karp_beside<cost_type_t<C>>> kk_beside;
-    if (b.concurrent && n >= concurrent_min_items) kk_beside.emplace(in);
+    if (b.concurrent && n >= concurrent_min_items) {
+      try {
+        kk_beside.emplace(in);
+      } catch (const std::system_error&) {  // no thread to be had: kk runs here, as without
+      }
+    }
     s.consider(lpt(in, p.cost_model()), balance_method::lpt);
     s.refine_best();
     if (!s.at_bound()) {
