@@ -354,12 +354,13 @@ plan_statistics<cost_type_t<C>> compute_statistics_impl(
   s.max_items_per_rank = after.max_items;
   s.max_tokens_before = before.max_tokens;
   s.max_bytes_before = before.max_bytes;
-  for (rank_t r = 0; r < (home ? 0 : layout.num_ranks()); ++r)
-    for (auto g = layout.offset(r); g < layout.offset(r + 1); ++g)
-      if (plan.dst_ranks()[static_cast<std::size_t>(g)] != r) {
-        ++s.items_moved;
-        s.bytes_moved += layout.bytes(g);
-      }
+  if (!home)  // the identity moves nothing
+    for (rank_t r = 0; r < layout.num_ranks(); ++r)
+      for (auto g = layout.offset(r); g < layout.offset(r + 1); ++g)
+        if (plan.dst_ranks()[static_cast<std::size_t>(g)] != r) {
+          ++s.items_moved;
+          s.bytes_moved += layout.bytes(g);
+        }
   return s;
 }
 
