@@ -245,7 +245,7 @@ step_input wide_step(std::mt19937_64& rng, rank_t d, std::int64_t per_rank, bool
 
 TEST_CASE("plan_step: a tuned built-in mapper plans like the same object behind a wrapper") {
   // A tuned object runs with its method's fast paths (no map without items, the worst-node
-  // bound beside the solver); an application's wrapper around the same object runs the
+  // bound only where its method reads it); an application's wrapper around the same object runs the
   // generic path. Same ranks, hence the same plans, reports and routes.
   std::mt19937_64 rng(4242);
   std::vector<step_input> steps;
@@ -280,6 +280,47 @@ TEST_CASE("plan_step: a tuned built-in mapper plans like the same object behind 
         CHECK(a.stages[s].inter_node_bytes == b.stages[s].inter_node_bytes);
       }
       CHECK(a.routes.all.size() == b.routes.all.size());
+    }
+  }
+}
+
+TEST_CASE("plan_step: every mapping method plans like its object behind a wrapper") {
+  // By its method, plan_step computes the problem's worst-node bound only for `bottleneck`
+  // (the one method that reads it); a wrapper runs the generic path, which computes it for the
+  // application. Same ranks either way, on the serial and the parallel paths.
+  std::mt19937_64 rng(5151);
+  std::vector<step_input> steps;
+  for (int trial = 0; trial < 10; ++trial)
+    steps.push_back(random_step(rng, static_cast<rank_t>(uniform(rng, 1, 24))));
+  steps.push_back(wide_step(rng, 1024, 72, true));  // 73,728 samples: the parallel paths
+  for (std::size_t t = 0; t < steps.size(); ++t) {
+    const auto& in = steps[t];
+    INFO("step ", t, ", d = ", in.topo.num_ranks());
+    for (const auto method : {mapping_method::identity, mapping_method::transport,
+                              mapping_method::bottleneck, mapping_method::auction}) {
+      INFO("method ", static_cast<int>(method));
+      auto by_method = vision_and_llm();
+      by_method.encoders[0].mapping = method;
+      by_method.llm.mapping = method;
+      auto wrapped = vision_and_llm();
+      visit_mapper(method, [&](const auto& m) {
+        const stage_mapper wrapper([m](const bin_mapping_problem& p) { return m(p); },
+                                   "wrapper");
+        wrapped.encoders[0].mapper = wrapper;
+        wrapped.llm.mapper = wrapper;
+      });
+      for (const bool parallel : {false, true}) {
+        const plan_options opt{.parallel_stages = parallel, .routes_for = 0};
+        const auto a = plan_step(by_method, in.meta, in.topo, opt);
+        const auto b = plan_step(wrapped, in.meta, in.topo, opt);
+        CHECK(a.llm == b.llm);
+        CHECK(a.encoders[0].input == b.encoders[0].input);
+        CHECK(a.encoders[0].output == b.encoders[0].output);
+        for (std::size_t s = 0; s < a.stages.size(); ++s) {
+          CHECK(a.stages[s].moved_bytes == b.stages[s].moved_bytes);
+          CHECK(a.stages[s].inter_node_bytes == b.stages[s].inter_node_bytes);
+        }
+      }
     }
   }
 }

@@ -244,8 +244,8 @@ class stage_mapper {
   [[nodiscard]] bool custom() const noexcept { return static_cast<bool>(custom_); }
   /// The method of a built-in object held as custom for its knob (a bottleneck's own
   /// `step_budget`, an auction's own `tolerance`), else none. `plan_step` runs such a mapper as
-  /// it runs its method (nothing to map for a stage without items, the worst-node bound beside
-  /// the solver): the same code, so the same ranks as calling it.
+  /// it runs its method (nothing to map for a stage without items, the worst-node bound only for
+  /// the bottleneck method, which reads it): the same code, so the same ranks as calling it.
   [[nodiscard]] const std::optional<mapping_method>& tuned() const noexcept { return tuned_; }
   /// The built-in's method name, or the custom mapper's name (see the class comment).
   [[nodiscard]] const std::string& name() const noexcept { return name_; }

@@ -107,8 +107,10 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
     // the same code as its method's with its own knob). A built-in mapping of a stage without
     // items is skipped: any bijection gives the same empty plan and moves nothing (and it would
     // still cost O(d + N · G³) at scale); so is one whose bins stay home (below).
-    // Beside the map, a built-in mapping other than `bottleneck` (which reads it) computes the
-    // problem's worst-node bound on a thread beside the solver: the same code as map_bins.
+    // The problem's worst-node bound (mapping_result::worst_node_bytes_lower_bound) is not part
+    // of a stage report, so only the method that reads it, `bottleneck` (its stopping test),
+    // gets it: through map_bins, as the application would call it. The other built-in methods
+    // never read it and skip its O(d + nnz) pass; their ranks are the same either way.
     const auto map = [&] {
       const std::optional<mapping_method>& tuned = stage.mapper.tuned();
       if (stage.mapper.custom() && !tuned)
@@ -122,16 +124,12 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
       // method returns bin b → rank b, its unique optimum (detail::stays_home).
       if (detail::stays_home(balanced.plan, bytes)) return detail::home_mapping(balanced.plan);
       const mapping_method method = tuned ? *tuned : stage_mapping(stage);
-      if (!beside_map || method == mapping_method::bottleneck)
+      if (method == mapping_method::bottleneck)
         return tuned ? map_bins(balanced.plan, bytes, topo, stage.mapper)
                      : map_bins(balanced.plan, bytes, topo, method);
-      auto problem = detail::build_mapping_problem(balanced.plan, bytes, topo, false);
-      auto worst = std::async(std::launch::async,
-                              [&problem] { return detail::worst_node_lower_bound(problem); });
-      // A tuned auction does not read the worst-node bound its view holds (still unset here).
+      const auto problem = detail::build_mapping_problem(balanced.plan, bytes, topo, false);
       auto ranks = tuned ? stage.mapper(bin_mapping_problem(problem))
                          : detail::builtin_rank_of_bin(problem, method, 0);
-      problem.worst_lower_bound = worst.get();
       return detail::result_from_ranks(problem, std::move(ranks));
     };
     auto m = map();
