@@ -199,10 +199,14 @@ struct shape_extremes {
   std::int64_t min_items = INT64_MAX, max_items = 0;  // min stays INT64_MAX without ranks
 };
 
+// Distance, in items, of the prefetches of loads_of's scattered pass.
+inline constexpr std::int64_t loads_prefetch_distance = 16;
+
 // Loads of the ranks described by `off` (CSR offsets): rank r holds item_of(k) for k in
 // [off[r], off[r + 1]), combined in that order; `costs` from checked_costs. With `shapes`, the
-// same pass also tallies every rank's tokens, bytes and items into it.
-template <class C, class ItemOf>
+// same pass also tallies every rank's tokens, bytes and items into it. `Scattered`: item_of
+// jumps about (a plan's destination order), so the items a few places ahead are prefetched.
+template <bool Scattered = false, class C, class ItemOf>
 std::vector<cost_type_t<C>> loads_of(const batch_layout& layout,
                                      std::span<const cost_type_t<C>> costs,
                                      std::span<const std::int64_t> off, ItemOf item_of,
@@ -211,6 +215,20 @@ std::vector<cost_type_t<C>> loads_of(const batch_layout& layout,
   using Cost = cost_type_t<C>;
   using tally = rank_load<Cost, rank_load_mode::add_only>;
   std::vector<Cost> loads(off.size() - 1);
+  [[maybe_unused]] const auto prefetch = [&](std::int64_t k) {
+#if defined(__GNUC__) || defined(__clang__)
+    if constexpr (Scattered) {
+      if (k + loads_prefetch_distance < off.back()) {
+        const auto ahead = static_cast<std::size_t>(item_of(k + loads_prefetch_distance));
+        __builtin_prefetch(costs.data() + ahead);
+        if (shapes || policy.is_padded()) {
+          __builtin_prefetch(layout.lengths().data() + ahead);
+          __builtin_prefetch(layout.item_bytes().data() + ahead);
+        }
+      }
+    }
+#endif
+  };
   const auto note = [shapes](const tally& t) {
     shapes->max_tokens = std::max(shapes->max_tokens, t.tokens());
     shapes->max_bytes = std::max(shapes->max_bytes, t.bytes());
@@ -223,6 +241,7 @@ std::vector<cost_type_t<C>> loads_of(const batch_layout& layout,
       Cost sum{};
       tally shape(policy);
       for (auto k = off[r]; k < off[r + 1]; ++k) {
+        prefetch(k);
         const std::int64_t g = item_of(k);
         sum += costs[static_cast<std::size_t>(g)];
         if (shapes) shape.add(item_shape_of(layout, g), Cost{});
@@ -235,6 +254,7 @@ std::vector<cost_type_t<C>> loads_of(const batch_layout& layout,
   for (std::size_t r = 0; r + 1 < off.size(); ++r) {
     tally acc(policy);
     for (auto k = off[r]; k < off[r + 1]; ++k) {
+      prefetch(k);
       const std::int64_t g = item_of(k);
       acc.add(item_shape_of(layout, g), costs[static_cast<std::size_t>(g)]);
     }
@@ -263,8 +283,8 @@ template <class C>
 std::vector<cost_type_t<C>> loads_after(const batch_layout& layout, const rearrangement& plan,
                                         std::span<const cost_type_t<C>> costs, const C& cost,
                                         padding_policy policy, shape_extremes* shapes = nullptr) {
-  return loads_of(layout, costs, plan.dst_offsets(),
-                  [&](std::int64_t h) { return plan.source_of(h); }, cost, policy, shapes);
+  return loads_of<true>(layout, costs, plan.dst_offsets(),
+                        [&](std::int64_t h) { return plan.source_of(h); }, cost, policy, shapes);
 }
 
 // The reported lower bound from checked costs.

@@ -264,6 +264,8 @@ inline mapping_problem build_mapping_problem(const rearrangement& binned,
   // Per bin: bytes by node (sparse, ascending node) and total. A scratch array indexed by node
   // with a touched list keeps this O(items of the bin) per bin.
   p.by_node.offsets.reserve(ud + 1);
+  // At most one arc per item: reserved, so the arcs are written once, not copied as they grow.
+  p.by_node.arcs.reserve(p.items_of_bin.size());
   p.bin_bytes.assign(ud, 0);
   p.node_held.assign(static_cast<std::size_t>(nn), 0);
   std::vector<std::int64_t> acc(static_cast<std::size_t>(nn), 0);
