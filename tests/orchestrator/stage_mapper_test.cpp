@@ -243,15 +243,33 @@ step_input wide_step(std::mt19937_64& rng, rank_t d, std::int64_t per_rank, bool
   return {topology::uniform(d, 8), make_step_metadata(batches, 1)};
 }
 
+// `trials` random steps of 1 to 24 ranks, then a wide one with images (the parallel paths).
+std::vector<step_input> mapper_steps(std::mt19937_64& rng, int trials) {
+  std::vector<step_input> steps;
+  for (int trial = 0; trial < trials; ++trial)
+    steps.push_back(random_step(rng, static_cast<rank_t>(uniform(rng, 1, 24))));
+  steps.push_back(wide_step(rng, 1024, 72, true));  // 73,728 samples: the parallel paths
+  return steps;
+}
+
+// Two plans of the same step that must agree: the same plans, hence the same bytes moved.
+void check_same_plans(const step_plan& a, const step_plan& b) {
+  CHECK(a.llm == b.llm);
+  CHECK(a.encoders[0].input == b.encoders[0].input);
+  CHECK(a.encoders[0].output == b.encoders[0].output);
+  for (std::size_t s = 0; s < a.stages.size(); ++s) {
+    CHECK(a.stages[s].moved_bytes == b.stages[s].moved_bytes);
+    CHECK(a.stages[s].inter_node_bytes == b.stages[s].inter_node_bytes);
+  }
+  CHECK(a.routes.all.size() == b.routes.all.size());
+}
+
 TEST_CASE("plan_step: a tuned built-in mapper plans like the same object behind a wrapper") {
   // A tuned object runs with its method's fast paths (no map without items, the worst-node
-  // bound only where its method reads it); an application's wrapper around the same object runs the
-  // generic path. Same ranks, hence the same plans, reports and routes.
+  // bound only where its method reads it); an application's wrapper around the same object
+  // runs the generic path. Same ranks, hence the same plans, reports and routes.
   std::mt19937_64 rng(4242);
-  std::vector<step_input> steps;
-  for (int trial = 0; trial < 12; ++trial)
-    steps.push_back(random_step(rng, static_cast<rank_t>(uniform(rng, 1, 24))));
-  steps.push_back(wide_step(rng, 1024, 72, true));   // 73,728 samples: the parallel paths
+  std::vector<step_input> steps = mapper_steps(rng, 12);
   steps.push_back(wide_step(rng, 1024, 72, false));  // and a vision stage without items
   for (std::size_t t = 0; t < steps.size(); ++t) {
     const auto& in = steps[t];
@@ -270,16 +288,8 @@ TEST_CASE("plan_step: a tuned built-in mapper plans like the same object behind 
       REQUIRE(!wrapper.tuned());
       wrapped.encoders[0].mapper = wrapper;
       wrapped.llm.mapper = wrapper;
-      const auto a = plan_step(fast, in.meta, in.topo, plan_options{.routes_for = 0});
-      const auto b = plan_step(wrapped, in.meta, in.topo, plan_options{.routes_for = 0});
-      CHECK(a.llm == b.llm);
-      CHECK(a.encoders[0].input == b.encoders[0].input);
-      CHECK(a.encoders[0].output == b.encoders[0].output);
-      for (std::size_t s = 0; s < a.stages.size(); ++s) {
-        CHECK(a.stages[s].moved_bytes == b.stages[s].moved_bytes);
-        CHECK(a.stages[s].inter_node_bytes == b.stages[s].inter_node_bytes);
-      }
-      CHECK(a.routes.all.size() == b.routes.all.size());
+      check_same_plans(plan_step(fast, in.meta, in.topo, plan_options{.routes_for = 0}),
+                       plan_step(wrapped, in.meta, in.topo, plan_options{.routes_for = 0}));
     }
   }
 }
@@ -289,10 +299,7 @@ TEST_CASE("plan_step: every mapping method plans like its object behind a wrappe
   // (the one method that reads it); a wrapper runs the generic path, which computes it for the
   // application. Same ranks either way, on the serial and the parallel paths.
   std::mt19937_64 rng(5151);
-  std::vector<step_input> steps;
-  for (int trial = 0; trial < 10; ++trial)
-    steps.push_back(random_step(rng, static_cast<rank_t>(uniform(rng, 1, 24))));
-  steps.push_back(wide_step(rng, 1024, 72, true));  // 73,728 samples: the parallel paths
+  const std::vector<step_input> steps = mapper_steps(rng, 10);
   for (std::size_t t = 0; t < steps.size(); ++t) {
     const auto& in = steps[t];
     INFO("step ", t, ", d = ", in.topo.num_ranks());
@@ -311,15 +318,8 @@ TEST_CASE("plan_step: every mapping method plans like its object behind a wrappe
       });
       for (const bool parallel : {false, true}) {
         const plan_options opt{.parallel_stages = parallel, .routes_for = 0};
-        const auto a = plan_step(by_method, in.meta, in.topo, opt);
-        const auto b = plan_step(wrapped, in.meta, in.topo, opt);
-        CHECK(a.llm == b.llm);
-        CHECK(a.encoders[0].input == b.encoders[0].input);
-        CHECK(a.encoders[0].output == b.encoders[0].output);
-        for (std::size_t s = 0; s < a.stages.size(); ++s) {
-          CHECK(a.stages[s].moved_bytes == b.stages[s].moved_bytes);
-          CHECK(a.stages[s].inter_node_bytes == b.stages[s].inter_node_bytes);
-        }
+        check_same_plans(plan_step(by_method, in.meta, in.topo, opt),
+                         plan_step(wrapped, in.meta, in.topo, opt));
       }
     }
   }

@@ -44,6 +44,7 @@
 #include "orchmllm/core/constraints.hpp"
 #include "orchmllm/core/padding.hpp"
 #include "orchmllm/detail/balance/common.hpp"
+#include "orchmllm/detail/core/prefetch.hpp"
 
 namespace orchmllm::detail {
 
@@ -251,14 +252,14 @@ class monotone_rank_queue {
   std::uint64_t last_ = 0;      // last popped key
 };
 
+/// How many items ahead `lpt_packed_unconstrained` prefetches.
+inline constexpr std::size_t lpt_prefetch_distance = 16;
+
 /// Unconstrained packed LPT: the hot path. Precondition: d ≥ 1. Keeps bare loads instead of
 /// `rank_load`s: with the packed policy and no constraint a rank's state is its load alone, Σ
 /// cost (what `rank_load::load` returns for it, added in the same order), and the greedy reads
 /// nothing else; an 8-byte load per rank instead of an 80-byte state keeps this loop 1.2× as
 /// fast at d = 2560 (docs/results.md).
-/// How many items ahead `lpt_packed_unconstrained` prefetches.
-inline constexpr std::size_t lpt_prefetch_distance = 16;
-
 template <class Cost>
 std::vector<rank_t> lpt_packed_unconstrained(const balance_input<Cost>& in) {
   const auto n = static_cast<std::size_t>(in.layout.num_items());
@@ -271,15 +272,13 @@ std::vector<rank_t> lpt_packed_unconstrained(const balance_input<Cost>& in) {
     std::vector<Cost> load(static_cast<std::size_t>(in.d), Cost{});
     for (std::size_t i = 0; i < n; ++i) {
       const auto g = static_cast<std::size_t>(order[i]);
-#if defined(__GNUC__) || defined(__clang__)
       // Items come in cost order, so their costs and destinations are scattered: fetch those
       // of an item a few places ahead while the queue works (the same plan, faster at scale).
       if (i + lpt_prefetch_distance < n) {
         const auto ahead = static_cast<std::size_t>(order[i + lpt_prefetch_distance]);
-        __builtin_prefetch(costs + ahead);
-        __builtin_prefetch(dst + ahead, 1);
+        prefetch(costs + ahead);
+        prefetch(dst + ahead, true);
       }
-#endif
       const rank_t r = queue.pop().rank;
       dst[g] = r;
       Cost& l = load[static_cast<std::size_t>(r)];

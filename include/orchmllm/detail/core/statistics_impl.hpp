@@ -22,6 +22,7 @@
 #include "orchmllm/detail/core/headroom.hpp"
 #include "orchmllm/detail/core/order.hpp"
 #include "orchmllm/detail/core/padded_search.hpp"
+#include "orchmllm/detail/core/prefetch.hpp"
 
 namespace orchmllm {
 
@@ -215,19 +216,19 @@ std::vector<cost_type_t<C>> loads_of(const batch_layout& layout,
   using Cost = cost_type_t<C>;
   using tally = rank_load<Cost, rank_load_mode::add_only>;
   std::vector<Cost> loads(off.size() - 1);
-  [[maybe_unused]] const auto prefetch = [&](std::int64_t k) {
-#if defined(__GNUC__) || defined(__clang__)
+  const auto prefetch_ahead = [&](std::int64_t k) {
     if constexpr (Scattered) {
       if (k + loads_prefetch_distance < off.back()) {
         const auto ahead = static_cast<std::size_t>(item_of(k + loads_prefetch_distance));
-        __builtin_prefetch(costs.data() + ahead);
+        prefetch(costs.data() + ahead);
         if (shapes || policy.is_padded()) {
-          __builtin_prefetch(layout.lengths().data() + ahead);
-          __builtin_prefetch(layout.item_bytes().data() + ahead);
+          prefetch(layout.lengths().data() + ahead);
+          prefetch(layout.item_bytes().data() + ahead);
         }
       }
+    } else {
+      (void)k;
     }
-#endif
   };
   const auto note = [shapes](const tally& t) {
     shapes->max_tokens = std::max(shapes->max_tokens, t.tokens());
@@ -241,7 +242,7 @@ std::vector<cost_type_t<C>> loads_of(const batch_layout& layout,
       Cost sum{};
       tally shape(policy);
       for (auto k = off[r]; k < off[r + 1]; ++k) {
-        prefetch(k);
+        prefetch_ahead(k);
         const std::int64_t g = item_of(k);
         sum += costs[static_cast<std::size_t>(g)];
         if (shapes) shape.add(item_shape_of(layout, g), Cost{});
@@ -254,7 +255,7 @@ std::vector<cost_type_t<C>> loads_of(const batch_layout& layout,
   for (std::size_t r = 0; r + 1 < off.size(); ++r) {
     tally acc(policy);
     for (auto k = off[r]; k < off[r + 1]; ++k) {
-      prefetch(k);
+      prefetch_ahead(k);
       const std::int64_t g = item_of(k);
       acc.add(item_shape_of(layout, g), costs[static_cast<std::size_t>(g)]);
     }
