@@ -252,9 +252,6 @@ class monotone_rank_queue {
   std::uint64_t last_ = 0;      // last popped key
 };
 
-/// How many items ahead `lpt_packed_unconstrained` prefetches.
-inline constexpr std::size_t lpt_prefetch_distance = 16;
-
 /// Unconstrained packed LPT: the hot path. Precondition: d ≥ 1. Keeps bare loads instead of
 /// `rank_load`s: with the packed policy and no constraint a rank's state is its load alone, Σ
 /// cost (what `rank_load::load` returns for it, added in the same order), and the greedy reads
@@ -274,8 +271,8 @@ std::vector<rank_t> lpt_packed_unconstrained(const balance_input<Cost>& in) {
       const auto g = static_cast<std::size_t>(order[i]);
       // Items come in cost order, so their costs and destinations are scattered: fetch those
       // of an item a few places ahead while the queue works (the same plan, faster at scale).
-      if (i + lpt_prefetch_distance < n) {
-        const auto ahead = static_cast<std::size_t>(order[i + lpt_prefetch_distance]);
+      if (const auto k = i + static_cast<std::size_t>(prefetch_distance); k < n) {
+        const auto ahead = static_cast<std::size_t>(order[k]);
         prefetch(costs + ahead);
         prefetch(dst + ahead, true);
       }

@@ -3,7 +3,13 @@
 // ahead (lpt's items in cost order, the auction's queue of bidders, a plan's destination
 // order). Internal (namespace detail).
 
+#include <cstdint>
+
 namespace orchmllm::detail {
+
+/// How many items ahead a loop over items in a scattered order prefetches (lpt's cost order,
+/// a plan's destination order): far enough to hide a miss behind the work of the items between.
+inline constexpr std::int64_t prefetch_distance = 16;
 
 /// Asks the CPU to start fetching the cache line of `p` (for a write with `for_write`). No
 /// effect on results; a no-op on compilers without `__builtin_prefetch`. `p` need not be

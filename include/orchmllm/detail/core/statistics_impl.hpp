@@ -200,9 +200,6 @@ struct shape_extremes {
   std::int64_t min_items = INT64_MAX, max_items = 0;  // min stays INT64_MAX without ranks
 };
 
-// Distance, in items, of the prefetches of loads_of's scattered pass.
-inline constexpr std::int64_t loads_prefetch_distance = 16;
-
 // Loads of the ranks described by `off` (CSR offsets): rank r holds item_of(k) for k in
 // [off[r], off[r + 1]), combined in that order; `costs` from checked_costs. With `shapes`, the
 // same pass also tallies every rank's tokens, bytes and items into it. `Scattered`: item_of
@@ -216,18 +213,22 @@ std::vector<cost_type_t<C>> loads_of(const batch_layout& layout,
   using Cost = cost_type_t<C>;
   using tally = rank_load<Cost, rank_load_mode::add_only>;
   std::vector<Cost> loads(off.size() - 1);
+  // The shapes are read with `shapes` or under a padded policy: their arrays are fetched too.
+  const bool reads_shapes = shapes != nullptr || policy.is_padded();
+  const std::int64_t* const lengths = layout.lengths().data();
+  const std::int64_t* const bytes = layout.item_bytes().data();
   const auto prefetch_ahead = [&](std::int64_t k) {
     if constexpr (Scattered) {
-      if (k + loads_prefetch_distance < off.back()) {
-        const auto ahead = static_cast<std::size_t>(item_of(k + loads_prefetch_distance));
+      if (k + prefetch_distance < off.back()) {
+        const auto ahead = static_cast<std::size_t>(item_of(k + prefetch_distance));
         prefetch(costs.data() + ahead);
-        if (shapes || policy.is_padded()) {
-          prefetch(layout.lengths().data() + ahead);
-          prefetch(layout.item_bytes().data() + ahead);
+        if (reads_shapes) {
+          prefetch(lengths + ahead);
+          prefetch(bytes + ahead);
         }
       }
     } else {
-      (void)k;
+      (void)k, (void)reads_shapes, (void)lengths, (void)bytes;
     }
   };
   const auto note = [shapes](const tally& t) {
