@@ -111,26 +111,34 @@ def check_plans(rank: int, group=None, world: int = WORLD, seeds=range(12)) -> i
 
 
 def check_errors(rank: int) -> None:
+    """Faults that every rank has alike raise the same CommunicationError everywhere, before
+    anything moves (the faults of one rank alone: test_torch_agreement.py)."""
     offsets, lengths, rows, plan = random_case(0, WORLD)
     d = orchmllm.torch.Dispatcher(plan, rank, rows)
+    rows0 = int(rows[offsets[0]:offsets[1]].sum())
+    fault = "rank 0 cannot take part in the forward {} of 'Dispatcher': "
     x = torch.zeros(d.input_rows + 1, 2)
-    with pytest.raises(ValueError, match=f"has {d.input_rows + 1} rows in its first dimension.*"
-                                         f"rank {rank} have {d.input_rows} rows"):
+    with pytest.raises(orchmllm.CommunicationError,
+                       match=fault.format("dispatch") + f"its tensor has {rows0 + 1} rows in "
+                             f"its first dimension, but the plan's items on rank 0 have {rows0}"):
         d.dispatch(x)
-    with pytest.raises(ValueError, match=f"combine: the tensor has {d.output_rows + 1} rows"):
+    with pytest.raises(orchmllm.CommunicationError, match=fault.format("combine") + "its tensor"):
         d.combine(torch.zeros(d.output_rows + 1))
-    with pytest.raises(ValueError, match="scalar"):
+    with pytest.raises(orchmllm.CommunicationError, match="scalar"):
         d.dispatch(torch.tensor(1.0))
-    with pytest.raises(ValueError, match=f"rank is {(rank + 1) % WORLD}, but this process is "
-                                         f"rank {rank}"):
-        orchmllm.torch.Dispatcher(plan, (rank + 1) % WORLD, rows)
-    with pytest.raises(ValueError, match=f"rank is 7, but this process is rank {rank}"):
-        orchmllm.torch.Dispatcher(plan, 7, rows)
-    with pytest.raises(ValueError, match="rows has 3 entries"):
-        orchmllm.torch.Dispatcher(plan, rank, rows[:3])
-    two = orchmllm.balance([0, 1, 2], [5, 6])
-    with pytest.raises(ValueError, match="the plan is over 2 ranks, the process group has 4"):
-        orchmllm.torch.Dispatcher(two, rank)
+    with pytest.raises(orchmllm.CommunicationError, match="it passed a list"):
+        d.dispatch([1.0])  # type: ignore[arg-type]
+    # What the constructor cannot check without the group is raised by the first exchange.
+    shifted = orchmllm.torch.Dispatcher(plan, (rank + 1) % WORLD, rows)
+    with pytest.raises(orchmllm.CommunicationError,
+                       match=fault.format("dispatch") + "rank is 1, but this process is rank 0"):
+        shifted.dispatch(torch.zeros(shifted.input_rows))
+    for bad, text in ((orchmllm.torch.Dispatcher(plan, 7, rows), r"rank is 7, must be in \[0, 4"),
+                      (orchmllm.torch.Dispatcher(plan, rank, rows[:3]), "rows has 3 entries"),
+                      (orchmllm.torch.Dispatcher(orchmllm.balance([0, 1, 2], [5, 6]), 0),
+                       "the plan is over 2 ranks, the process group has 4")):
+        with pytest.raises(orchmllm.CommunicationError, match=text):
+            bad.dispatch(torch.zeros(bad.input_rows))
     # The backward is not itself differentiable: a second derivative raises, not zeros.
     x = torch.ones(d.input_rows, 2, dtype=torch.float64, requires_grad=True)
     (g,) = torch.autograd.grad(d.dispatch(x).pow(2).sum(), x, create_graph=True)
@@ -335,9 +343,11 @@ def worker(rank: int, store: str, results: str) -> None:
         cases += check_plans(dist.get_rank(pair), pair, 2, range(100, 106))
         check_gather_lengths(rank, pair, members)
         cases += check_plans(0, singles[rank], 1, range(200, 204))
-        other, own = 1 - dist.get_rank(pair), dist.get_rank(pair)
-        with pytest.raises(ValueError, match=f"rank is {other}, but this process is rank {own}"):
-            orchmllm.torch.Dispatcher(random_case(300, 2)[3], other, group=pair)
+        swapped = orchmllm.torch.Dispatcher(random_case(300, 2)[3], 1 - dist.get_rank(pair),
+                                            group=pair)
+        with pytest.raises(orchmllm.CommunicationError,
+                           match="rank 0 cannot take part .*: rank is 1, but this process is rank 0"):
+            swapped.dispatch(torch.zeros(swapped.input_rows))
         dist.barrier()
         Path(results, f"rank{rank}").write_text(f"{cases} {steps}")
     finally:
