@@ -2,6 +2,7 @@
 
 usage: PYTHONPATH=build/default/python .venv/bin/python3 python/benchmarks/plan_time.py \
            build/default/bench/orchmllm-bench [--ranks 2560] [--items-per-rank 64] [--repeat 5]
+           [--per-call]
 
 Generates ITEMS.csv with `orchmllm-bench generate --seed 1`, then for each cost and algorithm
 takes the best of --repeat runs of `orchmllm-bench plan` (its JSON plan_seconds: the balance()
@@ -9,7 +10,10 @@ call alone, once per process) and of `orchmllm.balance(...)` timed around the wh
 call, both as the first call of a fresh Python process (cold, like the CLI's) and as a repeated
 call in one process (warm, a trainer's steady state), with the binding's overhead (the whole
 call minus the library's own balance() time, plan.plan_seconds), and checks that both give the same
-makespan. Prints a Markdown table (docs/python.md, docs/results.md).
+makespan. Prints a Markdown table (docs/python.md, docs/results.md), then the per-call times of
+a trainer's steady state (medians over --repeat calls in one process, after one warm-up call):
+the binding's overhead of balance(), Plan.statistics() and Plan.all_to_all(0, rows) (rows: one
+row per token, the lengths). --per-call prints only those.
 
 The first call of a fresh process pays for touching its working memory for the first time (page
 faults: ~9-18 MB at this size; the table gives the median count per call, from getrusage's
@@ -65,6 +69,7 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=2560)
     ap.add_argument("--items-per-rank", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--per-call", action="store_true", help="only the per-call times")
     args = ap.parse_args()
     d = args.ranks
     with tempfile.TemporaryDirectory() as tmp:
@@ -78,6 +83,9 @@ def main() -> None:
         lengths = np.ascontiguousarray(rows[:, 2])
         arrays = Path(tmp) / "arrays.npz"
         np.savez(arrays, offsets=offsets, lengths=lengths)
+        if args.per_call:
+            per_call(offsets, lengths, args.repeat)
+            return
         print(f"{len(lengths)} items on {d} ranks, best of {args.repeat}\n")
         print("| cost | algorithm | CLI `plan_seconds` | Python, first call | ratio |"
               " first call, warmed heap | ratio | Python, repeated | ratio | binding overhead |")
@@ -115,6 +123,32 @@ def main() -> None:
                       f"({f['warmed']} faults) | {heap / c:.2f} | {warm * 1e3:.1f} ms "
                       f"({f['repeated']} faults) | {warm / c:.2f} | "
                       f"{min(binding) * 1e3:.2f} ms |", flush=True)
+        print()
+        per_call(offsets, lengths, args.repeat)
+
+
+def per_call(offsets: np.ndarray, lengths: np.ndarray, repeat: int) -> None:
+    """Medians over ``repeat`` calls (after one warm-up) of a trainer's per-step calls."""
+    def median_ms(fn) -> float:
+        fn()
+        times = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return float(np.median(times)) * 1e3
+
+    cost = "quadratic:1,1.3e-5"
+    plan = orchmllm.balance(offsets, lengths, cost)
+    overhead = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        p = orchmllm.balance(offsets, lengths, cost)
+        overhead.append(time.perf_counter() - start - p.plan_seconds)
+    print(f"per call ({len(lengths)} items, {cost}, median of {repeat}): balance() binding "
+          f"overhead {float(np.median(overhead)) * 1e3:.2f} ms, statistics() "
+          f"{median_ms(plan.statistics):.2f} ms, all_to_all(0, rows) "
+          f"{median_ms(lambda: plan.all_to_all(0, lengths)):.2f} ms", flush=True)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ the batches and the plain-vs-balanced harness are in two_encoder_model.py.
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, Tuple
 
 import numpy as np
 import torch
@@ -81,16 +81,8 @@ def balanced_sequences(model: Model, b: Dict[str, np.ndarray], pixels: torch.Ten
     text = sd.text.dispatch(model.embed(tokens))
     # Each sample's rows (its sub-items in order, then its text) from one cat, so that every
     # exchange is in the loss's graph on every rank (also with 0 rows here; see docs).
+    seq, _ = sd.llm_input(outs, text, text_first=False)
     v, lengths = sd.llm_view, sd.meta.sequence_lengths()
-    base = np.cumsum([0, outs[0].shape[0], outs[1].shape[0]])
-    text_at = np.concatenate([[0], np.cumsum(sd.meta.text_tokens[v.samples])])
-    order: List[np.ndarray] = [np.zeros(0, np.int64)]
-    for s in range(len(v.samples)):
-        for e in range(v.sub_item_offsets[s], v.sub_item_offsets[s + 1]):
-            k, j = v.sub_item_modality[e], v.sub_item_index[e]
-            order.append(base[k] + np.arange(v.row_offsets[k][j], v.row_offsets[k][j + 1]))
-        order.append(base[2] + np.arange(text_at[s], text_at[s + 1]))
-    seq = torch.cat(outs + [text])[torch.from_numpy(np.concatenate(order))]
     return seq, lengths[v.samples], v.samples, int(lengths.sum())
 
 

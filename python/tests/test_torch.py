@@ -240,19 +240,10 @@ def balanced_step(sd: "orchmllm.torch.StepDispatchers", inputs, text):
         received = sd.encoder_inputs[k].dispatch(inputs[k])
         assert received.shape[0] == int(sd.encoder_views[k].input_rows.sum())
         outs.append(sd.encoder_outputs[k].dispatch(encode(k, received)))
-    llm_text = sd.text.dispatch(text)
-    v = sd.llm_view
-    text_at = np.concatenate([[0], np.cumsum(sd.meta.text_tokens[v.samples])])
-    losses = []
-    for s in range(v.samples.shape[0]):
-        parts = [llm_text[text_at[s]:text_at[s + 1]]]
-        for e in range(v.sub_item_offsets[s], v.sub_item_offsets[s + 1]):
-            k, j = int(v.sub_item_modality[e]), int(v.sub_item_index[e])
-            parts.append(outs[k][v.row_offsets[k][j]:v.row_offsets[k][j + 1]])
-        losses.append(sample_loss(torch.cat(parts)))
-    # Every differentiable exchange in the graph on every rank, also with 0 rows here.
-    total = sum(losses, torch.zeros((), dtype=torch.float64)) + 0 * (outs[0].sum() + outs[1].sum())
-    total.backward()
+    # Every sequence from one cat of every output: each exchange is in the graph on every rank.
+    seq, cu = sd.llm_input(outs, sd.text.dispatch(text))
+    losses = [sample_loss(seq[cu[s]:cu[s + 1]]) for s in range(len(cu) - 1)]
+    sum(losses, seq.sum() * 0).backward()
     return [l.detach() for l in losses], [x.grad for x in inputs]
 
 
