@@ -66,13 +66,18 @@ TEST_CASE("cost text: rejections name the text and the reason") {
   CHECK(message_of([] { (void)orchmllm::parse_cost_model(""); }) == "cost is ''" + shape);
   CHECK(message_of([] { (void)orchmllm::parse_cost_model("Linear"); }) == "cost is 'Linear'" + shape);
   CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:1,x"); }) ==
-        "cost expects a finite number, got 'x'");
+        "cost expects a finite number, got 'x' (in 'quadratic:1,x')");
   CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:,1"); }) ==
-        "cost expects a finite number, got ''");
-  CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:1,2,3"); }) ==
-        "cost expects a finite number, got '2,3'");
+        "cost expects a finite number, got '' (in 'quadratic:,1')");
   CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:1,inf"); }) ==
-        "cost expects a finite number, got 'inf'");
+        "cost expects a finite number, got 'inf' (in 'quadratic:1,inf')");
+  // Three coefficients (or more) are the wrong shape, named as the whole text.
+  CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:1,2,3"); }) ==
+        "cost is 'quadratic:1,2,3'" + shape);
+  CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:1,2,"); }) ==
+        "cost is 'quadratic:1,2,'" + shape);
+  CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:,,"); }) ==
+        "cost is 'quadratic:,,'" + shape);
   CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:-1,0"); }) ==
         "cost 'quadratic:-1,0': quadratic_cost linear coefficient is -1, must be finite and >= 0");
   // User text is echoed printable: control bytes escaped, never raw.
@@ -106,18 +111,22 @@ TEST_CASE("policy text: rejections name the text and the reason") {
         "policy is 'ragged'" + shape);
   CHECK(message_of([] { (void)orchmllm::parse_padding_policy("bucketed"); }) ==
         "policy is 'bucketed'" + shape);
+  // A bad bucket length is named, and so is the whole text it came from.
   CHECK(message_of([] { (void)orchmllm::parse_padding_policy("bucketed:8,x"); }) ==
-        "policy expects an integer, got 'x'");
+        "policy expects an integer, got 'x' (in 'bucketed:8,x')");
   CHECK(message_of([] { (void)orchmllm::parse_padding_policy("bucketed:"); }) ==
-        "policy expects an integer, got ''");
+        "policy expects an integer, got '' (in 'bucketed:')");
   CHECK(message_of([] { (void)orchmllm::parse_padding_policy("bucketed:8,"); }) ==
-        "policy expects an integer, got ''");
+        "policy expects an integer, got '' (in 'bucketed:8,')");
+  CHECK(message_of([] { (void)orchmllm::parse_padding_policy("bucketed:8,,16"); }) ==
+        "policy expects an integer, got '' (in 'bucketed:8,,16')");
   CHECK(message_of([] { (void)orchmllm::parse_padding_policy("bucketed:99999999999999999999"); }) ==
-        "policy expects an integer, got '99999999999999999999'");
+        "policy expects an integer, got '99999999999999999999' (in "
+        "'bucketed:99999999999999999999')");
   CHECK(message_of([] { (void)orchmllm::parse_padding_policy("bucketed:0"); }) ==
-        "policy is 0, must be in [1, 2^63)");
-  CHECK(message_of([] { (void)orchmllm::parse_padding_policy("bucketed:-3"); }) ==
-        "policy is -3, must be in [1, 2^63)");
+        "policy is 0, must be in [1, 2^63) (in 'bucketed:0')");
+  CHECK(message_of([] { (void)orchmllm::parse_padding_policy("bucketed:8,-3"); }) ==
+        "policy is -3, must be in [1, 2^63) (in 'bucketed:8,-3')");
   CHECK(message_of([] { (void)orchmllm::parse_padding_policy("bucketed:8,4"); }) ==
         "policy 'bucketed:8,4': bucket lengths must be strictly increasing: 8 then 4");
   CHECK(message_of([] { (void)orchmllm::parse_padding_policy("packed", 8); }) ==

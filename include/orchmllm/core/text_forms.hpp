@@ -47,28 +47,32 @@ inline std::string shortest_text(double v) {
   return std::string(buf, r.ptr);
 }
 
-// `text` (the whole of it) as a finite double; else invalid_argument_error "<what> expects a
-// finite number, got '<text>'".
-inline double text_to_double(std::string_view what, std::string_view text) {
+// `text` (the whole of it; a field of the form `whole`) as a finite double; else
+// invalid_argument_error "<what> expects a finite number, got '<text>' (in '<whole>')".
+inline double text_to_double(std::string_view what, std::string_view text, std::string_view whole) {
   double v = 0;
   const auto* end = text.data() + text.size();
   const auto [p, ec] = std::from_chars(text.data(), end, v);
   if (text.empty() || ec != std::errc{} || p != end || !std::isfinite(v))
-    raise<invalid_argument_error>(
-        concat(what, " expects a finite number, got ", quote_text(text)));
+    raise<invalid_argument_error>(concat(what, " expects a finite number, got ", quote_text(text),
+                                         " (in ", quote_text(whole), ")"));
   return v;
 }
 
-// `text` (the whole of it) as an integer in [lo, 2^63); else invalid_argument_error "<what>
-// expects an integer, got '<text>'" or "<what> is <v>, must be in [lo, 2^63)".
-inline std::int64_t text_to_int(std::string_view what, std::string_view text, std::int64_t lo) {
+// `text` (the whole of it; a field of the form `whole`) as an integer in [lo, 2^63); else
+// invalid_argument_error "<what> expects an integer, got '<text>' (in '<whole>')" or "<what>
+// is <v>, must be in [lo, 2^63) (in '<whole>')".
+inline std::int64_t text_to_int(std::string_view what, std::string_view text, std::int64_t lo,
+                                std::string_view whole) {
   std::int64_t v = 0;
   const auto* end = text.data() + text.size();
   const auto [p, ec] = std::from_chars(text.data(), end, v);
   if (text.empty() || ec != std::errc{} || p != end)
-    raise<invalid_argument_error>(concat(what, " expects an integer, got ", quote_text(text)));
+    raise<invalid_argument_error>(concat(what, " expects an integer, got ", quote_text(text),
+                                         " (in ", quote_text(whole), ")"));
   if (v < lo)
-    raise<invalid_argument_error>(concat(what, " is ", v, ", must be in [", lo, ", 2^63)"));
+    raise<invalid_argument_error>(
+        concat(what, " is ", v, ", must be in [", lo, ", 2^63) (in ", quote_text(whole), ")"));
   return v;
 }
 
@@ -77,17 +81,18 @@ inline std::int64_t text_to_int(std::string_view what, std::string_view text, st
 /// Parses a cost model's text form: "linear" or "quadratic:A,B" (A, B finite and >= 0; numbers
 /// as `std::from_chars` reads them, e.g. "1", "1.3e-5"). O(length of text), deterministic.
 /// Throws `invalid_argument_error`: "cost is '<text>', expected 'linear' or 'quadratic:A,B'
-/// (cost(l) = A*l + B*l^2)" for any other shape, "cost expects a finite number, got '<A>'" for
-/// a coefficient that is not a finite number, "cost '<text>': <reason>" for a negative one.
+/// (cost(l) = A*l + B*l^2)" for any other shape (one coefficient, or three), "cost expects a
+/// finite number, got '<A>' (in '<text>')" for a coefficient that is not a finite number,
+/// "cost '<text>': <reason>" for a negative one.
 inline text_cost_model parse_cost_model(std::string_view text) {
   if (text == "linear") return linear_cost{};
   constexpr std::string_view prefix = "quadratic:";
   if (text.substr(0, prefix.size()) == prefix) {
     const auto rest = text.substr(prefix.size());
     const auto comma = rest.find(',');
-    if (comma != std::string_view::npos) {
-      const double a = detail::text_to_double("cost", rest.substr(0, comma));
-      const double b = detail::text_to_double("cost", rest.substr(comma + 1));
+    if (comma != std::string_view::npos && rest.find(',', comma + 1) == std::string_view::npos) {
+      const double a = detail::text_to_double("cost", rest.substr(0, comma), text);
+      const double b = detail::text_to_double("cost", rest.substr(comma + 1), text);
       try {
         return quadratic_cost{0.0, a, b}.validated();
       } catch (const invalid_argument_error& e) {
@@ -122,10 +127,10 @@ inline std::string to_text(const text_cost_model& cost) {
 /// `pad_multiple` other than 1 is only meaningful with "padded". O(length of text + m log m)
 /// for m buckets, deterministic. Throws `invalid_argument_error`: "policy is '<text>',
 /// expected 'packed', 'padded' or 'bucketed:B1,B2,...'" for any other name, "policy expects an
-/// integer, got '<B>'" / "policy is <B>, must be in [1, 2^63)" for a bad bucket length, "policy
-/// '<text>': <reason>" for an unsorted list, "pad multiple <k> needs the padded policy, not
-/// '<text>'" for a pad multiple with another policy, and `padding_policy::padded`'s error for a
-/// pad multiple below 1.
+/// integer, got '<B>' (in '<text>')" / "policy is <B>, must be in [1, 2^63) (in '<text>')" for
+/// a bad bucket length, "policy '<text>': <reason>" for an unsorted list, "pad multiple <k>
+/// needs the padded policy, not '<text>'" for a pad multiple with another policy, and
+/// `padding_policy::padded`'s error for a pad multiple below 1.
 inline padding_policy parse_padding_policy(std::string_view text, std::int64_t pad_multiple = 1) {
   const bool padded_name = text == "padded";
   constexpr std::string_view prefix = "bucketed:";
@@ -142,7 +147,7 @@ inline padding_policy parse_padding_policy(std::string_view text, std::int64_t p
   std::string_view rest = text.substr(prefix.size());
   while (true) {
     const auto comma = rest.find(',');
-    buckets.push_back(detail::text_to_int("policy", rest.substr(0, comma), 1));
+    buckets.push_back(detail::text_to_int("policy", rest.substr(0, comma), 1, text));
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
   }
