@@ -320,6 +320,28 @@ TEST_CASE("cost_fit: fit_quadratic_cost errors") {
   expect_invalid([] { (void)fit_quadratic_cost(L{1, 2, 5}, T{1, 1, 1}, 0); }, {"degree is 0"});
 }
 
+TEST_CASE("cost_fit: times whose squares overflow double are refused, not fitted to zero") {
+  using L = std::vector<std::int64_t>;
+  using T = std::vector<double>;
+  const double big = 1e308;  // finite, but its square and any sum of two are not
+  expect_invalid(
+      [&] {
+        (void)fit_quadratic_cost(L{1, 2, 5}, T{big, big, big});
+      },
+      {"fit_quadratic_cost: the squared errors overflow double", "1e+308"});
+  expect_invalid([&] { (void)fit_quadratic_cost(L{1, 2}, T{1, big}, 1); }, {"overflow double"});
+  // Large but representable times fit (and scale exactly with the times).
+  const auto q = fit_quadratic_cost(L{1, 2, 5}, T{1e150, 2e150, 5e150}, 1);
+  CHECK(std::isfinite(q.linear));
+  CHECK(q.linear == doctest::Approx(1e150));
+  for (const auto& policy : {orchmllm::packed, orchmllm::padded}) {
+    cost_calibration calib(policy);
+    for (int i = 0; i < 6; ++i) calib.add_rank(L{3 + i, 4}, i % 2 == 0 ? big : 1.0);
+    expect_invalid([&] { (void)calib.fit(); },
+                   {"cost_calibration: the squared errors overflow double", "1e+308"});
+  }
+}
+
 TEST_CASE("cost_fit: cost_calibration recovers the model from noiseless rank times") {
   const quadratic_cost truth{2e-3, 3e-6, 4e-10};
   const double overhead = 0.01;

@@ -152,6 +152,57 @@ TEST_CASE("cost_model: linear_cost") {
   CHECK(w(std::int64_t{1} << 40) == (std::int64_t{1} << 42));
   CHECK(linear_cost{4} == w);
   CHECK(linear_cost{} != w);
+  static_assert(linear_cost{3}(5) == 15);  // still a constant expression
+}
+
+TEST_CASE("cost_model: linear_cost is exact up to 2^63 - 1 and an overflow is an error") {
+  constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t min = std::numeric_limits<std::int64_t>::min();
+  CHECK(linear_cost{1}(max) == max);
+  CHECK(linear_cost{max}(1) == max);
+  CHECK(linear_cost{max}(0) == 0);
+  CHECK(linear_cost{0}(max) == 0);
+  CHECK(linear_cost{(std::int64_t{1} << 61) + 1}(3) == 3 * ((std::int64_t{1} << 61) + 1));
+  CHECK(linear_cost{-1}(max) == -max);  // the library rejects negative costs, not the model
+  CHECK(linear_cost{1}(min) == min);
+  // 8 · (2^61 + 1) = 2^64 + 8 used to wrap to 8: the smallest cost of the item, a wrong plan.
+  expect_invalid([] { (void)linear_cost{(std::int64_t{1} << 61) + 1}(8); },
+                 {"linear_cost: weight 2305843009213693953 × length 8 overflows 2^63 - 1"});
+  expect_invalid([] { (void)linear_cost{std::int64_t{1} << 62}(2); },
+                 {"weight 4611686018427387904 × length 2 overflows 2^63 - 1"});
+  expect_invalid([&] { (void)linear_cost{max}(2); }, {"overflows 2^63 - 1"});
+  expect_invalid([&] { (void)linear_cost{2}(max); }, {"weight 2 ×", "overflows 2^63 - 1"});
+  expect_invalid([&] { (void)linear_cost{-1}(min); }, {"overflows 2^63 - 1"});
+  expect_invalid([&] { (void)linear_cost{2}(min); }, {"overflows -2^63"});
+}
+
+TEST_CASE("cost_model: detail::mul_overflows at the edges of std::int64_t") {
+  using orchmllm::detail::mul_overflows;
+  constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t min = std::numeric_limits<std::int64_t>::min();
+  struct row {
+    std::int64_t a, b;
+    bool overflows;
+  };
+  for (const auto& [a, b, overflows] : std::vector<row>{{0, min, false},
+                                                        {1, min, false},
+                                                        {-1, min, true},
+                                                        {-1, max, false},
+                                                        {2, std::int64_t{1} << 62, true},
+                                                        {-2, std::int64_t{1} << 62, false},
+                                                        {3037000499, 3037000499, false},
+                                                        {3037000500, 3037000500, true},
+                                                        {max, 1, false},
+                                                        {max, 2, true},
+                                                        {min / 2, 2, false},
+                                                        {min / 2 - 1, 2, true}}) {
+    CAPTURE(a);
+    CAPTURE(b);
+    std::int64_t out = 0;
+    CHECK(mul_overflows(a, b, out) == overflows);
+    CHECK(mul_overflows(b, a, out) == overflows);
+    if (!overflows) CHECK(out == a * b);
+  }
 }
 
 TEST_CASE("cost_model: quadratic_cost values and validation") {
@@ -360,4 +411,31 @@ TEST_CASE("cost_model: transformer_config errors") {
                  {"passes is -1"});
   expect_invalid([&] { (void)transformer_flops_cost(with([&](auto& c) { c.passes = nan; })); },
                  {"passes is"});
+  // Factors past the double range would make cost(0) NaN (inf · 0): refused as an overflow.
+  expect_invalid(
+      [&] {
+        (void)transformer_flops_cost(
+            with([](auto& c) { c.passes = std::numeric_limits<double>::max(); }));
+      },
+      {"transformer_config: FLOPs per token (inf)", "overflow double"});
+  const auto huge = with([](auto& c) {
+    c.hidden = std::int64_t{1} << 62;
+    c.heads = 1;
+    c.kv_heads = 1;
+    c.ffn_hidden = std::int64_t{1} << 62;
+    c.layers = std::int64_t{1} << 62;
+    c.passes = 1e260;  // about 10^56 FLOPs per token and pass: past 10^308
+  });
+  expect_invalid([&] { (void)transformer_flops_cost(huge); }, {"overflow double"});
+  // The largest sizes with passes 3 stay finite (about 10^76 FLOPs per token).
+  const transformer_flops_cost big(with([](auto& c) {
+    c.hidden = std::int64_t{1} << 62;
+    c.heads = 1;
+    c.kv_heads = 1;
+    c.ffn_hidden = std::int64_t{1} << 62;
+    c.layers = std::int64_t{1} << 62;
+  }));
+  CHECK(std::isfinite(big(0)));
+  CHECK(big(0) == 0.0);
+  CHECK(std::isfinite(big(1)));
 }

@@ -32,8 +32,9 @@ namespace orchmllm {
 /// the 2^(degree+1) active sets, tiny), so the fitted model is non-decreasing and usable with
 /// padded policies. Columns are scaled by the largest length before solving for conditioning.
 /// O(n log n) (the distinct-length count sorts), deterministic. Throws `invalid_argument_error`
-/// when sizes differ, fewer than degree + 1 distinct lengths are given, a length is negative, or a
-/// time is not finite or negative.
+/// when sizes differ, fewer than degree + 1 distinct lengths are given, a length is negative, a
+/// time is not finite or negative, or the times are so large that the squared errors overflow
+/// double.
 inline quadratic_cost fit_quadratic_cost(std::span<const std::int64_t> lengths,
                                          std::span<const double> seconds, int degree = 2) {
   ORCHMLLM_REQUIRE(degree == 1 || degree == 2, invalid_argument_error, "degree is ", degree,
@@ -74,6 +75,11 @@ inline quadratic_cost fit_quadratic_cost(std::span<const std::int64_t> lengths,
     return s;
   };
   const auto best = detail::nnls_by_active_sets(eq, m, residual);
+  // Times near the top of the double range overflow the squared errors and the sums of the
+  // normal equations: every coefficient set then looks alike, and the result would be garbage.
+  ORCHMLLM_REQUIRE(std::isfinite(residual(best.data())), invalid_argument_error,
+                   "fit_quadratic_cost: the squared errors overflow double (times up to ",
+                   *std::max_element(seconds.begin(), seconds.end()), " s)");
   return quadratic_cost{best[0], best[1] / scale, best[2] / (scale * scale)};
 }
 
@@ -175,7 +181,8 @@ class cost_calibration {
   [[nodiscard]] std::size_t observations() const noexcept { return rows_.size(); }
 
   /// The non-negative least-squares model of the observations. Throws `invalid_argument_error`
-  /// with fewer observations than unknowns (degree + 1, plus one with the overhead).
+  /// with fewer observations than unknowns (degree + 1, plus one with the overhead), or when
+  /// the times are so large that the squared errors overflow double.
   [[nodiscard]] calibration_result fit() const {
     const int m = degree_ + 1;
     const std::size_t unknowns = static_cast<std::size_t>(m) + (overhead_ ? 1 : 0);
@@ -213,6 +220,13 @@ class cost_calibration {
     out.overhead_seconds = overhead_ ? best[static_cast<std::size_t>(m)] / scale[m] : 0.0;
     out.rms_seconds = std::sqrt(residual(best.data()) / static_cast<double>(rows_.size()));
     out.observations = rows_.size();
+    // As in fit_quadratic_cost: an overflowed fit is refused, not returned.
+    ORCHMLLM_REQUIRE(std::isfinite(out.rms_seconds) && std::isfinite(out.cost.constant) &&
+                         std::isfinite(out.cost.linear) && std::isfinite(out.cost.quadratic) &&
+                         std::isfinite(out.overhead_seconds),
+                     invalid_argument_error,
+                     "cost_calibration: the squared errors overflow double (times up to ",
+                     *std::max_element(seconds_.begin(), seconds_.end()), " s)");
     return out;
   }
 

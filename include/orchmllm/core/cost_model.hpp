@@ -10,7 +10,7 @@
 /// its compiler flags.
 ///
 /// Provided models:
-///   linear_cost            c(l) = w·l (integral)
+///   linear_cost            c(l) = w·l (integral; a product past 2^63 - 1 is an error)
 ///   quadratic_cost         c(l) = a + b·l + c·l² (attention-aware)
 ///   transformer_flops_cost FLOPs of a decoder/encoder stack from its configuration
 ///
@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "orchmllm/core/error.hpp"
+#include "orchmllm/detail/core/checked.hpp"
 
 namespace orchmllm {
 
@@ -146,12 +147,30 @@ decltype(auto) with_normal_cost(const C& c, F&& f) {
   return p;
 }
 
+namespace detail {
+
+// The error of a linear cost whose product leaves std::int64_t (out of line: the call operator
+// stays one multiply and a flag test).
+[[noreturn]] inline void linear_cost_overflow(std::int64_t weight, std::int64_t length) {
+  raise<invalid_argument_error>(
+      concat("linear_cost: weight ", weight, " × length ", length,
+             (weight < 0) != (length < 0) ? " overflows -2^63" : " overflows 2^63 - 1"));
+}
+
+}  // namespace detail
+
 /// c(l) = weight · l, in exact 64-bit integers (tokens, or tokens × a fixed integer weight).
-/// O(1), deterministic, noexcept (the caller keeps weight · l below 2^63).
+/// O(1): one multiply and an overflow test. Deterministic. Throws `invalid_argument_error`
+/// "linear_cost: weight W × length L overflows 2^63 - 1" when the product does not fit in
+/// std::int64_t: a cost is exact or an error, never a wrapped value (the balancers evaluate it
+/// once per item and length, so every entry point raises it before it plans).
 struct linear_cost {
   std::int64_t weight = 1;
-  [[nodiscard]] constexpr std::int64_t operator()(std::int64_t length) const noexcept {
-    return weight * length;
+  [[nodiscard]] constexpr std::int64_t operator()(std::int64_t length) const {
+    std::int64_t cost = 0;
+    if (detail::mul_overflows(weight, length, cost)) [[unlikely]]
+      detail::linear_cost_overflow(weight, length);
+    return cost;
   }
   friend constexpr bool operator==(const linear_cost&, const linear_cost&) = default;
 };
@@ -159,7 +178,9 @@ struct linear_cost {
 /// c(l) = constant + linear · l + quadratic · l². The usual model of a transformer layer under
 /// variable-length attention: linear layers grow with l, attention with l². Coefficients must be
 /// finite and non-negative (checked by `validated()`; the call operator itself does not check).
-/// O(1), deterministic.
+/// O(1), deterministic, noexcept. With such coefficients a value is never NaN: one past the
+/// double range is +inf, which every entry point that computes loads rejects
+/// (`invalid_argument_error` "... is inf, must be finite ...: the cost overflows double").
 struct quadratic_cost {
   double constant = 0.0;
   double linear = 1.0;
@@ -212,8 +233,10 @@ struct transformer_config {
 ///   total = passes · (layers · per-layer + 2·l·h·vocab)
 ///
 /// O(1), deterministic. Construct through `transformer_flops_cost(config)`, which validates the
-/// configuration (positive sizes, heads dividing hidden, kv_heads dividing heads) and throws
-/// `invalid_argument_error` otherwise.
+/// configuration (positive sizes, heads dividing hidden, kv_heads dividing heads, per-token and
+/// per-attention-entry FLOPs within the double range) and throws `invalid_argument_error`
+/// otherwise ("... overflow double" for the last). A value past the double range is +inf, which
+/// every entry point that computes loads rejects, as for `quadratic_cost`.
 class transformer_flops_cost {
  public:
   explicit transformer_flops_cost(const transformer_config& config) : config_(config) {
@@ -240,6 +263,12 @@ class transformer_flops_cost {
                              mul(mul(mul(2.0, h), f), c.gated_ffn ? 3.0 : 2.0);
     linear_ = mul(c.passes, mul(L, per_layer) + mul(mul(2.0, h), static_cast<double>(c.vocab)));
     attention_ = c.passes * L * (c.causal ? 2.0 * h : 4.0 * h);
+    // Infinite factors would make cost(0) NaN (inf · 0): a configuration error, named here.
+    ORCHMLLM_REQUIRE(std::isfinite(linear_) && std::isfinite(attention_), invalid_argument_error,
+                     "transformer_config: FLOPs per token (", linear_, ") or per attention entry (",
+                     attention_, ") overflow double (hidden ", c.hidden, ", layers ", c.layers,
+                     ", ffn_hidden ", c.ffn_hidden, ", vocab ", c.vocab, ", passes ", c.passes,
+                     ")");
   }
 
   /// FLOPs for one sequence of `length` tokens.

@@ -90,9 +90,11 @@ void check_headroom(const batch_layout& layout, std::span<const Cost> costs, con
   constexpr Cost top = std::numeric_limits<Cost>::max();
   if constexpr (!integral) {
     for (std::int64_t g = 0; g < n; ++g)
-      ORCHMLLM_REQUIRE(std::isfinite(costs[static_cast<std::size_t>(g)]), invalid_argument_error,
-                       "cost of item ", g, " (length ", layout.length(g), ") is ",
-                       costs[static_cast<std::size_t>(g)], ", must be finite");
+      ORCHMLLM_REQUIRE(
+          std::isfinite(costs[static_cast<std::size_t>(g)]), invalid_argument_error,
+          "cost of item ", g, " (length ", layout.length(g), ") is ",
+          costs[static_cast<std::size_t>(g)], ", must be finite",
+          std::isinf(costs[static_cast<std::size_t>(g)]) ? ": the cost overflows double" : "");
   }
   if (!policy.is_padded()) {
     Cost total{};
@@ -106,7 +108,7 @@ void check_headroom(const batch_layout& layout, std::span<const Cost> costs, con
     }
     if constexpr (!integral) {
       ORCHMLLM_REQUIRE(std::isfinite(total), invalid_argument_error, "total cost of ", n,
-                       " items is not finite");
+                       " items is not finite: the sum overflows double");
     }
     return;
   }
@@ -124,20 +126,20 @@ void check_headroom(const batch_layout& layout, std::span<const Cost> costs, con
   const std::int64_t padded = policy.padded_length(longest);  // throws past 2^63 - 1
   ORCHMLLM_REQUIRE(padded == 0 || rows <= INT64_MAX / padded, invalid_argument_error, rows,
                    layout.has_segments() ? " rows" : " items", " padded to ", padded,
-                   " tokens exceed 2^63 - 1 tokens");
+                   " tokens exceed 2^63 - 1 tokens (int64 overflow)");
   ORCHMLLM_REQUIRE(widest == 0 || n <= INT64_MAX / widest, invalid_argument_error, n,
-                   " items padded to ", widest, " bytes exceed 2^63 - 1 bytes");
+                   " items padded to ", widest, " bytes exceed 2^63 - 1 bytes (int64 overflow)");
   const Cost padded_cost = static_cast<Cost>(cost(padded));
   largest = std::max(largest, padded_cost);
   if constexpr (integral) {
     ORCHMLLM_REQUIRE(largest == 0 || rows + 1 <= top / largest, invalid_argument_error, rows + 1,
                      " × the padded cost ", largest, " (length ", padded,
-                     ") exceeds the largest load 2^63 - 1");
+                     ") exceeds the largest load 2^63 - 1 (int64 overflow)");
   } else {
     ORCHMLLM_REQUIRE(
         std::isfinite(padded_cost) && std::isfinite(static_cast<Cost>(rows + 1) * largest),
         invalid_argument_error, rows + 1, " × the padded cost ", largest, " (length ", padded,
-        ") is not finite");
+        ") is not finite: it overflows double");
   }
 }
 
