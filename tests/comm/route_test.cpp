@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <random>
 #include <span>
@@ -897,6 +898,37 @@ TEST_CASE("route: bad input") {
                  {"topology has 5 ranks"});
   expect_invalid([&] { (void)plan_traffic(wide, bytes, topology::uniform(3, 1)); },
                  {"equal rank counts"});
+}
+
+TEST_CASE("route: item sizes whose total overflows 2^63 - 1 are an error on every rank") {
+  constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t e62 = std::int64_t{1} << 62;
+  // 11 items of 2^62 bytes over 2 ranks: every rank's sum, and the total, used to wrap (a
+  // negative split on one rank, a crash on another).
+  const auto plan =
+      rearrangement::from_destinations(vec{0, 5, 11}, ranks{1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1}, 2);
+  const vec huge(11, e62);
+  for (const rank_t r : {0, 1}) {
+    for (const auto s : {schedule::direct, schedule::node_wise, schedule::automatic}) {
+      expect_invalid([&] { (void)route::build(plan, huge, topology::uniform(2, 1), r, s); },
+                     {"the total of the item sizes at item 1: 4611686018427387904 + "
+                      "4611686018427387904 exceeds 2^63 - 1 (int64 overflow)"});
+    }
+  }
+  expect_invalid([&] { (void)plan_traffic(plan, huge, topology::uniform(2, 1)); },
+                 {"item sizes at item 1", "overflow"});
+  // One rank's items alone fit, the total does not: still refused (another rank's sums would
+  // not fit).
+  const auto two = rearrangement::from_destinations(vec{0, 1, 2}, ranks{1, 0}, 2);
+  expect_invalid(
+      [&] {
+        (void)route::build(two, vec{max, 1}, topology::uniform(2, 1), 0);
+      },
+      {"at item 1", "9223372036854775807 + 1 exceeds 2^63 - 1 (int64 overflow)"});
+  // A total of exactly 2^63 - 1 is built.
+  const auto r = route::build(two, vec{max - 5, 5}, topology::uniform(2, 1), 0);
+  CHECK(r.input_bytes() == max - 5);
+  CHECK(r.output_bytes() == 5);
 }
 
 TEST_CASE("route: schedule names") {

@@ -124,7 +124,7 @@ struct traffic_stats {
 /// the schedule: `local_bytes` stay on the rank, `intra_node_bytes` go to another rank of the
 /// same node, `inter_node_bytes` to another node; messages count the distinct destination
 /// ranks of each class. O(n log n + d). Deterministic. Throws `invalid_argument_error` when
-/// sizes disagree or a byte count is negative.
+/// sizes disagree, a byte count is negative or their total overflows 2^63 - 1.
 [[nodiscard]] inline std::vector<traffic_stats> plan_traffic(const rearrangement& plan,
                                                              std::span<const std::int64_t> item_bytes,
                                                              const topology& topo) {
@@ -177,8 +177,8 @@ class route {
   /// have d ranks. O(hops · n log n + d) time, O(n + d) memory (both schedules with
   /// `automatic` unless node-wise is ruled out by its lower bound). Deterministic: every rank
   /// derives the same schedule, order and offsets.
-  /// Throws `invalid_argument_error` for mismatched sizes, negative bytes or a rank outside
-  /// [0, d).
+  /// Throws `invalid_argument_error` for mismatched sizes, negative bytes, bytes whose total
+  /// overflows 2^63 - 1 or a rank outside [0, d).
   static route build(const rearrangement& plan, std::span<const std::int64_t> item_bytes,
                      const topology& topo, rank_t rank, schedule s = schedule::automatic);
 

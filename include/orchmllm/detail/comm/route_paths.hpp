@@ -14,6 +14,7 @@
 #include "orchmllm/comm/communicator.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/detail/core/checked.hpp"
 #include "orchmllm/detail/core/csr.hpp"
 #include "orchmllm/topology/topology.hpp"
 
@@ -21,7 +22,9 @@ namespace orchmllm {
 
 namespace detail {
 
-// Checks that item_bytes has one non-negative entry per item and the topology matches the plan.
+// Checks that item_bytes has one non-negative entry per item whose total fits in std::int64_t
+// (so does every rank's, hop's and buffer's partial sum the route forms, unchecked) and that
+// the topology matches the plan. O(n).
 inline void check_route_inputs(const rearrangement& plan, std::span<const std::int64_t> item_bytes,
                                const topology& topo) {
   ORCHMLLM_REQUIRE(plan.num_src_ranks() == plan.num_dst_ranks(), invalid_argument_error,
@@ -33,9 +36,12 @@ inline void check_route_inputs(const rearrangement& plan, std::span<const std::i
   ORCHMLLM_REQUIRE(static_cast<std::int64_t>(item_bytes.size()) == plan.num_items(),
                    invalid_argument_error, item_bytes.size(), " item sizes for a plan of ",
                    plan.num_items(), " items");
-  for (std::size_t g = 0; g < item_bytes.size(); ++g)
+  std::int64_t total = 0;
+  for (std::size_t g = 0; g < item_bytes.size(); ++g) {
     ORCHMLLM_REQUIRE(item_bytes[g] >= 0, invalid_argument_error, "item ", g, " has ",
                      item_bytes[g], " bytes");
+    total = checked_add(total, item_bytes[g], "the total of the item sizes at item ", g);
+  }
 }
 
 // Source rank of every item (n entries).
