@@ -32,6 +32,10 @@ from ._orchmllm import (
     StepPlan,
 )
 
+#: The package's version: CMakeLists.txt's project() VERSION, which pyproject.toml's metadata
+#: reads too; the build passes it to the native module.
+__version__: str = _orchmllm._version
+
 __all__ = [
     "ALGORITHMS",
     "MAPPINGS",
@@ -99,10 +103,23 @@ def _optional_int(name: str, value: Any) -> Optional[int]:
 
 
 def _int(name: str, value: Any) -> int:
-    """``value`` as an int; TypeError naming ``name`` for anything else (bools included)."""
+    """``value`` as an int; TypeError naming ``name`` for anything else (bools included),
+    ValueError for an int outside the int64 range (every integer argument is one)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    return int(value)
+    v = int(value)
+    if not -_INT64_MAX - 1 <= v <= _INT64_MAX:
+        raise ValueError(f"{name} is {v}, outside the int64 range [-2^63, 2^63 - 1]")
+    return v
+
+
+def _float(name: str, value: Any) -> float:
+    """``value`` as a float; TypeError naming ``name`` for anything but a real number (bools
+    and strings included)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                     np.floating)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    return float(value)
 
 
 def _cost_table(cost: Callable[[np.ndarray], Any], lengths: np.ndarray, policy: str,
@@ -156,7 +173,9 @@ def balance(offsets: Any, lengths: Any, cost: CostArg = "linear", policy: str = 
 
     Returns the :class:`Plan` (the same as ``orchmllm-bench plan`` without --gpus-per-node).
     Raises TypeError / ValueError for malformed arguments (InvalidArgumentError, a ValueError,
-    carries the library's message), InfeasibleError when no plan meets the caps and counts.
+    carries the library's message: zero ranks, i.e. offsets [0], as map_bins and
+    make_step_metadata refuse them; sums of lengths, bytes or costs past 2^63 - 1, named as an
+    overflow), InfeasibleError when no plan meets the caps and counts.
     The GIL is released while the library balances.
     """
     offsets = _int64_vector("offsets", offsets)
@@ -179,7 +198,8 @@ def balance(offsets: Any, lengths: Any, cost: CostArg = "linear", policy: str = 
         offsets, lengths, bytes, cost_arg, policy, multiple, algorithm,
         _optional_int("cap", cap), _optional_int("cap_bytes", cap_bytes),
         _int("min_items", min_items), _optional_int("max_items", max_items),
-        _int("gpus_per_node", gpus_per_node), float(locality_tolerance), float(gap_tolerance))
+        _int("gpus_per_node", gpus_per_node), _float("locality_tolerance", locality_tolerance),
+        _float("gap_tolerance", gap_tolerance))
 
 
 def map_bins(plan: Plan, gpus_per_node: int = 0, method: str = "transport", *,
@@ -285,7 +305,7 @@ class CostCalibration:
 
     def add_rank(self, lengths: Any, seconds: float) -> None:
         """One observation: a rank processed items of these lengths in ``seconds``."""
-        self._native.add_rank(_int64_vector("lengths", lengths), float(seconds))
+        self._native.add_rank(_int64_vector("lengths", lengths), _float("seconds", seconds))
 
     def add_step(self, offsets: Any, lengths: Any, seconds: Any) -> None:
         """One step: rank r processed items offsets[r] .. offsets[r+1]-1 of ``lengths`` (the

@@ -80,11 +80,11 @@ class SplitOptions:
 
     def __init__(self, min_piece_segments: int = 1, max_pieces: Optional[int] = None,
                  rounds: int = 4, tolerance: float = 0.001) -> None:
-        from . import _int
+        from . import _float, _int
         self.min_piece_segments = _int("min_piece_segments", min_piece_segments)
         self.max_pieces = _INT64_MAX if max_pieces is None else _int("max_pieces", max_pieces)
         self.rounds = _int("rounds", rounds)
-        self.tolerance = float(tolerance)
+        self.tolerance = _float("tolerance", tolerance)
 
     def __repr__(self) -> str:
         return (f"SplitOptions(min_piece_segments={self.min_piece_segments}, max_pieces="
@@ -100,7 +100,7 @@ class _Stage:
                  pad_multiple: Optional[int], cap: Optional[int], cap_bytes: Optional[int],
                  min_items: int, max_items: Optional[int], mapping: str,
                  gap_tolerance: float) -> None:
-        from . import _int, _optional_int
+        from . import _float, _int, _optional_int
         self.name = _check_str("name", name)
         self.cost: CostArg = _check_cost(name, cost)
         self.policy = _check_str("policy", policy)
@@ -111,9 +111,7 @@ class _Stage:
         self.min_items = _int("min_items", min_items)
         self.max_items = _optional_int("max_items", max_items)
         self.mapping = _check_str("mapping", mapping)
-        if isinstance(gap_tolerance, bool) or not isinstance(gap_tolerance, (int, float)):
-            raise TypeError(f"gap_tolerance must be a float, got {type(gap_tolerance).__name__}")
-        self.gap_tolerance = float(gap_tolerance)
+        self.gap_tolerance = _float("gap_tolerance", gap_tolerance)
 
     def _common(self) -> Dict[str, Any]:
         # A callable's values depend on the step's lengths: plan_step evaluates it and passes
@@ -274,9 +272,15 @@ class LocalBatch:
 
     @staticmethod
     def from_words(words: np.ndarray, samples: int, sub_items: int) -> "LocalBatch":
-        """The inverse of :meth:`words`."""
-        m = sub_items
-        parts = np.split(words, np.cumsum([samples] + [m] * 5))
+        """The inverse of :meth:`words`. Raises TypeError / ValueError when ``words`` is not a
+        1-D integer array of ``samples + 6 * sub_items`` entries."""
+        from . import _int
+        s, m = _int("samples", samples), _int("sub_items", sub_items)
+        words = _vec("words", words)
+        if s < 0 or m < 0 or words.shape[0] != s + 6 * m:
+            raise ValueError(f"words has {words.shape[0]} entries; {s} samples and {m} sub-items"
+                             f" need samples + 6 * sub_items = {s + 6 * m}")
+        parts = np.split(words, np.cumsum([s] + [m] * 5))
         return LocalBatch(*parts)
 
 
@@ -286,7 +290,8 @@ def make_step_metadata(batches: Sequence[LocalBatch], num_encoders: int) -> Step
     ``orchmllm.torch.gather_step_metadata``'s all-gather). O(samples + sub-items);
     deterministic. Raises InvalidArgumentError naming the rank and the fault for a malformed
     batch (negative counts, a modality outside [0, num_encoders), a parent sample that does not
-    exist, segments that do not divide the sizes) or when ``batches`` is empty."""
+    exist, segments that do not divide the sizes), when ``batches`` is empty or num_encoders is
+    outside [0, 1024]."""
     from . import _int
     k = _int("num_encoders", num_encoders)
     for b in batches:

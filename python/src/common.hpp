@@ -115,11 +115,15 @@ struct py_plan {
 struct all_to_all_arrays {
   np_array<i64> send_splits, recv_splits, send_order, recv_order;
   np_array<i64> output_items;  // global ids of the items the rank holds after, in slot order
+  std::uint64_t fingerprint = 0;  // the route's: equal on every rank of the same exchange
+  i64 rank = 0;                   // the rank it was built for
 };
 
 // The same as plain vectors, computed without the GIL.
 struct route_vectors {
   std::vector<i64> send_splits, recv_splits, send_order, recv_order;
+  std::uint64_t fingerprint = 0;
+  i64 rank = 0;
 };
 
 // The gather `out[dst + i] = in[src + i]` of a segment list, as an index array.
@@ -143,6 +147,14 @@ inline route_vectors route_rows(const orchmllm::route& route, i64 width) {
                    route.hops().size(), " hops; all_to_all needs the direct schedule");
   ORCHMLLM_REQUIRE(width >= 1, orchmllm::invalid_argument_error, "row width ", width,
                    ", must be >= 1");
+  // One int64 index per row: rows past what a vector can hold are refused by name (below
+  // that, an index that does not fit in memory raises MemoryError).
+  const auto max_rows = static_cast<i64>(std::vector<i64>().max_size());
+  ORCHMLLM_REQUIRE(
+      route.input_bytes() / width <= max_rows && route.output_bytes() / width <= max_rows,
+      orchmllm::invalid_argument_error, "rank ", route.rank(), " sends ",
+      route.input_bytes() / width, " and receives ", route.output_bytes() / width,
+      " rows; all_to_all's index arrays (one int64 per row) hold at most ", max_rows);
   const auto d = static_cast<std::size_t>(route.num_ranks());
   const auto rank = static_cast<std::size_t>(route.rank());
   auto scaled = [width](orchmllm::detail::segment_list s) {
@@ -154,6 +166,8 @@ inline route_vectors route_rows(const orchmllm::route& route, i64 width) {
     return s;
   };
   route_vectors v;
+  v.fingerprint = route.fingerprint();
+  v.rank = route.rank();
   if (route.hops().empty()) {
     // No item changes rank anywhere: every rank sends its rows to itself.
     v.send_splits.assign(d, 0);
@@ -177,7 +191,7 @@ inline route_vectors route_rows(const orchmllm::route& route, i64 width) {
 inline all_to_all_arrays to_python(route_vectors&& v, std::vector<i64>&& output_items) {
   return {to_numpy(std::move(v.send_splits)), to_numpy(std::move(v.recv_splits)),
           to_numpy(std::move(v.send_order)), to_numpy(std::move(v.recv_order)),
-          to_numpy(std::move(output_items))};
+          to_numpy(std::move(output_items)), v.fingerprint, v.rank};
 }
 
 // The global ids of the items `plan` puts on rank r, in destination slot order.

@@ -22,6 +22,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -33,6 +34,7 @@
 #include "orchmllm/core/statistics.hpp"
 #include "orchmllm/core/text_forms.hpp"
 #include "orchmllm/topology/topology.hpp"
+#include "orchmllm/version.hpp"
 
 #include "common.hpp"
 
@@ -177,6 +179,10 @@ std::unique_ptr<py_plan> balance(const i64_in& offsets, const i64_in& lengths,
                    gpus_per_node, ", must be >= 0 (0: every rank on one node)");
   p.limits = options.limits;
 
+  // Zero ranks (offsets [0]) is no cluster to balance over: refused as map_bins and
+  // make_step_metadata refuse it (the library's balance returns the empty plan).
+  ORCHMLLM_REQUIRE(offsets.shape(0) != 1, orchmllm::invalid_argument_error,
+                   "balance needs at least one rank: offsets has 1 entry (D + 1 with D = 0)");
   {
     nb::gil_scoped_release unlocked;
     p.layout = orchmllm::batch_layout(to_vector(offsets), to_vector(lengths),
@@ -234,17 +240,26 @@ np_array<i64> cost_lengths(const i64_in& lengths, const std::string& policy, i64
 // Cost fits: `fit_quadratic_cost` (per item) and `cost_calibration` (per-rank stage times of
 // warmup steps). __init__.py converts the arrays; the library checks the values.
 
-orchmllm::quadratic_cost fit_quadratic(const i64_in& lengths, const f64_in& seconds, int degree) {
+// A fit's degree, named by the library when it is not 1 or 2 (an int64 from Python, so a
+// degree past the C++ int is refused with the same message, not a failed conversion).
+int fit_degree(i64 degree) {
+  ORCHMLLM_REQUIRE(degree == 1 || degree == 2, orchmllm::invalid_argument_error, "degree is ",
+                   degree, ", must be 1 or 2");
+  return static_cast<int>(degree);
+}
+
+orchmllm::quadratic_cost fit_quadratic(const i64_in& lengths, const f64_in& seconds, i64 degree) {
+  const int d = fit_degree(degree);
   nb::gil_scoped_release unlocked;
   return orchmllm::fit_quadratic_cost(std::span<const i64>(lengths.data(), lengths.shape(0)),
                                       std::span<const double>(seconds.data(), seconds.shape(0)),
-                                      degree);
+                                      d);
 }
 
 orchmllm::cost_calibration make_calibration(const std::string& policy, i64 pad_multiple,
-                                            int degree, bool fit_overhead) {
-  return orchmllm::cost_calibration(orchmllm::parse_padding_policy(policy, pad_multiple), degree,
-                                    fit_overhead);
+                                            i64 degree, bool fit_overhead) {
+  return orchmllm::cost_calibration(orchmllm::parse_padding_policy(policy, pad_multiple),
+                                    fit_degree(degree), fit_overhead);
 }
 
 void calibration_add_step(orchmllm::cost_calibration& c, const i64_in& offsets,
@@ -254,11 +269,36 @@ void calibration_add_step(orchmllm::cost_calibration& c, const i64_in& offsets,
   c.add_step(layout, std::span<const double>(seconds.data(), seconds.shape(0)));
 }
 
-// `a == b` for a cost object and any Python object (False for another type), as Python's
-// __eq__ takes any object.
+// `a == b` for a cost object and any Python object (False for another type, None included),
+// as Python's __eq__ takes any object.
 template <class T>
 bool equal(const T& a, nb::handle b) {
   return nb::isinstance<T>(b) && a == nb::cast<const T&>(b);
+}
+
+// An error's text for Python: what() ("orchmllm: <message> [<file>:<line>]"), except that a
+// message holding a NUL byte (from a name the caller passed) would end there in a C string:
+// it is rebuilt with every NUL written as \x00, the location formatted as error's own.
+std::string python_message(const orchmllm::error& x) {
+  const std::string& message = x.message();
+  if (message.find('\0') == std::string::npos) return x.what();
+  std::string out = "orchmllm: ";
+  for (const char c : message) {
+    if (c == '\0')
+      out += "\\x00";
+    else
+      out += c;
+  }
+  std::string_view file = x.file();
+  if (const auto p = file.rfind("orchmllm/"); p != std::string_view::npos) {
+    file.remove_prefix(p);
+  } else if (const auto s = file.find_last_of("/\\"); s != std::string_view::npos) {
+    file.remove_prefix(s + 1);
+  }
+  out += " [";
+  out.append(file);
+  out += ':' + std::to_string(x.line()) + ']';
+  return out;
 }
 
 nb::handle make_exception(nb::module_& m, const char* name, nb::tuple bases, const char* doc) {
@@ -272,8 +312,17 @@ nb::handle make_exception(nb::module_& m, const char* name, nb::tuple bases, con
 
 }  // namespace
 
+// The package's version, passed by the build: CMakeLists.txt's project() VERSION, which
+// pyproject.toml reads too (python/CMakeLists.txt). The C++ headers' version must agree.
+#ifndef ORCHMLLM_PYTHON_VERSION
+#error "ORCHMLLM_PYTHON_VERSION is set by python/CMakeLists.txt"
+#endif
+static_assert(std::string_view(ORCHMLLM_PYTHON_VERSION) == orchmllm::version_string(),
+              "CMakeLists.txt's project() VERSION and include/orchmllm/version.hpp disagree");
+
 NB_MODULE(_orchmllm, m) {
   m.doc() = "Native part of the orchmllm package (use the orchmllm module).";
+  m.attr("_version") = ORCHMLLM_PYTHON_VERSION;  // orchmllm.__version__ (typed by the stubs)
 
   exceptions.error = make_exception(m, "Error", nb::make_tuple(nb::handle(PyExc_Exception)),
                                     "Base of every error the orchmllm library raises.");
@@ -293,15 +342,15 @@ NB_MODULE(_orchmllm, m) {
     try {
       std::rethrow_exception(e);
     } catch (const orchmllm::parse_error& x) {
-      PyErr_SetString(exceptions.parse.ptr(), x.what());
+      PyErr_SetString(exceptions.parse.ptr(), python_message(x).c_str());
     } catch (const orchmllm::invalid_argument_error& x) {
-      PyErr_SetString(exceptions.invalid_argument.ptr(), x.what());
+      PyErr_SetString(exceptions.invalid_argument.ptr(), python_message(x).c_str());
     } catch (const orchmllm::infeasible_error& x) {
-      PyErr_SetString(exceptions.infeasible.ptr(), x.what());
+      PyErr_SetString(exceptions.infeasible.ptr(), python_message(x).c_str());
     } catch (const orchmllm::communication_error& x) {
-      PyErr_SetString(exceptions.communication.ptr(), x.what());
+      PyErr_SetString(exceptions.communication.ptr(), python_message(x).c_str());
     } catch (const orchmllm::error& x) {
-      PyErr_SetString(exceptions.error.ptr(), x.what());
+      PyErr_SetString(exceptions.error.ptr(), python_message(x).c_str());
     }
   });
 
@@ -315,7 +364,7 @@ NB_MODULE(_orchmllm, m) {
            "weight"_a)
       .def_rw("weight", &orchmllm::linear_cost::weight)
       .def("__call__", &orchmllm::linear_cost::operator(), "length"_a)
-      .def("__eq__", &equal<orchmllm::linear_cost>,
+      .def("__eq__", &equal<orchmllm::linear_cost>, nb::arg("other").none(),
            nb::sig("def __eq__(self, other: object, /) -> bool"))
       .def("__repr__", [](const orchmllm::linear_cost& c) {
         return "LinearCost(weight=" + std::to_string(c.weight) + ")";
@@ -333,7 +382,7 @@ NB_MODULE(_orchmllm, m) {
       .def_ro("linear", &orchmllm::quadratic_cost::linear)
       .def_ro("quadratic", &orchmllm::quadratic_cost::quadratic)
       .def("__call__", &orchmllm::quadratic_cost::operator(), "length"_a)
-      .def("__eq__", &equal<orchmllm::quadratic_cost>,
+      .def("__eq__", &equal<orchmllm::quadratic_cost>, nb::arg("other").none(),
            nb::sig("def __eq__(self, other: object, /) -> bool"))
       .def("__repr__", [](const orchmllm::quadratic_cost& c) {
         return "QuadraticCost(constant=" + orchmllm::detail::shortest_text(c.constant) +
@@ -364,7 +413,12 @@ NB_MODULE(_orchmllm, m) {
                    "Indices of the received rows in destination-slot order: out = received[recv_order].")
       .def_prop_ro("output_items", [](const all_to_all_arrays& a) { return a.output_items; }, nb::rv_policy::reference,
                    "Global ids (source order of the plan or route) of the items the rank holds\n"
-                   "after the exchange, in destination slot order.");
+                   "after the exchange, in destination slot order.")
+      .def_ro("fingerprint", &all_to_all_arrays::fingerprint,
+              "64-bit digest of the exchange every rank's AllToAll of it shares (the plan, every\n"
+              "item's rows, the nodes, the schedule): equal on every rank that holds the same\n"
+              "exchange, so orchmllm.torch agrees on it before anything moves.")
+      .def_ro("rank", &all_to_all_arrays::rank, "The rank whose exchange this is.");
 
   nb::class_<py_plan>(
       m, "Plan",
@@ -441,7 +495,7 @@ NB_MODULE(_orchmllm, m) {
   nb::class_<orchmllm::cost_calibration>(m, "_CostCalibration")
       .def("__init__",
            [](orchmllm::cost_calibration* self, const std::string& policy, i64 pad_multiple,
-              int degree, bool fit_overhead) {
+              i64 degree, bool fit_overhead) {
              new (self) orchmllm::cost_calibration(
                  make_calibration(policy, pad_multiple, degree, fit_overhead));
            },

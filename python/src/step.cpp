@@ -39,7 +39,7 @@ namespace {
 
 using text_or_cost = std::variant<std::string, orchmllm::linear_cost, orchmllm::quadratic_cost>;
 // (min_piece_segments, max_pieces, rounds, tolerance)
-using split_arg = std::tuple<i64, i64, int, double>;
+using split_arg = std::tuple<i64, i64, i64, double>;
 
 orchmllm::stage_cost to_stage_cost(const text_or_cost& cost) {
   if (const auto* text = std::get_if<std::string>(&cost)) {
@@ -93,9 +93,15 @@ struct py_declarations {
     e.output_row_bytes = output_row_bytes;
     if (split) {
       const auto& [min_piece, max_pieces, rounds, tolerance] = *split;
+      // split_options holds an int: past it, refused here by name (the library checks the
+      // rest, rounds >= 1, when the declarations are validated).
+      ORCHMLLM_REQUIRE(rounds >= std::numeric_limits<int>::min() &&
+                           rounds <= std::numeric_limits<int>::max(),
+                       orchmllm::invalid_argument_error, "stage '", name, "': rounds is ", rounds,
+                       ", must be in [1, ", std::numeric_limits<int>::max(), "]");
       e.split = orchmllm::split_options{.min_piece_segments = min_piece,
                                         .max_pieces = max_pieces,
-                                        .rounds = rounds,
+                                        .rounds = static_cast<int>(rounds),
                                         .tolerance = tolerance};
     }
     decl.encoders.push_back(std::move(e));
@@ -123,13 +129,19 @@ struct py_metadata {
   std::shared_ptr<const orchmllm::step_metadata> meta;
 };
 
+// The most encoder stages (modalities) a step's metadata takes: every modality keeps D + 1
+// offsets, so an absurd count would ask for gigabytes before any check could name it.
+constexpr i64 max_encoders = 1024;
+
 // Every rank's local batch as flat arrays: rank r's samples are the next sample_counts[r]
 // entries of text_tokens, its sub-items the next sub_counts[r] entries of the six sub-item
 // arrays (parent: the sample's index on its rank).
 py_metadata make_metadata(const i64_in& sample_counts, const i64_in& text_tokens,
                           const i64_in& sub_counts, const i64_in& modality, const i64_in& parent,
                           const i64_in& encoder_length, const i64_in& input_rows,
-                          const i64_in& llm_tokens, const i64_in& segments, int encoders) {
+                          const i64_in& llm_tokens, const i64_in& segments, i64 encoders) {
+  ORCHMLLM_REQUIRE(encoders >= 0 && encoders <= max_encoders, orchmllm::invalid_argument_error,
+                   "num_encoders is ", encoders, ", must be in [0, ", max_encoders, "]");
   nb::gil_scoped_release unlocked;
   const std::size_t d = sample_counts.shape(0);
   ORCHMLLM_REQUIRE(sub_counts.shape(0) == d, orchmllm::invalid_argument_error, "sub_counts has ",
@@ -166,7 +178,7 @@ py_metadata make_metadata(const i64_in& sample_counts, const i64_in& text_tokens
                    " sub-items, the arrays hold ", text_tokens.shape(0), " and ",
                    modality.shape(0));
   return {std::make_shared<const orchmllm::step_metadata>(
-      orchmllm::make_step_metadata(batches, encoders))};
+      orchmllm::make_step_metadata(batches, static_cast<int>(encoders)))};
 }
 
 // The arrays of one modality of the metadata.
@@ -230,8 +242,10 @@ transfer parse_transfer(const std::string& name) {
   if (name == "text") return transfer::text;
   if (name == "encoder_output") return transfer::encoder_output;
   if (name == "encoder_gradient") return transfer::encoder_gradient;
-  orchmllm::detail::raise<orchmllm::invalid_argument_error>(orchmllm::detail::concat(
-      "transfer '", name, "' (expected encoder_input, text, encoder_output or encoder_gradient)"));
+  orchmllm::detail::raise<orchmllm::invalid_argument_error>(
+      orchmllm::detail::concat("transfer ", orchmllm::detail::quote_text(name),
+                               " (expected encoder_input, text, encoder_output or "
+                               "encoder_gradient)"));
 }
 
 // The rearrangement a transfer moves along.
@@ -402,8 +416,9 @@ py_rearrangement encoder_plan(const py_step& s, i64 k, const std::string& kind) 
   if (kind == "lifted") return {e.lifted};
   if (kind == "output") return {e.output};
   if (kind == "gradient") return {e.gradient};
-  orchmllm::detail::raise<orchmllm::invalid_argument_error>(orchmllm::detail::concat(
-      "plan kind '", kind, "' (expected input, lifted, output or gradient)"));
+  orchmllm::detail::raise<orchmllm::invalid_argument_error>(
+      orchmllm::detail::concat("plan kind ", orchmllm::detail::quote_text(kind),
+                               " (expected input, lifted, output or gradient)"));
 }
 
 template <class Span>
@@ -603,7 +618,7 @@ void bind_step(nb::module_& m) {
            "'input' (Π_E_k, origin -> encoder ranks), 'lifted' (L_k, origin -> the LLM rank of\n"
            "the parent sample), 'output' (L_k ∘ Π_E_k⁻¹, encoder ranks -> LLM ranks) or\n"
            "'gradient' (its inverse). Raises InvalidArgumentError for a bad k or kind.")
-      .def("all_to_all", &step_all_to_all, "transfer"_a, "rank"_a, "encoder"_a = 0,
+      .def("all_to_all", &step_all_to_all, "transfer"_a, "rank"_a, "k"_a = 0,
            "What `rank` passes to all_to_all_single for one transfer of the step, in rows:\n"
            "transfer 'encoder_input' (encoder k's input rows, origin -> Π_E_k), 'text' (text\n"
            "rows, origin -> Π_M), 'encoder_output' (encoder k's output rows, Π_E_k -> Π_M, the\n"

@@ -256,3 +256,150 @@ def test_gap_tolerance_within_the_gap_or_the_plan_of_zero(seed):
             assert relaxed.makespan <= exact.lower_bound * (1 + gap) * (1 + 1e-12)
     with pytest.raises(orchmllm.InvalidArgumentError, match="gap_tolerance is -0.5"):
         orchmllm.balance(offsets, lengths, gap_tolerance=-0.5)
+
+
+# ---- overflow and the other cases of the fuzz run (python/tests/fuzz_api.py) ----------------
+
+
+def test_all_to_all_rows_whose_sum_overflows_are_an_error_on_every_rank():
+    plan = orchmllm.balance([0, 5, 11], np.arange(11))
+    for rank in (0, 1):
+        with pytest.raises(orchmllm.InvalidArgumentError,
+                           match=r"item sizes at item 1: 4611686018427387904 \+ "
+                                 r"4611686018427387904 exceeds 2\^63 - 1 \(int64 overflow\)"):
+            plan.all_to_all(rank, rows=np.full(11, 2**62))
+    # One huge item fits the sums but not an index array of one entry per row: named, not a
+    # C++ runtime's message or an attempt to allocate it.
+    # The ranks that neither hold nor receive it are not concerned.
+    rows = np.zeros(11, np.int64)
+    rows[0] = 2**62  # item 0 starts on rank 0
+    for rank in (0, 1):
+        if rank in (0, int(plan.dst_rank[0])):
+            with pytest.raises(orchmllm.InvalidArgumentError, match="index arrays .* hold at most"):
+                plan.all_to_all(rank, rows=rows)
+        else:
+            a = plan.all_to_all(rank, rows=rows)
+            assert int(a.send_splits.sum()) == 0 and int(a.recv_splits.sum()) == 0
+
+
+def test_linear_cost_overflow_is_an_error_not_a_wrapped_cost():
+    # 8 · (2^61 + 1) = 2^64 + 8 wrapped to 8: the longest item looked the cheapest.
+    with pytest.raises(orchmllm.InvalidArgumentError,
+                       match=r"linear_cost: weight 2305843009213693953 × length 8 overflows "
+                             r"2\^63 - 1"):
+        orchmllm.balance([0, 1, 2, 3, 4], [8, 1, 1, 1], orchmllm.LinearCost(2**61 + 1))
+    with pytest.raises(orchmllm.InvalidArgumentError, match="× length 8 overflows 2\\^63 - 1"):
+        orchmllm.balance([0, 1, 2, 3, 4], [8, 1, 1, 1], orchmllm.LinearCost(2**62))
+    with pytest.raises(orchmllm.InvalidArgumentError, match="overflows"):
+        orchmllm.LinearCost(2**61 + 1)(8)
+    assert orchmllm.LinearCost(2**61 + 1)(3) == 3 * (2**61 + 1)
+    assert orchmllm.LinearCost(1)(2**63 - 1) == 2**63 - 1
+    # Within range the plan is exact: the loads 3w, w, w, w (total 6w < 2^63) stay apart.
+    w = 2**60 + 1
+    plan = orchmllm.balance([0, 1, 2, 3, 4], [3, 1, 1, 1], orchmllm.LinearCost(w))
+    assert plan.makespan == float(3 * w) and len(set(plan.dst_rank.tolist())) == 4
+    with pytest.raises(orchmllm.InvalidArgumentError, match="× length 8 overflows"):
+        orchmllm.balance([0, 1, 2, 3, 4], [8, 1, 1, 1], orchmllm.LinearCost(w))
+
+
+def test_sums_of_lengths_bytes_and_costs_that_overflow_say_so():
+    cases = [
+        (dict(lengths=[2**62, 2**62]), "total length overflows at item 1"),
+        (dict(lengths=[1, 1], bytes=[2**62, 2**62]), "total bytes overflow at item 1"),
+        (dict(lengths=[2**61, 2**61], cost="quadratic:0,1e300"), "overflows double"),
+        (dict(lengths=[2**62, 1], policy="padded"), r"exceed 2\^63 - 1 tokens \(int64 overflow\)"),
+        (dict(lengths=[2**63 - 5, 1], policy="padded", pad_multiple=8), r"exceeds 2\^63 - 1"),
+        (dict(lengths=[2**62, 1], cost=orchmllm.LinearCost(2)), "overflows 2\\^63 - 1"),
+    ]
+    for kwargs, message in cases:
+        lengths = kwargs.pop("lengths")
+        with pytest.raises(orchmllm.InvalidArgumentError, match=message):
+            orchmllm.balance([0, 1, 2], lengths, **kwargs)
+    # Caps and counts at the top of the range are fine.
+    plan = orchmllm.balance([0, 1, 2], [5, 7], cap=2**63 - 1, max_items=2**63 - 1)
+    assert plan.makespan == 7
+    plan = orchmllm.balance([0, 1, 2], [2**62, 2**62 - 1])
+    assert plan.makespan == float(2**62)
+
+
+def test_fitted_costs_refuse_times_whose_squares_overflow():
+    with pytest.raises(orchmllm.InvalidArgumentError, match="overflow double"):
+        orchmllm.fit_quadratic_cost([1, 2, 5], [1e308, 1e308, 1e308])
+    calib = orchmllm.CostCalibration()
+    for i in range(6):
+        calib.add_rank([3 + i, 4], 1e308 if i % 2 else 1.0)
+    with pytest.raises(orchmllm.InvalidArgumentError, match="overflow double"):
+        calib.fit()
+
+
+def test_zero_ranks_are_refused_as_map_bins_and_make_step_metadata_refuse_them():
+    with pytest.raises(orchmllm.InvalidArgumentError, match="at least one rank"):
+        orchmllm.balance([0], [])
+    with pytest.raises(orchmllm.InvalidArgumentError, match="at least one rank"):
+        orchmllm.make_step_metadata([], 0)
+    with pytest.raises(orchmllm.InvalidArgumentError, match="offsets must have"):
+        orchmllm.balance(np.zeros(0, np.int64), [])
+    assert orchmllm.balance([0, 0], []).num_ranks == 1  # one empty rank is fine
+
+
+def test_text_forms_quote_the_whole_text():
+    offsets, lengths = [0, 1, 2], [3, 4]
+    with pytest.raises(orchmllm.InvalidArgumentError,
+                       match=r"cost is 'quadratic:1,2,3', expected 'linear' or 'quadratic:A,B'"):
+        orchmllm.balance(offsets, lengths, "quadratic:1,2,3")
+    with pytest.raises(orchmllm.InvalidArgumentError,
+                       match=r"cost expects a finite number, got 'x' \(in 'quadratic:1,x'\)"):
+        orchmllm.balance(offsets, lengths, "quadratic:1,x")
+    with pytest.raises(orchmllm.InvalidArgumentError,
+                       match=r"policy expects an integer, got '' \(in 'bucketed:8,,16'\)"):
+        orchmllm.balance(offsets, lengths, policy="bucketed:8,,16")
+
+
+def test_ints_outside_int64_and_odd_values_are_named():
+    offsets, lengths = [0, 1, 2], [3, 4]
+    for kwargs, message in [(dict(cap=2**63), "cap is 9223372036854775808, outside the int64"),
+                            (dict(gpus_per_node=-2**63 - 1), "gpus_per_node is"),
+                            (dict(max_items=10**30), "max_items is")]:
+        with pytest.raises(ValueError, match=message):
+            orchmllm.balance(offsets, lengths, **kwargs)
+    with pytest.raises(TypeError, match="gap_tolerance must be a float, got str"):
+        orchmllm.balance(offsets, lengths, gap_tolerance="0.1")
+    with pytest.raises(TypeError, match="seconds must be a float, got str"):
+        orchmllm.CostCalibration().add_rank([1], "1.0")
+    for degree in (2**31, 3):
+        with pytest.raises(orchmllm.InvalidArgumentError, match=f"degree is {degree}"):
+            orchmllm.fit_quadratic_cost([1, 2, 3], [1.0, 2.0, 3.0], degree)
+        with pytest.raises(orchmllm.InvalidArgumentError, match=f"degree is {degree}"):
+            orchmllm.CostCalibration(degree=degree)
+    # A NUL byte in a name does not cut the message short.
+    with pytest.raises(orchmllm.InvalidArgumentError) as info:
+        orchmllm.balance(offsets, lengths, algorithm="a\x00b")
+    assert "unknown algorithm 'a\\x00b' (expected" in str(info.value)
+    assert str(info.value).startswith("orchmllm: ") and str(info.value).endswith("]")
+
+
+def test_cost_objects_compare_with_none():
+    assert orchmllm.LinearCost() != None  # noqa: E711 -- __eq__ takes any object
+    assert not (orchmllm.QuadraticCost() == None)  # noqa: E711
+    assert None != orchmllm.LinearCost()  # noqa: E711
+
+
+def test_version():
+    import importlib.metadata
+    import re
+    from pathlib import Path
+
+    assert re.fullmatch(r"\d+\.\d+\.\d+", orchmllm.__version__), orchmllm.__version__
+    # The one source: CMakeLists.txt's project() VERSION (pyproject.toml reads it too).
+    cmake = Path(__file__).resolve().parents[2] / "CMakeLists.txt"
+    if cmake.is_file():
+        found = re.search(r"project\(orchmllm\s+VERSION\s+([0-9.]+)", cmake.read_text())
+        assert found and found.group(1) == orchmllm.__version__
+    # An installed package's metadata says the same.
+    try:
+        dist = importlib.metadata.distribution("orchmllm")
+    except importlib.metadata.PackageNotFoundError:
+        return
+    init = Path(str(dist.locate_file("orchmllm/__init__.py"))).resolve()
+    if init == Path(orchmllm.__file__).resolve():
+        assert dist.version == orchmllm.__version__

@@ -401,3 +401,61 @@ def test_cost_callables():
         [orchmllm.EncoderStage("vision", vit, split=True), decl.encoders[1]], decl.llm)
     assert orchmllm.plan_step(split, seg, G).encoder_plan(0).num_items >= seg.modality(0)[
         "parent"].shape[0]
+
+
+# ---- overflow and the other cases of the fuzz run (python/tests/fuzz_api.py) ----------------
+
+
+def test_rows_and_bytes_past_2_63_are_named_overflows():
+    decl = orchmllm.StageDeclarations([], orchmllm.LLMStage(text_row_bytes=8))
+    # Two samples whose text bytes add past 2^63 - 1 (each fits).
+    meta = orchmllm.make_step_metadata([orchmllm.LocalBatch([2**59]), orchmllm.LocalBatch([2**59])],
+                                       0)
+    with pytest.raises(orchmllm.InvalidArgumentError, match="overflow"):
+        orchmllm.plan_step(decl, meta)
+    # One sample's text bytes alone pass it.
+    meta = orchmllm.make_step_metadata([orchmllm.LocalBatch([2**61])], 0)
+    with pytest.raises(orchmllm.InvalidArgumentError,
+                       match=r"text bytes of sample 0: 2305843009213693952 × 8 exceeds 2\^63 - 1 "
+                             r"\(int64 overflow\)"):
+        orchmllm.plan_step(decl, meta)
+    # Bytes that fit but rows no index array can hold: planned, and the transfer of the rank
+    # that holds them refused by name; the other rank's works.
+    meta = orchmllm.make_step_metadata([orchmllm.LocalBatch([2**61]), orchmllm.LocalBatch([3])],
+                                       0)
+    step = orchmllm.plan_step(orchmllm.StageDeclarations([]), meta)
+    holder = int(step.llm_plan().dst_rank[0])
+    for rank in (0, 1):
+        if rank in (0, holder):
+            with pytest.raises(orchmllm.InvalidArgumentError, match="index arrays .* hold at most"):
+                step.all_to_all("text", rank)
+        else:
+            assert int(step.all_to_all("text", rank).send_splits.sum()) <= 3
+    # A stage's linear cost that overflows is an error naming the product.
+    meta = orchmllm.make_step_metadata([orchmllm.LocalBatch([8, 1]), orchmllm.LocalBatch([1])], 0)
+    heavy = orchmllm.StageDeclarations([], orchmllm.LLMStage(cost=orchmllm.LinearCost(2**61 + 1)))
+    with pytest.raises(orchmllm.InvalidArgumentError, match="× length 8 overflows 2\\^63 - 1"):
+        orchmllm.plan_step(heavy, meta)
+
+
+def test_counts_and_names_from_the_fuzz_run():
+    with pytest.raises(orchmllm.InvalidArgumentError, match="num_encoders is 2147483647"):
+        orchmllm.make_step_metadata([orchmllm.LocalBatch([3])], 2**31 - 1)
+    with pytest.raises(ValueError, match="num_encoders is 9223372036854775808, outside the int64"):
+        orchmllm.make_step_metadata([orchmllm.LocalBatch([3])], 2**63)
+    with pytest.raises(orchmllm.InvalidArgumentError, match="stage 'v': rounds is 1099511627776"):
+        orchmllm.StageDeclarations([orchmllm.EncoderStage(
+            "v", split=orchmllm.SplitOptions(rounds=2**40))])
+    with pytest.raises(TypeError, match="tolerance must be a float, got str"):
+        orchmllm.SplitOptions(tolerance="0.1")  # type: ignore[arg-type]
+    batch = orchmllm.LocalBatch([3, 4], [0], [1], [8], [4], [2])
+    words = batch.words()
+    back = orchmllm.LocalBatch.from_words(words, 2, 1)
+    np.testing.assert_array_equal(back.words(), words)
+    for samples, sub_items in [(3, 1), (2**63, 0), (-1, 1)]:
+        with pytest.raises(ValueError, match="words|int64"):
+            orchmllm.LocalBatch.from_words(words, samples, sub_items)
+    decl = declarations()
+    step = orchmllm.plan_step(decl, orchmllm.make_step_metadata(batches(3), K), G)
+    with pytest.raises(orchmllm.InvalidArgumentError, match=r"transfer 'a\\x00b' \(expected"):
+        step.all_to_all("a\x00b", 0)

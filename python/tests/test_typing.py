@@ -1,11 +1,16 @@
 """The package type-checks with its stubs (py.typed, the generated _orchmllm.pyi): mypy --strict
-accepts a program using the API and orchmllm.torch (and the package, which it follows into), and rejects a wrong use (so the stubs are
-really read, not Any)."""
+accepts a program using the API and orchmllm.torch (and the package, which it follows into),
+and rejects a wrong use (so the stubs are really read, not Any). Runs against the package the
+tests import: the build tree's (PYTHONPATH=<build>/python), a `pip install --target` directory
+or an installed one (in site-packages)."""
 
 from __future__ import annotations
 
+import re
+import site
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import orchmllm
@@ -27,6 +32,7 @@ name: str = plan.algorithm
 a: orchmllm.AllToAll = plan.all_to_all(0, rows=np.ones(3, np.int64))
 splits: list[int] = a.send_splits.tolist()
 stats: dict[str, object] = plan.statistics()
+version: str = orchmllm.__version__
 try:
     orchmllm.balance(offsets, lengths, cap=1)
 except orchmllm.InfeasibleError as e:
@@ -65,15 +71,32 @@ with otorch.AsyncStepPlanner(decl, max_pending=2) as planner:
 WRONG = "import orchmllm\norchmllm.balance([0, 1], [1]).makespan.upper()\n"
 
 
+def site_packages() -> set[Path]:
+    """The interpreter's site-packages directories (where mypy looks for installed packages)."""
+    dirs = [*site.getsitepackages(), site.getusersitepackages(),
+            sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    return {Path(d).resolve() for d in dirs}
+
+
+def mypy_env() -> dict[str, str]:
+    """mypy's environment: MYPYPATH names the directory holding the imported package, unless
+    that is a site-packages directory (an installed package: mypy finds it there itself, PEP
+    561, and refuses a MYPYPATH that names site-packages). No PYTHONPATH: mypy sees exactly
+    that directory and the interpreter's installed packages (numpy, torch)."""
+    package_root = Path(orchmllm.__file__).resolve().parents[1]
+    env = {"PATH": ""}
+    if package_root not in site_packages():
+        env["MYPYPATH"] = str(package_root)
+    return env
+
+
 def mypy(tmp_path: Path, name: str, code: str) -> subprocess.CompletedProcess[str]:
     source = tmp_path / name
     source.write_text(code)
-    package_root = Path(orchmllm.__file__).resolve().parents[1]
     return subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir",
          str(tmp_path / "cache"), str(source)],
-        capture_output=True, text=True, env={"MYPYPATH": str(package_root), "PATH": ""},
-        cwd=tmp_path, check=False)
+        capture_output=True, text=True, env=mypy_env(), cwd=tmp_path, check=False)
 
 
 def test_mypy_strict_accepts_the_package_and_its_use(tmp_path):
@@ -85,3 +108,8 @@ def test_mypy_strict_accepts_the_package_and_its_use(tmp_path):
 def test_mypy_rejects_a_wrong_use(tmp_path):
     out = mypy(tmp_path, "wrong.py", WRONG)
     assert '"float" has no attribute "upper"' in out.stdout, out.stdout + out.stderr
+
+
+def test_mypy_types_the_version(tmp_path):
+    out = mypy(tmp_path, "version.py", "import orchmllm\nreveal_type(orchmllm.__version__)\n")
+    assert re.search(r'Revealed type is "(builtins\.)?str"', out.stdout), out.stdout + out.stderr
