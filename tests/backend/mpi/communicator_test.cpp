@@ -16,9 +16,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -103,16 +105,29 @@ void check_fake_layout(const communicator& comm, rank_t g) {
   CHECK(comm.settings().ranks_per_node == g);
 }
 
+// Sets (or, for nullptr, unsets) an environment variable for its lifetime, then restores the
+// value it had (ctest may set ORCHMLLM_TIMEOUT_MS for the whole run).
 struct env_guard {
-  env_guard(const char* value) {
+  explicit env_guard(const char* value, const char* name = "ORCHMLLM_RANKS_PER_NODE")
+      : name_(name) {
+    if (const char* old = std::getenv(name)) before_ = old;
     if (value)
-      setenv("ORCHMLLM_RANKS_PER_NODE", value, 1);
+      setenv(name, value, 1);
     else
-      unsetenv("ORCHMLLM_RANKS_PER_NODE");
+      unsetenv(name);
   }
-  ~env_guard() { unsetenv("ORCHMLLM_RANKS_PER_NODE"); }
+  ~env_guard() {
+    if (before_)
+      setenv(name_, before_->c_str(), 1);
+    else
+      unsetenv(name_);
+  }
   env_guard(const env_guard&) = delete;
   env_guard& operator=(const env_guard&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> before_;
 };
 
 }  // namespace
@@ -358,8 +373,7 @@ TEST_CASE("all_max: the element-wise maximum; bad counts are agreed errors") {
     // values: rank, -rank, a huge key that only the last rank has, the extremes.
     std::vector<std::int64_t> v{me, -me, me == n - 1 ? INT64_MAX - 1 : 7, INT64_MIN, INT64_MAX};
     comm.all_max(v);
-    CHECK(v == std::vector<std::int64_t>{n - 1, 0, INT64_MAX - 1,
-                                         INT64_MIN, INT64_MAX});
+    CHECK(v == std::vector<std::int64_t>{n - 1, 0, INT64_MAX - 1, INT64_MIN, INT64_MAX});
     std::vector<std::int64_t> none;
     CHECK_NOTHROW(comm.all_max(none));
     std::vector<std::int64_t> eight(8, me);
@@ -461,8 +475,8 @@ TEST_CASE("invalid options raise invalid_argument_error on every rank") {
 
 TEST_CASE("a timeout: every operation works as without one; bad timeouts are agreed errors") {
   using namespace std::chrono_literals;
-  // Non-blocking collectives polled against the deadline: the conformance suite, on the fast
-  // path and on the chunked one (max_chunk_bytes = 7), with verify_counts.
+  // Blocking collectives under the watchdog: the conformance suite, on the fast path and on
+  // the chunked one (max_chunk_bytes = 7), with verify_counts.
   communicator fast(MPI_COMM_WORLD, options{.verify_counts = true, .timeout = 60s});
   CHECK(fast.settings().timeout == 60s);
   conformance(fast);
@@ -470,18 +484,136 @@ TEST_CASE("a timeout: every operation works as without one; bad timeouts are agr
   communicator chunked(MPI_COMM_WORLD, options{.max_chunk_bytes = 7, .timeout = 60s});
   conformance(chunked);
   CHECK(chunked.chunked_calls() > 0);
-  CHECK(outcome_of([] { communicator c(MPI_COMM_WORLD, options{.timeout = -1ms}); }) ==
+  // The deadline bounds each wait, not the communicator's life: 2.5 s of punctual barriers
+  // under a 2 s deadline.
+  communicator brisk(MPI_COMM_WORLD, options{.timeout = 2000ms});
+  for (int i = 0; i < 25; ++i) {
+    std::this_thread::sleep_for(100ms);
+    brisk.barrier();
+  }
+  CHECK(small_exchange_works(brisk));
+  std::string message;
+  CHECK(outcome_of([] { communicator c(MPI_COMM_WORLD, options{.timeout = -1ms}); }, &message) ==
         "invalid");
+  CHECK(message.find("timeout = -1 ms is outside [0, ") != std::string::npos);
+  CHECK(outcome_of([] {
+          communicator c(MPI_COMM_WORLD,
+                         options{.timeout = orchmllm::detail::max_comm_timeout + 1ms});
+        }) == "invalid");
   if (world_size() > 1) {
-    std::string message;
     CHECK(outcome_of(
               [&] {
                 communicator c(MPI_COMM_WORLD,
                                options{.timeout = world_rank() == 0 ? 1000ms : 2000ms});
               },
               &message) == "invalid");
-    CHECK(message.find("timeout (ms): from 1000 to 2000") != std::string::npos);
+    CHECK(message.find("timeout (ms, after ORCHMLLM_TIMEOUT_MS): from 1000 to 2000") !=
+          std::string::npos);
   }
+}
+
+TEST_CASE("the default deadline: 5 minutes, ORCHMLLM_TIMEOUT_MS, and code over environment") {
+  using namespace std::chrono_literals;
+  using orchmllm::mpi::default_timeout;
+  static_assert(default_timeout == std::chrono::minutes(5));
+  const auto timeout_env = [](const char* value) {
+    return env_guard(value, "ORCHMLLM_TIMEOUT_MS");
+  };
+  {
+    // Nothing set anywhere: a finite deadline.
+    const auto env = timeout_env(nullptr);
+    communicator comm;
+    CHECK(comm.timeout() == default_timeout);
+    CHECK(comm.settings().timeout == default_timeout);
+    CHECK(small_exchange_works(comm));
+    // The caller's own MPI calls under the same deadline (nested: the barrier arms inside).
+    CHECK(comm.with_deadline("test barrier", [&] {
+      comm.barrier();
+      return MPI_Barrier(comm.native_handle());
+    }) == MPI_SUCCESS);
+    communicator none(MPI_COMM_WORLD, options{.timeout = 0ms});  // explicit: no deadline
+    CHECK(none.timeout() == 0ms);
+    CHECK(small_exchange_works(none));
+  }
+  {
+    const auto env = timeout_env("");  // empty: unset
+    communicator comm;
+    CHECK(comm.timeout() == default_timeout);
+  }
+  {
+    const auto env = timeout_env("2500");
+    communicator comm;
+    CHECK(comm.timeout() == 2500ms);
+    CHECK(comm.settings().timeout == 2500ms);
+    conformance(comm);
+    communicator in_code(MPI_COMM_WORLD, options{.timeout = 60s});  // code wins
+    CHECK(in_code.timeout() == 60s);
+    communicator none(MPI_COMM_WORLD, options{.timeout = 0ms});
+    CHECK(none.timeout() == 0ms);
+    orchmllm::mpi::communicator_ref ref(MPI_COMM_WORLD);
+    CHECK(ref.timeout() == 2500ms);
+  }
+  {
+    const auto env = timeout_env("0");  // no deadline, no watchdog
+    communicator comm;
+    CHECK(comm.timeout() == 0ms);
+    CHECK(comm.settings().timeout == 0ms);
+    conformance(comm);
+  }
+  for (const char* bad : {"1.5s", "-1", "abc", " 100", "100 ", "1e3", "+5", "0x10",
+                          "99999999999999999999", "31536000001"}) {
+    const auto env = timeout_env(bad);
+    std::string message;
+    CHECK_MESSAGE(outcome_of([] { communicator comm; }, &message) == "invalid", bad);
+    CHECK_MESSAGE(
+        message.find(std::string("ORCHMLLM_TIMEOUT_MS='") + bad + "'") != std::string::npos,
+        message);
+    // An explicit value in code: the environment is not read.
+    CHECK(outcome_of([] { communicator comm(MPI_COMM_WORLD, options{.timeout = 30s}); }) == "");
+  }
+  {
+    const auto env = timeout_env("31536000000");  // the largest: 365 days
+    communicator comm;
+    CHECK(comm.timeout() == orchmllm::detail::max_comm_timeout);
+  }
+  if (world_size() > 1) {
+    std::string message;
+    {
+      // Ranks that resolve different deadlines all fail.
+      const auto env = timeout_env(world_rank() == 0 ? "1000" : "2000");
+      CHECK(outcome_of([] { communicator comm; }, &message) == "invalid");
+      CHECK(message.find("timeout (ms, after ORCHMLLM_TIMEOUT_MS): from 1000 to 2000") !=
+            std::string::npos);
+      // The same through the environment on some ranks and in code on the others.
+      CHECK(outcome_of(
+                [] {
+                  communicator comm(MPI_COMM_WORLD,
+                                    world_rank() == 1 ? options{.timeout = 1000ms} : options{});
+                },
+                &message) == "invalid");
+    }
+    {
+      // One rank's value is malformed: it names it, the others name that rank.
+      const auto env = timeout_env(world_rank() == 1 ? "ten" : "1000");
+      CHECK(outcome_of([] { communicator comm; }, &message) == "invalid");
+      if (world_rank() == 1)
+        CHECK(message.find("ORCHMLLM_TIMEOUT_MS='ten'") != std::string::npos);
+      else
+        CHECK(message.find("rank 1 passed invalid arguments") != std::string::npos);
+    }
+  }
+  communicator after;  // the world is still usable
+  CHECK(small_exchange_works(after));
+}
+
+TEST_CASE("mpi::environment over an initialised MPI changes nothing") {
+  orchmllm::mpi::environment env;  // the test main initialised MPI
+  CHECK_FALSE(env.initialised_here());
+  CHECK(env.finalize_timeout() == std::chrono::milliseconds(0));
+  CHECK(outcome_of([] {
+          orchmllm::mpi::environment e(nullptr, nullptr, MPI_THREAD_FUNNELED,
+                                       std::chrono::milliseconds(-1));
+        }) == "invalid");
 }
 
 TEST_CASE("communicator is movable; the moved-to object owns the duplicate") {
@@ -554,8 +686,7 @@ TEST_CASE("communicator_ref adopts the caller's MPI communicator: same behaviour
     conformance(ref);
     CHECK(small_exchange_works(ref));
     // Bad arguments on one rank are still agreed errors on every rank of the group.
-    std::vector<std::int64_t> counts(static_cast<std::size_t>(ref.size()) + (ref.rank() == 0),
-                                     0);
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(ref.size()) + (ref.rank() == 0), 0);
     std::vector<std::byte> buf(1);
     CHECK(outcome_of([&] {
             ref.all_to_allv(buf.data(), counts, counts, buf.data(), counts, counts);

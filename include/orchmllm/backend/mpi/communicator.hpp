@@ -25,19 +25,24 @@
 /// of the counts) and raise `communication_error` on every rank instead. A rank that dies,
 /// returns early, takes another path through the collectives, or an MPI failure in the middle
 /// of a point-to-point transfer, leaves its peers blocked inside MPI, which offers no portable
-/// way to cancel a collective: with `communicator_options::timeout` set, every wait of every
-/// operation has that deadline, after which the waiting rank prints which operation on which
-/// rank did not complete and aborts the job (MPI_Abort) — as the NCCL backend does. Without it
-/// (the default) waits are unbounded.
+/// way to cancel a collective. So every wait has a deadline (`communicator_options::timeout`,
+/// by default ORCHMLLM_TIMEOUT_MS or 5 minutes): past it the waiting rank prints which
+/// operation on which rank did not complete and aborts the job (MPI_Abort on MPI_COMM_WORLD).
+/// The calls stay MPI's blocking ones; a watchdog thread per communicator enforces the deadline
+/// (backend/mpi/detail/error_and_wait.hpp). `mpi::environment` completes the picture at exit:
+/// it finalises MPI only once every rank has reached it.
 ///
-/// Environment variable: `ORCHMLLM_RANKS_PER_NODE=G` (G >= 1) fakes nodes as consecutive blocks
-/// of G ranks whenever `communicator_options::ranks_per_node` is 0; unset, empty or "0" means
-/// real nodes. Anything else (not a non-negative integer) raises invalid_argument_error from
-/// the constructor on every rank.
+/// Environment variables, read by the constructor (a malformed value raises
+/// invalid_argument_error on every rank; the resolved values are agreed across ranks):
+/// - `ORCHMLLM_RANKS_PER_NODE=G` (G >= 1) fakes nodes as consecutive blocks of G ranks whenever
+///   `communicator_options::ranks_per_node` is 0; unset, empty or "0" means real nodes.
+/// - `ORCHMLLM_TIMEOUT_MS=T` is the deadline in milliseconds when `communicator_options::timeout`
+///   is not set in code; "0" means no deadline; unset or empty means 5 minutes.
 ///
 /// Headers (this one includes them all): backend/mpi/environment.hpp (`mpi::environment`,
-/// ORCHMLLM_RANKS_PER_NODE) and, under backend/mpi/detail/, error_and_wait.hpp (MPI error
-/// checks, deadline waits), agreement.hpp (argument and outcome agreement), exchange.hpp (the
+/// ORCHMLLM_RANKS_PER_NODE), detail/comm/deadline.hpp (ORCHMLLM_TIMEOUT_MS, the default
+/// deadline) and, under backend/mpi/detail/, error_and_wait.hpp (MPI error checks, the
+/// deadline watchdog), agreement.hpp (argument and outcome agreement), exchange.hpp (the
 /// transfers: one MPI collective or the chunked point-to-point path), gather_datatypes.hpp
 /// (all_to_allv_gather's datatype path), comm_handle.hpp (the MPI_Comm's owner).
 
@@ -50,6 +55,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -66,10 +72,16 @@
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/detail/comm/chunking.hpp"
+#include "orchmllm/detail/comm/deadline.hpp"
 #include "orchmllm/detail/comm/node_shape.hpp"
 #include "orchmllm/detail/comm/segments.hpp"
 
 namespace orchmllm::mpi {
+
+/// The deadline of every wait when neither `communicator_options::timeout` nor
+/// ORCHMLLM_TIMEOUT_MS sets one: 5 minutes (see docs/communication.md, "Deadlines").
+inline constexpr std::chrono::milliseconds default_timeout =
+    ::orchmllm::detail::default_comm_timeout;
 
 /// Construction options of `mpi::communicator`. Every rank must pass the same values (checked:
 /// invalid_argument_error on every rank otherwise).
@@ -88,13 +100,19 @@ struct communicator_options {
   /// peers send. Off by default: callers such as the dispatch layer already check a plan
   /// fingerprint collectively.
   bool verify_counts = false;
-  /// Deadline of every wait inside an operation (its agreement round trips, its transfer, each
-  /// wait of the chunked path); 0 (the default): no deadline. Past it the waiting rank prints
-  /// "orchmllm: mpi::communicator: <operation> on rank <r> did not complete within <t> ms" and
-  /// aborts the job (MPI_Abort): a peer that died, returned early or called another operation
-  /// never arrives. Must not be negative. With it, operations use MPI's non-blocking
-  /// collectives, polled.
-  std::chrono::milliseconds timeout{0};
+  /// Deadline of every wait of the constructor and of every operation (its agreement round
+  /// trips, its transfer, the chunked path's message exchange as a whole). Unset (the
+  /// default): the environment variable ORCHMLLM_TIMEOUT_MS (milliseconds, read by the
+  /// constructor), else `default_timeout` (5 minutes); a value set here wins over both. 0: no
+  /// deadline (waits are unbounded). In [0, 365 days]. Past it the waiting rank prints
+  /// "orchmllm: mpi::communicator: <operation> on rank <r> did not complete within <t> ms (...)"
+  /// and aborts the job (MPI_Abort(MPI_COMM_WORLD)): a peer that died, returned early or called
+  /// another operation never arrives. The calls stay MPI's blocking ones: a watchdog thread of
+  /// the communicator (asleep, waking every timeout/16 and at least once a second) enforces
+  /// it, so MPI_Abort comes from that thread (beyond the letter of MPI_THREAD_FUNNELED; Open
+  /// MPI 4.1 ends the job reliably, backend.mpi.deadline.*). Must agree across ranks.
+  /// `settings().timeout` holds the value in effect.
+  std::optional<std::chrono::milliseconds> timeout{};
 };
 
 /// One rank's handle on a group of MPI processes; models `orchmllm::communicator` with host
@@ -128,11 +146,13 @@ class communicator : public ::orchmllm::detail::node_shape {
   static constexpr memory_kind payload_memory = memory_kind::host;
 
   /// Collective over `comm`. O(size()) time and memory (plus MPI_Comm_dup, MPI_Comm_split_type
-  /// and an MPI_Allgather of one int for real nodes). Throws invalid_argument_error on every
-  /// rank for options that are invalid or differ between ranks (ranks_per_node < 0,
-  /// max_chunk_bytes outside [1, INT_MAX], a malformed ORCHMLLM_RANKS_PER_NODE), and when MPI
-  /// is not initialised or `comm` is MPI_COMM_NULL (locally); communication_error when an MPI
-  /// call fails.
+  /// and an MPI_Allgather of one int for real nodes), and one watchdog thread when the deadline
+  /// is positive. Its waits have the deadline resolved locally (the built-in one if that value
+  /// is invalid). Throws invalid_argument_error on every rank for options that are invalid or
+  /// differ between ranks (ranks_per_node < 0, max_chunk_bytes outside [1, INT_MAX], a timeout
+  /// outside [0, 365 days], a malformed ORCHMLLM_RANKS_PER_NODE or ORCHMLLM_TIMEOUT_MS), and
+  /// when MPI is not initialised or `comm` is MPI_COMM_NULL (locally); communication_error when
+  /// an MPI call fails.
   explicit communicator(MPI_Comm comm = MPI_COMM_WORLD, options opts = {}) : opts_(opts) {
     init(comm, true);
   }
@@ -153,26 +173,15 @@ class communicator : public ::orchmllm::detail::node_shape {
                      "MPI_Init) before an orchmllm::mpi::communicator");
     ORCHMLLM_REQUIRE(comm != MPI_COMM_NULL, invalid_argument_error,
                      "mpi::communicator: the MPI communicator is MPI_COMM_NULL");
-    MPI_Comm used = comm;
-    if (own) {
-      impl::check(MPI_Comm_dup(comm, &used), "MPI_Comm_dup");
-      handle_.comm = used;  // owned from here on: freed if anything below throws
-      impl::check(MPI_Comm_set_errhandler(used, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-    } else {
-      handle_.comm = used;
-      handle_.owned = false;
-    }
     int r = 0;
-    int s = 0;
-    impl::check(MPI_Comm_rank(used, &r), "MPI_Comm_rank");
-    impl::check(MPI_Comm_size(used, &s), "MPI_Comm_size");
+    impl::check(MPI_Comm_rank(comm, &r), "MPI_Comm_rank");
     rank_ = r;
-    size_ = s;
 
     // Resolve and validate the options locally, then agree, so that a bad option on one rank
     // fails every rank here instead of hanging the first collective.
     std::optional<invalid_argument_error> local;
     std::int64_t per_node = opts_.ranks_per_node;
+    std::chrono::milliseconds timeout = default_timeout;
     try {
       ORCHMLLM_REQUIRE(opts_.ranks_per_node >= 0, invalid_argument_error,
                        "mpi::communicator: ranks_per_node = ", opts_.ranks_per_node,
@@ -181,36 +190,53 @@ class communicator : public ::orchmllm::detail::node_shape {
                        invalid_argument_error,
                        "mpi::communicator: max_chunk_bytes = ", opts_.max_chunk_bytes,
                        " is outside [1, ", INT_MAX, "]");
-      ORCHMLLM_REQUIRE(opts_.timeout.count() >= 0, invalid_argument_error,
-                       "mpi::communicator: timeout = ", opts_.timeout.count(),
-                       " ms is negative (0 means no deadline)");
+      timeout = ::orchmllm::detail::resolve_comm_timeout("mpi::communicator", opts_.timeout);
       if (per_node == 0) {
         if (auto env = impl::ranks_per_node_from_env()) per_node = *env;
       }
     } catch (const invalid_argument_error& e) {
       local = e;
     }
+    // Every wait from here on has the deadline, the constructor's own collectives included (a
+    // peer that never constructs its communicator leaves this one in MPI_Comm_dup).
+    watch_ = std::make_unique<impl::watchdog>("mpi::communicator", timeout, r);
+    MPI_Comm used = comm;
+    if (own) {
+      const int rc = collective("mpi::communicator construction (MPI_Comm_dup)",
+                                [&] { return MPI_Comm_dup(comm, &used); });
+      impl::check(rc, "MPI_Comm_dup");
+      handle_.comm = used;  // owned from here on: freed if anything below throws
+      impl::check(MPI_Comm_set_errhandler(used, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    } else {
+      handle_.comm = used;
+      handle_.owned = false;
+    }
+    int s = 0;
+    impl::check(MPI_Comm_size(used, &s), "MPI_Comm_size");
+    size_ = s;
+
     const std::array<std::int64_t, 4> keys{per_node, opts_.max_chunk_bytes,
                                            opts_.verify_counts ? 1 : 0,
-                                           static_cast<std::int64_t>(opts_.timeout.count())};
-    const agreement a = agree("mpi::communicator", local.has_value(), keys, false, false);
+                                           static_cast<std::int64_t>(timeout.count())};
+    const agreement a =
+        agree("mpi::communicator construction", local.has_value(), keys, false, false);
     if (local) throw *local;
     throw_if_invalid("mpi::communicator", a);
     const char* names[] = {"ranks_per_node (after ORCHMLLM_RANKS_PER_NODE)", "max_chunk_bytes",
-                           "verify_counts", "timeout (ms)"};
+                           "verify_counts", "timeout (ms, after ORCHMLLM_TIMEOUT_MS)"};
     for (std::size_t k = 0; k < keys.size(); ++k) {
       ORCHMLLM_REQUIRE(a.key_min[k] == a.key_max[k], invalid_argument_error,
                        "mpi::communicator: ranks pass different ", names[k], ": from ",
                        a.key_min[k], " to ", a.key_max[k]);
     }
     opts_.ranks_per_node = static_cast<rank_t>(per_node);
+    opts_.timeout = timeout;
 
     if (per_node > 0) {
       assign_blocks(opts_.ranks_per_node);
     } else {
       real_nodes();
     }
-    constructed_ = true;
   }
 
  public:
@@ -220,8 +246,23 @@ class communicator : public ::orchmllm::detail::node_shape {
   communicator& operator=(communicator&&) noexcept = default;
   ~communicator() = default;
 
-  /// The options in effect (ranks_per_node after the environment override).
+  /// The options in effect (ranks_per_node after ORCHMLLM_RANKS_PER_NODE; timeout always set,
+  /// after ORCHMLLM_TIMEOUT_MS and the default).
   [[nodiscard]] const options& settings() const noexcept { return opts_; }
+  /// The deadline of every wait (0: none); the same as `*settings().timeout`. O(1).
+  [[nodiscard]] std::chrono::milliseconds timeout() const noexcept {
+    return opts_.timeout.value_or(std::chrono::milliseconds(0));
+  }
+  /// Runs `call`, a blocking MPI call on native_handle() that waits for peers (e.g. the
+  /// baseline MPI_Alltoallv a benchmark times, or a backend's bootstrap MPI_Bcast), under this
+  /// communicator's deadline: past it the job aborts with the message naming `what` (a string
+  /// with static storage duration) and this rank. Returns what `call` returns. O(1) on top of
+  /// the call.
+  template <class Call>
+  decltype(auto) with_deadline(const char* what, Call&& call) {
+    const ::orchmllm::detail::mpi_backend::armed guard(watch_.get(), what);
+    return call();
+  }
   /// The duplicated MPI communicator (owned by this object; do not free it). Useful to time
   /// a plain MPI_Alltoallv on the same group.
   [[nodiscard]] MPI_Comm native_handle() const noexcept { return handle_.comm; }
@@ -229,19 +270,17 @@ class communicator : public ::orchmllm::detail::node_shape {
   /// path (the same on every rank). Diagnostics and tests.
   [[nodiscard]] std::int64_t chunked_calls() const noexcept { return chunked_calls_; }
 
-  /// MPI_Barrier (MPI_Ibarrier with a timeout). Throws communication_error when it fails.
+  /// MPI_Barrier. Throws communication_error when it fails.
   void barrier() {
-    ::orchmllm::detail::mpi_backend::check(
-        collective(
-            "barrier", [&] { return MPI_Barrier(comm()); },
-            [&](MPI_Request* r) { return MPI_Ibarrier(comm(), r); }),
-        "MPI_Barrier");
+    const MPI_Comm c = comm();
+    ::orchmllm::detail::mpi_backend::check(collective("barrier", [&] { return MPI_Barrier(c); }),
+                                           "MPI_Barrier");
   }
 
   /// Replaces each value by its maximum over all ranks (`orchmllm::max_reducing_communicator`):
-  /// one MPI_Allreduce(MAX) of 10 int64 (MPI_Iallreduce, polled, with a timeout), whatever the
-  /// count. Throws invalid_argument_error on every rank when some rank passes more than 8
-  /// values or a count differing from the others'; communication_error when MPI fails.
+  /// one MPI_Allreduce(MAX) of 10 int64, whatever the count. Throws invalid_argument_error on every
+  /// rank when some rank passes more than 8 values or a count differing from the others';
+  /// communication_error when MPI fails.
   void all_max(std::span<std::int64_t> values) {
     static constexpr std::size_t max_values = 8;
     constexpr auto lowest = std::numeric_limits<std::int64_t>::min();
@@ -256,8 +295,7 @@ class communicator : public ::orchmllm::detail::node_shape {
     v[1] = ~count;
     if (values.size() <= max_values) std::copy(values.begin(), values.end(), v.begin() + 2);
     std::array<std::int64_t, 2 + max_values> r{};
-    ::orchmllm::detail::mpi_backend::max_reduce(comm(), rank_, "all_max", v, r, opts_.timeout,
-                                                "");
+    ::orchmllm::detail::mpi_backend::max_reduce(comm(), "all_max", v, r, watch_.get(), "");
     ORCHMLLM_REQUIRE(r[0] != std::numeric_limits<std::int64_t>::max(), invalid_argument_error,
                      "all_max: some rank passes more than ", max_values, " values");
     ORCHMLLM_REQUIRE(r[0] == ~r[1], invalid_argument_error,
@@ -295,7 +333,7 @@ class communicator : public ::orchmllm::detail::node_shape {
                      " (all_gather needs the same count everywhere; use "
                      "all_gatherv)");
     if (a.chunked) ++chunked_calls_;
-    ::orchmllm::detail::mpi_backend::move_all_gather(comm(), rank_, size_, limit(), opts_.timeout,
+    ::orchmllm::detail::mpi_backend::move_all_gather(comm(), rank_, size_, limit(), watch_.get(),
                                                      op, send, bytes, recv, a.chunked);
   }
 
@@ -335,8 +373,8 @@ class communicator : public ::orchmllm::detail::node_shape {
                      ": ranks pass different counts (all_gatherv needs the same counts on "
                      "every rank)");
     if (a.chunked) ++chunked_calls_;
-    d::mpi_backend::move_all_gatherv(comm(), rank_, size_, limit(), opts_.timeout, op, send,
-                                     bytes, recv, counts, displs, a.chunked);
+    d::mpi_backend::move_all_gatherv(comm(), rank_, size_, limit(), watch_.get(), op, send, bytes,
+                                     recv, counts, displs, a.chunked);
   }
 
   /// Optional capability used by `orchmllm::execute`: an all_to_allv whose send buffer is the
@@ -355,9 +393,8 @@ class communicator : public ::orchmllm::detail::node_shape {
     static constexpr const char* op = "all_to_allv";
     // Built before the agreement so that a failure here is agreed on like a bad argument.
     gather_call call(size_);
-    std::optional<invalid_argument_error> local =
-        call.build(op, in, segments, send_counts, send_displs, recv, recv_counts, recv_displs,
-                   limit());
+    std::optional<invalid_argument_error> local = call.build(
+        op, in, segments, send_counts, send_displs, recv, recv_counts, recv_displs, limit());
     const agreement a =
         agree(op, local.has_value(), std::array<std::int64_t, 0>{}, !call.fits, false);
     if (local || a.bad_rank >= 0 || a.chunked) call.free_types();
@@ -418,7 +455,7 @@ class communicator : public ::orchmllm::detail::node_shape {
     std::optional<communication_error> mismatch;
     if (opts_.verify_counts)
       mismatch = d::mpi_backend::exchange_and_compare_counts(
-          comm(), op, rank_, local.has_value(), send_counts, recv_counts, p, opts_.timeout);
+          comm(), op, rank_, local.has_value(), send_counts, recv_counts, p, watch_.get());
     const bool fits = !local && d::fits_in_int_call(send_counts, send_displs, limit()) &&
                       d::fits_in_int_call(recv_counts, recv_displs, limit());
     const agreement a =
@@ -429,8 +466,7 @@ class communicator : public ::orchmllm::detail::node_shape {
     ORCHMLLM_REQUIRE(a.mismatch_rank < 0, communication_error, op,
                      ": send and receive counts disagree between ranks (rank ", a.mismatch_rank,
                      " detected it); nothing was sent");
-    move_all_to_allv(op, send, send_counts, send_displs, recv, recv_counts, recv_displs,
-                     a.chunked);
+    move_all_to_allv(op, send, send_counts, send_displs, recv, recv_counts, recv_displs, a.chunked);
   }
 
   /// `orchmllm::agreed_exchange_communicator`: the same for a hop of an agreed route, without
@@ -450,17 +486,16 @@ class communicator : public ::orchmllm::detail::node_shape {
       return;
     }
     if (auto local = ::orchmllm::detail::mpi_backend::check_all_to_allv_args(
-            op, static_cast<std::size_t>(size_), send, send_counts, send_displs, recv,
-            recv_counts, recv_displs))
+            op, static_cast<std::size_t>(size_), send, send_counts, send_displs, recv, recv_counts,
+            recv_displs))
       throw *local;
     const bool fits = agreed_fits(agreed, false);
-    ORCHMLLM_REQUIRE(!fits || (::orchmllm::detail::fits_in_int_call(send_counts, send_displs,
-                                                                    limit()) &&
-                               ::orchmllm::detail::fits_in_int_call(recv_counts, recv_displs,
-                                                                    limit())),
-                     invalid_argument_error, op,
-                     ": this rank's call does not fit the group's figures (agreed_exchange) it "
-                     "was given");
+    ORCHMLLM_REQUIRE(
+        !fits || (::orchmllm::detail::fits_in_int_call(send_counts, send_displs, limit()) &&
+                  ::orchmllm::detail::fits_in_int_call(recv_counts, recv_displs, limit())),
+        invalid_argument_error, op,
+        ": this rank's call does not fit the group's figures (agreed_exchange) it "
+        "was given");
     move_all_to_allv(op, send, send_counts, send_displs, recv, recv_counts, recv_displs, !fits);
   }
 
@@ -481,8 +516,7 @@ class communicator : public ::orchmllm::detail::node_shape {
 
   // Whether a call with the group's figures `a` takes one MPI call (true) or the chunked path
   // (all_to_allv) / the packing fallback (all_to_allv_gather), the same on every rank.
-  [[nodiscard]] bool agreed_fits(const ::orchmllm::agreed_exchange& a,
-                                 bool gather) const noexcept {
+  [[nodiscard]] bool agreed_fits(const ::orchmllm::agreed_exchange& a, bool gather) const noexcept {
     return a.max_block <= limit() && a.max_buffer <= static_cast<std::int64_t>(INT_MAX) &&
            (!gather || a.max_items <= static_cast<std::int64_t>(INT_MAX));
   }
@@ -495,32 +529,28 @@ class communicator : public ::orchmllm::detail::node_shape {
                         std::span<const std::int64_t> recv_counts,
                         std::span<const std::int64_t> recv_displs, bool chunked) {
     if (chunked) ++chunked_calls_;
-    ::orchmllm::detail::mpi_backend::move_all_to_allv(comm(), rank_, size_, limit(), opts_.timeout,
+    ::orchmllm::detail::mpi_backend::move_all_to_allv(comm(), rank_, size_, limit(), watch_.get(),
                                                       op, send, send_counts, send_displs, recv,
                                                       recv_counts, recv_displs, chunked);
   }
 
   // The transfer of a built gather call: one MPI_Alltoallw straight from `in`; frees the types.
   void send_gathered(const char* op, const std::byte* in, std::byte* recv, gather_call& call) {
-    ::orchmllm::detail::mpi_backend::send_gathered(comm(), rank_, opts_.timeout, op, in, recv,
-                                                   call);
+    ::orchmllm::detail::mpi_backend::send_gathered(comm(), rank_, watch_.get(), op, in, recv, call);
   }
 
-  // One MPI collective under the options' timeout (detail::mpi_backend::run_collective).
-  template <class Blocking, class Posting>
-  int collective(const char* what, Blocking&& blocking, Posting&& posting) {
-    return ::orchmllm::detail::mpi_backend::run_collective(opts_.timeout, rank_, comm(), what,
-                                                           blocking, posting);
+  // One blocking MPI call that waits for peers, under the deadline (the watchdog).
+  template <class Call>
+  int collective(const char* what, Call&& call) {
+    return ::orchmllm::detail::mpi_backend::run_collective(watch_.get(), what, call);
   }
 
   // The argument agreement (detail::mpi_backend::agree) on this communicator.
   template <std::size_t K>
   agreement agree(const char* op, bool invalid, const std::array<std::int64_t, K>& keys,
                   bool chunked, bool mismatch) {
-    // The constructor agrees before the timeout itself is agreed: only the operations use it.
-    return ::orchmllm::detail::mpi_backend::agree(
-        comm(), rank_, constructed_ ? opts_.timeout : std::chrono::milliseconds(0), op, invalid,
-        keys, chunked, mismatch);
+    return ::orchmllm::detail::mpi_backend::agree(comm(), rank_, watch_.get(), op, invalid, keys,
+                                                  chunked, mismatch);
   }
 
   static void throw_if_invalid(const char* op, const agreement& a) {
@@ -530,17 +560,27 @@ class communicator : public ::orchmllm::detail::node_shape {
   void real_nodes() {
     namespace impl = ::orchmllm::detail::mpi_backend;
     MPI_Comm node_comm = MPI_COMM_NULL;
-    impl::check(
-        MPI_Comm_split_type(handle_.comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm),
-        "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+    impl::check(collective("mpi::communicator construction (MPI_Comm_split_type)",
+                           [&] {
+                             return MPI_Comm_split_type(handle_.comm, MPI_COMM_TYPE_SHARED, rank_,
+                                                        MPI_INFO_NULL, &node_comm);
+                           }),
+                "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
     comm_handle node;  // frees node_comm on every path
     node.comm = node_comm;
     impl::check(MPI_Comm_set_errhandler(node_comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     int leader = rank_;  // the node's lowest rank names it
-    impl::check(MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, node_comm),
-                "MPI_Allreduce (node leader)");
+    impl::check(
+        collective(
+            "mpi::communicator construction (node leader)",
+            [&] { return MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, node_comm); }),
+        "MPI_Allreduce (node leader)");
     std::vector<int> leaders(static_cast<std::size_t>(size_));
-    impl::check(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, handle_.comm),
+    impl::check(collective("mpi::communicator construction (node leaders)",
+                           [&] {
+                             return MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT,
+                                                  handle_.comm);
+                           }),
                 "MPI_Allgather (node leaders)");
     assign_by_keys(std::span<const int>(leaders));
   }
@@ -548,7 +588,9 @@ class communicator : public ::orchmllm::detail::node_shape {
   comm_handle handle_;
   options opts_;
   std::int64_t chunked_calls_ = 0;
-  bool constructed_ = false;  // the options (the timeout among them) are agreed
+  // The deadline of every wait (a thread when positive); declared after handle_ so that it is
+  // destroyed, its thread joined, before the MPI communicator is freed.
+  std::unique_ptr<::orchmllm::detail::mpi_backend::watchdog> watch_;
 };
 
 static_assert(::orchmllm::communicator<communicator>);

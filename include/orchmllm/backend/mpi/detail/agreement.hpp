@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -56,25 +55,20 @@ using ::orchmllm::detail::check_all_to_allv_args;
 inline std::optional<communication_error> exchange_and_compare_counts(
     MPI_Comm comm, const char* op, rank_t me, bool invalid,
     std::span<const std::int64_t> send_counts, std::span<const std::int64_t> recv_counts,
-    std::size_t p, std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) {
+    std::size_t p, watchdog* watch) {
   std::vector<std::int64_t> mine(p, -1);
   if (!invalid) std::copy(send_counts.begin(), send_counts.end(), mine.begin());
   std::vector<std::int64_t> theirs(p, -1);
-  check(run_collective(
-            timeout, me, comm, "MPI_Alltoall (all_to_allv count check)",
-            [&] {
-              return MPI_Alltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T,
-                                  comm);
-            },
-            [&](MPI_Request* r) {
-              return MPI_Ialltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T,
-                                   comm, r);
-            }),
+  check(run_collective(watch, "MPI_Alltoall (all_to_allv count check)",
+                       [&] {
+                         return MPI_Alltoall(mine.data(), 1, MPI_INT64_T, theirs.data(), 1,
+                                             MPI_INT64_T, comm);
+                       }),
         std::string("MPI_Alltoall (") + op + " count check)");
   for (std::size_t q = 0; q < p && !invalid; ++q) {
     if (theirs[q] >= 0 && theirs[q] != recv_counts[q])
-      return communication_error(concat(op, ": rank ", me, " expects recv_counts[", q, "] = ",
-                                        recv_counts[q], " bytes but rank ", q, " sends ",
+      return communication_error(concat(op, ": rank ", me, " expects recv_counts[", q,
+                                        "] = ", recv_counts[q], " bytes but rank ", q, " sends ",
                                         theirs[q], "; nothing was sent"));
   }
   return std::nullopt;
@@ -89,31 +83,24 @@ struct agreement {
   std::array<std::int64_t, 4> key_max{};
 };
 
-// r = element-wise MPI_MAX of v over the ranks of `comm`, under `timeout` (0: blocking).
-// Throws communication_error "MPI_Allreduce (<op><what>) failed: ..." when MPI fails.
+// r = element-wise MPI_MAX of v over the ranks of `comm`, under `watch`'s deadline (null:
+// none). Throws communication_error "MPI_Allreduce (<op><what>) failed: ..." when MPI fails.
 template <std::size_t N>
-void max_reduce(MPI_Comm comm, rank_t rank, const char* op, const std::array<std::int64_t, N>& v,
-                std::array<std::int64_t, N>& r, std::chrono::milliseconds timeout,
-                const char* what) {
-  check(run_collective(
-            timeout, rank, comm, op,
-            [&] {
-              return MPI_Allreduce(v.data(), r.data(), static_cast<int>(N), MPI_INT64_T, MPI_MAX,
-                                   comm);
-            },
-            [&](MPI_Request* req) {
-              return MPI_Iallreduce(v.data(), r.data(), static_cast<int>(N), MPI_INT64_T,
-                                    MPI_MAX, comm, req);
-            }),
+void max_reduce(MPI_Comm comm, const char* op, const std::array<std::int64_t, N>& v,
+                std::array<std::int64_t, N>& r, watchdog* watch, const char* what) {
+  check(run_collective(watch, op,
+                       [&] {
+                         return MPI_Allreduce(v.data(), r.data(), static_cast<int>(N), MPI_INT64_T,
+                                              MPI_MAX, comm);
+                       }),
         std::string("MPI_Allreduce (") + op + what + ")");
 }
 
 // One MPI_Allreduce(MAX) over [bad rank+1, mismatch rank+1, chunked, k0, ~k0, k1, ~k1, ...]:
 // ~k is monotone decreasing and never overflows, so max(~k) gives ~min(k).
 template <std::size_t K>
-agreement agree(MPI_Comm comm, rank_t rank, std::chrono::milliseconds timeout, const char* op,
-                bool invalid, const std::array<std::int64_t, K>& keys, bool chunked,
-                bool mismatch) {
+agreement agree(MPI_Comm comm, rank_t rank, watchdog* watch, const char* op, bool invalid,
+                const std::array<std::int64_t, K>& keys, bool chunked, bool mismatch) {
   static_assert(K <= 4);
   std::array<std::int64_t, 3 + 2 * K> v{};
   v[0] = invalid ? rank + 1 : 0;
@@ -126,7 +113,7 @@ agreement agree(MPI_Comm comm, rank_t rank, std::chrono::milliseconds timeout, c
     }
   }
   std::array<std::int64_t, 3 + 2 * K> r{};
-  max_reduce(comm, rank, op, v, r, timeout, " argument agreement");
+  max_reduce(comm, op, v, r, watch, " argument agreement");
   agreement a;
   a.bad_rank = r[0] - 1;
   a.mismatch_rank = r[1] - 1;
@@ -150,8 +137,8 @@ inline void throw_if_invalid(const char* op, const agreement& a) {
 // collective there is nothing to agree on: MPI reports a failed collective on the ranks it
 // fails on and leaves the communicator's state undefined (Open MPI aborts the job), so the
 // rank that sees the error throws and the fast path costs no extra round trip.
-inline void finish(MPI_Comm comm, rank_t rank, std::chrono::milliseconds timeout, const char* op,
-                   const outcome& out, bool chunked) {
+inline void finish(MPI_Comm comm, rank_t rank, watchdog* watch, const char* op, const outcome& out,
+                   bool chunked) {
   if (!chunked) {
     if (!out.ok())
       throw communication_error(::orchmllm::detail::concat(op, " on rank ", rank, ": ", out.what));
@@ -160,16 +147,12 @@ inline void finish(MPI_Comm comm, rank_t rank, std::chrono::milliseconds timeout
   const std::int64_t mine = out.ok() ? 0 : rank + 1;
   std::int64_t worst = 0;
   const int rc = run_collective(
-      timeout, rank, comm, op,
-      [&] { return MPI_Allreduce(&mine, &worst, 1, MPI_INT64_T, MPI_MAX, comm); },
-      [&](MPI_Request* r) {
-        return MPI_Iallreduce(&mine, &worst, 1, MPI_INT64_T, MPI_MAX, comm, r);
-      });
+      watch, op, [&] { return MPI_Allreduce(&mine, &worst, 1, MPI_INT64_T, MPI_MAX, comm); });
   if (!out.ok())
     throw communication_error(::orchmllm::detail::concat(op, " on rank ", rank, ": ", out.what));
   check(rc, std::string("MPI_Allreduce (") + op + " outcome agreement)");
-  ORCHMLLM_REQUIRE(worst == 0, communication_error, op, ": the transfer failed on rank ",
-                   worst - 1, " (its own error names the cause)");
+  ORCHMLLM_REQUIRE(worst == 0, communication_error, op, ": the transfer failed on rank ", worst - 1,
+                   " (its own error names the cause)");
 }
 
 }  // namespace orchmllm::detail::mpi_backend

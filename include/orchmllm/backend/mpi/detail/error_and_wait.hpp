@@ -1,14 +1,23 @@
 #pragma once
-// MPI error text and checks, and the deadline waits of the MPI backend: an MPI call's failing
-// return code becomes a `communication_error` naming the call; with a timeout a collective is
-// its non-blocking form, polled, and past the deadline the job aborts (MPI cannot cancel a
-// collective whose peer never arrives).
+// MPI error text and checks, and the deadline of the MPI backend's waits: an MPI call's failing
+// return code becomes a `communication_error` naming the call. MPI offers no portable way to
+// cancel a collective whose peer never arrives, so a wait past its deadline ends the job: each
+// communicator with a deadline owns a `watchdog`, a thread that sleeps while the calls run
+// blocking (MPI's fastest path) and, when one outlasts the deadline, prints which operation on
+// which rank did not complete and calls MPI_Abort(MPI_COMM_WORLD). Polling the non-blocking
+// collectives instead (MPI_Test in a loop) made a small MPI_Allreduce 7x slower and a 64 KiB
+// MPI_Alltoallv 3.6x slower on 2 ranks; see docs/communication.md, "Deadlines".
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -36,17 +45,24 @@ inline void check(int rc, std::string_view call,
     throw communication_error(std::string(call) + " failed: " + error_string(rc), where);
 }
 
-// Past its deadline a wait aborts the whole job: a peer that failed, returned early or called
-// another operation will never arrive, and MPI cannot cancel a collective. Prints which
-// operation on which rank did not complete (stderr, one line), then MPI_Abort.
-[[noreturn]] inline void abort_after_deadline(const char* what, int rank,
-                                              std::chrono::milliseconds timeout, MPI_Comm comm) {
+// Ends the whole job after a wait past its deadline: a peer that failed, returned early or
+// called another operation will never arrive. Prints one line on stderr naming `who`, the
+// operation and the rank, then MPI_Abort(MPI_COMM_WORLD): the job, not only the
+// communicator's group (a sub-communicator's abort could leave the other ranks of the job
+// waiting). Should MPI_Abort itself not end the process within 10 s, std::abort does (the
+// launcher then ends the job on the signal).
+[[noreturn]] inline void abort_after_deadline(const char* who, const char* what, int rank,
+                                              std::chrono::milliseconds timeout) {
   std::fprintf(stderr,
-               "orchmllm: mpi::communicator: %s on rank %d did not complete within %lld ms (a "
-               "peer failed, returned early or called another operation); aborting the job\n",
-               what, rank, static_cast<long long>(timeout.count()));
+               "orchmllm: %s: %s on rank %d did not complete within %lld ms (a peer failed, "
+               "returned early or called another operation); aborting the job\n",
+               who, what, rank, static_cast<long long>(timeout.count()));
   std::fflush(stderr);
-  MPI_Abort(comm, 1);
+  std::thread([] {
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    std::abort();
+  }).detach();
+  MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();  // MPI_Abort does not return; this only satisfies [[noreturn]]
 }
 
@@ -60,7 +76,8 @@ inline void pause_between_polls(unsigned polls) {
 }
 
 // Polls `req` until it completes (`done` set) or `deadline` passes (`done` false). Returns the
-// MPI error code of the last MPI_Test.
+// MPI error code of the last MPI_Test. For waits off the hot path (mpi::environment's final
+// barrier), where the calling thread itself must act at the deadline.
 inline int poll_until(MPI_Request& req, std::chrono::steady_clock::time_point deadline,
                       bool& done) {
   done = false;
@@ -73,29 +90,114 @@ inline int poll_until(MPI_Request& req, std::chrono::steady_clock::time_point de
   }
 }
 
-// Polls `req` (posted with return code `posted`) until it completes; past `deadline` aborts the
-// job (abort_after_deadline). Returns the MPI error code.
-inline int wait_until(int posted, MPI_Request& req,
-                      std::chrono::steady_clock::time_point deadline,
-                      std::chrono::milliseconds timeout, const char* what, int rank,
-                      MPI_Comm comm) {
-  if (posted != MPI_SUCCESS) return posted;
-  bool done = false;
-  const int rc = poll_until(req, deadline, done);
-  if (rc == MPI_SUCCESS && !done) abort_after_deadline(what, rank, timeout, comm);
-  return rc;
-}
+// The deadline of one communicator's blocking MPI calls. The calling thread arms it before a
+// call that waits for peers and disarms it after (`armed`; arms nest); a thread of its own wakes
+// every timeout/16 (at least 1 ms, at most 1 s) and, when one armed call has lasted the timeout,
+// aborts the job (abort_after_deadline). Arming costs a clock read and two atomic stores: the
+// calls themselves stay MPI's blocking ones. One thread per object, started by the
+// constructor when the timeout is positive (none for 0: no deadline) and joined by the
+// destructor; the object is not movable (communicators hold it by pointer). One thread arms it
+// at a time (the communicator's). `what` must be a string with static storage duration.
+class watchdog {
+ public:
+  watchdog(const char* who, std::chrono::milliseconds timeout, int rank)
+      : who_(who), timeout_(timeout), rank_(rank) {
+    if (timeout_.count() > 0) thread_ = std::thread([this] { watch(); });
+  }
+  watchdog(const watchdog&) = delete;
+  watchdog& operator=(const watchdog&) = delete;
+  ~watchdog() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
+  }
 
-// One MPI collective: `blocking()` without a timeout (timeout <= 0), else `posting(&request)`
-// (its non-blocking form) completed by wait_until. Returns the MPI error code.
-template <class Blocking, class Posting>
-int run_collective(std::chrono::milliseconds timeout, int rank, MPI_Comm comm, const char* what,
-                   Blocking&& blocking, Posting&& posting) {
-  if (timeout.count() <= 0) return blocking();
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  MPI_Request req = MPI_REQUEST_NULL;
-  const int posted = posting(&req);
-  return wait_until(posted, req, deadline, timeout, what, rank, comm);
+  [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+
+  // What is armed: the start of the call (steady ns, odd) or 0, and its name.
+  struct state {
+    std::int64_t since = 0;
+    const char* what = "";
+  };
+  // Arms for the call `what` starting now; returns what was armed before (for restore).
+  state arm(const char* what) noexcept {
+    if (!thread_.joinable()) return {};
+    const state before{since_.load(std::memory_order_relaxed),
+                       what_.load(std::memory_order_relaxed)};
+    what_.store(what, std::memory_order_relaxed);
+    since_.store(now_ns() | 1, std::memory_order_release);  // odd: never 0 (idle)
+    return before;
+  }
+  // Disarms, or re-arms the enclosing call `before` with its own start (nested waits).
+  void restore(state before) noexcept {
+    if (!thread_.joinable()) return;
+    if (before.since != 0) what_.store(before.what, std::memory_order_relaxed);
+    since_.store(before.since, std::memory_order_release);
+  }
+
+ private:
+  static std::int64_t now_ns() noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  void watch() {
+    const auto period = std::clamp<std::chrono::milliseconds>(
+        timeout_ / 16, std::chrono::milliseconds(1), std::chrono::milliseconds(1000));
+    const std::int64_t limit = std::chrono::nanoseconds(timeout_).count();
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_) {
+      wake_.wait_for(lock, period);
+      if (stop_) return;
+      const std::int64_t since = since_.load(std::memory_order_acquire);
+      if (since == 0 || now_ns() - since < limit) continue;
+      const char* what = what_.load(std::memory_order_relaxed);
+      // The same call is still armed (a later call has another start time).
+      if (since_.load(std::memory_order_acquire) != since) continue;
+      abort_after_deadline(who_, what, rank_, timeout_);
+    }
+  }
+
+  const char* who_;
+  const std::chrono::milliseconds timeout_;
+  const int rank_;
+  std::atomic<std::int64_t> since_{0};  // start of the armed call (steady ns, odd), 0: idle
+  std::atomic<const char*> what_{""};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;  // last: started once the members above exist
+};
+
+// Arms `w` (may be null: no deadline) for the lifetime of this object; nested guards restore
+// the enclosing wait's deadline.
+class armed {
+ public:
+  armed(watchdog* w, const char* what) noexcept : w_(w) {
+    if (w_ != nullptr) before_ = w_->arm(what);
+  }
+  armed(const armed&) = delete;
+  armed& operator=(const armed&) = delete;
+  ~armed() {
+    if (w_ != nullptr) w_->restore(before_);
+  }
+
+ private:
+  watchdog* w_;
+  watchdog::state before_;
+};
+
+// One blocking MPI call that waits for peers, under `watch`'s deadline. Returns its MPI
+// error code.
+template <class Call>
+int run_collective(watchdog* watch, const char* what, Call&& call) {
+  armed guard(watch, what);
+  return call();
 }
 
 }  // namespace orchmllm::detail::mpi_backend

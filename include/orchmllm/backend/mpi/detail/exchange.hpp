@@ -8,7 +8,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -33,8 +32,8 @@ namespace orchmllm::detail::mpi_backend {
 // message does not stop the protocol (the peers still expect the remaining messages), an MPI
 // call that fails does.
 inline void exchange_chunked(MPI_Comm comm, rank_t rank, rank_t size, std::int64_t limit,
-                             std::chrono::milliseconds timeout, const char* op,
-                             const std::byte* send, std::span<const std::int64_t> send_counts,
+                             watchdog* watch, const char* op, const std::byte* send,
+                             std::span<const std::int64_t> send_counts,
                              std::span<const std::int64_t> send_displs, std::byte* recv,
                              std::span<const std::int64_t> recv_counts,
                              std::span<const std::int64_t> recv_displs, outcome& out) {
@@ -103,24 +102,11 @@ inline void exchange_chunked(MPI_Comm comm, rank_t rank, rank_t size, std::int64
 
   std::vector<int> done(slots);
   std::vector<MPI_Status> statuses(slots);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const armed guard(watch, op);  // one deadline for the whole exchange
   while (posting) {
     int count = 0;
-    int code = MPI_SUCCESS;
-    if (timeout.count() <= 0) {
-      code = MPI_Waitsome(static_cast<int>(slots), requests.data(), &count, done.data(),
-                          statuses.data());
-    } else {
-      // MPI_Testsome until something completes (count != 0; MPI_UNDEFINED: nothing left).
-      for (unsigned polls = 0;; ++polls) {
-        code = MPI_Testsome(static_cast<int>(slots), requests.data(), &count, done.data(),
-                            statuses.data());
-        if ((code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) || count != 0) break;
-        if (std::chrono::steady_clock::now() >= deadline)
-          d::mpi_backend::abort_after_deadline(op, rank, timeout, comm);
-        d::mpi_backend::pause_between_polls(polls);
-      }
-    }
+    const int code = MPI_Waitsome(static_cast<int>(slots), requests.data(), &count, done.data(),
+                                  statuses.data());
     if (code != MPI_SUCCESS && code != MPI_ERR_IN_STATUS) {
       out.fail(code, "MPI_Waitsome failed: " + d::mpi_backend::error_string(code));
       posting = false;
@@ -132,9 +118,8 @@ inline void exchange_chunked(MPI_Comm comm, rank_t rank, rank_t size, std::int64
       const MPI_Status& st = statuses[static_cast<std::size_t>(i)];
       const lane& l = lanes[slot / lane_window];
       if (code == MPI_ERR_IN_STATUS && st.MPI_ERROR != MPI_SUCCESS) {
-        out.fail(st.MPI_ERROR,
-                 d::concat(l.receive ? "receive from rank " : "send to rank ", l.peer,
-                           " failed: ", d::mpi_backend::error_string(st.MPI_ERROR)));
+        out.fail(st.MPI_ERROR, d::concat(l.receive ? "receive from rank " : "send to rank ", l.peer,
+                                         " failed: ", d::mpi_backend::error_string(st.MPI_ERROR)));
         posting = false;
         break;
       }
@@ -144,10 +129,9 @@ inline void exchange_chunked(MPI_Comm comm, rank_t rank, rank_t size, std::int64
         int got = 0;
         MPI_Get_count(&st, MPI_BYTE, &got);
         if (got != expected[slot])
-          out.fail(
-              MPI_ERR_TRUNCATE,
-              d::concat("received a message of ", got, " bytes from rank ", l.peer, " where ",
-                        expected[slot], " were expected (send and receive counts disagree)"));
+          out.fail(MPI_ERR_TRUNCATE,
+                   d::concat("received a message of ", got, " bytes from rank ", l.peer, " where ",
+                             expected[slot], " were expected (send and receive counts disagree)"));
       }
       posting = post(slot);
     }
@@ -164,19 +148,14 @@ inline void exchange_chunked(MPI_Comm comm, rank_t rank, rank_t size, std::int64
 // The transfer of an all_gather whose arguments were agreed: one MPI_Allgather of MPI_BYTE, or
 // (`chunked`) the chunked point-to-point path; then finish().
 inline void move_all_gather(MPI_Comm comm, rank_t rank, rank_t size, std::int64_t limit,
-                            std::chrono::milliseconds timeout, const char* op,
-                            const std::byte* send, std::int64_t bytes, std::byte* recv,
-                            bool chunked) {
+                            watchdog* watch, const char* op, const std::byte* send,
+                            std::int64_t bytes, std::byte* recv, bool chunked) {
   const auto p = static_cast<std::size_t>(size);
   ::orchmllm::detail::mpi_backend::outcome out;
   if (!chunked) {
     const int n = static_cast<int>(bytes);
     const int rc = run_collective(
-        timeout, rank, comm, op,
-        [&] { return MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm); },
-        [&](MPI_Request* r) {
-          return MPI_Iallgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm, r);
-        });
+        watch, op, [&] { return MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, comm); });
     if (rc != MPI_SUCCESS)
       out.fail(rc, "MPI_Allgather failed: " + ::orchmllm::detail::mpi_backend::error_string(rc));
   } else {
@@ -185,17 +164,17 @@ inline void move_all_gather(MPI_Comm comm, rank_t rank, rank_t size, std::int64_
     std::vector<std::int64_t> recv_counts(p, bytes);
     std::vector<std::int64_t> recv_displs(p);
     for (std::size_t q = 0; q < p; ++q) recv_displs[q] = static_cast<std::int64_t>(q) * bytes;
-    exchange_chunked(comm, rank, size, limit, timeout, op, send, send_counts, send_displs, recv,
+    exchange_chunked(comm, rank, size, limit, watch, op, send, send_counts, send_displs, recv,
                      recv_counts, recv_displs, out);
   }
-  finish(comm, rank, timeout, op, out, chunked);
+  finish(comm, rank, watch, op, out, chunked);
 }
 
 // The transfer of an all_gatherv whose arguments were agreed: one MPI_Allgatherv of MPI_BYTE,
 // or (`chunked`) the chunked point-to-point path; then finish().
 inline void move_all_gatherv(MPI_Comm comm, rank_t rank, rank_t size, std::int64_t limit,
-                             std::chrono::milliseconds timeout, const char* op,
-                             const std::byte* send, std::int64_t bytes, std::byte* recv,
+                             watchdog* watch, const char* op, const std::byte* send,
+                             std::int64_t bytes, std::byte* recv,
                              std::span<const std::int64_t> counts,
                              std::span<const std::int64_t> displs, bool chunked) {
   namespace d = ::orchmllm::detail;
@@ -208,32 +187,26 @@ inline void move_all_gatherv(MPI_Comm comm, rank_t rank, rank_t size, std::int64
       c[q] = static_cast<int>(counts[q]);
       o[q] = static_cast<int>(displs[q]);
     }
-    const int rc = run_collective(
-        timeout, rank, comm, op,
-        [&] {
-          return MPI_Allgatherv(send, static_cast<int>(bytes), MPI_BYTE, recv, c.data(),
-                                o.data(), MPI_BYTE, comm);
-        },
-        [&](MPI_Request* r) {
-          return MPI_Iallgatherv(send, static_cast<int>(bytes), MPI_BYTE, recv, c.data(),
-                                 o.data(), MPI_BYTE, comm, r);
-        });
+    const int rc = run_collective(watch, op, [&] {
+      return MPI_Allgatherv(send, static_cast<int>(bytes), MPI_BYTE, recv, c.data(), o.data(),
+                            MPI_BYTE, comm);
+    });
     if (rc != MPI_SUCCESS)
       out.fail(rc, "MPI_Allgatherv failed: " + d::mpi_backend::error_string(rc));
   } else {
     std::vector<std::int64_t> send_counts(p, bytes);
     std::vector<std::int64_t> send_displs(p, 0);
-    exchange_chunked(comm, rank, size, limit, timeout, op, send, send_counts, send_displs, recv,
+    exchange_chunked(comm, rank, size, limit, watch, op, send, send_counts, send_displs, recv,
                      counts, displs, out);
   }
-  finish(comm, rank, timeout, op, out, chunked);
+  finish(comm, rank, watch, op, out, chunked);
 }
 
 // The transfer of an all_to_allv whose arguments were agreed (or are agreed by construction):
 // one MPI_Alltoallv, or the chunked point-to-point path.
 inline void move_all_to_allv(MPI_Comm comm, rank_t rank, rank_t size, std::int64_t limit,
-                             std::chrono::milliseconds timeout, const char* op,
-                             const std::byte* send, std::span<const std::int64_t> send_counts,
+                             watchdog* watch, const char* op, const std::byte* send,
+                             std::span<const std::int64_t> send_counts,
                              std::span<const std::int64_t> send_displs, std::byte* recv,
                              std::span<const std::int64_t> recv_counts,
                              std::span<const std::int64_t> recv_displs, bool chunked) {
@@ -251,23 +224,17 @@ inline void move_all_to_allv(MPI_Comm comm, rank_t rank, rank_t size, std::int64
       rc[q] = static_cast<int>(recv_counts[q]);
       rd[q] = static_cast<int>(recv_displs[q]);
     }
-    const int code = run_collective(
-        timeout, rank, comm, op,
-        [&] {
-          return MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(),
-                               rd.data(), MPI_BYTE, comm);
-        },
-        [&](MPI_Request* r) {
-          return MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(),
-                                rd.data(), MPI_BYTE, comm, r);
-        });
+    const int code = run_collective(watch, op, [&] {
+      return MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(),
+                           MPI_BYTE, comm);
+    });
     if (code != MPI_SUCCESS)
       out.fail(code, "MPI_Alltoallv failed: " + d::mpi_backend::error_string(code));
   } else {
-    exchange_chunked(comm, rank, size, limit, timeout, op, send, send_counts, send_displs, recv,
+    exchange_chunked(comm, rank, size, limit, watch, op, send, send_counts, send_displs, recv,
                      recv_counts, recv_displs, out);
   }
-  finish(comm, rank, timeout, op, out, chunked);
+  finish(comm, rank, watch, op, out, chunked);
 }
 
 }  // namespace orchmllm::detail::mpi_backend

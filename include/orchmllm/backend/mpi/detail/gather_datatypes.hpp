@@ -8,7 +8,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -89,8 +88,8 @@ struct gather_call {
         covered += hi - lo;
       }
       if (covered != send_counts[q]) {
-        local.emplace(d::concat(op, ": the segments cover ", covered, " of the ",
-                                send_counts[q], " bytes for rank ", q,
+        local.emplace(d::concat(op, ": the segments cover ", covered, " of the ", send_counts[q],
+                                " bytes for rank ", q,
                                 " (segments must be sorted by packed offset and tile it)"));
         break;
       }
@@ -101,8 +100,8 @@ struct gather_call {
         sd[q] = static_cast<int>(disps[0]);
         continue;
       }
-      int code = MPI_Type_create_hindexed(static_cast<int>(lens.size()), lens.data(),
-                                          disps.data(), MPI_BYTE, &stypes[q]);
+      int code = MPI_Type_create_hindexed(static_cast<int>(lens.size()), lens.data(), disps.data(),
+                                          MPI_BYTE, &stypes[q]);
       if (code == MPI_SUCCESS) code = MPI_Type_commit(&stypes[q]);
       if (code != MPI_SUCCESS) {
         local.emplace(d::concat(op, ": MPI_Type_create_hindexed for rank ", q,
@@ -116,24 +115,18 @@ struct gather_call {
 };
 
 // The transfer of a built gather call: one MPI_Alltoallw straight from `in`; frees the types.
-inline void send_gathered(MPI_Comm comm, rank_t rank, std::chrono::milliseconds timeout,
-                          const char* op, const std::byte* in, std::byte* recv, gather_call& call) {
+inline void send_gathered(MPI_Comm comm, rank_t rank, watchdog* watch, const char* op,
+                          const std::byte* in, std::byte* recv, gather_call& call) {
   namespace d = ::orchmllm::detail;
   d::mpi_backend::outcome out;
-  const int code = run_collective(
-      timeout, rank, comm, op,
-      [&] {
-        return MPI_Alltoallw(in, call.sc.data(), call.sd.data(), call.stypes.data(), recv,
-                             call.rc.data(), call.rd.data(), call.rtypes.data(), comm);
-      },
-      [&](MPI_Request* r) {
-        return MPI_Ialltoallw(in, call.sc.data(), call.sd.data(), call.stypes.data(), recv,
-                              call.rc.data(), call.rd.data(), call.rtypes.data(), comm, r);
-      });
+  const int code = run_collective(watch, op, [&] {
+    return MPI_Alltoallw(in, call.sc.data(), call.sd.data(), call.stypes.data(), recv,
+                         call.rc.data(), call.rd.data(), call.rtypes.data(), comm);
+  });
   call.free_types();
   if (code != MPI_SUCCESS)
     out.fail(code, "MPI_Alltoallw failed: " + d::mpi_backend::error_string(code));
-  finish(comm, rank, timeout, op, out, false);
+  finish(comm, rank, watch, op, out, false);
 }
 
 }  // namespace orchmllm::detail::mpi_backend
