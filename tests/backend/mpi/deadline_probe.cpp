@@ -1,25 +1,34 @@
-// Fault probes of `mpi::communicator_options::timeout` (ctest backend.mpi.deadline.*): after
-// one healthy exchange the last rank leaves the protocol at one of three points, none of
-// which its peers can learn from it:
-//   leave          it skips its next dispatch (a rank stuck elsewhere);
-//   return-before  it throws before its next dispatch and main catches the error;
+// Fault probes of the MPI backend's deadline (ctest backend.mpi.deadline.*, 4 ranks, the
+// deadline set through the environment: ORCHMLLM_TIMEOUT_MS=1500). After one healthy exchange
+// the last rank leaves the protocol at one of these points, none of which its peers can learn
+// from it:
+//   leave          it skips its next dispatch (a rank stuck elsewhere, or one that returns
+//                  early) and returns from main;
+//   return-before  it throws before its next dispatch; main catches the error and returns;
 //   throw-inside   its mover throws in the middle of an execute (after the agreement, while
-//                  packing the first hop, as a device mover's failed kernel would) and main
-//                  catches the error.
-// With a 1.5 s timeout the other ranks must abort the job within that deadline, naming the
-// operation and their rank; without one they would wait forever (ctest's TIMEOUT fails the
-// test then). The failed rank then waits to be killed instead of returning through
-// MPI_Finalize: Open MPI 4.1's launcher sometimes hangs itself when one rank finalizes while
-// the others abort (a launcher race outside this library; the peers' behaviour, which is what
-// is tested, is the same either way). Not a doctest program: the job is meant to end in
+//                  packing the first hop, as a device mover's failed kernel would); main
+//                  catches the error and returns;
+//   construct      it returns from main before constructing the communicator (its peers wait
+//                  in the constructor's MPI_Comm_dup);
+//   die            it dies (std::abort, SIGABRT) before its next dispatch;
+//   outside        it returns from main while the others wait in the application's own
+//                  MPI_Barrier, which has no deadline of ours: its environment's final wait
+//                  (twice the deadline) ends the job.
+// The failed rank returns through `mpi::environment`'s destructor, which finalises MPI only
+// once every rank has reached it: it waits there while its peers reach their deadline, print
+// the operation and their rank, and abort the job. A rank that dies is reported by the
+// launcher, which ends the job at once. Without a deadline the peers would wait forever
+// (ctest's TIMEOUT fails the test then). Not a doctest program: the job is meant to end in
 // MPI_Abort; ctest checks the message (PASS_REGULAR_EXPRESSION).
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "orchmllm/backend/mpi/communicator.hpp"
@@ -27,8 +36,6 @@
 #include "orchmllm/comm/route.hpp"
 
 namespace {
-
-using namespace std::chrono_literals;
 
 // Every rank holds 4 items of 256 bytes; they go alternately to the next two ranks (so packing
 // regroups them: the mover has work before the first hop).
@@ -51,10 +58,24 @@ struct throwing_mover {
   }
 };
 
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
 int probe(std::string_view scenario) {
+  if (scenario == "construct" && world_rank() == world_size() - 1) return 1;
   // A tiny chunk limit makes execute pack with the mover (no MPI datatype path), so
-  // throw-inside fails between the agreement and the first all_to_allv.
-  orchmllm::mpi::communicator comm(MPI_COMM_WORLD, {.max_chunk_bytes = 64, .timeout = 1500ms});
+  // throw-inside fails between the agreement and the first all_to_allv. The deadline comes
+  // from ORCHMLLM_TIMEOUT_MS.
+  orchmllm::mpi::communicator comm(MPI_COMM_WORLD, {.max_chunk_bytes = 64});
   const bool last = comm.rank() == comm.size() - 1;
   const auto plan = alternating_plan(comm.size());
   orchmllm::ragged_payload mine{std::vector<std::int64_t>(4, 256), 1,
@@ -62,7 +83,8 @@ int probe(std::string_view scenario) {
   const auto moved = orchmllm::dispatch(comm, plan, mine);  // healthy
   if (moved.data.size() != 1024 || moved.data != mine.data) return 3;
   if (comm.rank() == 0) {
-    std::printf("healthy dispatch under a 1500 ms timeout: ok\n");
+    std::printf("healthy dispatch under a %lld ms deadline: ok\n",
+                static_cast<long long>(comm.timeout().count()));
     std::fflush(stdout);
   }
   if (scenario == "leave") {
@@ -77,6 +99,16 @@ int probe(std::string_view scenario) {
     mover.fail = last;
     std::vector<std::byte> out(static_cast<std::size_t>(r.output_bytes()));
     orchmllm::execute(comm, r, mine.data.data(), out.data(), mover);
+  } else if (scenario == "outside") {
+    if (last) return 1;
+    MPI_Barrier(MPI_COMM_WORLD);  // the application's own collective: no deadline
+  } else if (scenario == "die") {
+    if (last) {
+      const rlimit no_core{0, 0};
+      setrlimit(RLIMIT_CORE, &no_core);  // no core file per run
+      std::abort();
+    }
+    (void)orchmllm::dispatch(comm, plan, mine);
   } else {
     std::fprintf(stderr, "unknown scenario\n");
     return 2;
@@ -88,16 +120,12 @@ int probe(std::string_view scenario) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  using namespace std::chrono_literals;
   orchmllm::mpi::environment env(&argc, &argv);
-  int code = 0;
   try {
-    code = probe(argc > 1 ? argv[1] : "leave");
+    return probe(argc > 1 ? argv[1] : "leave");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "probe: %s; leaving the protocol\n", e.what());
     std::fflush(stderr);
-    code = 1;
+    return 1;  // through env's destructor, as a program that handles its error would
   }
-  if (code == 1) std::this_thread::sleep_for(30s);  // the peers' MPI_Abort ends it sooner
-  return code;
 }
