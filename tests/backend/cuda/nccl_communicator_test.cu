@@ -11,8 +11,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "cuda_support.hpp"
@@ -93,10 +96,69 @@ TEST_CASE("nccl communicator: invalid options raise on every rank") {
   select_device();
   test_stream stream;
   orchmllm::nccl::communicator::options opts;
-  opts.timeout = std::chrono::milliseconds(0);
+  opts.timeout = std::chrono::milliseconds(-1);
   orchmllm::test::expect_invalid(
       [&] { orchmllm::nccl::communicator comm(MPI_COMM_WORLD, stream.get(), opts); },
-      {"timeout = 0 ms"});
+      {"timeout = -1 ms"});
+}
+
+namespace {
+
+// Sets ORCHMLLM_TIMEOUT_MS (nullptr: unsets it) for its lifetime, then restores it.
+struct timeout_env {
+  explicit timeout_env(const char* value) {
+    if (const char* old = std::getenv("ORCHMLLM_TIMEOUT_MS")) before = old;
+    if (value)
+      setenv("ORCHMLLM_TIMEOUT_MS", value, 1);
+    else
+      unsetenv("ORCHMLLM_TIMEOUT_MS");
+  }
+  ~timeout_env() {
+    if (before)
+      setenv("ORCHMLLM_TIMEOUT_MS", before->c_str(), 1);
+    else
+      unsetenv("ORCHMLLM_TIMEOUT_MS");
+  }
+  timeout_env(const timeout_env&) = delete;
+  timeout_env& operator=(const timeout_env&) = delete;
+  std::optional<std::string> before;
+};
+
+}  // namespace
+
+TEST_CASE("nccl communicator: the deadline is ORCHMLLM_TIMEOUT_MS, else 5 minutes; 0 is none") {
+  using namespace std::chrono_literals;
+  select_device();
+  test_stream stream;
+  {
+    timeout_env env(nullptr);
+    orchmllm::nccl::communicator comm(MPI_COMM_WORLD, stream.get());
+    CHECK(comm.settings().timeout == orchmllm::nccl::default_timeout);
+    CHECK(comm.bootstrap().timeout() == orchmllm::nccl::default_timeout);
+  }
+  {
+    timeout_env env("2500");
+    orchmllm::nccl::communicator comm(MPI_COMM_WORLD, stream.get());
+    CHECK(comm.settings().timeout == 2500ms);
+    orchmllm::nccl::communicator::options opts;
+    opts.timeout = 60s;  // code wins over the environment
+    orchmllm::nccl::communicator explicit_one(MPI_COMM_WORLD, stream.get(), opts);
+    CHECK(explicit_one.settings().timeout == 60s);
+    CHECK(explicit_one.bootstrap().timeout() == 60s);
+  }
+  {
+    timeout_env env("0");  // no deadline: every wait unbounded, everything still works
+    orchmllm::nccl::communicator comm(MPI_COMM_WORLD, stream.get());
+    CHECK(comm.settings().timeout == 0ms);
+    CHECK_NOTHROW(orchmllm::test::check_communicator_conformance(
+        comm, orchmllm::test::cuda_staging{stream.get()}));
+  }
+  {
+    timeout_env env("5 min");
+    orchmllm::test::expect_invalid(
+        [&] { orchmllm::nccl::communicator comm(MPI_COMM_WORLD, stream.get()); },
+        {"ORCHMLLM_TIMEOUT_MS='5 min'"});
+  }
 }
 
 TEST_CASE("nccl communicator: device_mover packs on the stream before the exchange") {
@@ -196,8 +258,22 @@ TEST_CASE("nccl communicator_ref: the trainer's ncclComm_t, conformance, no MPI 
   // Destroyed without destroying the adopted communicator: it still works.
   orchmllm::nccl::communicator_ref again(mine.comm, stream.get(), {.ranks_per_node = 1});
   CHECK(again.num_nodes() == again.size());
+  CHECK(again.settings().timeout == orchmllm::nccl::default_timeout);
   CHECK_NOTHROW(orchmllm::test::check_communicator_conformance(
       again, orchmllm::test::cuda_staging{stream.get()}));
+  {
+    timeout_env env("0");  // no deadline
+    orchmllm::nccl::communicator_ref none(mine.comm, stream.get(), {.ranks_per_node = 1});
+    CHECK(none.settings().timeout == std::chrono::milliseconds(0));
+    CHECK_NOTHROW(orchmllm::test::check_communicator_conformance(
+        none, orchmllm::test::cuda_staging{stream.get()}));
+  }
+  {
+    timeout_env env("-3");
+    orchmllm::test::expect_invalid(
+        [&] { orchmllm::nccl::communicator_ref bad(mine.comm, stream.get()); },
+        {"ORCHMLLM_TIMEOUT_MS='-3'"});
+  }
 }
 
 static_assert(orchmllm::mover_providing_communicator<orchmllm::nccl::communicator>);

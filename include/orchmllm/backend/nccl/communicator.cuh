@@ -16,11 +16,14 @@
 /// on every rank and nothing is sent. NCCL runs non-blocking (ncclConfig_t::blocking = 0): the
 /// host polls ncclCommGetAsyncError and cudaStreamQuery, so an NCCL error, a CUDA error or a
 /// transfer that outlasts `options::timeout` (a dead or diverged peer) aborts the NCCL
-/// communicator (ncclCommAbort) instead of hanging. Then the ranks agree on the outcome (one
-/// more MPI_Allreduce) and every rank raises communication_error; an aborted communicator
-/// raises communication_error from every later all_to_allv. Ranks that disagree on pairwise
-/// counts break the concept's contract: with `options::verify_counts` this is detected before
-/// sending (communication_error on every rank), otherwise the mismatched transfer times out.
+/// communicator (ncclCommAbort) instead of hanging. The deadline is ORCHMLLM_TIMEOUT_MS by
+/// default, else 5 minutes (`default_timeout`), 0 meaning none; it also bounds every MPI wait,
+/// where the internal mpi::communicator aborts the job past it, as in the MPI backend. Then the
+/// ranks agree on the outcome (one more MPI_Allreduce) and every rank raises
+/// communication_error; an aborted communicator raises communication_error from every later
+/// all_to_allv. Ranks that disagree on pairwise counts break the concept's contract: with
+/// `options::verify_counts` this is detected before sending (communication_error on every
+/// rank), otherwise the mismatched transfer times out.
 
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -44,7 +47,7 @@
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/detail/comm/chunking.hpp"
-
+#include "orchmllm/detail/comm/deadline.hpp"
 
 namespace orchmllm::nccl {
 
@@ -56,8 +59,13 @@ struct communicator_options {
   /// ranks. Only what node()/local_rank() report changes; NCCL finds its own topology.
   rank_t ranks_per_node = 0;
   /// Longest wait for communicator creation, one all_to_allv (including work queued on the
-  /// stream before it) or finalisation before the communicator is aborted. Must be positive.
-  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  /// stream before it) or finalisation before the NCCL communicator is aborted; also the
+  /// deadline of the internal mpi::communicator's waits (past which the job is aborted). Unset
+  /// (the default): ORCHMLLM_TIMEOUT_MS (milliseconds, read by the constructor), else
+  /// `default_timeout` (5 minutes); a value set here wins over both. 0: no deadline (every
+  /// wait unbounded). In [0, 365 days]; must agree across ranks. `settings().timeout` holds
+  /// the value in effect.
+  std::optional<std::chrono::milliseconds> timeout{};
   /// When true, all_to_allv first exchanges send counts over MPI (one MPI_Alltoall of size()
   /// int64) and raises communication_error on every rank if they disagree with the peers'
   /// recv_counts, before anything is posted to NCCL.
@@ -84,23 +92,21 @@ class communicator {
   /// Collective over `bootstrap`: builds the MPI communicator, broadcasts rank 0's
   /// ncclUniqueId, creates a non-blocking NCCL communicator (ncclCommInitRankConfig) and waits
   /// for it, at most `opts.timeout`. O(size()) host work plus NCCL's initialisation.
-  /// Throws invalid_argument_error on every rank for invalid or differing options (and what
-  /// mpi::communicator's constructor throws: MPI not initialised, MPI_COMM_NULL);
+  /// Throws invalid_argument_error on every rank for invalid or differing options (a timeout
+  /// outside [0, 365 days] or a malformed ORCHMLLM_TIMEOUT_MS, reported by the internal
+  /// mpi::communicator's constructor, which also throws for MPI not initialised or
+  /// MPI_COMM_NULL);
   /// communication_error on every rank when ncclGetUniqueId or the NCCL initialisation fails
   /// or times out on any rank.
   communicator(MPI_Comm bootstrap, cudaStream_t stream, options opts = {})
       : mpi_(bootstrap, mpi_options(opts)), stream_(stream), opts_(opts) {
     namespace od = ::orchmllm::detail;
-    // Options: agreed like mpi::communicator's (the timeout and verify flag are ours).
-    const bool bad = opts_.timeout.count() <= 0;
-    const std::int64_t keys[2] = {static_cast<std::int64_t>(opts_.timeout.count()),
+    // The timeout was resolved (options, ORCHMLLM_TIMEOUT_MS, default), checked and agreed by
+    // mpi_'s constructor; the verify flag is agreed here.
+    opts_.timeout = mpi_.timeout();
+    const std::int64_t keys[2] = {static_cast<std::int64_t>(mpi_.timeout().count()),
                                   opts_.verify_counts ? 1 : 0};
-    const auto a = agree(bad, keys);
-    ORCHMLLM_REQUIRE(!bad, invalid_argument_error,
-                     "nccl::communicator: timeout = ", opts_.timeout.count(),
-                     " ms must be positive");
-    ORCHMLLM_REQUIRE(a.bad_rank < 0, invalid_argument_error, "nccl::communicator: rank ",
-                     a.bad_rank, " passed invalid options (its own error names them)");
+    const auto a = agree(false, keys);
     ORCHMLLM_REQUIRE(
         a.key_min[0] == a.key_max[0] && a.key_min[1] == a.key_max[1], invalid_argument_error,
         "nccl::communicator: ranks pass different options (timeout from ", a.key_min[0], " to ",
@@ -118,7 +124,11 @@ class communicator {
       if (rc != ncclSuccess) root_error = detail::nccl_message("ncclGetUniqueId", rc, nullptr);
     }
     od::mpi_backend::check(
-        MPI_Bcast(&message, static_cast<int>(sizeof message), MPI_BYTE, 0, mpi_.native_handle()),
+        mpi_.with_deadline("nccl::communicator construction (MPI_Bcast)",
+                           [&] {
+                             return MPI_Bcast(&message, static_cast<int>(sizeof message),
+                                              MPI_BYTE, 0, mpi_.native_handle());
+                           }),
         "MPI_Bcast (ncclUniqueId)");
     if (message.status != ncclSuccess) {
       throw communication_error(
@@ -265,8 +275,11 @@ class communicator {
         op, p, send, send_counts, send_displs, recv, recv_counts, recv_displs);
     std::optional<communication_error> mismatch;
     if (opts_.verify_counts)
-      mismatch = od::mpi_backend::exchange_and_compare_counts(
-          mpi_.native_handle(), op, mpi_.rank(), local.has_value(), send_counts, recv_counts, p);
+      mismatch = mpi_.with_deadline("nccl all_to_allv count check", [&] {
+        return od::mpi_backend::exchange_and_compare_counts(
+            mpi_.native_handle(), op, mpi_.rank(), local.has_value(), send_counts, recv_counts,
+            p, nullptr);
+      });
     const std::int64_t none[2] = {0, 0};
     const auto a = agree(local.has_value(), none, mismatch.has_value());
     if (local) throw *local;
@@ -334,6 +347,7 @@ class communicator {
   static mpi::communicator_options mpi_options(const options& o) {
     mpi::communicator_options m;
     m.ranks_per_node = o.ranks_per_node;
+    m.timeout = o.timeout;  // resolved (ORCHMLLM_TIMEOUT_MS, default) and agreed there
     return m;
   }
 
@@ -347,7 +361,11 @@ class communicator {
                          invalid ? lowest : keys[1], invalid ? lowest : ~keys[1]};
     std::int64_t r[6] = {};
     ::orchmllm::detail::mpi_backend::check(
-        MPI_Allreduce(v, r, 6, MPI_INT64_T, MPI_MAX, mpi_.native_handle()),
+        mpi_.with_deadline("nccl argument agreement",
+                           [&] {
+                             return MPI_Allreduce(v, r, 6, MPI_INT64_T, MPI_MAX,
+                                                  mpi_.native_handle());
+                           }),
         "MPI_Allreduce (nccl argument agreement)");
     agreement a;
     a.bad_rank = r[0] - 1;
@@ -364,7 +382,11 @@ class communicator {
     const std::int64_t mine = failed ? mpi_.rank() + 1 : 0;
     std::int64_t worst = 0;
     ::orchmllm::detail::mpi_backend::check(
-        MPI_Allreduce(&mine, &worst, 1, MPI_INT64_T, MPI_MAX, mpi_.native_handle()),
+        mpi_.with_deadline("nccl outcome agreement",
+                           [&] {
+                             return MPI_Allreduce(&mine, &worst, 1, MPI_INT64_T, MPI_MAX,
+                                                  mpi_.native_handle());
+                           }),
         "MPI_Allreduce (nccl outcome agreement)");
     return worst - 1;
   }
@@ -372,7 +394,7 @@ class communicator {
   // Polls until the non-blocking communicator has no operation in progress (see
   // nccl/transfer.cuh). Returns "" on success, else the failure.
   std::string wait_ready(const char* what) {
-    return detail::wait_ready(comm_, opts_.timeout, what);
+    return detail::wait_ready(comm_, mpi_.timeout(), what);
   }
 
   // Posts the group and waits for the stream. Returns "" on success, else the failure.
@@ -380,7 +402,7 @@ class communicator {
                        std::span<const std::int64_t> send_displs, std::byte* recv,
                        std::span<const std::int64_t> recv_counts,
                        std::span<const std::int64_t> recv_displs) {
-    return detail::exchange(comm_, stream_, opts_.timeout, send, send_counts, send_displs, recv,
+    return detail::exchange(comm_, stream_, mpi_.timeout(), send, send_counts, send_displs, recv,
                             recv_counts, recv_displs);
   }
 

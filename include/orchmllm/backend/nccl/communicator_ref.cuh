@@ -9,7 +9,8 @@
 /// the stream (nccl/transfer.cuh, shared with `nccl::communicator`), and the small host
 /// metadata collectives (barrier, all_gather, all_gatherv, all_max) are staged through a device
 /// buffer owned by this object (cudaMemcpyAsync on the stream, ncclAllGather / ncclAllReduce,
-/// copy back, wait). Every wait has the options' deadline.
+/// copy back, wait). Every wait has the options' deadline: by default ORCHMLLM_TIMEOUT_MS, else
+/// 5 minutes (`default_timeout`); 0 means none.
 ///
 /// Node shape: with `ranks_per_node` = G > 0, consecutive blocks of G ranks (as the MPI
 /// backend fakes nodes); with 0 (the default), the hosts: the constructor all-gathers every
@@ -48,6 +49,7 @@
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/detail/comm/chunking.hpp"
+#include "orchmllm/detail/comm/deadline.hpp"
 #include "orchmllm/detail/comm/node_shape.hpp"
 #include "orchmllm/detail/core/fnv.hpp"
 
@@ -59,8 +61,11 @@ struct communicator_ref_options {
   /// G ranks. Only what node()/local_rank() report changes; NCCL finds its own topology.
   rank_t ranks_per_node = 0;
   /// Longest wait of one operation (its staging, its NCCL calls and the stream work queued
-  /// before it) before the NCCL communicator is aborted. Must be positive.
-  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  /// before it) before the NCCL communicator is aborted. Unset (the default):
+  /// ORCHMLLM_TIMEOUT_MS (milliseconds, read by the constructor), else `default_timeout` (5
+  /// minutes); a value set here wins over both. 0: no deadline (waits are unbounded). In [0,
+  /// 365 days]; must agree across ranks. `settings().timeout` holds the value in effect.
+  std::optional<std::chrono::milliseconds> timeout{};
 };
 
 /// One rank's non-owning handle on the trainer's NCCL communicator; models
@@ -95,14 +100,23 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
     check(ncclCommUserRank(comm_, &r), "ncclCommUserRank");
     size_ = n;
     rank_ = r;
-    const bool bad = opts_.timeout.count() <= 0 || opts_.ranks_per_node < 0;
+    // Resolved locally (options, ORCHMLLM_TIMEOUT_MS, default), then agreed; until then the
+    // waits use the local value, or the default when it is invalid.
+    std::optional<invalid_argument_error> local;
+    try {
+      timeout_ = ::orchmllm::detail::resolve_comm_timeout("nccl::communicator_ref", opts_.timeout);
+      ORCHMLLM_REQUIRE(opts_.ranks_per_node >= 0, invalid_argument_error,
+                       "nccl::communicator_ref: ranks_per_node = ", opts_.ranks_per_node,
+                       " is negative (0 means the hosts)");
+    } catch (const invalid_argument_error& e) {
+      local = e;
+    }
     // [bad, t, ~t, g, ~g]: max(~x) = ~min(x), so one reduction gives both extremes.
-    const std::int64_t t = opts_.timeout.count(), g = opts_.ranks_per_node;
-    std::array<std::int64_t, 5> v{bad ? rank_ + 1 : 0, t, ~t, g, ~g};
+    const std::int64_t t = timeout_.count(), g = opts_.ranks_per_node;
+    std::array<std::int64_t, 5> v{local ? rank_ + 1 : 0, t, ~t, g, ~g};
     reduce_max(v.data(), v.size(), "nccl::communicator_ref options");
-    ORCHMLLM_REQUIRE(!bad, invalid_argument_error, "nccl::communicator_ref: timeout = ",
-                     opts_.timeout.count(), " ms must be positive and ranks_per_node = ",
-                     opts_.ranks_per_node, " non-negative");
+    if (local) throw *local;
+    opts_.timeout = timeout_;
     ORCHMLLM_REQUIRE(v[0] == 0, invalid_argument_error, "nccl::communicator_ref: rank ",
                      v[0] - 1, " passed invalid options (its own error names them)");
     ORCHMLLM_REQUIRE(v[1] == ~v[2] && v[3] == ~v[4], invalid_argument_error,
@@ -327,7 +341,7 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
     if (e != cudaSuccess) fail(what, detail::cuda_message("cudaMemcpyAsync", e));
     const ncclResult_t rc = post(dev);
     if (detail::failed(rc)) fail(what, detail::nccl_message(what, rc, comm_));
-    std::string failure = detail::wait_stream(comm_, stream_, opts_.timeout, what);
+    std::string failure = detail::wait_stream(comm_, stream_, timeout_, what);
     if (!failure.empty()) fail(what, failure);
     if (out_bytes > 0) {
       e = cudaMemcpyAsync(host_out, dev, out_bytes, cudaMemcpyDeviceToHost, stream_);
@@ -364,7 +378,7 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
   void move(const char* op, const std::byte* send, std::span<const std::int64_t> send_counts,
             std::span<const std::int64_t> send_displs, std::byte* recv,
             std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs) {
-    const std::string failure = detail::exchange(comm_, stream_, opts_.timeout, send, send_counts,
+    const std::string failure = detail::exchange(comm_, stream_, timeout_, send, send_counts,
                                                  send_displs, recv, recv_counts, recv_displs);
     if (!failure.empty()) fail(op, failure);
   }
@@ -372,6 +386,7 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
   ncclComm_t comm_;
   cudaStream_t stream_;
   options opts_;
+  std::chrono::milliseconds timeout_ = ::orchmllm::detail::default_comm_timeout;  // in effect
   std::byte* staging_ = nullptr;
   std::size_t staging_bytes_ = 0;
   bool aborted_ = false;

@@ -2,8 +2,9 @@
 /// @file transfer.cuh
 /// What the two NCCL communicators (`nccl::communicator`, which owns its NCCL communicator,
 /// and `nccl::communicator_ref`, which adopts the trainer's) share, in `orchmllm::nccl::detail`:
-/// error messages, waiting for an NCCL communicator and a CUDA stream with a deadline, and one
-/// all_to_allv as a group of ncclSend/ncclRecv. Needs NCCL >= 2.14 and CUDA; no MPI.
+/// error messages, the default deadline, waiting for an NCCL communicator and a CUDA stream with
+/// a deadline (0: none, the waits are unbounded), and one all_to_allv as a group of
+/// ncclSend/ncclRecv. Needs NCCL >= 2.14 and CUDA; no MPI.
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -16,6 +17,7 @@
 #include <thread>
 
 #include "orchmllm/core/error.hpp"
+#include "orchmllm/detail/comm/deadline.hpp"
 
 #if !defined(NCCL_VERSION_CODE) || !defined(NCCL_VERSION)
 #error "orchmllm/backend/nccl: nccl.h defines no NCCL_VERSION_CODE"
@@ -23,6 +25,16 @@
 #error \
     "orchmllm/backend/nccl needs NCCL >= 2.14 (ncclCommInitRankConfig, non-blocking communicators, ncclCommFinalize)"
 #endif
+
+namespace orchmllm::nccl {
+
+/// The deadline of both NCCL communicators' waits when neither their options nor
+/// ORCHMLLM_TIMEOUT_MS set one: 5 minutes, the MPI backend's too (detail/comm/deadline.hpp;
+/// docs/communication.md, "Deadlines").
+inline constexpr std::chrono::milliseconds default_timeout =
+    ::orchmllm::detail::default_comm_timeout;
+
+}  // namespace orchmllm::nccl
 
 namespace orchmllm::nccl::detail {
 
@@ -48,16 +60,22 @@ inline std::string timeout_message(const char* what, std::chrono::milliseconds t
                                     " ms (a peer rank failed, diverged or is stuck)");
 }
 
+// The end of a wait that starts now: `timeout` from now, or never for 0 (no deadline).
+inline std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  return timeout.count() > 0 ? std::chrono::steady_clock::now() + timeout
+                             : std::chrono::steady_clock::time_point::max();
+}
+
 // True when `rc` is a failure (ncclInProgress is not: a non-blocking communicator's call
 // returns it while the operation is being posted).
 inline bool failed(ncclResult_t rc) noexcept { return rc != ncclSuccess && rc != ncclInProgress; }
 
 // Polls until `comm` has no operation in progress (a non-blocking communicator's init,
 // finalise or posted calls; a blocking one is always ready). Returns "" on success, else the
-// failure (NCCL error or timeout) for `what`.
+// failure (NCCL error or timeout) for `what`. `timeout` 0: no deadline.
 inline std::string wait_ready(ncclComm_t comm, std::chrono::milliseconds timeout,
                               const char* what) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadline_after(timeout);
   for (;;) {
     ncclResult_t state = ncclSuccess;
     const ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
@@ -71,10 +89,11 @@ inline std::string wait_ready(ncclComm_t comm, std::chrono::milliseconds timeout
 
 // Polls until the NCCL work posted on `comm` is on `stream` and the stream has finished it
 // (the group may still be launching, ncclInProgress, before its kernels are on the stream, so
-// the stream is only queried once NCCL reports success). Returns "" or the failure.
+// the stream is only queried once NCCL reports success). Returns "" or the failure. `timeout`
+// 0: no deadline.
 inline std::string wait_stream(ncclComm_t comm, cudaStream_t stream,
                                std::chrono::milliseconds timeout, const char* what) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = deadline_after(timeout);
   for (;;) {
     ncclResult_t state = ncclSuccess;
     const ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
