@@ -119,7 +119,7 @@ inline int run_dispatch_mpi(const dispatch_settings& s, std::ostream& out, std::
     detail::agree_on_settings(MPI_COMM_WORLD, s);
     mpi::communicator::options o;
     o.ranks_per_node = s.gpus_per_node;
-    o.timeout = s.timeout;
+    if (s.timeout.count() > 0) o.timeout = s.timeout;  // else ORCHMLLM_TIMEOUT_MS or 5 min
     mpi::communicator comm(MPI_COMM_WORLD, o);
     const std::string items_text = share_file(comm, s.items_path);
     const std::string plan_text = share_file(comm, s.plan_path);

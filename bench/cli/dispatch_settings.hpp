@@ -64,7 +64,8 @@ inline const command& dispatch_command() {
         {"timeout", "SECONDS",
          "deadline of every wait of the exchange, in (0, 86400]: past it a rank that waits for "
          "a peer fails (local: communication_error, exit 2; mpi: the job aborts naming the "
-         "operation and the rank); default: no deadline",
+         "operation and the rank); default: none (local), the backend's default deadline: "
+         "ORCHMLLM_TIMEOUT_MS milliseconds, else 5 minutes (mpi)",
          false},
     };
     c.details =
