@@ -258,7 +258,7 @@ class padding_policy {
     const std::int64_t rest = length % multiple_;
     if (rest == 0) return length;
     ORCHMLLM_REQUIRE(length - rest <= INT64_MAX - multiple_, invalid_argument_error, "length ",
-                     length, " padded to a multiple of ", multiple_, " exceeds 2^63 - 1");
+                     length, " padded to a multiple of ", multiple_, " exceeds 2^63 - 1 (int64 overflow)");
     return length - rest + multiple_;
   }
 

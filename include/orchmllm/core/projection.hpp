@@ -76,7 +76,7 @@ item_size project_size(const P& proj, const T& item) {
     const L l = std::invoke(proj, item);
     if constexpr (std::is_unsigned_v<L> && sizeof(L) >= sizeof(std::int64_t))
       ORCHMLLM_REQUIRE(l <= static_cast<L>(INT64_MAX), invalid_argument_error, "item length ", l,
-                       " exceeds 2^63 - 1");
+                       " exceeds 2^63 - 1 (int64 overflow)");
     return {static_cast<std::int64_t>(l), 0};
   }
 }

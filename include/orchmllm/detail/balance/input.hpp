@@ -40,7 +40,8 @@ inline std::int64_t item_footprint(const batch_layout& layout, std::int64_t g,
   const item_shape item = item_shape_of(layout, g);
   const std::int64_t row = policy.padded_length(item.row_length);
   ORCHMLLM_REQUIRE(row == 0 || item.rows <= INT64_MAX / row, invalid_argument_error, "item ", g,
-                   ": ", item.rows, " rows padded to ", row, " tokens exceed 2^63 - 1 tokens");
+                   ": ", item.rows, " rows padded to ", row,
+                   " tokens exceed 2^63 - 1 tokens (int64 overflow)");
   return item.rows * row;
 }
 
