@@ -2,9 +2,12 @@
 // orchmllm-bench: the command-line front end of the library, for trying it on files.
 //
 //   orchmllm-bench generate --ranks D --items-per-rank K --out ITEMS.csv
+//   orchmllm-bench workload --name vl-sft --ranks D --out-dir DIR
 //   orchmllm-bench plan     --items ITEMS.csv --ranks D --out PLAN.csv
 //   orchmllm-bench compare  --items ITEMS.csv --ranks D
 //   orchmllm-bench dispatch --backend local|mpi --items ITEMS.csv --plan PLAN.csv
+//   orchmllm-bench simulate --workload vl-sft --ranks D --gpus-per-node G --scenario full
+//   orchmllm-bench demo
 //   orchmllm-bench help [SUBCOMMAND]
 //
 // `run` dispatches to one subcommand; each lives in its own header and is listed in

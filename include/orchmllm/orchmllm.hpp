@@ -9,8 +9,10 @@
 ///              exchange (`gather_layout`), routes and `dispatch`/`combine` of ragged payloads
 ///   orchestrator/  stage declarations, per-step plans and composed routes (`plan_step`,
 ///              `gather_step_metadata`), background planning (`async_planner`)
-/// Backends (MPI, NCCL, CUDA, GLPK, Eigen) live under orchmllm/backend/ and are never included
-/// from here.
+/// Backends (MPI, NCCL, CUDA, Thrust, GLPK) live under orchmllm/backend/ and are never included
+/// from here. A unit that needs one capability compiles faster with its façade alone
+/// (orchmllm/balance/balancer.hpp, orchmllm/orchestrator/orchestrator.hpp, ...): this header
+/// also brings the in-process backend and the asynchronous planner with <thread> and <future>.
 
 #include "orchmllm/version.hpp"
 #include "orchmllm/core/error.hpp"
