@@ -54,21 +54,23 @@ __all__ = ["AsyncStepPlanner", "Dispatcher", "StepDispatchers", "combine", "defa
 #: The environment variable of the agreement deadline, in milliseconds (0: none).
 TIMEOUT_ENV = "ORCHMLLM_TIMEOUT_MS"
 _DEFAULT_TIMEOUT_MS = 300_000
+_MAX_TIMEOUT_MS = 365 * 24 * 3600 * 1000
 
 Timeout = Union[None, float, datetime.timedelta]
 
 
 def default_timeout() -> Optional[datetime.timedelta]:
-    """The deadline of every agreement wait when none is passed: ``ORCHMLLM_TIMEOUT_MS``
-    milliseconds when the variable is set and not empty (0: no deadline), else 5 minutes.
-    Read at every call (each Dispatcher and gather reads it when made). Raises ValueError for
-    a value that is not a non-negative integer."""
-    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    """The deadline of every agreement wait when none is passed, as the C++ communicators
+    resolve theirs: ``ORCHMLLM_TIMEOUT_MS`` milliseconds when the variable is set and not empty
+    (0: no deadline), else 5 minutes. Read at every call (each Dispatcher and gather reads it
+    when made). Raises ValueError for a value that is not a decimal integer in [0, one year]
+    (no sign, spaces or unit)."""
+    text = os.environ.get(TIMEOUT_ENV, "")
     if not text:
         return datetime.timedelta(milliseconds=_DEFAULT_TIMEOUT_MS)
-    if not text.isdigit():
-        raise ValueError(f"{TIMEOUT_ENV} is {text!r}, expected a non-negative integer of "
-                         "milliseconds (0: no deadline)")
+    if not (text.isascii() and text.isdigit()) or int(text) > _MAX_TIMEOUT_MS:
+        raise ValueError(f"{TIMEOUT_ENV}={text!r} is not an integer number of milliseconds in "
+                         f"[0, {_MAX_TIMEOUT_MS}] (0 means no deadline)")
     ms = int(text)
     return datetime.timedelta(milliseconds=ms) if ms else None
 
@@ -83,8 +85,8 @@ def _deadline(timeout: Timeout) -> Optional[datetime.timedelta]:
         seconds = float(timeout)
     else:
         raise TypeError(f"timeout must be seconds or a timedelta, got {type(timeout).__name__}")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"timeout is {seconds} s, must be finite and >= 0 (0: no deadline)")
+    if not math.isfinite(seconds) or seconds < 0 or seconds * 1000 > _MAX_TIMEOUT_MS:
+        raise ValueError(f"timeout is {seconds} s, outside [0, one year] (0: no deadline)")
     return datetime.timedelta(seconds=seconds) if seconds else None
 
 

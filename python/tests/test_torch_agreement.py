@@ -324,7 +324,10 @@ def test_default_timeout(monkeypatch):
     assert otorch.default_timeout() == datetime.timedelta(milliseconds=2500)
     monkeypatch.setenv("ORCHMLLM_TIMEOUT_MS", "0")
     assert otorch.default_timeout() is None
-    for bad in ("-1", "5s", "1e3"):
+    for bad in ("-1", "5s", "1e3", " 100", "+5", "31536000001"):
         monkeypatch.setenv("ORCHMLLM_TIMEOUT_MS", bad)
-        with pytest.raises(ValueError, match="ORCHMLLM_TIMEOUT_MS is"):
+        with pytest.raises(ValueError, match="ORCHMLLM_TIMEOUT_MS=.* is not an integer number "
+                                             r"of milliseconds in \[0, 31536000000\]"):
             otorch.default_timeout()
+    with pytest.raises(ValueError, match="outside"):
+        otorch.Dispatcher(orchmllm.balance([0, 1], [1]), 0, timeout=-1.0)
