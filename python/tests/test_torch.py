@@ -6,6 +6,7 @@ runs every case (each rank checks its own part and raises on a mismatch)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -319,6 +320,7 @@ def check_step(rank: int, world: int = WORLD) -> int:
 
 def worker(rank: int, store: str, results: str) -> None:
     torch.set_num_threads(1)
+    os.environ["ORCHMLLM_TIMEOUT_MS"] = "60000"  # a defect fails the test instead of hanging it
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
                             world_size=WORLD)
     try:
