@@ -129,10 +129,10 @@ int main(int argc, char** argv) {
                 "algorithm");
     std::printf("%-7s %8lld %15.3f %15.3f %10s\n", "vision", static_cast<long long>(num_images),
                 vision_stats.imbalance_before, vision_stats.imbalance_after,
-                std::string(orchmllm::to_string(vision.used)).c_str());
+                std::string(vision.used).c_str());
     std::printf("%-7s %8lld %15.3f %15.3f %10s\n", "llm", static_cast<long long>(num_samples),
                 lm_stats.imbalance_before, lm_stats.imbalance_after,
-                std::string(orchmllm::to_string(lm.used)).c_str());
+                std::string(lm.used).c_str());
     std::printf(ok ? "every sample and image placed once, no stage worse\n" : "CHECK FAILED\n");
     return ok ? 0 : 1;
   } catch (const orchmllm::error& e) {

@@ -7,21 +7,21 @@
 //
 // Families (all end to end through orchmllm::balance unless said otherwise):
 //   BM_none        identity plan (baseline: the imbalance as sampled)
-//   BM_lpt         balance_method::lpt
-//   BM_lpt_refine  balance_method::lpt with balance_options::refine
-//   BM_kk          balance_method::kk
-//   BM_auto        balance_method::automatic
-//   BM_padded      balance_method::padded_exact, padded policy (count × cost of the longest)
+//   BM_lpt         balancers::lpt
+//   BM_lpt_refine  balancers::lpt{.refine = true}
+//   BM_kk          balancers::karmarkar_karp
+//   BM_auto        balancers::automatic
+//   BM_padded      balancers::padded_exact, padded policy (count × cost of the longest)
 // Constrained and padded families (d/k ∈ 64/16, 512/16, 2560/16): the per-rank-state paths of
 // the greedy balancers, which the families above do not reach:
-//   BM_lpt_padded    balance_method::lpt, padded policy (the heap of padded keys)
-//   BM_lpt_capped    balance_method::lpt, packed, cap 1.25 × the mean rank's tokens, at most 2k
+//   BM_lpt_padded    balancers::lpt, padded policy (the heap of padded keys)
+//   BM_lpt_capped    balancers::lpt, packed, cap 1.25 × the mean rank's tokens, at most 2k
 //                    items per rank (set-aside ranks, the cap test per item)
-//   BM_auto_capped   balance_method::automatic, packed, cap 1.05 × the mean rank's tokens, at
+//   BM_auto_capped   balancers::automatic, packed, cap 1.05 × the mean rank's tokens, at
 //                    most k + 2 items (tight: constrained first fit often packs the result)
-//   BM_locality      balance_method::locality, packed (sheds and places from the sampled ranks)
+//   BM_locality      balancers::locality, packed (sheds and places from the sampled ranks)
 //   BM_locality_padded  the same, padded policy
-//   BM_exact_padded  balance_method::exact, padded policy, d/k ∈ 8/4, 16/2 (branch and bound)
+//   BM_exact_padded  balancers::exact, padded policy, d/k ∈ 8/4, 16/2 (branch and bound)
 //   BM_sort_heap   NOT the library: copy the costs, sort descending, one binary-heap pass that
 //                  gives each cost to the least-loaded rank — the bare cost of LPT without the
 //                  façade (no cost evaluation, ids, plan, statistics). The time targets
@@ -118,34 +118,31 @@ void set_quality_counters(benchmark::State& state, const batch_layout& layout,
   state.counters["imbalance"] = s.imbalance_after;
   state.counters["imbalance_before"] = s.imbalance_before;
   state.counters["proven"] = r.proven_optimal ? 1 : 0;
-  state.SetLabel(std::string(to_string(r.used)));
+  state.SetLabel(std::string(r.used));
 }
 
-/// Times `balance` cycling through the row's inputs; the quality counters are those of seed 1.
-void run_balance(benchmark::State& state, balance_method method, bool refine,
-                 padding_policy policy) {
+/// Times `balance` with `b` cycling through the row's inputs; the quality counters are those of
+/// seed 1.
+void run_balance(benchmark::State& state, const any_balancer& b, padding_policy policy) {
   const auto layouts = inputs_of(state);
-  balance_options opt;
-  opt.method = method;
-  opt.refine = refine;
   std::size_t i = 0;
   for (auto _ : state) {
-    auto r = balance(*layouts[i], k_cost, policy, opt);
+    auto r = balance(*layouts[i], k_cost, policy, b);
     benchmark::DoNotOptimize(r.plan);
     benchmark::ClobberMemory();
     if (++i == layouts.size()) i = 0;
   }
   state.SetItemsProcessed(state.iterations() * layouts.front()->num_items());
-  set_quality_counters(state, *layouts.front(), balance(*layouts.front(), k_cost, policy, opt),
+  set_quality_counters(state, *layouts.front(), balance(*layouts.front(), k_cost, policy, b),
                        policy);
 }
 
-void BM_none(benchmark::State& s) { run_balance(s, balance_method::none, false, packed); }
-void BM_lpt(benchmark::State& s) { run_balance(s, balance_method::lpt, false, packed); }
-void BM_lpt_refine(benchmark::State& s) { run_balance(s, balance_method::lpt, true, packed); }
-void BM_kk(benchmark::State& s) { run_balance(s, balance_method::kk, false, packed); }
-void BM_auto(benchmark::State& s) { run_balance(s, balance_method::automatic, false, packed); }
-void BM_padded(benchmark::State& s) { run_balance(s, balance_method::padded_exact, false, padded); }
+void BM_none(benchmark::State& s) { run_balance(s, balancers::identity{}, packed); }
+void BM_lpt(benchmark::State& s) { run_balance(s, balancers::lpt{}, packed); }
+void BM_lpt_refine(benchmark::State& s) { run_balance(s, balancers::lpt{.refine = true}, packed); }
+void BM_kk(benchmark::State& s) { run_balance(s, balancers::karmarkar_karp{}, packed); }
+void BM_auto(benchmark::State& s) { run_balance(s, balancers::automatic{}, packed); }
+void BM_padded(benchmark::State& s) { run_balance(s, balancers::padded_exact{}, padded); }
 
 /// A per-rank token cap at `slack` × the mean rank's tokens (never below the longest item).
 capacity token_cap(const batch_layout& layout, double slack, std::int64_t ranks) {
@@ -159,67 +156,41 @@ capacity token_cap(const batch_layout& layout, double slack, std::int64_t ranks)
   return capacity{capacity::measure::tokens, std::max(limit, longest)};
 }
 
-/// As run_balance, with options made for each input by `make(layout, d, k)`.
-template <class Make>
-void run_with(benchmark::State& state, padding_policy policy, Make make) {
+/// As run_balance, with the constraints made for each input by `limits(layout, d, k)`.
+template <class Limits>
+void run_with(benchmark::State& state, const any_balancer& b, padding_policy policy,
+              Limits limits) {
   const auto layouts = inputs_of(state);
   const auto d = state.range(0), k = state.range(1);
-  std::vector<balance_options> opts;
-  for (const auto* l : layouts) opts.push_back(make(*l, d, k));
+  std::vector<constraints> made;
+  for (const auto* l : layouts) made.push_back(limits(*l, d, k));
   std::size_t i = 0;
   for (auto _ : state) {
-    auto r = balance(*layouts[i], k_cost, policy, opts[i]);
+    auto r = balance(*layouts[i], k_cost, policy, b, made[i]);
     benchmark::DoNotOptimize(r.plan);
     benchmark::ClobberMemory();
     if (++i == layouts.size()) i = 0;
   }
   state.SetItemsProcessed(state.iterations() * layouts.front()->num_items());
   set_quality_counters(state, *layouts.front(),
-                       balance(*layouts.front(), k_cost, policy, opts.front()), policy);
+                       balance(*layouts.front(), k_cost, policy, b, made.front()), policy);
 }
 
-balance_options method_only(balance_method m) {
-  balance_options o;
-  o.method = m;
-  return o;
-}
-
-void BM_lpt_padded(benchmark::State& s) {
-  run_with(s, padded, [](const batch_layout&, std::int64_t, std::int64_t) {
-    return method_only(balance_method::lpt);
-  });
-}
+void BM_lpt_padded(benchmark::State& s) { run_balance(s, balancers::lpt{}, padded); }
 void BM_lpt_capped(benchmark::State& s) {
-  run_with(s, packed, [](const batch_layout& l, std::int64_t d, std::int64_t k) {
-    auto o = method_only(balance_method::lpt);
-    o.limits.cap = token_cap(l, 1.25, d);
-    o.limits.max_items = 2 * k;
-    return o;
+  run_with(s, balancers::lpt{}, packed, [](const batch_layout& l, std::int64_t d, std::int64_t k) {
+    return constraints{.cap = token_cap(l, 1.25, d), .max_items = 2 * k};
   });
 }
 void BM_auto_capped(benchmark::State& s) {
-  run_with(s, packed, [](const batch_layout& l, std::int64_t d, std::int64_t k) {
-    auto o = method_only(balance_method::automatic);
-    o.limits.cap = token_cap(l, 1.05, d);
-    o.limits.max_items = k + 2;
-    return o;
-  });
+  run_with(s, balancers::automatic{}, packed,
+           [](const batch_layout& l, std::int64_t d, std::int64_t k) {
+             return constraints{.cap = token_cap(l, 1.05, d), .max_items = k + 2};
+           });
 }
-void BM_locality(benchmark::State& s) {
-  run_with(s, packed, [](const batch_layout&, std::int64_t, std::int64_t) {
-    return method_only(balance_method::locality);
-  });
-}
-void BM_locality_padded(benchmark::State& s) {
-  run_with(s, padded, [](const batch_layout&, std::int64_t, std::int64_t) {
-    return method_only(balance_method::locality);
-  });
-}
-void BM_exact_padded(benchmark::State& s) {
-  run_with(s, padded, [](const batch_layout&, std::int64_t, std::int64_t) {
-    return method_only(balance_method::exact);
-  });
-}
+void BM_locality(benchmark::State& s) { run_balance(s, balancers::locality{}, packed); }
+void BM_locality_padded(benchmark::State& s) { run_balance(s, balancers::locality{}, padded); }
+void BM_exact_padded(benchmark::State& s) { run_balance(s, balancers::exact{}, padded); }
 
 // ---------------------------------------------------------------------------------------------
 // Baselines: the bare sort + heap pass.
@@ -495,10 +466,6 @@ double thread_seconds() {
 void BM_target_time(benchmark::State& state) {
   const auto& layout = input(state.range(0), state.range(1));
   const auto costs = costs_of(layout);
-  balance_options lpt_opt;
-  lpt_opt.method = balance_method::lpt;
-  balance_options auto_opt;
-  auto_opt.method = balance_method::automatic;
   double t_base = 0, t_lpt = 0, t_auto = 0;
   balance_result<cost_t> r_auto;
   for (auto _ : state) {
@@ -506,10 +473,10 @@ void BM_target_time(benchmark::State& state) {
     auto m = sort_heap(costs, layout.num_ranks());
     benchmark::DoNotOptimize(m);
     const double t1 = thread_seconds();
-    auto r = balance(layout, k_cost, packed, lpt_opt);
+    auto r = balance(layout, k_cost, packed, balancers::lpt{});
     benchmark::DoNotOptimize(r.plan);
     const double t2 = thread_seconds();
-    r_auto = balance(layout, k_cost, packed, auto_opt);
+    r_auto = balance(layout, k_cost, packed, balancers::automatic{});
     benchmark::DoNotOptimize(r_auto.plan);
     const double t3 = thread_seconds();
     t_base += t1 - t0;
@@ -523,19 +490,17 @@ void BM_target_time(benchmark::State& state) {
   state.counters["lpt_x"] = t_lpt / t_base;
   state.counters["auto_x"] = t_auto / t_base;
   state.counters["auto_ratio"] = static_cast<double>(r_auto.makespan) / r_auto.lower_bound;
-  state.SetLabel(std::string("auto used ") + std::string(to_string(r_auto.used)));
+  state.SetLabel(std::string("auto used ") + std::string(r_auto.used));
 }
 
 /// Quality only (the loop times auto on seed 1): over 16 seeds, is auto ever worse than lpt or
 /// kk? Counters: worst auto/lpt and auto/kk makespan ratios (≤ 1 is the target), violations.
 void BM_target_quality(benchmark::State& state) {
   const auto d = state.range(0), k = state.range(1);
-  balance_options opt;
-  opt.method = balance_method::automatic;
   {
     const auto& layout = input(d, k);
     for (auto _ : state) {
-      auto r = balance(layout, k_cost, packed, opt);
+      auto r = balance(layout, k_cost, packed, balancers::automatic{});
       benchmark::DoNotOptimize(r.plan);
     }
     state.SetItemsProcessed(state.iterations() * layout.num_items());
@@ -544,12 +509,9 @@ void BM_target_quality(benchmark::State& state) {
   int violations = 0;
   for (std::uint64_t seed = 1; seed <= 16; ++seed) {
     const auto layout = bench::lognormal_layout(d, k, bench::lognormal_spec{}, seed);
-    balance_options o = opt;
-    const auto ra = balance(layout, k_cost, packed, o);
-    o.method = balance_method::lpt;
-    const auto rl = balance(layout, k_cost, packed, o);
-    o.method = balance_method::kk;
-    const auto rk = balance(layout, k_cost, packed, o);
+    const auto ra = balance(layout, k_cost, packed, balancers::automatic{});
+    const auto rl = balance(layout, k_cost, packed, balancers::lpt{});
+    const auto rk = balance(layout, k_cost, packed, balancers::karmarkar_karp{});
     worst_lpt = std::max(worst_lpt, ra.makespan / rl.makespan);
     worst_kk = std::max(worst_kk, ra.makespan / rk.makespan);
     worst_ratio = std::max(worst_ratio, ra.makespan / ra.lower_bound);

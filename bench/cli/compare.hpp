@@ -37,10 +37,12 @@ inline const command& compare_command() {
     c.details =
         "columns: makespan, ratio to the lower bound, imbalance (max/mean load), items moved,\n"
         "planning seconds, note.\n"
-        "rows: none, lpt, lpt+refine, kk, kk+refine, exact, padded, auto. kk needs the packed\n"
-        "policy, padded the padded policy, exact at most 16 items; rows that do not apply say\n"
-        "n/a and why. A row whose algorithm cannot meet the constraints says failed and why;\n"
-        "if auto fails the input is infeasible: the message goes to stderr and the exit\n"
+        "rows: identity, lpt, lpt+refine, karmarkar_karp, karmarkar_karp+refine,\n"
+        "karmarkar_karp_equal, karmarkar_karp_equal+refine, exact, padded_exact, automatic.\n"
+        "The karmarkar_karp rows need the packed policy, padded_exact a padded one, exact at\n"
+        "most 16 items; rows that do not apply say n/a and why. A row whose balancer cannot\n"
+        "meet the constraints says failed and why; if automatic fails the input is infeasible:\n"
+        "the message goes to stderr and the exit\n"
         "status is 2. seconds is the balance() call alone.\n"
         "JSON lines: algorithm, status (ok | n/a | failed), and for ok rows used, items, ranks,\n"
         "makespan, lower_bound, ratio, imbalance, imbalance_before, seconds, proven_optimal,\n"
@@ -53,28 +55,36 @@ inline const command& compare_command() {
 
 namespace detail {
 
-/// One algorithm configuration `compare` runs.
+/// One balancer configuration `compare` runs: a row name (the balancer's name, "+refine" when
+/// refined) and the balancer.
 struct compare_variant {
-  const char* name;
-  balance_method method;
-  bool refine;
+  std::string name;
+  any_balancer balancer;
 };
 
-inline constexpr compare_variant compare_variants[] = {
-    {"none", balance_method::none, false},     {"lpt", balance_method::lpt, false},
-    {"lpt+refine", balance_method::lpt, true}, {"kk", balance_method::kk, false},
-    {"kk+refine", balance_method::kk, true},   {"kk-equal", balance_method::kk_equal, false},
-    {"kk-equal+refine", balance_method::kk_equal, true}, {"exact", balance_method::exact, false},
-    {"padded", balance_method::padded_exact, false}, {"auto", balance_method::automatic, false},
-};
+/// The rows, in order: every built-in but locality, lpt and the differencing methods also
+/// refined.
+inline std::vector<compare_variant> compare_variants() {
+  return {{"identity", balancers::identity{}},
+          {"lpt", balancers::lpt{}},
+          {"lpt+refine", balancers::lpt{.refine = true}},
+          {"karmarkar_karp", balancers::karmarkar_karp{}},
+          {"karmarkar_karp+refine", balancers::karmarkar_karp{.refine = true}},
+          {"karmarkar_karp_equal", balancers::karmarkar_karp_equal{}},
+          {"karmarkar_karp_equal+refine", balancers::karmarkar_karp_equal{.refine = true}},
+          {"exact", balancers::exact{}},
+          {"padded_exact", balancers::padded_exact{}},
+          {"automatic", balancers::automatic{}}};
+}
 
 /// Why a variant does not apply to the problem, or "" when it does.
 inline std::string not_applicable(const compare_variant& v, const problem& p) {
-  if (packed_only(v.method) && p.policy.is_padded())
+  const auto& b = v.balancer;
+  if ((b.get_if<balancers::karmarkar_karp>() || b.get_if<balancers::karmarkar_karp_equal>()) &&
+      p.policy.is_padded())
     return "needs --policy packed";
-  if (v.method == balance_method::padded_exact && !p.policy.is_padded())
-    return "needs --policy padded";
-  if (v.method == balance_method::exact && p.layout.num_items() > compare_exact_max_items)
+  if (b.get_if<balancers::padded_exact>() && !p.policy.is_padded()) return "needs --policy padded";
+  if (b.get_if<balancers::exact>() && p.layout.num_items() > compare_exact_max_items)
     return "n = " + std::to_string(p.layout.num_items()) + " > " +
            std::to_string(compare_exact_max_items) + " items";
   return "";
@@ -151,7 +161,7 @@ inline int run_compare(const parsed_args& args, std::ostream& out, std::ostream&
                     ", cost " + p.cost_name + ", lower bound " +
                     detail::format_cost<Cost>(base.lower_bound) + ", imbalance before " +
                     detail::format_fixed(base.imbalance_before, 6);
-          for (const auto& v : detail::compare_variants) {
+          for (const auto& v : detail::compare_variants()) {
             detail::compare_row row;
             json_object j;
             j.add("algorithm", v.name);
@@ -161,13 +171,10 @@ inline int run_compare(const parsed_args& args, std::ostream& out, std::ostream&
               row.note = why;
               j.add("status", "n/a").add("reason", why);
             } else {
-              balance_options options;
-              options.method = v.method;
-              options.refine = v.refine;
-              options.limits = p.limits;
+              const bool automatic = v.balancer.get_if<balancers::automatic>() != nullptr;
               try {
                 const auto start = std::chrono::steady_clock::now();
-                const auto result = balance(p.layout, cost, p.policy, options);
+                const auto result = balance(p.layout, cost, p.policy, v.balancer, p.limits);
                 const auto stop = std::chrono::steady_clock::now();
                 const double seconds = std::chrono::duration<double>(stop - start).count();
                 const auto s = compute_statistics(p.layout, result.plan, cost, p.policy, p.limits);
@@ -177,12 +184,11 @@ inline int run_compare(const parsed_args& args, std::ostream& out, std::ostream&
                              detail::format_fixed(s.imbalance_after, 6),
                              std::to_string(s.items_moved),
                              detail::format_fixed(seconds, 6)};
-                if (v.method == balance_method::automatic)
-                  row.note = "used " + std::string(to_string(result.used));
+                if (automatic) row.note = "used " + std::string(result.used);
                 if (result.proven_optimal)
                   row.note += (row.note.empty() ? "" : ", ") + std::string("proven optimal");
                 j.add("status", "ok")
-                    .add("used", to_string(result.used))
+                    .add("used", std::string(result.used))
                     .add("items", s.items)
                     .add("ranks", static_cast<std::int64_t>(p.ranks))
                     .add("makespan", s.makespan)
@@ -194,7 +200,7 @@ inline int run_compare(const parsed_args& args, std::ostream& out, std::ostream&
                     .add("proven_optimal", result.proven_optimal)
                     .add("items_moved", s.items_moved);
               } catch (const orchmllm::error& e) {
-                if (v.method == balance_method::automatic) auto_failure = std::current_exception();
+                if (automatic) auto_failure = std::current_exception();
                 row.cells = {v.name, "failed"};
                 row.note = "failed: " + tool::detail::one_line(e.message());
                 j.add("status", "failed").add("reason", tool::detail::one_line(e.message()));

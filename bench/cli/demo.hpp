@@ -12,7 +12,7 @@
 //           transformer FLOPs of a 7B-like model.
 // The table shows, per stage, the imbalance (max/mean rank load) before and after, the
 // planned makespan over its lower bound, the speed-up of the stage (old/new makespan), the
-// algorithm `auto` picked and the planning time.
+// balancer `automatic` picked and the planning time.
 
 #include <chrono>
 #include <cstdint>
@@ -46,7 +46,7 @@ inline const command& demo_command() {
     };
     c.details =
         "Stages: vision (ViT-600M FLOPs, packed), audio (linear, padded), llm (7B FLOPs,\n"
-        "packed), each balanced with `auto`. stdout: a table of the imbalance (max/mean rank\n"
+        "packed), each balanced with `automatic`. stdout: a table of the imbalance (max/mean rank\n"
         "load) before and after, makespan / lower bound, speed-up, algorithm and plan time.\n";
     c.run = &run_demo;
     return c;
@@ -56,7 +56,7 @@ inline const command& demo_command() {
 
 namespace detail {
 
-// Balances one stage with `auto` and returns its table row.
+// Balances one stage with `automatic` and returns its table row.
 template <class Cost>
 std::string demo_row(const char* stage, const char* cost_name, const batch_layout& layout,
                      const Cost& cost, padding_policy policy) {
@@ -70,10 +70,10 @@ std::string demo_row(const char* stage, const char* cost_name, const batch_layou
       s.makespan > 0 ? static_cast<double>(s.makespan_before) / static_cast<double>(s.makespan)
                      : 1.0;
   char line[160];
-  std::snprintf(line, sizeof line, "%-7s %-6s %-11s %8lld %9.3f %9.4f %10.6f %7.2fx %-7s %8.1f\n",
+  std::snprintf(line, sizeof line, "%-7s %-6s %-11s %8lld %9.3f %9.4f %10.6f %7.2fx %-20s %8.1f\n",
                 stage, policy.is_padded() ? "padded" : "packed", cost_name,
                 static_cast<long long>(layout.num_items()), s.imbalance_before,
-                s.imbalance_after, s.ratio, speedup, std::string(to_string(r.used)).c_str(), ms);
+                s.imbalance_after, s.ratio, speedup, std::string(r.used).c_str(), ms);
   return line;
 }
 
@@ -107,7 +107,7 @@ inline int run_demo(const parsed_args& args, std::ostream& out, std::ostream& er
                   "OrchMLLM demo: batch post-balancing of one synthetic multimodal global batch\n"
                   "%lld DP ranks x %lld samples = %lld samples (seed %llu): %lld images, "
                   "%lld audio clips, %.2fM LLM tokens\n\n"
-                  "%-7s %-6s %-11s %8s %9s %9s %10s %8s %-7s %8s\n",
+                  "%-7s %-6s %-11s %8s %9s %9s %10s %8s %-20s %8s\n",
                   static_cast<long long>(spec.ranks),
                   static_cast<long long>(spec.samples_per_rank),
                   static_cast<long long>(batch.samples.size()),
@@ -121,7 +121,7 @@ inline int run_demo(const parsed_args& args, std::ostream& out, std::ostream& er
         << detail::demo_row("llm", "7B FLOPs", batch.llm, llm_cost, packed)
         << "\nimb. = max/mean rank load; ratio/LB = planned makespan / lower bound (1 = "
            "optimal);\nspeedup = stage makespan before / after; plan ms = one "
-           "orchmllm::balance call (auto).\n";
+           "orchmllm::balance call (automatic).\n";
     return exit_ok;
   });
 }

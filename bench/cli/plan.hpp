@@ -41,10 +41,12 @@ inline const command& plan_command() {
     c.summary = "Balance ITEMS.csv over D ranks; write PLAN.csv, print the figures as JSON.";
     c.flags = problem_flags();
     c.flags.insert(c.flags.begin() + 5,
-                   {"algorithm", "none|lpt|kk|kk-equal|exact|padded|auto|locality",
-                    "balancer; default auto (best plan found, reported as \"algorithm\"); "
-                    "kk is the complete Karmarkar-Karp differencing (kk-equal above n*d = 2^21), "
-                    "kk-equal its equal-count variant; "
+                   {"algorithm",
+                    "identity|lpt|karmarkar_karp|karmarkar_karp_equal|exact|padded_exact|"
+                    "automatic|locality",
+                    "balancer; default automatic (best plan found, reported as \"algorithm\"); "
+                    "karmarkar_karp is the complete Karmarkar-Karp differencing (the equal-count "
+                    "one above n*d = 2^21), karmarkar_karp_equal the equal-count one; "
                     "locality starts from where the items are and moves only what the balance "
                     "needs, preferring the same node (--gpus-per-node)",
                     false});
@@ -64,11 +66,11 @@ inline const command& plan_command() {
                        "best plan found is kept); ignored by the header-only local search",
                        false});
     c.flags.push_back({"locality-tolerance", "X",
-                       "locality: makespan may exceed auto's by this fraction (the knob that "
+                       "locality: makespan may exceed automatic's by this fraction (the knob that "
                        "trades balance for bytes); default 0.001",
                        false});
     c.flags.push_back({"gap-tolerance", "X",
-                       "auto (and locality's base): stop once the makespan is within this "
+                       "automatic (and locality's base): stop once the makespan is within this "
                        "fraction of the lower bound; default 0 (only at the bound)",
                        false});
     c.flags.push_back(
@@ -112,20 +114,21 @@ inline std::string json_optional(std::optional<std::int64_t> v) {
   return v ? std::to_string(*v) : std::string("null");
 }
 
-/// Parses --gpus-per-node (0 when absent: one node) and --mapping (default transport with
-/// --gpus-per-node, identity without). Throws usage_error for an unknown mapping, a G outside
-/// [1, max_ranks], or a mapping other than identity without --gpus-per-node.
-inline std::pair<rank_t, mapping_method> parse_mapping_flags(const parsed_args& args) {
+/// Parses --gpus-per-node (0 when absent: one node) and --mapping (a mapper name,
+/// `orchmllm::mapper_names()`; default transport with --gpus-per-node, identity without).
+/// Throws usage_error for an unknown mapper, a G outside [1, max_ranks], or a mapper other than
+/// identity without --gpus-per-node.
+inline std::pair<rank_t, any_mapper> parse_mapping_flags(const parsed_args& args) {
   const auto g = static_cast<rank_t>(args.get_int("gpus-per-node", 0, 1, max_ranks));
-  mapping_method m = g > 0 ? mapping_method::transport : mapping_method::identity;
+  any_mapper m = g > 0 ? any_mapper(mappers::transport{}) : any_mapper(mappers::identity{});
   if (const auto name = args.get("mapping")) {
     try {
-      m = parse_mapping(*name);
+      m = parse_mapper(*name);
     } catch (const invalid_argument_error& e) {
       throw usage_error("--mapping: " + e.message());
     }
-    if (m != mapping_method::identity && g == 0)
-      throw usage_error("--mapping " + std::string(to_string(m)) +
+    if (!m.get_if<mappers::identity>() && g == 0)
+      throw usage_error("--mapping " + std::string(m.name()) +
                         " needs --gpus-per-node (the node size)");
   }
   return {g, m};
@@ -140,18 +143,19 @@ struct mapped_plan {
   double seconds = 0;
 };
 
-/// Maps the balancer's bins with `method`; bottleneck goes to GLPK when the tool has it.
+/// Maps the balancer's bins with `m`; bottleneck goes to GLPK when the tool has it.
 inline mapped_plan map_for_tool(const rearrangement& binned, std::span<const std::int64_t> bytes,
-                                const topology& topo, mapping_method method,
+                                const topology& topo, const any_mapper& m,
                                 [[maybe_unused]] double time_limit) {
   mapped_plan out;
   const auto start = std::chrono::steady_clock::now();
-  out.solver = method == mapping_method::identity    ? "none"
-               : method == mapping_method::transport ? "flow"
-               : method == mapping_method::auction   ? "auction"
-                                                     : "local-search";
+  const bool bottleneck = m.get_if<mappers::bottleneck>() != nullptr;
+  out.solver = m.get_if<mappers::identity>()    ? "none"
+               : m.get_if<mappers::transport>() ? "flow"
+               : m.get_if<mappers::auction>()   ? "auction"
+                                                : "local-search";
 #if defined(ORCHMLLM_HAS_GLPK)
-  if (method == mapping_method::bottleneck) {
+  if (bottleneck) {
     glpk::bottleneck_options opt;
     opt.time_limit_seconds = time_limit;
     auto r = glpk::map_bins_bottleneck(binned, bytes, topo, opt);
@@ -159,17 +163,16 @@ inline mapped_plan map_for_tool(const rearrangement& binned, std::span<const std
     out.solver = "glpk";
     out.proven_optimal = r.proven_optimal;
   } else {
-    out.result = map_bins(binned, bytes, topo, method);
+    out.result = map_bins(binned, bytes, topo, m);
   }
 #else
-  out.result = map_bins(binned, bytes, topo, method);
+  out.result = map_bins(binned, bytes, topo, m);
 #endif
   // transport is exact on its objective; one node (or no inter-node bytes) is trivially optimal.
   out.proven_optimal =
-      out.proven_optimal || method == mapping_method::transport ||
+      out.proven_optimal || m.get_if<mappers::transport>() ||
       out.result.inter_node_bytes == out.result.inter_node_bytes_lower_bound ||
-      (method == mapping_method::bottleneck &&
-       out.result.worst_node_bytes() == out.result.worst_node_bytes_lower_bound);
+      (bottleneck && out.result.worst_node_bytes() == out.result.worst_node_bytes_lower_bound);
   out.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
@@ -180,11 +183,11 @@ inline mapped_plan map_for_tool(const rearrangement& binned, std::span<const std
 /// Returns the exit code (see command.hpp).
 inline int run_plan(const parsed_args& args, std::ostream& out, std::ostream& err) {
   return guarded(plan_command(), err, [&] {
-    const balance_method requested = parse_algorithm_flag(args);
+    any_balancer balancer = parse_algorithm_flag(args);
     // Plain variables, not a structured binding: the visitor lambda below captures them.
     const auto mapping_flags = parse_mapping_flags(args);
     const rank_t gpus_per_node = mapping_flags.first;
-    const mapping_method mapping = mapping_flags.second;
+    const any_mapper& mapping = mapping_flags.second;
     const std::string out_path = args.require("out");
     const double time_limit = args.get_double("mapping-time-limit", 10.0);
     if (!(time_limit > 0)) throw usage_error("--mapping-time-limit must be positive");
@@ -195,20 +198,18 @@ inline int run_plan(const parsed_args& args, std::ostream& out, std::ostream& er
     const problem p = load_problem(args);
     const topology topo = topology::uniform(p.ranks, gpus_per_node);
     const std::span<const std::int64_t> item_bytes = p.layout.item_bytes();
-    balance_options options;
-    options.method = requested;
-    options.limits = p.limits;
-    options.locality_tolerance = tolerance;
-    options.gap_tolerance = gap;
-    if (requested == balance_method::locality)
-      options.node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
+    ::orchmllm::detail::set_gap_tolerance(balancer, gap);
+    if (auto* loc = balancer.get_if<balancers::locality>()) {
+      loc->tolerance = tolerance;
+      loc->node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
+    }
 
     std::string line;
     std::string plan_text;
     std::visit(
         [&](const auto& cost) {
           const auto start = std::chrono::steady_clock::now();
-          const auto result = balance(p.layout, cost, p.policy, options);
+          const auto result = balance(p.layout, cost, p.policy, balancer, p.limits);
           const auto stop = std::chrono::steady_clock::now();
           const double seconds = std::chrono::duration<double>(stop - start).count();
           // Mapping permutes whole bins, so the balance figures are unchanged; the movement
@@ -223,8 +224,8 @@ inline int run_plan(const parsed_args& args, std::ostream& out, std::ostream& er
           plan_text = format_plan(mapped.plan);
 
           json_object j;
-          j.add("algorithm", to_string(result.used))
-              .add("requested", to_string(requested))
+          j.add("algorithm", std::string(result.used))
+              .add("requested", std::string(balancer.name()))
               .add("items", s.items)
               .add("ranks", static_cast<std::int64_t>(p.ranks))
               .add("policy", policy_name(p.policy))
@@ -259,7 +260,7 @@ inline int run_plan(const parsed_args& args, std::ostream& out, std::ostream& er
               .add("items_file", p.items_path)
               .add("plan_file", out_path)
               .add("gpus_per_node", static_cast<std::int64_t>(gpus_per_node))
-              .add("mapping", std::string(to_string(mapping)))
+              .add("mapping", std::string(mapping.name()))
               .add("moved_bytes", mapped.moved_bytes)
               .add("inter_node_bytes", mapped.inter_node_bytes)
               .add("inter_node_bytes_lower_bound", mapped.inter_node_bytes_lower_bound)

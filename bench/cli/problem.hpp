@@ -135,11 +135,12 @@ inline constraints parse_constraints(const parsed_args& args) {
   return c;
 }
 
-/// Parses --algorithm (default auto). Throws usage_error naming the value.
-inline balance_method parse_algorithm_flag(const parsed_args& args) {
-  const std::string name = args.get("algorithm").value_or("auto");
+/// Parses --algorithm (a balancer name, `orchmllm::balancer_names()`; default automatic).
+/// Throws usage_error naming the value.
+inline any_balancer parse_algorithm_flag(const parsed_args& args) {
+  const std::string name = args.get("algorithm").value_or("automatic");
   try {
-    return parse_algorithm(name);
+    return parse_balancer(name);
   } catch (const invalid_argument_error& e) {
     throw usage_error("--algorithm: " + e.message());
   }

@@ -47,7 +47,7 @@ inline const command& simulate_command() {
          false},
         {"gap-tolerance", "X",
          "balancing stops within this fraction of each stage's lower bound "
-         "(balance_options::gap_tolerance); default 0",
+         "(balancers::automatic::gap_tolerance); default 0",
          false},
         {"auction-tolerance", "X",
          "full and split map every stage by an auction within this fraction of the keepable "

@@ -179,7 +179,7 @@ struct sim_options {
   double achievable = 0.5;               ///< fraction of peak a stage reaches, in (0, 1]
   link_params links{};                   ///< bandwidths and latencies (topology.hpp defaults)
   schedule sched = schedule::automatic;  ///< all-to-all schedule
-  /// `balance_options::gap_tolerance` of every balanced stage (automatic, and locality's base):
+  /// `balancers::automatic::gap_tolerance` of every balanced stage (and locality's base):
   /// the balancers stop within lower bound · (1 + gap), so a stage's makespan is at most that
   /// fraction above what gap 0 gives. 0 (default): the plans of gap 0.
   double gap_tolerance = 0;
@@ -367,68 +367,61 @@ inline double seconds_since(std::chrono::steady_clock::time_point start) {
 /// The stage declarations a scenario plans with: encoders "vision" (packed) and "audio" (padded)
 /// and "llm" (packed), costs `transformer_flops_cost` of the model's configs, row widths from
 /// workloads.hpp (2352, 256, 8) and 2 · LLM hidden per output row; balancer and mapping per
-/// scenario: none → algorithm none + identity everywhere; llm-only → encoders none + identity,
-/// LLM automatic + identity; per-stage → automatic + identity; full → automatic + auction;
+/// scenario: none → identity balancer and mapper everywhere; llm-only → encoders identity, LLM
+/// automatic, identity mapper; per-stage → automatic + identity; full → automatic + auction;
 /// beyond → locality (tolerance 0.001) + bottleneck; split → full plus `split_options{}` on the
-/// vision stage. Every balanced stage gets `gap_tolerance` (`balance_options`), every auction
-/// stage `auction_tolerance` (`mappers::auction`). O(1). Throws `invalid_argument_error` for an
+/// vision stage. Every automatic (and locality's base) gets `gap_tolerance`, every auction
+/// `auction_tolerance`. O(1). Throws `invalid_argument_error` for an
 /// invalid model config or an auction tolerance outside (0, 1].
 inline stage_declarations make_declarations(
     const model_config& model, scenario which, double gap_tolerance = 0,
     double auction_tolerance = mappers::auction::default_tolerance) {
   stage_declarations decl;
-  balance_options enc, llm;
-  mapping_method enc_map = mapping_method::identity, llm_map = mapping_method::identity;
+  any_balancer enc = balancers::identity{}, llm = balancers::identity{};
+  any_mapper map = mappers::identity{};
   switch (which) {
     case scenario::none:
-      enc.method = llm.method = balance_method::none;
       break;
     case scenario::llm_only:
-      enc.method = balance_method::none;
-      llm.method = balance_method::automatic;
+      llm = balancers::automatic{};
       break;
     case scenario::per_stage:
-      enc.method = llm.method = balance_method::automatic;
+      enc = llm = balancers::automatic{};
       break;
     case scenario::full:
     case scenario::split:
-      enc.method = llm.method = balance_method::automatic;
-      enc_map = llm_map = mapping_method::auction;
+      enc = llm = balancers::automatic{};
+      map = mappers::auction{.tolerance = auction_tolerance};
       break;
     case scenario::beyond:
-      enc.method = llm.method = balance_method::locality;
-      enc.locality_tolerance = llm.locality_tolerance = 0.001;
-      enc_map = llm_map = mapping_method::bottleneck;
+      enc = llm = balancers::locality{.tolerance = 0.001};
+      map = mappers::bottleneck{};
       break;
   }
-  enc.gap_tolerance = llm.gap_tolerance = gap_tolerance;
+  detail::set_gap_tolerance(enc, gap_tolerance);
+  detail::set_gap_tolerance(llm, gap_tolerance);
   const auto out_bytes = model.output_row_bytes();
   decl.encoders.push_back(encoder_stage{.name = "vision",
                                         .cost = transformer_flops_cost(model.vision),
                                         .policy = packed,
-                                        .options = enc,
-                                        .mapping = enc_map,
+                                        .balancer = enc,
+                                        .mapper = map,
                                         .input_row_bytes = vision_row_bytes,
                                         .output_row_bytes = out_bytes});
   if (which == scenario::split) decl.encoders.back().split = split_options{};
   decl.encoders.push_back(encoder_stage{.name = "audio",
                                         .cost = transformer_flops_cost(model.audio),
                                         .policy = padded,
-                                        .options = enc,
-                                        .mapping = enc_map,
+                                        .balancer = enc,
+                                        .mapper = map,
                                         .input_row_bytes = audio_row_bytes,
                                         .output_row_bytes = out_bytes});
   decl.llm = llm_stage{.name = "llm",
                        .cost = transformer_flops_cost(model.llm),
                        .policy = packed,
-                       .options = llm,
-                       .mapping = llm_map,
+                       .balancer = llm,
+                       .mapper = map,
                        .text_row_bytes = text_row_bytes};
-  if (llm_map == mapping_method::auction) {
-    const stage_mapper auction = mappers::auction{.tolerance = auction_tolerance};
-    for (auto& e : decl.encoders) e.mapper = auction;
-    decl.llm.mapper = auction;
-  }
   return decl;
 }
 

@@ -3,7 +3,7 @@
 // Input: d ranks × 64 items per rank, lengths LN(mu 7, sigma 1) clipped to [16, 32768]
 // (bench/support/workload.hpp, seed 1); bytes = 4096 per token (lognormal bytes); topology of
 // consecutive nodes of 8 GPUs. Two kinds of binned plan:
-//   lpt:   the balancer's plan (balance_method::lpt, cost l + 1e-4·l²): bins mix items from all
+//   lpt:   the balancer's plan (balancers::lpt, cost l + 1e-4·l²): bins mix items from all
 //          over the cluster, the usual case after balancing;
 //   local: each item stays on its rank with probability 1/2, otherwise goes to a uniformly
 //          random rank (seed 1): a plan with much locality for the mapping to find.
@@ -83,14 +83,12 @@ input make_input(rank_t d, bool local) {
                                : static_cast<rank_t>(rng() % static_cast<std::uint64_t>(d));
     binned = rearrangement::from_destinations(off, dst, d);
   } else {
-    balance_options opt;
-    opt.method = balance_method::lpt;
-    binned = balance(layout, quadratic_cost{0.0, 1.0, 1e-4}, packed, opt).plan;
+    binned = balance(layout, quadratic_cost{0.0, 1.0, 1e-4}, packed, balancers::lpt{}).plan;
   }
   return {std::move(binned), std::move(bytes), topology::uniform(d, k_gpus_per_node)};
 }
 
-void run(benchmark::State& state, mapping_method method, bool local) {
+void run(benchmark::State& state, const any_mapper& method, bool local) {
   const auto d = static_cast<rank_t>(state.range(0));
   const auto in = make_input(d, local);
   mapping_result res;
@@ -98,7 +96,7 @@ void run(benchmark::State& state, mapping_method method, bool local) {
     res = map_bins(in.binned, in.bytes, in.topo, method);
     benchmark::DoNotOptimize(res.rank_of_bin.data());
   }
-  const auto id = map_bins(in.binned, in.bytes, in.topo, mapping_method::identity);
+  const auto id = map_bins(in.binned, in.bytes, in.topo, mappers::identity{});
   std::int64_t total = 0;
   for (auto b : in.bytes) total += b;
   state.counters["inter_node"] = static_cast<double>(res.inter_node_bytes);
@@ -111,12 +109,12 @@ void run(benchmark::State& state, mapping_method method, bool local) {
   state.counters["identity_worst_node"] = static_cast<double>(id.worst_node_bytes());
 }
 
-void BM_transport_lpt(benchmark::State& s) { run(s, mapping_method::transport, false); }
-void BM_transport_local(benchmark::State& s) { run(s, mapping_method::transport, true); }
-void BM_bottleneck_lpt(benchmark::State& s) { run(s, mapping_method::bottleneck, false); }
-void BM_bottleneck_local(benchmark::State& s) { run(s, mapping_method::bottleneck, true); }
-void BM_identity_lpt(benchmark::State& s) { run(s, mapping_method::identity, false); }
-void BM_identity_local(benchmark::State& s) { run(s, mapping_method::identity, true); }
+void BM_transport_lpt(benchmark::State& s) { run(s, mappers::transport{}, false); }
+void BM_transport_local(benchmark::State& s) { run(s, mappers::transport{}, true); }
+void BM_bottleneck_lpt(benchmark::State& s) { run(s, mappers::bottleneck{}, false); }
+void BM_bottleneck_local(benchmark::State& s) { run(s, mappers::bottleneck{}, true); }
+void BM_identity_lpt(benchmark::State& s) { run(s, mappers::identity{}, false); }
+void BM_identity_local(benchmark::State& s) { run(s, mappers::identity{}, true); }
 
 // ---- the results table: vision stage of a realistic multimodal batch ----
 
@@ -141,30 +139,27 @@ vision_input make_vision(rank_t d) {
           vit_cost()};
 }
 
-balance_options row_options(const vision_input& in, row r) {
-  balance_options opt;
-  if (r == row::locality) {
-    opt.method = balance_method::locality;
-    opt.node_of_rank.assign(in.topo.node_map().begin(), in.topo.node_map().end());
-  }
-  return opt;
+any_balancer row_balancer(const vision_input& in, row r) {
+  if (r != row::locality) return balancers::automatic{};
+  return balancers::locality{
+      .node_of_rank = std::vector<rank_t>(in.topo.node_map().begin(), in.topo.node_map().end())};
 }
 
 mapping_result map_row(const vision_input& in, const rearrangement& binned, row r) {
 #if defined(ORCHMLLM_HAS_GLPK)
   if (r == row::bottleneck_glpk) return glpk::map_bins_bottleneck(binned, in.bytes, in.topo).mapping;
 #endif
-  const auto method = r == row::identity     ? mapping_method::identity
-                      : r == row::bottleneck ? mapping_method::bottleneck
-                      : r == row::auction    ? mapping_method::auction
-                                             : mapping_method::transport;
-  return map_bins(binned, in.bytes, in.topo, method);
+  const any_mapper m = r == row::identity     ? any_mapper(mappers::identity{})
+                      : r == row::bottleneck ? any_mapper(mappers::bottleneck{})
+                      : r == row::auction    ? any_mapper(mappers::auction{})
+                                             : any_mapper(mappers::transport{});
+  return map_bins(binned, in.bytes, in.topo, m);
 }
 
 void run_vision(benchmark::State& state, row r) {
   const auto d = static_cast<rank_t>(state.range(0));
   const auto in = make_vision(d);
-  const auto opt = row_options(in, r);
+  const auto opt = row_balancer(in, r);
   for (auto _ : state) {
     const auto balanced = balance(in.layout, in.cost, packed, opt);
     auto mapped = map_row(in, balanced.plan, r);

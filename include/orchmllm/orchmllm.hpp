@@ -26,7 +26,6 @@
 #include "orchmllm/core/statistics.hpp"
 #include "orchmllm/core/text_forms.hpp"
 #include "orchmllm/core/pieces.hpp"
-#include "orchmllm/balance/options.hpp"
 #include "orchmllm/balance/problem.hpp"
 #include "orchmllm/balance/balancers.hpp"
 #include "orchmllm/balance/balancer.hpp"

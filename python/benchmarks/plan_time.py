@@ -91,7 +91,7 @@ def main() -> None:
               " first call, warmed heap | ratio | Python, repeated | ratio | binding overhead |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         for cost in ["linear", "quadratic:1,1.3e-5"]:
-            for algorithm in ["auto", "lpt", "kk-equal"]:
+            for algorithm in ["automatic", "lpt", "karmarkar_karp_equal"]:
                 cli, py, cold, warmed, binding = [], [], [], [], []
                 faults: dict[str, list[int]] = {"first": [], "warmed": [], "repeated": []}
                 for _ in range(args.repeat):

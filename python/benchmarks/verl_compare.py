@@ -13,9 +13,11 @@ its PPO trainer does (ray_trainer._balance_batch), calculate_workload(seqlen) =
 
     verl values = seqlen          <->  cost="linear"
     verl values = workload(seqlen) <-> cost="quadratic:24576,1"  (A·l + B·l²)
-    verl equal_size=True           <->  algorithm="kk-equal" (counts n/k by construction), or
-                                       "auto" with min_items = max_items = n/k
-    verl equal_size=False          <->  algorithm="kk" (complete differencing) or "auto"
+    verl equal_size=True           <->  algorithm="karmarkar_karp_equal" (counts n/k by
+                                       construction), or "automatic" with min_items =
+                                       max_items = n/k
+    verl equal_size=False          <->  algorithm="karmarkar_karp" (complete differencing) or
+                                       "automatic"
 
 Inputs: (a) verl's typical call, one global batch of 256 / 1,024 / 4,096 sequences into 8 / 32 /
 128 partitions, lengths drawn from two shapes (docs/results.md says which); (b) the CLI's
@@ -119,9 +121,10 @@ def compare(label: str, lengths: np.ndarray, k: int, repeat: int, verl_timeout: 
                 part = verl_assignment(parts, n)
                 v_make = loads_of(values, part, k).max()
                 v_eq = bool((np.bincount(part, minlength=k) == n // k).all())
-            algos = (["kk-equal", "auto"] if equal else ["kk", "auto"])
+            algos = (["karmarkar_karp_equal", "automatic"] if equal
+                     else ["karmarkar_karp", "automatic"])
             for algo in algos:
-                extra = {"min_items": n // k, "max_items": n // k} if (equal and algo == "auto") \
+                extra = {"min_items": n // k, "max_items": n // k} if (equal and algo == "automatic") \
                     else {}
                 o_time, plan = best_of(lambda: orchmllm.balance(
                     offsets, lengths, cost, algorithm=algo, **extra), repeat)
@@ -129,7 +132,7 @@ def compare(label: str, lengths: np.ndarray, k: int, repeat: int, verl_timeout: 
                 assert abs(o_make - plan.makespan) <= 1e-9 * o_make, (o_make, plan.makespan)
                 o_eq = bool((np.bincount(plan.dst_rank, minlength=k) == n // k).all())
                 shown = algo + (" (n/k each)" if extra else "") + (
-                    f" [ran {plan.algorithm}]" if plan.algorithm != algo and algo != "auto" else "")
+                    f" [ran {plan.algorithm}]" if plan.algorithm != algo and algo != "automatic" else "")
                 if v_time is None:
                     vcols = "not run (memory) | – | –"
                     ratio = "–"

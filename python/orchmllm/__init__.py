@@ -68,11 +68,13 @@ __all__ = [
     "plan_step",
 ]
 
-#: The mappings :func:`map_bins` offers (the values of ``orchmllm-bench plan --mapping``).
-MAPPINGS = ("identity", "transport", "bottleneck", "auction")
+#: The mappers :func:`map_bins` and the stages take by name: the library's built-in mappers
+#: (``orchmllm::mappers``), the values of ``orchmllm-bench plan --mapping``.
+MAPPINGS = tuple(_orchmllm._mapper_names())
 
-#: The algorithms :func:`balance` offers (the values of ``orchmllm-bench plan --algorithm``).
-ALGORITHMS = ("none", "lpt", "kk", "kk-equal", "exact", "padded", "auto", "locality")
+#: The balancers :func:`balance` and the stages take by name: the library's built-in balancers
+#: (``orchmllm::balancers``), the values of ``orchmllm-bench plan --algorithm``.
+ALGORITHMS = tuple(_orchmllm._balancer_names())
 
 CostArg = Union[str, LinearCost, QuadraticCost, Callable[[np.ndarray], Any]]
 
@@ -147,7 +149,7 @@ def _cost_table(cost: Callable[[np.ndarray], Any], lengths: np.ndarray, policy: 
 
 
 def balance(offsets: Any, lengths: Any, cost: CostArg = "linear", policy: str = "packed",
-            algorithm: str = "auto", *, bytes: Any = None, pad_multiple: Optional[int] = None,
+            algorithm: str = "automatic", *, bytes: Any = None, pad_multiple: Optional[int] = None,
             cap: Optional[int] = None, cap_bytes: Optional[int] = None, min_items: int = 0,
             max_items: Optional[int] = None, gpus_per_node: int = 0,
             locality_tolerance: float = 0.001, gap_tolerance: float = 0.0) -> Plan:
@@ -166,8 +168,8 @@ def balance(offsets: Any, lengths: Any, cost: CostArg = "linear", policy: str = 
         the moved-bytes figures. cap / cap_bytes: per-rank cap in tokens / bytes (at most one).
     min_items / max_items: items per destination rank.
     gpus_per_node: with "locality", nodes are consecutive blocks of that many ranks (0: one
-        node). locality_tolerance: "locality"'s makespan slack over "auto"'s.
-    gap_tolerance: "auto" (and "locality"'s base run) stops once its plan is within
+        node). locality_tolerance: "locality"'s makespan slack over "automatic"'s.
+    gap_tolerance: "automatic" (and "locality"'s base run) stops once its plan is within
         lower bound * (1 + gap_tolerance); the plan is then within that target or exactly the
         plan of 0 (the default: stop only at the bound). For very large inputs.
 

@@ -136,7 +136,7 @@ class EncoderStage(_Stage):
     a mel frame) and one output row (one LLM token), for the mapping's byte counts (the
     routes are returned in rows). split: a :class:`SplitOptions` (or True for the defaults)
     to let segmented sub-items be cut into pieces encoded on several ranks. gap_tolerance
-    (>= 0, default 0): the stage's "auto" balancing stops within lower bound * (1 + it), as
+    (>= 0, default 0): the stage's "automatic" balancing stops within lower bound * (1 + it), as
     :func:`orchmllm.balance` takes it.
 
     Plain values checked for type here (TypeError); the library checks the values when
@@ -144,7 +144,7 @@ class EncoderStage(_Stage):
     """
 
     def __init__(self, name: str, cost: Any = "linear", policy: str = "packed",
-                 algorithm: str = "auto", *, pad_multiple: Optional[int] = None,
+                 algorithm: str = "automatic", *, pad_multiple: Optional[int] = None,
                  cap: Optional[int] = None, cap_bytes: Optional[int] = None, min_items: int = 0,
                  max_items: Optional[int] = None, mapping: str = "transport",
                  input_row_bytes: int = 1, output_row_bytes: int = 1,
@@ -169,7 +169,7 @@ class LLMStage(_Stage):
     row (e.g. 8 for an int32 id and an int32 label), for the mapping's byte counts."""
 
     def __init__(self, name: str = "llm", cost: Any = "linear", policy: str = "packed",
-                 algorithm: str = "auto", *, pad_multiple: Optional[int] = None,
+                 algorithm: str = "automatic", *, pad_multiple: Optional[int] = None,
                  cap: Optional[int] = None, cap_bytes: Optional[int] = None, min_items: int = 0,
                  max_items: Optional[int] = None, mapping: str = "transport",
                  text_row_bytes: int = 1, gap_tolerance: float = 0.0) -> None:

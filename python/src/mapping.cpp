@@ -33,7 +33,7 @@ namespace {
 // else the plan's (balance's `bytes`, default the lengths).
 std::unique_ptr<py_plan> map_plan(const py_plan& p, const std::string& method, i64 gpus_per_node,
                                   std::optional<i64_in> node_of_rank, std::optional<i64_in> bytes) {
-  const auto m = orchmllm::parse_mapping_method(method);
+  const orchmllm::any_mapper m = orchmllm::parse_mapper(method);
   const auto d = p.plan.num_src_ranks();
   ORCHMLLM_REQUIRE(p.plan.num_dst_ranks() == d, orchmllm::invalid_argument_error,
                    "map_bins needs a plan onto the same ranks, got ", d, " -> ",
@@ -44,7 +44,7 @@ std::unique_ptr<py_plan> map_plan(const py_plan& p, const std::string& method, i
                    "give gpus_per_node or node_of_rank, not both");
   auto out = std::make_unique<py_plan>(p);
   py_plan::mapping_info info;
-  info.method = std::string(orchmllm::to_string(m));
+  info.method = std::string(m.name());
   info.gpus_per_node = gpus_per_node;
   {
     nb::gil_scoped_release unlocked;

@@ -12,6 +12,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/variant.h>
+#include <nanobind/stl/vector.h>
 
 #include <algorithm>
 #include <chrono>
@@ -162,22 +163,19 @@ std::unique_ptr<py_plan> balance(const i64_in& offsets, const i64_in& lengths,
   }
   p.policy = orchmllm::parse_padding_policy(policy, pad_multiple);
   p.policy_text = orchmllm::to_text(p.policy);
-  orchmllm::balance_options options;
-  options.method = orchmllm::parse_balance_method(algorithm);
-  p.requested = std::string(orchmllm::to_string(options.method));
+  orchmllm::any_balancer balancer = orchmllm::parse_balancer(algorithm);
+  p.requested = std::string(balancer.name());
   ORCHMLLM_REQUIRE(!(cap && cap_bytes), orchmllm::invalid_argument_error,
                    "cap and cap_bytes are exclusive (one per-rank cap)");
-  if (cap)
-    options.limits.cap = orchmllm::capacity{orchmllm::capacity::measure::tokens, *cap};
-  if (cap_bytes)
-    options.limits.cap = orchmllm::capacity{orchmllm::capacity::measure::bytes, *cap_bytes};
-  options.limits.min_items = min_items;
-  options.limits.max_items = max_items.value_or(std::numeric_limits<i64>::max());
-  options.locality_tolerance = locality_tolerance;
-  options.gap_tolerance = gap_tolerance;
+  if (cap) p.limits.cap = orchmllm::capacity{orchmllm::capacity::measure::tokens, *cap};
+  if (cap_bytes) p.limits.cap = orchmllm::capacity{orchmllm::capacity::measure::bytes, *cap_bytes};
+  p.limits.min_items = min_items;
+  p.limits.max_items = max_items.value_or(std::numeric_limits<i64>::max());
+  orchmllm::detail::set_gap_tolerance(balancer, gap_tolerance);
+  auto* locality = balancer.get_if<orchmllm::balancers::locality>();
+  if (locality) locality->tolerance = locality_tolerance;
   ORCHMLLM_REQUIRE(gpus_per_node >= 0, orchmllm::invalid_argument_error, "gpus_per_node is ",
                    gpus_per_node, ", must be >= 0 (0: every rank on one node)");
-  p.limits = options.limits;
 
   // Zero ranks (offsets [0]) is no cluster to balance over: refused as map_bins and
   // make_step_metadata refuse it (the library's balance returns the empty plan).
@@ -188,19 +186,19 @@ std::unique_ptr<py_plan> balance(const i64_in& offsets, const i64_in& lengths,
     p.layout = orchmllm::batch_layout(to_vector(offsets), to_vector(lengths),
                                       bytes ? to_vector(*bytes) : std::vector<i64>());
     const auto d = p.layout.num_ranks();
-    if (options.method == orchmllm::balance_method::locality && gpus_per_node > 0) {
+    if (locality && gpus_per_node > 0) {
       const auto topo =
           orchmllm::topology::uniform(d, static_cast<orchmllm::rank_t>(gpus_per_node));
-      options.node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
+      locality->node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
     }
     std::visit(
         [&](const auto& c) {
           const auto start = std::chrono::steady_clock::now();
-          auto result = orchmllm::balance(p.layout, c, p.policy, options);
+          auto result = orchmllm::balance(p.layout, c, p.policy, balancer, p.limits);
           p.plan_seconds =
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           p.plan = std::move(result.plan);
-          p.algorithm = std::string(orchmllm::to_string(result.used));
+          p.algorithm = std::string(result.used);
           p.makespan = static_cast<double>(result.makespan);
           p.lower_bound = static_cast<double>(result.lower_bound);
           p.proven_optimal = result.proven_optimal;
@@ -514,6 +512,16 @@ NB_MODULE(_orchmllm, m) {
         "pad_multiple"_a, "algorithm"_a, "cap"_a.none(), "cap_bytes"_a.none(), "min_items"_a,
         "max_items"_a.none(), "gpus_per_node"_a, "locality_tolerance"_a, "gap_tolerance"_a);
   m.def("_cost_lengths", &cost_lengths, "lengths"_a, "policy"_a, "pad_multiple"_a);
+  // The names of the built-ins (`orchmllm::balancer_names()`, `mapper_names()`): ALGORITHMS and
+  // MAPPINGS in __init__.py, one list with the library's parsers.
+  m.def("_balancer_names", [] {
+    const auto n = orchmllm::balancer_names();
+    return std::vector<std::string>(n.begin(), n.end());
+  });
+  m.def("_mapper_names", [] {
+    const auto n = orchmllm::mapper_names();
+    return std::vector<std::string>(n.begin(), n.end());
+  });
 
   bind_mapping(m);
   bind_step(m);

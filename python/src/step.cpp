@@ -55,20 +55,24 @@ orchmllm::stage_cost to_stage_cost(const text_or_cost& cost) {
   return std::get<orchmllm::quadratic_cost>(cost).validated();
 }
 
-// The knobs balance() takes, as a stage's balance_options.
-orchmllm::balance_options to_options(const std::string& algorithm, std::optional<i64> cap,
-                                     std::optional<i64> cap_bytes, i64 min_items,
-                                     std::optional<i64> max_items, double gap_tolerance) {
-  orchmllm::balance_options o;
-  o.gap_tolerance = gap_tolerance;
-  o.method = orchmllm::parse_balance_method(algorithm);
+// The limits balance() takes, as a stage's constraints.
+orchmllm::constraints to_limits(std::optional<i64> cap, std::optional<i64> cap_bytes,
+                                i64 min_items, std::optional<i64> max_items) {
+  orchmllm::constraints c;
   ORCHMLLM_REQUIRE(!(cap && cap_bytes), orchmllm::invalid_argument_error,
                    "give cap or cap_bytes, not both");
-  if (cap) o.limits.cap = orchmllm::capacity{orchmllm::capacity::measure::tokens, *cap};
-  if (cap_bytes) o.limits.cap = orchmllm::capacity{orchmllm::capacity::measure::bytes, *cap_bytes};
-  o.limits.min_items = min_items;
-  o.limits.max_items = max_items.value_or(std::numeric_limits<i64>::max());
-  return o;
+  if (cap) c.cap = orchmllm::capacity{orchmllm::capacity::measure::tokens, *cap};
+  if (cap_bytes) c.cap = orchmllm::capacity{orchmllm::capacity::measure::bytes, *cap_bytes};
+  c.min_items = min_items;
+  c.max_items = max_items.value_or(std::numeric_limits<i64>::max());
+  return c;
+}
+
+// A stage's balancer by name, with the gap tolerance balance() takes.
+orchmllm::any_balancer to_balancer(const std::string& algorithm, double gap_tolerance) {
+  orchmllm::any_balancer b = orchmllm::parse_balancer(algorithm);
+  orchmllm::detail::set_gap_tolerance(b, gap_tolerance);
+  return b;
 }
 
 // The declarations, and the row widths the routes are divided by (bytes -> rows).
@@ -84,8 +88,9 @@ struct py_declarations {
     e.name = name;
     e.cost = to_stage_cost(cost);
     e.policy = orchmllm::parse_padding_policy(policy, pad_multiple);
-    e.options = to_options(algorithm, cap, cap_bytes, min_items, max_items, gap_tolerance);
-    e.mapping = orchmllm::parse_mapping_method(mapping);
+    e.limits = to_limits(cap, cap_bytes, min_items, max_items);
+    e.balancer = to_balancer(algorithm, gap_tolerance);
+    e.mapper = orchmllm::parse_mapper(mapping);
     ORCHMLLM_REQUIRE(input_row_bytes >= 1 && output_row_bytes >= 1,
                      orchmllm::invalid_argument_error, "stage '", name, "': row widths ",
                      input_row_bytes, " and ", output_row_bytes, " must be >= 1");
@@ -115,8 +120,9 @@ struct py_declarations {
     l.name = name;
     l.cost = to_stage_cost(cost);
     l.policy = orchmllm::parse_padding_policy(policy, pad_multiple);
-    l.options = to_options(algorithm, cap, cap_bytes, min_items, max_items, gap_tolerance);
-    l.mapping = orchmllm::parse_mapping_method(mapping);
+    l.limits = to_limits(cap, cap_bytes, min_items, max_items);
+    l.balancer = to_balancer(algorithm, gap_tolerance);
+    l.mapper = orchmllm::parse_mapper(mapping);
     ORCHMLLM_REQUIRE(text_row_bytes >= 1, orchmllm::invalid_argument_error, "stage '", name,
                      "': text row width ", text_row_bytes, " must be >= 1");
     l.text_row_bytes = text_row_bytes;
@@ -390,7 +396,7 @@ nb::list stage_reports(const py_step& s) {
   for (const auto& r : s.step.stages) {
     nb::dict d;
     d["name"] = r.name;
-    d["algorithm"] = std::string(orchmllm::to_string(r.used));
+    d["algorithm"] = std::string(r.used);
     d["makespan_before"] = r.makespan_before;
     d["makespan"] = r.makespan_after;
     d["lower_bound"] = r.lower_bound;

@@ -378,7 +378,7 @@ def balance_kwargs(g: Gen, offsets: np.ndarray, lengths: np.ndarray) -> Dict[str
 
 def valid_plan(g: Gen) -> Tuple[orchmllm.Plan, np.ndarray, np.ndarray]:
     offsets, lengths = batch(g)
-    algorithm = g.pick(["auto", "lpt", "kk", "none", "locality"])
+    algorithm = g.pick(["automatic", "lpt", "karmarkar_karp", "identity", "locality"])
     return orchmllm.balance(offsets, lengths, algorithm=algorithm), offsets, lengths
 
 

@@ -55,8 +55,8 @@ int main() {
         e.output_row_bytes >> split;
     e.cost = cost_of(cost);
     e.policy = orchmllm::parse_padding_policy(policy, pad);
-    e.options.method = orchmllm::parse_balance_method(algorithm);
-    e.mapping = orchmllm::parse_mapping_method(mapping);
+    e.balancer = orchmllm::parse_balancer(algorithm);
+    e.mapper = orchmllm::parse_mapper(mapping);
     if (split) e.split = orchmllm::split_options{};
     decl.encoders.push_back(e);
   }
@@ -67,8 +67,8 @@ int main() {
         decl.llm.text_row_bytes;
     decl.llm.cost = cost_of(cost);
     decl.llm.policy = orchmllm::parse_padding_policy(policy, pad);
-    decl.llm.options.method = orchmllm::parse_balance_method(algorithm);
-    decl.llm.mapping = orchmllm::parse_mapping_method(mapping);
+    decl.llm.balancer = orchmllm::parse_balancer(algorithm);
+    decl.llm.mapper = orchmllm::parse_mapper(mapping);
   }
   std::vector<orchmllm::local_batch> batches(static_cast<std::size_t>(d));
   for (auto& b : batches) {

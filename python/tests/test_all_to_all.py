@@ -70,10 +70,10 @@ def expected_rows(plan, offsets, rows_per_item, local):
 CASES = [
     dict(seed=11, ranks=8, max_items=9, kwargs={}),
     dict(seed=12, ranks=8, max_items=9, kwargs={"cost": "quadratic:1,1.3e-5",
-                                                "algorithm": "kk"}),
+                                                "algorithm": "karmarkar_karp"}),
     dict(seed=13, ranks=5, max_items=12, kwargs={"policy": "padded", "pad_multiple": 16}),
     dict(seed=14, ranks=16, max_items=4, kwargs={"algorithm": "locality", "gpus_per_node": 4}),
-    dict(seed=15, ranks=7, max_items=6, kwargs={"algorithm": "none"}),  # nothing moves
+    dict(seed=15, ranks=7, max_items=6, kwargs={"algorithm": "identity"}),  # nothing moves
     dict(seed=16, ranks=1, max_items=5, kwargs={}),                     # one rank
     dict(seed=17, ranks=6, max_items=0, kwargs={}),                     # no items at all
 ]

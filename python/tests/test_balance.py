@@ -26,14 +26,14 @@ def check_plan(plan, offsets, lengths):
 def test_contract():
     offsets, lengths, _ = random_batch(5, ranks=32, max_items=16)
     plan = orchmllm.balance(offsets, lengths, cost="quadratic:1,1.3e-5", policy="packed",
-                            algorithm="auto")
+                            algorithm="automatic")
     check_plan(plan, offsets, lengths)
     # makespan: the largest destination load under the cost model, recomputed here.
     cost = lengths * (1.0 + 1.3e-5 * lengths)
     loads = np.bincount(plan.dst_rank, weights=cost, minlength=len(offsets) - 1)
     assert plan.makespan == pytest.approx(loads.max(), rel=1e-12)
     assert plan.lower_bound <= plan.makespan
-    assert plan.algorithm in orchmllm.ALGORITHMS and plan.requested == "auto"
+    assert plan.algorithm in orchmllm.ALGORITHMS and plan.requested == "automatic"
     stats = plan.statistics()
     assert stats["makespan"] == plan.makespan and stats["lower_bound"] == plan.lower_bound
     assert stats["imbalance_after"] < stats["imbalance_before"]
@@ -47,7 +47,7 @@ def test_contract():
 def test_every_algorithm_on_lists_and_narrow_ints():
     offsets, lengths, _ = random_batch(6, ranks=4, max_items=3, empty_ranks=False)
     for algorithm in orchmllm.ALGORITHMS:
-        policy = "padded" if algorithm == "padded" else "packed"
+        policy = "padded" if algorithm == "padded_exact" else "packed"
         plan = orchmllm.balance(list(offsets), lengths.astype(np.int32), policy=policy,
                                 algorithm=algorithm)
         check_plan(plan, offsets, lengths)
@@ -82,7 +82,7 @@ def test_callable_cost_is_evaluated_once_on_distinct_lengths():
     # Padded policies: the padded lengths are evaluated too, in the same single call.
     calls.clear()
     plan = orchmllm.balance(offsets, lengths, cost=cost, policy="padded", pad_multiple=64,
-                            algorithm="auto")
+                            algorithm="automatic")
     assert len(calls) == 1
     want = np.unique(np.concatenate([lengths, (lengths + 63) // 64 * 64]))
     np.testing.assert_array_equal(calls[0], want)
@@ -134,8 +134,9 @@ def test_bad_cost_policy_algorithm():
         (dict(policy="packed", pad_multiple=8), "pad multiple 8 needs the padded policy"),
         (dict(policy="padded", pad_multiple=0), "padding multiple is 0, must be >= 1"),
         (dict(policy="bucketed:16"), "exceeds the largest bucket 16"),
-        (dict(algorithm="magic"), "unknown algorithm 'magic'"),
-        (dict(algorithm="kk", policy="padded"), "packed"),
+        (dict(algorithm="magic"), "unknown balancer 'magic'"),
+        (dict(algorithm="auto"), "unknown balancer 'auto' \\(did you mean 'automatic'\\?\\)"),
+        (dict(algorithm="karmarkar_karp", policy="padded"), "packed"),
         (dict(cap=10, cap_bytes=10), "cap and cap_bytes are exclusive"),
         (dict(cap=-1), "capacity -1 is negative"),
         (dict(min_items=-1), "min_items is -1"),
@@ -216,10 +217,12 @@ def test_cost_objects():
 
 
 CALLABLE_CASES = [
-    ("packed", None, "auto"), ("packed", None, "lpt"), ("packed", None, "kk"),
-    ("packed", None, "kk-equal"), ("packed", None, "none"), ("packed", None, "locality"),
-    ("padded", 16, "auto"), ("padded", 16, "padded"), ("padded", None, "lpt"),
-    ("bucketed:256,1024,4096,8192", None, "auto"), ("bucketed:256,1024,4096,8192", None, "lpt"),
+    ("packed", None, "automatic"), ("packed", None, "lpt"), ("packed", None, "karmarkar_karp"),
+    ("packed", None, "karmarkar_karp_equal"), ("packed", None, "identity"),
+    ("packed", None, "locality"),
+    ("padded", 16, "automatic"), ("padded", 16, "padded_exact"), ("padded", None, "lpt"),
+    ("bucketed:256,1024,4096,8192", None, "automatic"),
+    ("bucketed:256,1024,4096,8192", None, "lpt"),
 ]
 
 
@@ -230,7 +233,7 @@ def test_callable_cost_plans_match_every_algorithm(policy, pad_multiple, algorit
     offsets, lengths, payload = random_batch(14, ranks=6, max_items=7)
     a, b = 0.5, 2e-4
     kwargs = dict(policy=policy, pad_multiple=pad_multiple, algorithm=algorithm, bytes=payload,
-                  min_items=1 if algorithm == "auto" else 0)
+                  min_items=1 if algorithm == "automatic" else 0)
     got = orchmllm.balance(offsets, lengths, lambda ls: ls * (a + b * ls.astype(np.float64)),
                            **kwargs)
     want = orchmllm.balance(offsets, lengths, f"quadratic:{a},{b}", **kwargs)
@@ -374,7 +377,7 @@ def test_ints_outside_int64_and_odd_values_are_named():
     # A NUL byte in a name does not cut the message short.
     with pytest.raises(orchmllm.InvalidArgumentError) as info:
         orchmllm.balance(offsets, lengths, algorithm="a\x00b")
-    assert "unknown algorithm 'a\\x00b' (expected" in str(info.value)
+    assert "unknown balancer 'a\\x00b'; expected" in str(info.value)
     assert str(info.value).startswith("orchmllm: ") and str(info.value).endswith("]")
 
 

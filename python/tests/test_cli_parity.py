@@ -19,19 +19,20 @@ from conftest import random_batch
 # (python keyword arguments, CLI flags); every algorithm, policy and cost form the CLI offers.
 CASES = [
     ({}, []),
-    ({"algorithm": "none"}, ["--algorithm", "none"]),
+    ({"algorithm": "identity"}, ["--algorithm", "identity"]),
     ({"algorithm": "lpt"}, ["--algorithm", "lpt"]),
-    ({"algorithm": "kk"}, ["--algorithm", "kk"]),
-    ({"algorithm": "kk-equal"}, ["--algorithm", "kk-equal"]),
+    ({"algorithm": "karmarkar_karp"}, ["--algorithm", "karmarkar_karp"]),
+    ({"algorithm": "karmarkar_karp_equal"}, ["--algorithm", "karmarkar_karp_equal"]),
     ({"cost": "quadratic:1,1.3e-5"}, ["--cost", "quadratic:1,1.3e-5"]),
     ({"cost": "quadratic:1,0.0005", "algorithm": "lpt"},
      ["--cost", "quadratic:1,0.0005", "--algorithm", "lpt"]),
-    ({"cost": "quadratic:0.5,2e-4", "algorithm": "kk"},
-     ["--cost", "quadratic:0.5,2e-4", "--algorithm", "kk"]),
+    ({"cost": "quadratic:0.5,2e-4", "algorithm": "karmarkar_karp"},
+     ["--cost", "quadratic:0.5,2e-4", "--algorithm", "karmarkar_karp"]),
     ({"policy": "padded"}, ["--policy", "padded"]),
-    ({"policy": "padded", "pad_multiple": 64, "cost": "quadratic:1,1.3e-5", "algorithm": "padded"},
+    ({"policy": "padded", "pad_multiple": 64, "cost": "quadratic:1,1.3e-5",
+      "algorithm": "padded_exact"},
      ["--policy", "padded", "--pad-multiple", "64", "--cost", "quadratic:1,1.3e-5",
-      "--algorithm", "padded"]),
+      "--algorithm", "padded_exact"]),
     ({"policy": "padded", "pad_multiple": 8, "algorithm": "lpt"},
      ["--policy", "padded", "--pad-multiple", "8", "--algorithm", "lpt"]),
     ({"policy": "bucketed:512,1024,2048,8192"}, ["--policy", "bucketed:512,1024,2048,8192"]),
@@ -118,7 +119,7 @@ def test_cost_objects_give_the_string_plans():
     offsets, lengths, _ = random_batch(3, ranks=32, max_items=20)
     for text, obj in [("linear", orchmllm.LinearCost()),
                       ("quadratic:1,1.3e-5", orchmllm.QuadraticCost(0.0, 1.0, 1.3e-5))]:
-        for algorithm in ["auto", "lpt", "kk"]:
+        for algorithm in ["automatic", "lpt", "karmarkar_karp"]:
             a = orchmllm.balance(offsets, lengths, text, algorithm=algorithm)
             b = orchmllm.balance(offsets, lengths, obj, algorithm=algorithm)
             np.testing.assert_array_equal(a.dst_rank, b.dst_rank)

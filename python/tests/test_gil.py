@@ -35,7 +35,7 @@ def test_balance_releases_the_gil():
         def worker():
             for _ in range(5):
                 before, start = count[0], time.perf_counter()
-                orchmllm.balance(offsets, lengths, "quadratic:1,1.3e-5", algorithm="auto")
+                orchmllm.balance(offsets, lengths, "quadratic:1,1.3e-5", algorithm="automatic")
                 rates.append((count[0] - before) / (time.perf_counter() - start))
             done[0] = True
 

@@ -88,7 +88,7 @@ def test_mapped_plan_moves_rows():
 def test_map_bins_errors():
     offsets, lengths, _ = random_batch(3, ranks=8, max_items=5)
     plan = orchmllm.balance(offsets, lengths)
-    with pytest.raises(orchmllm.InvalidArgumentError, match="unknown mapping 'nearest'"):
+    with pytest.raises(orchmllm.InvalidArgumentError, match="unknown mapper 'nearest'"):
         orchmllm.map_bins(plan, 2, "nearest")
     with pytest.raises(orchmllm.InvalidArgumentError, match="gpus_per_node is -1"):
         orchmllm.map_bins(plan, -1)

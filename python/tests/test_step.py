@@ -324,7 +324,7 @@ def test_errors():
         orchmllm.StageDeclarations([orchmllm.EncoderStage("a"), orchmllm.EncoderStage("a")])
     with pytest.raises(orchmllm.InvalidArgumentError, match="row widths 0"):
         orchmllm.StageDeclarations([orchmllm.EncoderStage("a", input_row_bytes=0)])
-    with pytest.raises(orchmllm.InvalidArgumentError, match="unknown mapping"):
+    with pytest.raises(orchmllm.InvalidArgumentError, match="unknown mapper"):
         orchmllm.StageDeclarations([orchmllm.EncoderStage("a", mapping="random")])
     with pytest.raises(orchmllm.InvalidArgumentError, match="cost is 'cubic'"):
         orchmllm.StageDeclarations([orchmllm.EncoderStage("a", "cubic")])

@@ -17,12 +17,12 @@ from test_step import batches
 # (encoders as (name, cost, policy, pad, algorithm, mapping, in_bytes, out_bytes, split),
 #  llm as (name, cost, policy, pad, algorithm, mapping, text_bytes), gpus per node)
 CASES = [
-    ([("vision", "quadratic:1,1e-3", "packed", 1, "auto", "transport", 24, 32, False),
-      ("audio", "linear", "padded", 1, "auto", "transport", 16, 32, False)],
-     ("llm", "quadratic:1,2.5e-4", "packed", 1, "auto", "transport", 8), 4),
+    ([("vision", "quadratic:1,1e-3", "packed", 1, "automatic", "transport", 24, 32, False),
+      ("audio", "linear", "padded", 1, "automatic", "transport", 16, 32, False)],
+     ("llm", "quadratic:1,2.5e-4", "packed", 1, "automatic", "transport", 8), 4),
     ([("vision", "quadratic:1,1e-3", "packed", 1, "lpt", "bottleneck", 24, 32, True),
-      ("audio", "linear", "padded", 8, "padded", "identity", 16, 32, False)],
-     ("llm", "linear", "packed", 1, "kk", "auction", 8), 2),
+      ("audio", "linear", "padded", 8, "padded_exact", "identity", 16, 32, False)],
+     ("llm", "linear", "packed", 1, "karmarkar_karp", "auction", 8), 2),
 ]
 
 

@@ -37,7 +37,7 @@ def random_case(seed: int, ranks: int):
     n = int(offsets[-1])
     lengths = rng.integers(0, 3000, size=n).astype(np.int64)
     rows = rng.integers(0, 5, size=n).astype(np.int64)
-    algorithm = ("auto", "lpt", "kk", "none")[seed % 4]
+    algorithm = ("automatic", "lpt", "karmarkar_karp", "identity")[seed % 4]
     plan = orchmllm.balance(offsets, lengths, cost="quadratic:1,1e-3", algorithm=algorithm)
     return offsets, lengths, rows, plan
 

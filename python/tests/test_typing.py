@@ -22,7 +22,7 @@ import orchmllm
 offsets = np.array([0, 2, 3])
 lengths = np.array([5, 6, 7])
 plan: orchmllm.Plan = orchmllm.balance(offsets, lengths, cost="quadratic:1,1.3e-5",
-                                       policy="padded", algorithm="auto", pad_multiple=8,
+                                       policy="padded", algorithm="automatic", pad_multiple=8,
                                        bytes=lengths, cap=None, min_items=1)
 plan = orchmllm.balance(offsets, lengths, orchmllm.QuadraticCost(0.0, 1.0, 0.5))
 plan = orchmllm.balance(offsets, lengths, lambda ls: ls * 1.0)

@@ -31,7 +31,7 @@ def test_both_partition_the_same_items(seed: int, equal: bool) -> None:
         parts = verl.get_seqlen_balanced_partitions(values.tolist(), k_partitions=k,
                                                     equal_size=equal)
         v_part = verl_compare.verl_assignment(parts, n)
-        algos = ["kk-equal", "auto"] if equal else ["kk", "auto"]
+        algos = ["karmarkar_karp_equal", "automatic"] if equal else ["karmarkar_karp", "automatic"]
         for algo in algos:
             extra = {"min_items": n // k, "max_items": n // k} if equal else {}
             plan = orchmllm.balance(offsets, lengths, cost, algorithm=algo, **extra)

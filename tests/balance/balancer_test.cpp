@@ -16,6 +16,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -76,11 +77,15 @@ bool at_most(Cost a, double bound) {
   return static_cast<double>(a) <= bound * (1 + 1e-12) + 1e-9;
 }
 
-balance_options with(balance_method method, const constraints& lim = {}) {
-  balance_options o;
-  o.method = method;
-  o.limits = lim;
-  return o;
+// The balancer of this suite's random runs named `name`: lpt and karmarkar_karp refined when
+// `refine`, a small exact search budget (keeps the debug build fast; optimality is tested above).
+any_balancer suite_balancer(std::string_view name, bool refine) {
+  any_balancer b = parse_balancer(name);
+  if (auto* x = b.get_if<balancers::lpt>()) x->refine = refine;
+  if (auto* x = b.get_if<balancers::karmarkar_karp>()) x->refine = refine;
+  if (auto* x = b.get_if<balancers::exact>()) x->node_budget = 20'000;
+  if (auto* x = b.get_if<balancers::automatic>()) x->exact_node_budget = 20'000;
+  return b;
 }
 
 // Random limits for a small instance: caps in tokens around the per-rank average (sometimes
@@ -148,23 +153,23 @@ void check_small_instance(std::mt19937_64& rng, const batch_layout& layout, cons
     // Unconstrained.
     const auto bf = brute_force(layout, d, cost, policy);
     REQUIRE(bf.has_value());
-    const auto ex = balance(layout, cost, policy, with(balance_method::exact));
+    const auto ex = balance(layout, cost, policy, balancers::exact{});
     CHECK(same_cost(ex.makespan, *bf));
     CHECK(ex.proven_optimal);
-    const auto au = balance(layout, cost, policy, with(balance_method::automatic));
+    const auto au = balance(layout, cost, policy, balancers::automatic{});
     CHECK(at_most(au.makespan, lpt_ratio * static_cast<double>(*bf)));
     if (au.proven_optimal) CHECK(same_cost(au.makespan, *bf));
     if (policy.is_padded()) {
-      const auto pd = balance(layout, cost, policy, with(balance_method::padded_exact));
+      const auto pd = balance(layout, cost, policy, balancers::padded_exact{});
       CHECK(pd.makespan == *bf);  // a product, so exact even for floating costs
       CHECK(pd.proven_optimal);
       CHECK(au.makespan == *bf);
     } else {
       ++t.packed_instances;
       if (same_cost(au.makespan, *bf)) ++t.auto_optimal;
-      const auto lp = balance(layout, cost, policy, with(balance_method::lpt));
+      const auto lp = balance(layout, cost, policy, balancers::lpt{});
       CHECK(at_most(lp.makespan, lpt_ratio * static_cast<double>(*bf)));
-      const auto kk = balance(layout, cost, policy, with(balance_method::kk));
+      const auto kk = balance(layout, cost, policy, balancers::karmarkar_karp{});
       CHECK(at_most(kk.makespan, 2.0 * static_cast<double>(*bf)));
     }
 
@@ -176,19 +181,19 @@ void check_small_instance(std::mt19937_64& rng, const batch_layout& layout, cons
     CAPTURE(lim.cap ? lim.cap->limit : -1);
     const auto bc = brute_force(layout, d, cost, policy, lim);
     ++(bc ? t.constrained_feasible : t.constrained_infeasible);
-    std::vector<balance_method> methods{balance_method::exact, balance_method::automatic};
-    if (policy.is_padded()) methods.push_back(balance_method::padded_exact);
-    for (const auto method : methods) {
-      CAPTURE(to_string(method));
+    std::vector<any_balancer> methods{balancers::exact{}, balancers::automatic{}};
+    if (policy.is_padded()) methods.push_back(balancers::padded_exact{});
+    for (const auto& method : methods) {
+      CAPTURE(method.name());
       if (!bc) {
-        CHECK_THROWS_AS(balance(layout, cost, policy, with(method, lim)), infeasible_error);
+        CHECK_THROWS_AS(balance(layout, cost, policy, method, lim), infeasible_error);
         continue;
       }
-      const auto r = balance(layout, cost, policy, with(method, lim));
+      const auto r = balance(layout, cost, policy, method, lim);
       const auto e = figures(layout, r.plan.dst_ranks(), d, cost, policy);
       CHECK(honours(e, lim));
       CHECK(max_of(e.load) == r.makespan);
-      if (method != balance_method::automatic) {
+      if (method.name() != balancers::automatic::name) {
         CHECK(same_cost(r.makespan, *bc));
         CHECK(r.proven_optimal);
       }
@@ -219,7 +224,7 @@ TEST_CASE("balance: exact methods are optimal on small random instances (brute f
                            static_cast<double>(uniform(rng, 0, 3)) * 0.01};
     check_small_instance(rng, layout, q, t, shipped_policies(rng, layout));
   }
-  MESSAGE("auto optimal on ", t.auto_optimal, " of ", t.packed_instances,
+  MESSAGE("automatic optimal on ", t.auto_optimal, " of ", t.packed_instances,
           " packed instances; constrained: ", t.constrained_feasible, " feasible, ",
           t.constrained_infeasible, " infeasible");
   CHECK(t.auto_optimal >= 0.97 * t.packed_instances);
@@ -241,9 +246,9 @@ TEST_CASE("balance: padded is optimal with ties, zero lengths, multiples and buc
       CAPTURE(policy.buckets().size());
       const linear_cost lin{1};
       const quadratic_cost q{1.0, 0.5, 0.25};
-      CHECK(balance(layout, lin, policy, with(balance_method::padded_exact)).makespan ==
+      CHECK(balance(layout, lin, policy, balancers::padded_exact{}).makespan ==
             brute_force(layout, d, lin, policy));
-      CHECK(balance(layout, q, policy, with(balance_method::padded_exact)).makespan ==
+      CHECK(balance(layout, q, policy, balancers::padded_exact{}).makespan ==
             brute_force(layout, d, q, policy));
     }
   }
@@ -286,14 +291,14 @@ void check_invariants(std::mt19937_64& rng, const batch_layout& layout, const C&
                       padding_policy policy, int& infeasible) {
   const rank_t d = layout.num_ranks();
   const std::int64_t n = layout.num_items();
-  std::vector<balance_method> methods{balance_method::lpt, balance_method::automatic};
-  methods.push_back(policy.is_padded() ? balance_method::padded_exact : balance_method::kk);
-  if (n <= 12) methods.push_back(balance_method::exact);
-  const balance_method method = methods[static_cast<std::size_t>(
+  std::vector<std::string_view> methods{balancers::lpt::name, balancers::automatic::name};
+  methods.push_back(policy.is_padded() ? balancers::padded_exact::name
+                                       : balancers::karmarkar_karp::name);
+  if (n <= 12) methods.push_back(balancers::exact::name);
+  const std::string_view method = methods[static_cast<std::size_t>(
       uniform(rng, 0, static_cast<std::int64_t>(methods.size()) - 1))];
-  balance_options o = with(method);
-  o.exact_node_budget = 20'000;  // keeps the debug build fast; optimality is tested above
-  o.refine = uniform(rng, 0, 1) == 1;
+  const any_balancer b = suite_balancer(method, uniform(rng, 0, 1) == 1);
+  constraints limits;
   if (uniform(rng, 0, 2) == 0) {
     // Loose-ish limits: cap at 1.5× the average footprint (at least the largest item).
     const bool bytes = layout.has_bytes() && uniform(rng, 0, 1) == 1;
@@ -308,17 +313,17 @@ void check_invariants(std::mt19937_64& rng, const batch_layout& layout, const C&
     const std::int64_t limit = policy.is_padded()
                                    ? 3 * largest * std::max<std::int64_t>(1, (n + d - 1) / d) / 2
                                    : std::max(largest, avg + avg / 2);
-    o.limits.cap = capacity{what, limit};
-    if (uniform(rng, 0, 1) == 1) o.limits.min_items = std::min<std::int64_t>(1, n / d);
-    if (uniform(rng, 0, 1) == 1) o.limits.max_items = (n + d - 1) / d + 2;
+    limits.cap = capacity{what, limit};
+    if (uniform(rng, 0, 1) == 1) limits.min_items = std::min<std::int64_t>(1, n / d);
+    if (uniform(rng, 0, 1) == 1) limits.max_items = (n + d - 1) / d + 2;
   }
-  CAPTURE(to_string(method));
+  CAPTURE(method);
   CAPTURE(policy.is_padded());
-  CAPTURE(o.limits.any());
+  CAPTURE(limits.any());
 
   std::optional<balance_result<cost_type_t<C>>> res;
   try {
-    res = balance(layout, cost, policy, o);
+    res = balance(layout, cost, policy, b, limits);
   } catch (const infeasible_error&) {
     ++infeasible;
     return;
@@ -335,30 +340,32 @@ void check_invariants(std::mt19937_64& rng, const batch_layout& layout, const C&
   for (std::int64_t h = 0; h < n; ++h) REQUIRE(src[static_cast<std::size_t>(h)] == h);
   // Constraints, makespan and bound, three ways.
   const auto e = figures(layout, p.dst_ranks(), d, cost, policy);
-  CHECK(honours(e, o.limits));
-  const auto s = compute_statistics(layout, p, cost, policy, o.limits);
+  CHECK(honours(e, limits));
+  const auto s = compute_statistics(layout, p, cost, policy, limits);
   CHECK(r.makespan == max_of(e.load));
   CHECK(r.makespan == s.makespan);
   CHECK(r.lower_bound == s.lower_bound);
-  CHECK(r.lower_bound == makespan_lower_bound(layout, d, cost, policy, o.limits));
+  CHECK(r.lower_bound == makespan_lower_bound(layout, d, cost, policy, limits));
   CHECK(static_cast<double>(r.makespan) >= static_cast<double>(r.lower_bound) * (1 - 1e-12));
-  CHECK(r.used != balance_method::automatic);
-  if (o.limits.cap) {
-    CHECK((o.limits.cap->what == capacity::measure::tokens ? s.max_tokens : s.max_bytes) <=
-          o.limits.cap->limit);
+  // automatic reports the candidate it kept; the others name themselves.
+  CHECK(r.used != balancers::automatic::name);
+  if (method != balancers::automatic::name) CHECK(r.used == method);
+  if (limits.cap) {
+    CHECK((limits.cap->what == capacity::measure::tokens ? s.max_tokens : s.max_bytes) <=
+          limits.cap->limit);
   }
-  CHECK(s.min_items_per_rank >= o.limits.min_items);
-  CHECK(s.max_items_per_rank <= o.limits.max_items);
+  CHECK(s.min_items_per_rank >= limits.min_items);
+  CHECK(s.max_items_per_rank <= limits.max_items);
   // Determinism.
-  const auto again = balance(layout, cost, policy, o);
+  const auto again = balance(layout, cost, policy, b, limits);
   CHECK(again.plan == p);
   CHECK(again.makespan == r.makespan);
   CHECK(again.used == r.used);
-  // auto is never worse than lpt or kk alone.
-  if (method == balance_method::automatic && !o.limits.any()) {
-    CHECK(r.makespan <= balance(layout, cost, policy, with(balance_method::lpt)).makespan);
+  // automatic is never worse than lpt or karmarkar_karp alone.
+  if (method == balancers::automatic::name && !limits.any()) {
+    CHECK(r.makespan <= balance(layout, cost, policy, balancers::lpt{}).makespan);
     if (!policy.is_padded())
-      CHECK(r.makespan <= balance(layout, cost, policy, with(balance_method::kk)).makespan);
+      CHECK(r.makespan <= balance(layout, cost, policy, balancers::karmarkar_karp{}).makespan);
   }
   // Plan algebra.
   const auto id_src = rearrangement::identity(layout.offsets());
@@ -373,14 +380,14 @@ void check_invariants(std::mt19937_64& rng, const batch_layout& layout, const C&
   const batch_layout layout2(
       std::vector<std::int64_t>(p.dst_offsets().begin(), p.dst_offsets().end()), lengths2,
       orchmllm::apply(p, bytes));
-  const auto q = balance(layout2, cost, policy, with(balance_method::lpt)).plan;
+  const auto q = balance(layout2, cost, policy, balancers::lpt{}).plan;
   CHECK(p.dst_offsets().size() == q.src_offsets().size());
   const auto qp = compose(q, p);
   CHECK(qp.inverse() == compose(p.inverse(), q.inverse()));
   REQUIRE_NOTHROW(qp.validate());
   // Balancing the delivered layout again cannot beat the optimum: its makespan is at least the
   // same lower bound (the bound depends on the multiset of items only).
-  CHECK(makespan_lower_bound(layout2, d, cost, policy, o.limits) == r.lower_bound);
+  CHECK(makespan_lower_bound(layout2, d, cost, policy, limits) == r.lower_bound);
 }
 
 }  // namespace
@@ -452,8 +459,8 @@ TEST_CASE("balance: padded on a large batch meets its bound checks and beats lpt
   const batch_layout layout = skewed_layout(rng, 512, 16, false);
   const quadratic_cost q{0.0, 1.0, 1.0 / 512};
   for (const auto policy : {padded, padded_to_multiple(64), bucketed({64, 128, 256, 512})}) {
-    const auto pd = balance(layout, q, policy, with(balance_method::padded_exact));
-    const auto lp = balance(layout, q, policy, with(balance_method::lpt));
+    const auto pd = balance(layout, q, policy, balancers::padded_exact{});
+    const auto lp = balance(layout, q, policy, balancers::lpt{});
     CHECK(pd.proven_optimal);
     CHECK(pd.makespan <= lp.makespan);
     CHECK(pd.makespan >= pd.lower_bound);
@@ -631,7 +638,7 @@ TEST_CASE("constrained_first_fit: large inputs with a tight cap and max_items st
     MESSAGE("first fit ", (policy.is_padded() ? "padded" : "packed"), " ratio to bound ",
             detail::assignment_makespan(p.in, q, *r) / lb);
     // Through the façade (lpt or padded first, then this fallback if needed).
-    const auto b = balance(layout, q, policy, with(balance_method::automatic, lim));
+    const auto b = balance(layout, q, policy, balancers::automatic{}, lim);
     CHECK(honours(figures(layout, b.plan.dst_ranks(), d, q, policy), lim));
   }
 }
@@ -643,38 +650,35 @@ TEST_CASE("constrained_first_fit: large inputs with a tight cap and max_items st
 TEST_CASE("balance: bad options raise invalid_argument_error") {
   const auto layout = batch_layout::from_ranks({{5, 3}, {8}, {1, 1, 1}});
   const linear_cost lin{1};
-  CHECK_THROWS_AS(balance(layout, lin, padded, with(balance_method::kk)), invalid_argument_error);
-  CHECK_THROWS_AS(balance(layout, lin, packed, with(balance_method::padded_exact)),
+  CHECK_THROWS_AS(balance(layout, lin, padded, balancers::karmarkar_karp{}),
                   invalid_argument_error);
+  CHECK_THROWS_AS(balance(layout, lin, packed, balancers::padded_exact{}), invalid_argument_error);
   // An item longer than the largest bucket, whatever the algorithm.
-  for (const auto method : {balance_method::automatic, balance_method::lpt,
-                            balance_method::exact, balance_method::padded_exact,
-                            balance_method::none})
-    expect_invalid([&] { (void)balance(layout, lin, bucketed({2, 6}), with(method)); },
+  for (const any_balancer& method :
+       {any_balancer(balancers::automatic{}), any_balancer(balancers::lpt{}),
+        any_balancer(balancers::exact{}), any_balancer(balancers::padded_exact{}),
+        any_balancer(balancers::identity{})})
+    expect_invalid([&] { (void)balance(layout, lin, bucketed({2, 6}), method); },
                    {"length 8", "largest bucket 6"});
-  balance_options o;
-  o.refine_budget = -2;
-  CHECK_THROWS_AS(balance(layout, lin, packed, o), invalid_argument_error);
-  o = {};
-  o.exact_node_budget = -1;
-  CHECK_THROWS_AS(balance(layout, lin, packed, o), invalid_argument_error);
-  o = {};
-  o.exact_max_items = -1;
-  CHECK_THROWS_AS(balance(layout, lin, packed, o), invalid_argument_error);
-  o = {};
-  o.limits.min_items = -1;
-  CHECK_THROWS_AS(balance(layout, lin, packed, o), invalid_argument_error);
-  o = {};
-  o.limits.min_items = 2;
-  o.limits.max_items = 1;
-  CHECK_THROWS_AS(balance(layout, lin, packed, o), invalid_argument_error);
-  o = {};
-  o.limits.cap = capacity{capacity::measure::tokens, -1};
-  CHECK_THROWS_AS(balance(layout, lin, packed, o), invalid_argument_error);
+  CHECK_THROWS_AS(balance(layout, lin, packed, balancers::automatic{.refine_budget = -2}),
+                  invalid_argument_error);
+  CHECK_THROWS_AS(balance(layout, lin, packed, balancers::automatic{.exact_node_budget = -1}),
+                  invalid_argument_error);
+  CHECK_THROWS_AS(balance(layout, lin, packed, balancers::automatic{.exact_max_items = -1}),
+                  invalid_argument_error);
+  CHECK_THROWS_AS(
+      balance(layout, lin, packed, balancers::automatic{}, constraints{.min_items = -1}),
+      invalid_argument_error);
+  CHECK_THROWS_AS(balance(layout, lin, packed, balancers::automatic{},
+                          constraints{.min_items = 2, .max_items = 1}),
+                  invalid_argument_error);
+  CHECK_THROWS_AS(balance(layout, lin, packed, balancers::automatic{},
+                          constraints{.cap = capacity{capacity::measure::tokens, -1}}),
+                  invalid_argument_error);
   // A cost model that returns a negative cost.
   auto negative = [](std::int64_t l) { return 1 - l; };
   CHECK_THROWS_AS(balance(layout, negative, packed), invalid_argument_error);
-  CHECK_THROWS_AS(parse_algorithm("fastest"), invalid_argument_error);
+  CHECK_THROWS_AS(parse_balancer("fastest"), invalid_argument_error);
   CHECK_THROWS_AS(detail::exact_search(prepared<linear_cost>(layout, lin, packed, {}).in, lin, -1),
                   invalid_argument_error);
   CHECK_THROWS_AS(detail::padded_optimal(prepared<linear_cost>(layout, lin, packed, {}).in, lin),
@@ -684,47 +688,48 @@ TEST_CASE("balance: bad options raise invalid_argument_error") {
 TEST_CASE("balance: infeasible constraints raise infeasible_error naming the numbers") {
   const linear_cost lin{1};
   const auto small = batch_layout::from_ranks({{4, 3}, {4}, {1, 1, 1, 2}});  // 16 tokens
-  for (const auto method : {balance_method::lpt, balance_method::kk, balance_method::exact,
-                            balance_method::automatic}) {
-    CAPTURE(to_string(method));
-    balance_options o = with(method);
-    o.limits.cap = capacity{capacity::measure::tokens, 5};  // 3 ranks × 5 = 15 < 16
-    expect_error<infeasible_error>([&] { (void)balance(small, lin, packed, o); },
+  for (const any_balancer& method :
+       {any_balancer(balancers::lpt{}), any_balancer(balancers::karmarkar_karp{}),
+        any_balancer(balancers::exact{}), any_balancer(balancers::automatic{})}) {
+    CAPTURE(method.name());
+    const constraints limits{.cap = capacity{capacity::measure::tokens, 5}};  // 3 × 5 = 15 < 16
+    expect_error<infeasible_error>([&] { (void)balance(small, lin, packed, method, limits); },
                                    {"total of 16", "cap 5", "3 ranks"});
   }
   const auto layout = batch_layout::from_ranks({{5, 3}, {8}, {1, 1, 1}});  // 6 items, 19 tokens
   // A single item above the cap.
-  balance_options o;
-  o.limits.cap = capacity{capacity::measure::tokens, 7};
-  expect_error<infeasible_error>([&] { (void)balance(layout, lin, packed, o); },
-                                 {"8", "cap of 7"});
-  o.limits.cap = capacity{capacity::measure::bytes, 4};
-  CHECK_THROWS_AS(balance(layout, lin, padded, with(balance_method::padded_exact, o.limits)),
+  constraints limits;
+  limits.cap = capacity{capacity::measure::tokens, 7};
+  expect_error<infeasible_error>(
+      [&] { (void)balance(layout, lin, packed, balancers::automatic{}, limits); },
+      {"8", "cap of 7"});
+  limits.cap = capacity{capacity::measure::bytes, 4};
+  CHECK_THROWS_AS(balance(layout, lin, padded, balancers::padded_exact{}, limits),
                   infeasible_error);
   // Item counts.
-  o = {};
-  o.limits.min_items = 3;  // 6 items cannot give 3 ranks 3 each
-  CHECK_THROWS_AS(balance(layout, lin, packed, o), infeasible_error);
-  CHECK_THROWS_AS(balance(layout, lin, padded, o), infeasible_error);
-  o.limits.min_items = 0;
-  o.limits.max_items = 1;  // 6 items do not fit 3 ranks of 1
-  CHECK_THROWS_AS(balance(layout, lin, packed, o), infeasible_error);
-  CHECK_THROWS_AS(balance(layout, lin, padded, o), infeasible_error);
+  limits = {};
+  limits.min_items = 3;  // 6 items cannot give 3 ranks 3 each
+  CHECK_THROWS_AS(balance(layout, lin, packed, balancers::automatic{}, limits), infeasible_error);
+  CHECK_THROWS_AS(balance(layout, lin, padded, balancers::automatic{}, limits), infeasible_error);
+  limits.min_items = 0;
+  limits.max_items = 1;  // 6 items do not fit 3 ranks of 1
+  CHECK_THROWS_AS(balance(layout, lin, packed, balancers::automatic{}, limits), infeasible_error);
+  CHECK_THROWS_AS(balance(layout, lin, padded, balancers::automatic{}, limits), infeasible_error);
   // Totals fit but no packing does: 6 + 6 + 6 on two ranks of 10.
   const auto three = batch_layout::from_ranks({{6, 6}, {6}});
-  for (const auto method :
-       {balance_method::lpt, balance_method::exact, balance_method::automatic}) {
-    CAPTURE(to_string(method));
-    balance_options c = with(method);
-    c.limits.cap = capacity{capacity::measure::tokens, 10};
-    expect_error<infeasible_error>([&] { (void)balance(three, lin, packed, c); },
+  for (const any_balancer& method :
+       {any_balancer(balancers::lpt{}), any_balancer(balancers::exact{}),
+        any_balancer(balancers::automatic{})}) {
+    CAPTURE(method.name());
+    const constraints cap10{.cap = capacity{capacity::measure::tokens, 10}};
+    expect_error<infeasible_error>([&] { (void)balance(three, lin, packed, method, cap10); },
                                    {"total 18", "cap of 10", "2 ranks"});
   }
   // Padded: each rank holds at most one item of 5 under a cap of 9, three items, two ranks.
   const auto padded3 = batch_layout::from_ranks({{5, 5}, {5}});
-  balance_options c = with(balance_method::padded_exact);
-  c.limits.cap = capacity{capacity::measure::tokens, 9};
-  CHECK_THROWS_AS(balance(padded3, lin, padded, c), infeasible_error);
+  CHECK_THROWS_AS(balance(padded3, lin, padded, balancers::padded_exact{},
+                          constraints{.cap = capacity{capacity::measure::tokens, 9}}),
+                  infeasible_error);
   // Items but no ranks cannot be built; zero ranks with zero items is fine.
   const batch_layout nothing;
   CHECK(balance(nothing, lin).plan.num_items() == 0);
@@ -734,37 +739,37 @@ TEST_CASE("balance: edge cases") {
   const linear_cost lin{1};
   // Empty ranks, zero lengths, one rank.
   const auto zeros = batch_layout::from_ranks({{0, 0}, {}, {0}});
-  for (const auto method :
-       {balance_method::lpt, balance_method::exact, balance_method::automatic}) {
-    const auto r = balance(zeros, lin, packed, with(method));
+  for (const any_balancer& method :
+       {any_balancer(balancers::lpt{}), any_balancer(balancers::exact{}),
+        any_balancer(balancers::automatic{})}) {
+    const auto r = balance(zeros, lin, packed, method);
     CHECK(r.makespan == 0);
     CHECK(r.proven_optimal);
   }
-  const auto pz = balance(zeros, lin, padded, with(balance_method::padded_exact));
+  const auto pz = balance(zeros, lin, padded, balancers::padded_exact{});
   CHECK(pz.makespan == 0);
   constraints one_each;
   one_each.min_items = 1;
-  const auto spread = balance(zeros, lin, padded, with(balance_method::padded_exact, one_each));
+  const auto spread = balance(zeros, lin, padded, balancers::padded_exact{}, one_each);
   for (rank_t r = 0; r < 3; ++r)
     CHECK(spread.plan.dst_offsets()[static_cast<std::size_t>(r) + 1] -
               spread.plan.dst_offsets()[static_cast<std::size_t>(r)] ==
           1);
   const auto single = batch_layout::from_ranks({{4, 9, 2}});
-  CHECK(balance(single, lin, padded, with(balance_method::padded_exact)).makespan == 27);
-  CHECK(balance(single, lin, packed, with(balance_method::exact)).makespan == 15);
+  CHECK(balance(single, lin, padded, balancers::padded_exact{}).makespan == 27);
+  CHECK(balance(single, lin, packed, balancers::exact{}).makespan == 15);
 }
 
 TEST_CASE("balance: sizes near 2^63 are exact or a clear error, never a wrapped figure") {
   constexpr std::int64_t max = std::numeric_limits<std::int64_t>::max();
   const batch_layout one({0, 1, 1, 1}, {max});
-  balance_options lpt;
-  lpt.method = balance_method::lpt;
+  const balancers::lpt lpt;
   // One item of length 2^63 - 1: its cost and every bound equal it (⌈S/d⌉ formed without
   // S + d - 1).
-  for (auto a : {balance_method::lpt, balance_method::kk, balance_method::automatic}) {
-    balance_options o;
-    o.method = a;
-    const auto res = balance(one, linear_cost{}, packed, o);
+  for (const any_balancer& a :
+       {any_balancer(balancers::lpt{}), any_balancer(balancers::karmarkar_karp{}),
+        any_balancer(balancers::automatic{})}) {
+    const auto res = balance(one, linear_cost{}, packed, a);
     CHECK(res.makespan == max);
     CHECK(res.lower_bound == max);
     CHECK(res.proven_optimal);
@@ -809,21 +814,15 @@ TEST_CASE("balance: sizes near 2^63 are exact or a clear error, never a wrapped 
 
 TEST_CASE("balance(locality): node ids must be dense, below the rank count") {
   const batch_layout layout({0, 2, 4, 6, 8}, {5, 1, 4, 2, 3, 3, 6, 1});
-  balance_options o;
-  o.method = balance_method::locality;
+  balancers::locality o;
   for (rank_t bad : {rank_t{4}, std::numeric_limits<rank_t>::max(), rank_t{1'000'000'000}}) {
     o.node_of_rank = {0, 0, 1, bad};
-    expect_invalid([&] { (void)balance(layout, linear_cost{}, packed, o); },
-                   {"node_of_rank[3] is " + std::to_string(bad), "must be a node id in [0, 4)"});
+    expect_invalid(
+        [&] { (void)balance(layout, linear_cost{}, packed, o); },
+        {"locality: node_of_rank[3] is " + std::to_string(bad), "must be a node id in [0, 4)"});
   }
   o.node_of_rank = {0, 0, 1, 3};  // sparse but below d: accepted
   CHECK(balance(layout, linear_cost{}, packed, o).makespan >= 7);
-}
-
-balance_options padded_exact_options() {
-  balance_options o;
-  o.method = balance_method::padded_exact;
-  return o;
 }
 
 TEST_CASE("padded: the reported lower bound is the optimum without a cap (ratio 1 when proven)") {
@@ -831,7 +830,7 @@ TEST_CASE("padded: the reported lower bound is the optimum without a cap (ratio 
   // optimum is 20 ({10, 9} | {1, 1}).
   const batch_layout small({0, 2, 4}, {10, 1, 9, 1});
   CHECK(makespan_lower_bound(small, 2, linear_cost{}, padded) == 20);
-  const auto res = balance(small, linear_cost{}, padded, padded_exact_options());
+  const auto res = balance(small, linear_cost{}, padded, balancers::padded_exact{});
   CHECK(res.makespan == 20);
   CHECK(res.lower_bound == 20);
   CHECK(compute_statistics(small, res.plan, linear_cost{}, padded).ratio == 1.0);
@@ -845,24 +844,25 @@ TEST_CASE("padded: the reported lower bound is the optimum without a cap (ratio 
     for (auto& l : lengths) l = uniform(rng, 0, 300);
     const batch_layout layout(random_offsets(rng, d, n), lengths);
     const auto policy = iter % 3 == 0 ? padded_to_multiple(uniform(rng, 2, 64)) : padded;
-    balance_options o = padded_exact_options();
-    if (iter % 4 == 1) o.limits.min_items = n / d;
-    if (iter % 4 == 2) o.limits.max_items = (n + d - 1) / d + uniform(rng, 0, 2);
+    constraints limits;
+    if (iter % 4 == 1) limits.min_items = n / d;
+    if (iter % 4 == 2) limits.max_items = (n + d - 1) / d + uniform(rng, 0, 2);
     CAPTURE(iter);
     const auto q = quadratic_cost{1.5, 0.25, 0.001};
-    const auto exact_linear = balance(layout, linear_cost{}, policy, o);
+    const auto exact_linear =
+        balance(layout, linear_cost{}, policy, balancers::padded_exact{}, limits);
     CHECK(exact_linear.lower_bound == exact_linear.makespan);
-    CHECK(exact_linear.lower_bound == makespan_lower_bound(layout, d, linear_cost{}, policy, o.limits));
-    const auto exact_q = balance(layout, q, policy, o);
+    CHECK(exact_linear.lower_bound ==
+          makespan_lower_bound(layout, d, linear_cost{}, policy, limits));
+    const auto exact_q = balance(layout, q, policy, balancers::padded_exact{}, limits);
     CHECK(exact_q.lower_bound == exact_q.makespan);
     CHECK(exact_q.proven_optimal);
     if (n > 0) {
-      o.limits.cap = capacity{capacity::measure::tokens, 0};
+      limits.cap = capacity{capacity::measure::tokens, 0};
       std::int64_t longest = 0;
       for (auto l : lengths) longest = std::max(longest, policy.padded_length(l));
-      o.limits.cap->limit = longest * ((n + d - 1) / d + 1);
-      o.method = balance_method::automatic;
-      const auto capped = balance(layout, linear_cost{}, policy, o);
+      limits.cap->limit = longest * ((n + d - 1) / d + 1);
+      const auto capped = balance(layout, linear_cost{}, policy, balancers::automatic{}, limits);
       CHECK(capped.lower_bound <= capped.makespan);
       CHECK(capped.lower_bound == exact_linear.lower_bound);  // the cap is not in the bound
     }
@@ -958,10 +958,10 @@ TEST_CASE("balance: padded policies with segments against brute force") {
   const auto cost = [](std::int64_t l) { return l * l + 3; };
   const std::array<padding_policy, 3> policies{orchmllm::padded, orchmllm::padded_to_multiple(4),
                                                orchmllm::bucketed({4, 8, 16})};
-  // kk balances the packed policy only (it says so for every padded policy).
-  const std::array<balance_method, 5> methods{balance_method::lpt, balance_method::exact,
-                                              balance_method::padded_exact,
-                                              balance_method::automatic, balance_method::locality};
+  // karmarkar_karp balances the packed policy only (it says so for every padded policy).
+  const std::array<any_balancer, 5> methods{balancers::lpt{}, balancers::exact{},
+                                            balancers::padded_exact{}, balancers::automatic{},
+                                            balancers::locality{}};
   int instances = 0, runs = 0, optimal = 0, within_bound = 0, infeasible_runs = 0, missed = 0;
   for (int trial = 0; trial < 240; ++trial) {
     const auto d = static_cast<rank_t>(1 + rng() % 3);
@@ -989,18 +989,15 @@ TEST_CASE("balance: padded policies with segments against brute force") {
     const auto plain = brute_optimum(l, d, cost, policy, constraints{});  // for the bound
     ++instances;
     const std::int64_t u_max = cost(policy.padded_length(inst.longest_row));
-    for (const auto method : methods) {
+    for (const auto& method : methods) {
       CAPTURE(trial);
-      CAPTURE(static_cast<int>(method));
-      balance_options options;
-      options.method = method;
-      options.limits = limits;
+      CAPTURE(method.name());
       std::optional<balance_result<std::int64_t>> res;
       try {
-        res = balance(l, cost, policy, options);
+        res = balance(l, cost, policy, method, limits);
       } catch (const infeasible_error&) {
         // Only heuristics under a token cap may miss a feasible plan (the bin packing of rows).
-        CHECK((!opt || (limits.cap && method != balance_method::exact)));
+        CHECK((!opt || (limits.cap && method.name() != balancers::exact::name)));
         ++infeasible_runs;
         if (opt) ++missed;
         continue;
@@ -1016,9 +1013,10 @@ TEST_CASE("balance: padded policies with segments against brute force") {
       CHECK(res->makespan >= *opt);
       if (res->proven_optimal) CHECK(res->makespan == *opt);
       if (res->makespan == *opt) ++optimal;
-      if (method == balance_method::exact) CHECK(res->makespan == *opt);  // complete search
+      if (method.name() == balancers::exact::name) CHECK(res->makespan == *opt);  // complete
       // The documented bound of the padded balancer (no cap, no item counts).
-      if ((method == balance_method::padded_exact || method == balance_method::automatic) &&
+      if ((method.name() == balancers::padded_exact::name ||
+           method.name() == balancers::automatic::name) &&
           !limits.cap && limits.min_items == 0 &&
           limits.max_items == std::numeric_limits<std::int64_t>::max()) {
         CHECK(res->makespan <= *plain + (inst.s_max - 1) * u_max);
@@ -1046,12 +1044,11 @@ TEST_CASE("balance: padded policies, S = 1 segments are the layout without segme
     std::vector<std::int64_t> ones(static_cast<std::size_t>(plain.num_items()), 1);
     const auto single = plain.with_equal_segments(ones);
     REQUIRE(single == plain);
-    for (const auto method : {balance_method::lpt, balance_method::padded_exact,
-                              balance_method::automatic, balance_method::exact}) {
-      balance_options options;
-      options.method = method;
-      const auto a = balance(plain, cost, orchmllm::padded_to_multiple(8), options);
-      const auto b = balance(single, cost, orchmllm::padded_to_multiple(8), options);
+    for (const any_balancer& method :
+         {any_balancer(balancers::lpt{}), any_balancer(balancers::padded_exact{}),
+          any_balancer(balancers::automatic{}), any_balancer(balancers::exact{})}) {
+      const auto a = balance(plain, cost, orchmllm::padded_to_multiple(8), method);
+      const auto b = balance(single, cost, orchmllm::padded_to_multiple(8), method);
       CHECK(a.plan == b.plan);
       CHECK(std::bit_cast<std::uint64_t>(a.makespan) == std::bit_cast<std::uint64_t>(b.makespan));
     }
@@ -1071,15 +1068,16 @@ TEST_CASE("balance: padded policies with segments, worked example and limits") {
   CHECK(res.lower_bound == 8 * 64);
   CHECK(res.proven_optimal);
   // max_items 5: five items per rank; e.g. a video + 4 images = 8 rows on each.
-  balance_options options;
-  options.limits.max_items = 5;
-  const auto capped = balance(l, sq, orchmllm::padded, options);
+  constraints limits;
+  limits.max_items = 5;
+  const auto capped = balance(l, sq, orchmllm::padded, balancers::automatic{}, limits);
   CHECK(capped.makespan == 8 * 64);
-  const auto stats = compute_statistics(l, capped.plan, sq, orchmllm::padded, options.limits);
+  const auto stats = compute_statistics(l, capped.plan, sq, orchmllm::padded, limits);
   CHECK(stats.max_items_per_rank == 5);
   CHECK(stats.max_tokens == 8 * 8);  // 8 rows padded to 8
   // A token cap below one video's rows (4 · 8 = 32 > 31) is infeasible: the error names it.
-  options.limits = {};
-  options.limits.cap = capacity{capacity::measure::tokens, 31};
-  CHECK_THROWS_AS((void)balance(l, sq, orchmllm::padded, options), infeasible_error);
+  limits = {};
+  limits.cap = capacity{capacity::measure::tokens, 31};
+  CHECK_THROWS_AS((void)balance(l, sq, orchmllm::padded, balancers::automatic{}, limits),
+                  infeasible_error);
 }

@@ -1,11 +1,10 @@
-// Tests of `balance_options::concurrent` / `balancers::automatic::concurrent` (automatic's
-// equal-count Karmarkar–Karp on a thread beside lpt and its refinement; balance/options.hpp,
-// detail/balance/kk.hpp):
-//  - the same plan, method, makespan and bound with and without it, on large random inputs
-//    (from concurrent_min_items items) where lpt ends the search (the kk thread is stopped
-//    unused), where the search goes on to kk (its result considered, and kept in some), with a
-//    gap tolerance, with constraints, for integral and floating costs, and through
-//    `balance_options` and `locality`'s base;
+// Tests of `balancers::automatic::concurrent` (automatic's equal-count Karmarkar–Karp on a
+// thread beside lpt and its refinement; balance/balancers.hpp, detail/balance/kk.hpp):
+//  - the same plan, reported balancer, makespan and bound with and without it, on large random
+//    inputs (from concurrent_min_items items) where lpt ends the search (the kk thread is
+//    stopped unused), where the search goes on to kk (its result considered, and kept in some),
+//    with a gap tolerance, with constraints, for integral and floating costs, through an
+//    `any_balancer` and as `locality`'s base;
 //  - a stopped karmarkar_karp returns nothing; karmarkar_karp_beside returns what the serial
 //    call returns, and can be destroyed unused.
 // Also run under ThreadSanitizer (the tsan preset).
@@ -44,23 +43,28 @@ batch_layout large_layout(std::mt19937_64& rng, rank_t d, std::int64_t n, bool n
   return batch_layout(offsets, lengths);
 }
 
+// `b` with automatic's `concurrent` knob set (also as locality's base).
+any_balancer with_concurrent(any_balancer b, bool concurrent) {
+  if (auto* a = b.get_if<balancers::automatic>()) a->concurrent = concurrent;
+  if (auto* l = b.get_if<balancers::locality>()) l->base.concurrent = concurrent;
+  return b;
+}
+
 template <class C>
-void check_same(const batch_layout& layout, const C& cost, balance_options o, int& kept_kk) {
-  o.concurrent = false;
-  const auto serial = balance(layout, cost, packed, o);
-  o.concurrent = true;
-  const auto beside = balance(layout, cost, packed, o);
+void check_same(const batch_layout& layout, const C& cost, const any_balancer& b,
+                const constraints& limits, int& kept_kk) {
+  const auto serial = balance(layout, cost, packed, with_concurrent(b, false), limits);
+  const auto beside = balance(layout, cost, packed, with_concurrent(b, true), limits);
   CHECK(beside.plan == serial.plan);
   CHECK(beside.used == serial.used);
   CHECK(beside.makespan == serial.makespan);
   CHECK(beside.lower_bound == serial.lower_bound);
-  if (serial.used == balance_method::kk_equal) ++kept_kk;
+  if (serial.used == "karmarkar_karp_equal") ++kept_kk;
 }
 
 }  // namespace
 
 TEST_CASE("automatic with concurrent kk: the same plans as serial") {
-  CHECK(balancers::automatic{.concurrent = true}.options().concurrent);
   std::mt19937_64 rng(65536);
   int kept_kk = 0;
   const std::int64_t n0 = concurrent_min_items;
@@ -76,17 +80,15 @@ TEST_CASE("automatic with concurrent kk: the same plans as serial") {
                         shape{n0 / 2, n0, false}}) {
     INFO("d = ", s.d, ", n = ", s.n, ", narrow = ", s.narrow);
     const auto layout = large_layout(rng, s.d, s.n, s.narrow);
-    balance_options o;  // automatic
-    check_same(layout, linear_cost{}, o, kept_kk);
-    check_same(layout, quadratic_cost{0.0, 1.0, 1.0 / 4096}, o, kept_kk);
-    o.gap_tolerance = 0.003;
-    check_same(layout, quadratic_cost{0.0, 1.0, 1.0 / 4096}, o, kept_kk);
-    o.gap_tolerance = 0;
-    o.limits.max_items = (s.n + s.d - 1) / s.d + 1;  // kk's equal counts satisfy it
-    check_same(layout, linear_cost{}, o, kept_kk);
-    o.limits = {};
-    o.method = balance_method::locality;  // its base run is automatic
-    check_same(layout, linear_cost{}, o, kept_kk);
+    const balancers::automatic automatic;
+    check_same(layout, linear_cost{}, automatic, {}, kept_kk);
+    check_same(layout, quadratic_cost{0.0, 1.0, 1.0 / 4096}, automatic, {}, kept_kk);
+    check_same(layout, quadratic_cost{0.0, 1.0, 1.0 / 4096},
+               balancers::automatic{.gap_tolerance = 0.003}, {}, kept_kk);
+    // kk's equal counts satisfy the item-count limit.
+    check_same(layout, linear_cost{}, automatic,
+               constraints{.max_items = (s.n + s.d - 1) / s.d + 1}, kept_kk);
+    check_same(layout, linear_cost{}, balancers::locality{}, {}, kept_kk);
   }
   // Some input went on to kk and kept its plan: the thread's result was the one used.
   CHECK(kept_kk > 0);

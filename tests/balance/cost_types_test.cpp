@@ -45,22 +45,22 @@ batch_layout random_layout(std::mt19937_64& rng, rank_t d, std::int64_t n, std::
 }
 
 struct setting {
-  balance_method method;
+  any_balancer balancer;
   padding_policy policy;
 };
 
 std::vector<setting> settings() {
-  return {{balance_method::none, packed},
-          {balance_method::lpt, packed},
-          {balance_method::kk, packed},
-          {balance_method::exact, packed},
-          {balance_method::automatic, packed},
-          {balance_method::locality, packed},
-          {balance_method::lpt, padded},
-          {balance_method::padded_exact, padded},
-          {balance_method::automatic, padded},
-          {balance_method::automatic, padded_to_multiple(4)},
-          {balance_method::locality, padded}};
+  return {{balancers::identity{}, packed},
+          {balancers::lpt{.refine = true}, packed},
+          {balancers::karmarkar_karp{.refine = true}, packed},
+          {balancers::exact{}, packed},
+          {balancers::automatic{}, packed},
+          {balancers::locality{}, packed},
+          {balancers::lpt{.refine = true}, padded},
+          {balancers::padded_exact{}, padded},
+          {balancers::automatic{}, padded},
+          {balancers::automatic{}, padded_to_multiple(4)},
+          {balancers::locality{}, padded}};
 }
 
 template <class T, class Reference, template <class> class Model>
@@ -68,16 +68,14 @@ void check_same_as_reference(const batch_layout& layout, const setting& s) {
   const Model<T> model;
   const Model<Reference> reference;
   static_assert(std::is_same_v<cost_type_t<Model<T>>, Reference>);
-  balance_options options;
-  options.method = s.method;
-  options.refine = true;
-  if (s.method == balance_method::locality) {
-    options.node_of_rank.resize(static_cast<std::size_t>(layout.num_ranks()));
+  any_balancer balancer = s.balancer;
+  if (auto* l = balancer.get_if<balancers::locality>()) {
+    l->node_of_rank.resize(static_cast<std::size_t>(layout.num_ranks()));
     for (rank_t r = 0; r < layout.num_ranks(); ++r)
-      options.node_of_rank[static_cast<std::size_t>(r)] = r / 2;
+      l->node_of_rank[static_cast<std::size_t>(r)] = r / 2;
   }
-  const auto got = balance(layout, model, s.policy, options);
-  const auto want = balance(layout, reference, s.policy, options);
+  const auto got = balance(layout, model, s.policy, balancer);
+  const auto want = balance(layout, reference, s.policy, balancer);
   static_assert(std::is_same_v<decltype(got.makespan), Reference>);
   CHECK(std::ranges::equal(got.plan.dst_ranks(), want.plan.dst_ranks()));
   CHECK(std::ranges::equal(got.plan.dst_slots(), want.plan.dst_slots()));
@@ -106,7 +104,7 @@ void check_type(const char* name) {
     for (const auto& s : settings()) {
       CAPTURE(name);
       CAPTURE(trial);
-      CAPTURE(to_string(s.method));
+      CAPTURE(s.balancer.name());
       check_same_as_reference<T, Reference, as_type>(layout, s);
     }
   }
@@ -146,9 +144,9 @@ TEST_CASE("signed and unsigned models of the same costs give identical plans") {
     const std::int64_t n = uniform(rng, 0, trial < 40 ? 12 : 400);
     const auto layout = random_layout(rng, d, n, uniform(rng, 1, 5000));
     for (const auto& s : settings()) {
-      if (s.method == balance_method::exact && n > 12) continue;
+      if (s.balancer.name() == balancers::exact::name && n > 12) continue;
       CAPTURE(trial);
-      CAPTURE(to_string(s.method));
+      CAPTURE(s.balancer.name());
       check_same_as_reference<std::uint32_t, std::int64_t, quadratic_in>(layout, s);
       check_same_as_reference<std::uint64_t, std::int64_t, quadratic_in>(layout, s);
       ++cases;

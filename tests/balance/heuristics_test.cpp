@@ -20,6 +20,7 @@
 #include <sstream>
 #include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -163,13 +164,19 @@ C pick_cost(std::int64_t weight, quadratic_cost quadratic) {
     return quadratic;
 }
 
-balance_options method(balance_method a, bool refine = false, constraints lim = {}) {
-  balance_options o;
-  o.method = a;
-  o.refine = refine;
-  o.limits = lim;
-  return o;
+// The heuristic balancer named `name` (lpt, karmarkar_karp or karmarkar_karp_equal), refined
+// or not.
+any_balancer heuristic(std::string_view name, bool refine) {
+  any_balancer b = parse_balancer(name);
+  if (auto* x = b.get_if<balancers::lpt>()) x->refine = refine;
+  if (auto* x = b.get_if<balancers::karmarkar_karp>()) x->refine = refine;
+  if (auto* x = b.get_if<balancers::karmarkar_karp_equal>()) x->refine = refine;
+  return b;
 }
+
+// The three heuristics.
+constexpr std::array<std::string_view, 3> heuristics{
+    balancers::lpt::name, balancers::karmarkar_karp::name, balancers::karmarkar_karp_equal::name};
 
 // a >= b, up to a few ulps of summation order for floating costs (the brute force, the façade
 // and the lower bound add the same costs in different orders).
@@ -270,9 +277,9 @@ TEST_CASE_TEMPLATE("lpt within 4/3 - 1/(3d) of the brute-force optimum (packed)"
     const auto layout = random_layout(rng, d, n, 60, false);
     const auto opt = brute_force(layout, d, cost, packed);
     REQUIRE(opt.has_value());
-    const auto res = balance(layout, cost, packed, method(balance_method::lpt));
+    const auto res = balance(layout, cost, packed, balancers::lpt{});
     check_result(layout, cost, packed, {}, res);
-    CHECK(res.used == balance_method::lpt);
+    CHECK(res.used == "lpt");
     CHECK(at_least(res.makespan, *opt));
     const double bound = 4.0 / 3.0 - 1.0 / (3.0 * d);
     CHECK(within(res.makespan, bound, *opt));
@@ -280,7 +287,7 @@ TEST_CASE_TEMPLATE("lpt within 4/3 - 1/(3d) of the brute-force optimum (packed)"
       CHECK(3 * d * res.makespan <= (4 * d - 1) * *opt);
     optimal += at_least(*opt, res.makespan);
     // Refinement never makes lpt worse, and stays above the optimum.
-    const auto refined = balance(layout, cost, packed, method(balance_method::lpt, true));
+    const auto refined = balance(layout, cost, packed, balancers::lpt{.refine = true});
     check_result(layout, cost, packed, {}, refined);
     CHECK(refined.makespan <= res.makespan);
     CHECK(at_least(refined.makespan, *opt));
@@ -289,8 +296,9 @@ TEST_CASE_TEMPLATE("lpt within 4/3 - 1/(3d) of the brute-force optimum (packed)"
   CHECK(optimal > instances / 2);
 }
 
-TEST_CASE_TEMPLATE("kk_equal within p1 + S/d <= 2 OPT, equal counts, refinement only helps", C,
-                   linear_cost, quadratic_cost) {
+TEST_CASE_TEMPLATE(
+    "karmarkar_karp_equal within p1 + S/d <= 2 OPT, equal counts, refinement only helps", C,
+    linear_cost, quadratic_cost) {
   const C cost = pick_cost<C>(1, {0.0, 1.0, 0.1});
   using Cost = cost_type_t<C>;
   std::mt19937_64 rng(0x5eed0003);
@@ -303,9 +311,9 @@ TEST_CASE_TEMPLATE("kk_equal within p1 + S/d <= 2 OPT, equal counts, refinement 
     const auto layout = random_layout(rng, d, n, 60, false);
     const auto opt = brute_force(layout, d, cost, packed);
     REQUIRE(opt.has_value());
-    const auto res = balance(layout, cost, packed, method(balance_method::kk_equal));
+    const auto res = balance(layout, cost, packed, balancers::karmarkar_karp_equal{});
     const auto dst = check_result(layout, cost, packed, {}, res);
-    CHECK(res.used == balance_method::kk_equal);
+    CHECK(res.used == "karmarkar_karp_equal");
     CHECK(at_least(res.makespan, *opt));
     CHECK(within(res.makespan, 2.0, *opt));
     Cost p1{}, total{};
@@ -322,7 +330,8 @@ TEST_CASE_TEMPLATE("kk_equal within p1 + S/d <= 2 OPT, equal counts, refinement 
     std::vector<std::int64_t> count(static_cast<std::size_t>(d), 0);
     for (auto r : dst) ++count[static_cast<std::size_t>(r)];
     for (auto c : count) CHECK((c == n / d || c == (n + d - 1) / d));
-    const auto refined = balance(layout, cost, packed, method(balance_method::kk_equal, true));
+    const auto refined =
+        balance(layout, cost, packed, balancers::karmarkar_karp_equal{.refine = true});
     check_result(layout, cost, packed, {}, refined);
     CHECK(refined.makespan <= res.makespan);
     CHECK(at_least(refined.makespan, *opt));
@@ -330,8 +339,9 @@ TEST_CASE_TEMPLATE("kk_equal within p1 + S/d <= 2 OPT, equal counts, refinement 
     refined_optimal += at_least(*opt, refined.makespan);
     worst = std::max(worst, static_cast<double>(res.makespan) / static_cast<double>(*opt));
   }
-  MESSAGE("kk_equal optimal on " << optimal << ", kk_equal+refine on " << refined_optimal
-                                 << " of " << instances << "; worst kk_equal/OPT " << worst);
+  MESSAGE("karmarkar_karp_equal optimal on " << optimal << ", karmarkar_karp_equal+refine on "
+                                             << refined_optimal << " of " << instances
+                                             << "; worst karmarkar_karp_equal/OPT " << worst);
   CHECK(refined_optimal >= optimal);
 }
 
@@ -384,16 +394,16 @@ TEST_CASE("canonical order: (cost desc, length desc, id asc), also for costs fla
   }
 }
 
-TEST_CASE("kk_equal on a hand-checked instance") {
+TEST_CASE("karmarkar_karp_equal on a hand-checked instance") {
   // d = 2, costs 8 7 6 5 4: chunks (8,7) (6,5) (4,·). Differences 1, 1, 4: (4,·) merges with
   // (8,7) (earlier creation wins the tie) into (4+7, 8) = (11, 8); then with (6,5): (16, 14).
   const auto layout = batch_layout::from_ranks({{8, 7, 6}, {5, 4}});
-  const auto res = balance(layout, linear_cost{}, packed, method(balance_method::kk_equal));
+  const auto res = balance(layout, linear_cost{}, packed, balancers::karmarkar_karp_equal{});
   CHECK(res.makespan == 16);
   const std::vector<rank_t> dst(res.plan.dst_ranks().begin(), res.plan.dst_ranks().end());
   CHECK(dst == std::vector<rank_t>{1, 0, 1, 0, 0});  // {7, 5, 4} -> rank 0, {8, 6} -> rank 1
   const auto refined =
-      balance(layout, linear_cost{}, packed, method(balance_method::kk_equal, true));
+      balance(layout, linear_cost{}, packed, balancers::karmarkar_karp_equal{.refine = true});
   CHECK(refined.makespan == 15);  // the optimum {8,7} {6,5,4}, reached by one swap
   CHECK(refined.proven_optimal);
 }
@@ -429,7 +439,7 @@ TEST_CASE("kk: the radix order of joined subsets (d >= 4096) equals the comparis
   }
 }
 
-TEST_CASE("kk_equal satisfies the equal-count constraint by construction") {
+TEST_CASE("karmarkar_karp_equal satisfies the equal-count constraint by construction") {
   std::mt19937_64 rng(0x5eed0004);
   for (int iter = 0; iter < 300; ++iter) {
     const auto d = static_cast<rank_t>(uniform(rng, 1, 9));
@@ -439,8 +449,8 @@ TEST_CASE("kk_equal satisfies the equal-count constraint by construction") {
     lim.min_items = n / d;
     lim.max_items = (n + d - 1) / d;
     const auto res = balance(layout, quadratic_cost{0, 1, 0.01}, packed,
-                             method(balance_method::kk_equal, uniform(rng, 0, 1) == 1, lim));
-    CHECK(res.used == balance_method::kk_equal);
+                             heuristic("karmarkar_karp_equal", uniform(rng, 0, 1) == 1), lim);
+    CHECK(res.used == "karmarkar_karp_equal");
     check_result(layout, quadratic_cost{0, 1, 0.01}, packed, lim, res);
   }
 }
@@ -588,8 +598,9 @@ TEST_CASE_TEMPLATE("refine keeps constraints and never raises the makespan (dire
   CHECK(improved > 50);
 }
 
-TEST_CASE_TEMPLATE("facade invariants on random layouts: lpt, kk, kk_equal, with and without refine", C,
-                   linear_cost, quadratic_cost) {
+TEST_CASE_TEMPLATE(
+    "facade invariants on random layouts: lpt, karmarkar_karp(_equal), with and without refine", C,
+    linear_cost, quadratic_cost) {
   const C cost = pick_cost<C>(1, {2.0, 1.0, 0.02});
   std::mt19937_64 rng(0x5eed0006);
   int ran = 0, infeasible = 0;
@@ -597,11 +608,9 @@ TEST_CASE_TEMPLATE("facade invariants on random layouts: lpt, kk, kk_equal, with
     const auto d = static_cast<rank_t>(uniform(rng, 1, 9));
     const std::int64_t n = uniform(rng, 0, 50);
     const auto layout = random_layout(rng, d, n, 80, uniform(rng, 0, 1) == 1);
-    const balance_method algo =
-        std::array{balance_method::lpt, balance_method::kk,
-                   balance_method::kk_equal}[static_cast<std::size_t>(uniform(rng, 0, 2))];
+    const std::string_view algo = heuristics[static_cast<std::size_t>(uniform(rng, 0, 2))];
     const padding_policy policy =
-        algo == balance_method::lpt && uniform(rng, 0, 3) == 0 ? padded : packed;
+        algo == balancers::lpt::name && uniform(rng, 0, 3) == 0 ? padded : packed;
     constraints lim;
     if (uniform(rng, 0, 2) == 0) {
       lim.min_items = uniform(rng, 0, n / d);
@@ -612,12 +621,12 @@ TEST_CASE_TEMPLATE("facade invariants on random layouts: lpt, kk, kk_equal, with
       // infeasible_error is the only acceptable outcome).
       lim.cap = capacity{capacity::measure::tokens, layout.total_length() / d + 81};
     }
-    const auto opts = method(algo, uniform(rng, 0, 1) == 1, lim);
+    const auto b = heuristic(algo, uniform(rng, 0, 1) == 1);
     try {
-      const auto res = balance(layout, cost, policy, opts);
+      const auto res = balance(layout, cost, policy, b, lim);
       check_result(layout, cost, policy, lim, res);
       // Two independent calls give identical plans.
-      const auto again = balance(layout, cost, policy, opts);
+      const auto again = balance(layout, cost, policy, b, lim);
       CHECK(again.plan == res.plan);
       CHECK(again.makespan == res.makespan);
       ++ran;
@@ -636,9 +645,9 @@ TEST_CASE_TEMPLATE("facade invariants on random layouts: lpt, kk, kk_equal, with
 TEST_CASE("zero-length items, empty ranks, more ranks than items, nothing at all") {
   SUBCASE("all zero lengths") {
     const auto layout = batch_layout::from_ranks({{0, 0, 0}, {}, {0}, {}});
-    for (auto algo : {balance_method::lpt, balance_method::kk, balance_method::kk_equal}) {
+    for (const std::string_view algo : heuristics) {
       for (bool rf : {false, true}) {
-        const auto res = balance(layout, linear_cost{}, packed, method(algo, rf));
+        const auto res = balance(layout, linear_cost{}, packed, heuristic(algo, rf));
         check_result(layout, linear_cost{}, packed, {}, res);
         CHECK(res.makespan == 0);
         CHECK(res.proven_optimal);
@@ -646,32 +655,32 @@ TEST_CASE("zero-length items, empty ranks, more ranks than items, nothing at all
     }
     constraints lim;
     lim.min_items = 1;  // spread four zero-cost items over four ranks
-    const auto res = balance(layout, linear_cost{}, packed, method(balance_method::lpt, true, lim));
+    const auto res = balance(layout, linear_cost{}, packed, balancers::lpt{.refine = true}, lim);
     check_result(layout, linear_cost{}, packed, lim, res);
   }
   SUBCASE("more ranks than items") {
     const auto layout = batch_layout::from_ranks({{5, 9}, {}, {}, {}, {}, {}});
-    for (auto algo : {balance_method::lpt, balance_method::kk, balance_method::kk_equal}) {
-      const auto res = balance(layout, quadratic_cost{}, packed, method(algo, true));
+    for (const std::string_view algo : heuristics) {
+      const auto res = balance(layout, quadratic_cost{}, packed, heuristic(algo, true));
       check_result(layout, quadratic_cost{}, packed, {}, res);
       CHECK(res.makespan == 9.0);
     }
-    const auto res = balance(layout, linear_cost{}, padded, method(balance_method::lpt, true));
+    const auto res = balance(layout, linear_cost{}, padded, balancers::lpt{.refine = true});
     check_result(layout, linear_cost{}, padded, {}, res);
     CHECK(res.makespan == 9);
   }
   SUBCASE("no items") {
     const auto layout = batch_layout::from_ranks({{}, {}, {}});
-    for (auto algo : {balance_method::lpt, balance_method::kk, balance_method::kk_equal}) {
-      const auto res = balance(layout, linear_cost{}, packed, method(algo, true));
+    for (const std::string_view algo : heuristics) {
+      const auto res = balance(layout, linear_cost{}, packed, heuristic(algo, true));
       CHECK(res.makespan == 0);
       CHECK(res.plan.num_items() == 0);
     }
   }
   SUBCASE("one rank") {
     const auto layout = batch_layout::from_ranks({{3, 1, 2}});
-    for (auto algo : {balance_method::lpt, balance_method::kk, balance_method::kk_equal}) {
-      const auto res = balance(layout, linear_cost{}, packed, method(algo, true));
+    for (const std::string_view algo : heuristics) {
+      const auto res = balance(layout, linear_cost{}, packed, heuristic(algo, true));
       CHECK(res.makespan == 6);
     }
   }
@@ -683,8 +692,8 @@ TEST_CASE("lpt with constraints: the reserve keeps min_items, max_items caps cou
   constraints lim;
   lim.min_items = 2;
   lim.max_items = 3;
-  const auto res = balance(layout, linear_cost{}, packed, method(balance_method::lpt, false, lim));
-  CHECK(res.used == balance_method::lpt);
+  const auto res = balance(layout, linear_cost{}, packed, balancers::lpt{}, lim);
+  CHECK(res.used == "lpt");
   const auto dst = check_result(layout, linear_cost{}, packed, lim, res);
   CHECK(res.makespan == 101);
   CHECK(dst[0] != dst[3]);  // the reserve gave the heavy rank a second item, a small one
@@ -694,8 +703,8 @@ TEST_CASE("lpt with constraints: the reserve keeps min_items, max_items caps cou
   constraints cap;
   cap.cap = capacity{capacity::measure::bytes, 10};
   const auto two = batch_layout({0, 4, 4}, {9, 8, 7, 6}, {1, 8, 5, 1});
-  const auto r2 = balance(two, linear_cost{}, packed, method(balance_method::lpt, false, cap));
-  CHECK(r2.used == balance_method::lpt);
+  const auto r2 = balance(two, linear_cost{}, packed, balancers::lpt{}, cap);
+  CHECK(r2.used == "lpt");
   check_result(two, linear_cost{}, packed, cap, r2);
   CHECK(r2.makespan == 16);
   CHECK(std::ranges::equal(r2.plan.dst_ranks(), std::vector<rank_t>{0, 1, 0, 1}));
@@ -704,7 +713,7 @@ TEST_CASE("lpt with constraints: the reserve keeps min_items, max_items caps cou
 TEST_CASE("lpt padded: the greedy on the padded load") {
   // Lengths 8 8 4 4 4 4 on 2 ranks, linear cost, padded: loads count × longest.
   const auto layout = batch_layout::from_ranks({{8, 4, 4}, {8, 4, 4}});
-  const auto res = balance(layout, linear_cost{}, padded, method(balance_method::lpt));
+  const auto res = balance(layout, linear_cost{}, padded, balancers::lpt{});
   check_result(layout, linear_cost{}, padded, {}, res);
   // 8 | 8 (an empty rank is always cheapest), then each 4 joins an 8: 3 × 8 on both ranks.
   CHECK(res.makespan == 24);
@@ -712,7 +721,7 @@ TEST_CASE("lpt padded: the greedy on the padded load") {
   REQUIRE(opt);
   CHECK(*opt == 16);  // {8, 8} | {4, 4, 4, 4}: the greedy is no approximation scheme here
   // Refinement of a padded plan never raises it (and the façade's result agrees).
-  const auto refined = balance(layout, linear_cost{}, padded, method(balance_method::lpt, true));
+  const auto refined = balance(layout, linear_cost{}, padded, balancers::lpt{.refine = true});
   CHECK(refined.makespan <= res.makespan);
 }
 
@@ -730,22 +739,23 @@ TEST_CASE("large scale: lognormal lengths, quadratic cost") {
   std::ostringstream msg;
   msg << "n=" << layout.num_items() << " d=" << d;
   double lpt_ratio = 0;
-  for (auto algo : {balance_method::lpt, balance_method::kk, balance_method::kk_equal}) {
+  for (const std::string_view algo : heuristics) {
     for (bool rf : {false, true}) {
-      const auto res = balance(layout, cost, packed, method(algo, rf));
+      const auto res = balance(layout, cost, packed, heuristic(algo, rf));
       CHECK(res.lower_bound > 0);
-      // n · d is far above kk_complete_max_entries: kk runs its documented fallback.
-      if (algo != balance_method::lpt) CHECK(res.used == balance_method::kk_equal);
+      // n · d is far above kk_complete_max_entries: karmarkar_karp runs its documented
+      // fallback.
+      if (algo != balancers::lpt::name) CHECK(res.used == "karmarkar_karp_equal");
       const double ratio = res.makespan / res.lower_bound;
-      msg << "  " << to_string(algo) << (rf ? "+refine" : "") << " " << ratio;
+      msg << "  " << algo << (rf ? "+refine" : "") << " " << ratio;
       CHECK(ratio >= 1.0);
-      if (algo == balance_method::lpt && !rf) {
+      if (algo == balancers::lpt::name && !rf) {
         lpt_ratio = ratio;
         CHECK(ratio <= 1.01);
       }
       if (rf) CHECK(ratio <= 1.001);
-      if (algo == balance_method::lpt && rf) CHECK(ratio <= lpt_ratio);
-      if (algo != balance_method::lpt && !rf) {  // equal counts by construction
+      if (algo == balancers::lpt::name && rf) CHECK(ratio <= lpt_ratio);
+      if (algo != balancers::lpt::name && !rf) {  // equal counts by construction
         const auto off = res.plan.dst_offsets();
         bool equal = true;
         for (std::size_t r = 0; r + 1 < off.size(); ++r)
@@ -756,8 +766,8 @@ TEST_CASE("large scale: lognormal lengths, quadratic cost") {
   }
   MESSAGE(msg.str());
   // Determinism at scale.
-  const auto a = balance(layout, cost, packed, method(balance_method::kk, true));
-  const auto b = balance(layout, cost, packed, method(balance_method::kk, true));
+  const auto a = balance(layout, cost, packed, balancers::karmarkar_karp{.refine = true});
+  const auto b = balance(layout, cost, packed, balancers::karmarkar_karp{.refine = true});
   CHECK(a.plan == b.plan);
 }
 
@@ -774,12 +784,11 @@ TEST_CASE("unconstrained lpt (monotone queue) is the exact greedy on ties and ze
     offsets.push_back(n);
     const batch_layout layout(offsets, lengths);
     const auto expected = naive_greedy(layout, d, linear_cost{}, packed, {});
-    const auto res = balance(layout, linear_cost{}, packed, method(balance_method::lpt));
+    const auto res = balance(layout, linear_cost{}, packed, balancers::lpt{});
     REQUIRE(expected);
     CHECK(std::ranges::equal(res.plan.dst_ranks(), *expected));
     const auto expected_q = naive_greedy(layout, d, quadratic_cost{0, 0.5, 0.25}, packed, {});
-    const auto res_q =
-        balance(layout, quadratic_cost{0, 0.5, 0.25}, packed, method(balance_method::lpt));
+    const auto res_q = balance(layout, quadratic_cost{0, 0.5, 0.25}, packed, balancers::lpt{});
     CHECK(std::ranges::equal(res_q.plan.dst_ranks(), *expected_q));
   }
 }
@@ -804,7 +813,7 @@ TEST_CASE("monotone queue with unsigned 64-bit costs and loads near 2^63") {
     offsets.push_back(n);
     const batch_layout layout(offsets, lengths);
     const auto expected = naive_greedy(layout, d, huge_cost{}, packed, {});
-    const auto res = balance(layout, huge_cost{}, packed, method(balance_method::lpt));
+    const auto res = balance(layout, huge_cost{}, packed, balancers::lpt{});
     REQUIRE(expected);
     CHECK(std::ranges::equal(res.plan.dst_ranks(), *expected));
   }
@@ -875,7 +884,7 @@ std::vector<rank_t> reference_ldm(const batch_layout& layout, rank_t d,
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("kk is the textbook complete differencing (against a reference)", C,
+TEST_CASE_TEMPLATE("karmarkar_karp is the textbook complete differencing (against a reference)", C,
                    linear_cost, quadratic_cost) {
   const C cost = pick_cost<C>(1, {0.5, 1.0, 0.03});
   using Cost = cost_type_t<C>;
@@ -886,15 +895,15 @@ TEST_CASE_TEMPLATE("kk is the textbook complete differencing (against a referenc
     const auto layout = random_layout(rng, d, n, uniform(rng, 0, 1) ? 8 : 200, false);
     std::vector<Cost> costs;
     for (std::int64_t g = 0; g < n; ++g) costs.push_back(cost(layout.length(g)));
-    const auto res = balance(layout, cost, packed, method(balance_method::kk));
-    CHECK(res.used == balance_method::kk);
+    const auto res = balance(layout, cost, packed, balancers::karmarkar_karp{});
+    CHECK(res.used == "karmarkar_karp");
     const auto dst = check_result(layout, cost, packed, {}, res);
     CHECK(dst == reference_ldm(layout, d, costs));
   }
 }
 
-TEST_CASE_TEMPLATE("kk_equal is the chunked differencing (against a reference)", C, linear_cost,
-                   quadratic_cost) {
+TEST_CASE_TEMPLATE("karmarkar_karp_equal is the chunked differencing (against a reference)", C,
+                   linear_cost, quadratic_cost) {
   const C cost = pick_cost<C>(1, {0.5, 1.0, 0.03});
   using Cost = cost_type_t<C>;
   std::mt19937_64 rng(0x5eed000b);
@@ -906,39 +915,41 @@ TEST_CASE_TEMPLATE("kk_equal is the chunked differencing (against a reference)",
     INFO("iter = ", iter, ", d = ", d, ", n = ", n);
     std::vector<Cost> costs;
     for (std::int64_t g = 0; g < n; ++g) costs.push_back(cost(layout.length(g)));
-    const auto res = balance(layout, cost, packed, method(balance_method::kk_equal));
-    CHECK(res.used == balance_method::kk_equal);
+    const auto res = balance(layout, cost, packed, balancers::karmarkar_karp_equal{});
+    CHECK(res.used == "karmarkar_karp_equal");
     const auto dst = check_result(layout, cost, packed, {}, res);
     CHECK(dst == reference_ldm(layout, d, costs, static_cast<std::size_t>(d)));
   }
 }
 
-TEST_CASE("kk: the complete method, better than the equal-count one where counts must differ") {
+TEST_CASE(
+    "karmarkar_karp: the complete method, better than the equal-count one where counts must "
+    "differ") {
   // d = 2, costs 10 4 3 3: the optimum {10} | {4, 3, 3} needs unequal counts. Complete:
   // (10)+(4) → (10, 4); with (3) → (10, 7); (3) [earlier created, same spread 3] with it →
   // (10, 10). Equal counts: chunks (10, 4) and (3, 3) → (13, 7).
   const auto layout = batch_layout::from_ranks({{10, 3}, {4, 3}});
-  const auto complete = balance(layout, linear_cost{}, packed, method(balance_method::kk));
-  const auto equal = balance(layout, linear_cost{}, packed, method(balance_method::kk_equal));
-  CHECK(complete.used == balance_method::kk);
+  const auto complete = balance(layout, linear_cost{}, packed, balancers::karmarkar_karp{});
+  const auto equal = balance(layout, linear_cost{}, packed, balancers::karmarkar_karp_equal{});
+  CHECK(complete.used == "karmarkar_karp");
   CHECK(complete.makespan == 10);
   CHECK(complete.proven_optimal);
   CHECK(equal.makespan == 13);
   // More ranks than items: every item alone.
   const auto spread = batch_layout::from_ranks({{7, 3}, {}, {}, {}});
-  CHECK(balance(spread, linear_cost{}, packed, method(balance_method::kk)).makespan == 7);
-  // Above the memory guard kk runs the equal-count method and says so.
+  CHECK(balance(spread, linear_cost{}, packed, balancers::karmarkar_karp{}).makespan == 7);
+  // Above the memory guard karmarkar_karp runs the equal-count method and says so.
   const rank_t d = 64;
   const std::int64_t n = kk_complete_max_entries / d + 1;
   std::vector<std::vector<std::int64_t>> ranks(static_cast<std::size_t>(d));
   for (std::int64_t g = 0; g < n; ++g) ranks[static_cast<std::size_t>(g % d)].push_back(1 + g % 97);
   const auto big = batch_layout::from_ranks(ranks);
-  CHECK(balance(big, linear_cost{}, packed, method(balance_method::kk)).used ==
-        balance_method::kk_equal);
+  CHECK(balance(big, linear_cost{}, packed, balancers::karmarkar_karp{}).used ==
+        "karmarkar_karp_equal");
 }
 
-TEST_CASE_TEMPLATE("kk reaches the brute-force optimum at least as often as lpt", C, linear_cost,
-                   quadratic_cost) {
+TEST_CASE_TEMPLATE("karmarkar_karp reaches the brute-force optimum at least as often as lpt", C,
+                   linear_cost, quadratic_cost) {
   const C cost = pick_cost<C>(1, {0.0, 1.0, 0.1});
   std::mt19937_64 rng(0x5eed000b);
   int kk_optimal = 0, lpt_optimal = 0, equal_optimal = 0;
@@ -949,18 +960,18 @@ TEST_CASE_TEMPLATE("kk reaches the brute-force optimum at least as often as lpt"
     const auto layout = random_layout(rng, d, n, 60, false);
     const auto opt = brute_force(layout, d, cost, packed);
     REQUIRE(opt.has_value());
-    const auto kk = balance(layout, cost, packed, method(balance_method::kk));
+    const auto kk = balance(layout, cost, packed, balancers::karmarkar_karp{});
     CHECK(at_least(kk.makespan, *opt));
     kk_optimal += at_least(*opt, kk.makespan);
-    lpt_optimal +=
-        at_least(*opt, balance(layout, cost, packed, method(balance_method::lpt)).makespan);
+    lpt_optimal += at_least(*opt, balance(layout, cost, packed, balancers::lpt{}).makespan);
     equal_optimal +=
-        at_least(*opt, balance(layout, cost, packed, method(balance_method::kk_equal)).makespan);
+        at_least(*opt, balance(layout, cost, packed, balancers::karmarkar_karp_equal{}).makespan);
     // auto is never worse than any of them.
-    const auto a = balance(layout, cost, packed, method(balance_method::automatic));
+    const auto a = balance(layout, cost, packed, balancers::automatic{});
     CHECK(a.makespan <= kk.makespan);
   }
-  MESSAGE("optimal: kk " << kk_optimal << ", lpt " << lpt_optimal << ", kk_equal " << equal_optimal
-                         << " of " << instances);
+  MESSAGE("optimal: karmarkar_karp " << kk_optimal << ", lpt " << lpt_optimal
+                                     << ", karmarkar_karp_equal " << equal_optimal << " of "
+                                     << instances);
   CHECK(kk_optimal >= lpt_optimal);
 }

@@ -1,7 +1,7 @@
-// Tests of the locality-aware balancer (`balance_method::locality`, detail/balance/locality.hpp):
+// Tests of the locality-aware balancer (`balancers::locality`, detail/balance/locality.hpp):
 // plan invariants, the makespan target T = automatic's makespan · (1 + tolerance), constraints,
 // determinism, "move only what is needed", same-node preference, the fallback to automatic, and
-// option errors. A last case measures bytes moved against automatic + transport mapping.
+// knob errors. A last case measures bytes moved against automatic + transport mapping.
 
 #include "orchmllm/balance/balancer.hpp"
 
@@ -51,14 +51,8 @@ std::vector<rank_t> blocks(rank_t d, rank_t g) {
   return node;
 }
 
-balance_options locality_options(double tolerance, std::vector<rank_t> nodes = {},
-                                 const constraints& lim = {}) {
-  balance_options o;
-  o.method = balance_method::locality;
-  o.locality_tolerance = tolerance;
-  o.node_of_rank = std::move(nodes);
-  o.limits = lim;
-  return o;
+balancers::locality locality_options(double tolerance, std::vector<rank_t> nodes = {}) {
+  return balancers::locality{.tolerance = tolerance, .node_of_rank = std::move(nodes)};
 }
 
 std::int64_t moved_bytes(const batch_layout& layout, const rearrangement& plan) {
@@ -68,17 +62,15 @@ std::int64_t moved_bytes(const batch_layout& layout, const rearrangement& plan) 
   return b;
 }
 
-// Runs locality and automatic with the same options and checks everything locality promises.
-// Returns whether the locality plan itself was used (no fallback).
+// Runs locality and its base (automatic) with the same constraints and checks everything
+// locality promises. Returns whether the locality plan itself was used (no fallback).
 template <class C>
 bool check_locality(const batch_layout& layout, const C& cost, padding_policy policy,
-                    const balance_options& o) {
+                    const balancers::locality& o, const constraints& limits = {}) {
   using Cost = cost_type_t<C>;
-  balance_options ao = o;
-  ao.method = balance_method::automatic;
-  const auto base = balance(layout, cost, policy, ao);
-  const auto r = balance(layout, cost, policy, o);
-  const Cost target = detail::locality_target(base.makespan, o.locality_tolerance);
+  const auto base = balance(layout, cost, policy, o.base, limits);
+  const auto r = balance(layout, cost, policy, o, limits);
+  const Cost target = detail::locality_target(base.makespan, o.tolerance);
   CHECK(target >= base.makespan);
   // Plan invariants: over this layout, every item once, canonical slots.
   CHECK(std::ranges::equal(r.plan.src_offsets(), layout.offsets()));
@@ -92,47 +84,64 @@ bool check_locality(const batch_layout& layout, const C& cost, padding_policy po
   // Makespan within T, reported exactly, constraints kept.
   CHECK(max_of(f.load) == r.makespan);
   CHECK(r.makespan <= target);
-  CHECK(honours(f, o.limits));
+  CHECK(honours(f, limits));
   CHECK(r.lower_bound == base.lower_bound);
-  CHECK(r.proven_optimal == (r.makespan <= r.lower_bound || (r.used != balance_method::locality &&
-                                                              base.proven_optimal)));
-  if (r.used != balance_method::locality) {
+  CHECK(r.proven_optimal ==
+        (r.makespan <= r.lower_bound || (r.used != "locality" && base.proven_optimal)));
+  if (r.used != "locality") {
     // Fallback: automatic's plan, unchanged.
     CHECK(r.used == base.used);
     CHECK(std::ranges::equal(r.plan.dst_ranks(), base.plan.dst_ranks()));
   }
   // Determinism.
-  const auto again = balance(layout, cost, policy, o);
+  const auto again = balance(layout, cost, policy, o, limits);
   CHECK(std::ranges::equal(again.plan.dst_ranks(), r.plan.dst_ranks()));
   CHECK(again.used == r.used);
-  return r.used == balance_method::locality;
+  // An any_balancer holding it plans the same.
+  const auto held = balance(layout, cost, policy, any_balancer(o), limits);
+  CHECK(std::ranges::equal(held.plan.dst_ranks(), r.plan.dst_ranks()));
+  CHECK(held.used == r.used);
+  return r.used == "locality";
 }
 
 }  // namespace
 
-TEST_CASE("locality: names, parsing and option errors") {
-  CHECK(to_string(balance_method::locality) == "locality");
-  CHECK(parse_algorithm("locality") == balance_method::locality);
-  expect_invalid([] { (void)parse_algorithm("local"); }, {"'local'", "locality"});
+TEST_CASE("locality: names, parsing and knob errors") {
+  CHECK(balancers::locality::name == "locality");
+  CHECK(parse_balancer("locality").get_if<balancers::locality>() != nullptr);
+  expect_invalid([] { (void)parse_balancer("local"); }, {"'local'", "locality"});
   const auto layout = batch_layout::from_ranks({{1, 2}, {3}});
   expect_invalid([&] { (void)balance(layout, linear_cost{}, packed, locality_options(-0.5)); },
-                 {"locality_tolerance", "-0.5", ">= 0"});
+                 {"locality: tolerance is -0.5", ">= 0"});
   expect_invalid(
       [&] {
         (void)balance(layout, linear_cost{}, packed,
                       locality_options(std::numeric_limits<double>::quiet_NaN()));
       },
-      {"locality_tolerance", "finite"});
+      {"locality: tolerance is nan", "finite"});
   expect_invalid(
       [&] {
         (void)balance(layout, linear_cost{}, packed,
                       locality_options(std::numeric_limits<double>::infinity()));
       },
-      {"locality_tolerance", "inf"});
-  expect_invalid([&] { (void)balance(layout, linear_cost{}, packed, locality_options(0, {0, 0, 1})); },
-                 {"node_of_rank has 3 entries", "expected 2"});
-  expect_invalid([&] { (void)balance(layout, linear_cost{}, packed, locality_options(0, {0, -2})); },
-                 {"node_of_rank[1]", "-2"});
+      {"locality: tolerance is inf"});
+  expect_invalid(
+      [&] {
+        (void)balance(layout, linear_cost{}, packed, locality_options(0, {0, 0, 1}));
+      },
+      {"locality: node_of_rank has 3 entries", "expected 2"});
+  expect_invalid(
+      [&] {
+        (void)balance(layout, linear_cost{}, packed, locality_options(0, {0, -2}));
+      },
+      {"locality: node_of_rank[1] is -2"});
+  // The base's knobs are checked under locality's name.
+  expect_invalid(
+      [&] {
+        (void)balance(layout, linear_cost{}, packed,
+                      balancers::locality{.base = {.gap_tolerance = -1}});
+      },
+      {"locality: gap_tolerance is -1"});
 }
 
 TEST_CASE("locality: target rounding") {
@@ -162,7 +171,7 @@ TEST_CASE("locality: invariants and makespan <= T on random layouts (packed, pad
     used += check_locality(layout, quadratic_cost{0.0, 1.0, 0.002}, padded_to_multiple(8), o);
     runs += 4;
   }
-  MESSAGE("locality plan used in ", used, " of ", runs, " runs (the rest fell back to auto)");
+  MESSAGE("locality plan used in ", used, " of ", runs, " runs (the rest fell back to automatic)");
   CHECK(used > runs / 3);  // the algorithm itself must do the work in most packed cases
 }
 
@@ -187,11 +196,11 @@ TEST_CASE("locality: caps and item counts are respected, infeasible inputs raise
       case 2: lim.min_items = std::min<std::int64_t>(1, n / d); break;
       default: lim.max_items = (n + d - 1) / d + 1; break;
     }
-    const auto o = locality_options(trial % 3 == 0 ? 0.0 : 0.01, blocks(d, 4), lim);
+    const auto o = locality_options(trial % 3 == 0 ? 0.0 : 0.01, blocks(d, 4));
     INFO("trial ", trial, " d ", d, " n ", n);
     try {
-      check_locality(layout, linear_cost{}, packed, o);
-      check_locality(layout, quadratic_cost{1.0, 1.0, 0.01}, packed, o);
+      check_locality(layout, linear_cost{}, packed, o, lim);
+      check_locality(layout, quadratic_cost{1.0, 1.0, 0.01}, packed, o, lim);
     } catch (const infeasible_error&) {
       // automatic found none either (the constrained first fit can miss); not locality's doing.
     }
@@ -201,12 +210,12 @@ TEST_CASE("locality: caps and item counts are respected, infeasible inputs raise
   constraints cap;
   cap.cap = capacity{capacity::measure::tokens, 40};
   expect_error<infeasible_error>(
-      [&] { (void)balance(layout, linear_cost{}, packed, locality_options(0.01, {}, cap)); },
+      [&] { (void)balance(layout, linear_cost{}, packed, locality_options(0.01), cap); },
       {"item 1", "50", "40"});
   constraints few;
   few.max_items = 1;
   expect_error<infeasible_error>(
-      [&] { (void)balance(layout, linear_cost{}, packed, locality_options(0.01, {}, few)); },
+      [&] { (void)balance(layout, linear_cost{}, packed, locality_options(0.01), few); },
       {"3 items", "2 ranks"});
 }
 
@@ -217,14 +226,14 @@ TEST_CASE("locality: a balanced layout moves nothing; a full rank sheds only wha
     for (auto policy : {packed, padded}) {
       const auto r = balance(layout, linear_cost{}, policy, locality_options(0.0));
       CHECK(moved_bytes(layout, r.plan) == 0);
-      CHECK(r.used == balance_method::locality);
+      CHECK(r.used == "locality");
     }
   }
   SUBCASE("one rank holds everything") {
     // 12 items of 10 on rank 0 of 4: automatic reaches 30; locality keeps three of them home.
     const auto layout = batch_layout::from_ranks({std::vector<std::int64_t>(12, 10), {}, {}, {}});
     const auto r = balance(layout, linear_cost{}, packed, locality_options(0.0));
-    CHECK(r.used == balance_method::locality);
+    CHECK(r.used == "locality");
     CHECK(r.makespan == 30);
     const auto s = compute_statistics(layout, r.plan, linear_cost{}, packed);
     CHECK(s.items_moved == 9);
@@ -236,7 +245,7 @@ TEST_CASE("locality: a balanced layout moves nothing; a full rank sheds only wha
     const auto layout = batch_layout::from_ranks({{40, 20, 20}, {}, {20}, {20}},
                                                  {{400, 20, 20}, {}, {20}, {20}});
     const auto r = balance(layout, linear_cost{}, packed, locality_options(0.0));
-    CHECK(r.used == balance_method::locality);
+    CHECK(r.used == "locality");
     CHECK(r.makespan == 40);
     CHECK(r.plan.dst_ranks()[0] == 0);
     CHECK(moved_bytes(layout, r.plan) == 40);
@@ -249,14 +258,14 @@ TEST_CASE("locality: a same-node receiver with room is preferred over a better f
   // node; rank 1 (room 15) is on rank 0's node.
   const auto layout = batch_layout::from_ranks({{10, 10, 10}, {5}, {10}, {10, 5}});
   const auto with_nodes = balance(layout, linear_cost{}, packed, locality_options(0.0, {0, 0, 1, 1}));
-  REQUIRE(with_nodes.used == balance_method::locality);
+  REQUIRE(with_nodes.used == "locality");
   CHECK(with_nodes.makespan == 20);
   const auto dst = with_nodes.plan.dst_ranks();
   CHECK(std::count(dst.begin(), dst.begin() + 3, 0) == 2);
   CHECK(std::count(dst.begin(), dst.begin() + 3, 1) == 1);
   // Without a node map, best fit overall: rank 2.
   const auto flat = balance(layout, linear_cost{}, packed, locality_options(0.0));
-  REQUIRE(flat.used == balance_method::locality);
+  REQUIRE(flat.used == "locality");
   const auto dst2 = flat.plan.dst_ranks();
   CHECK(std::count(dst2.begin(), dst2.begin() + 3, 2) == 1);
 }
@@ -289,14 +298,14 @@ TEST_CASE("locality: multimodal LLM stage, bytes against automatic + transport (
   const auto topo = topology::uniform(64, 8);
   const auto item_bytes = layout.item_bytes();
   const auto base = balance(layout, linear_cost{}, packed);
-  const auto mapped = map_bins(base.plan, item_bytes, topo, mapping_method::transport);
+  const auto mapped = map_bins(base.plan, item_bytes, topo, mappers::transport{});
   const std::vector<rank_t> nodes(topo.node_map().begin(), topo.node_map().end());
   for (double tol : {0.001, 0.01, 0.05}) {
     const auto o = locality_options(tol, nodes);
     const bool own = check_locality(layout, linear_cost{}, packed, o);
     const auto r = balance(layout, linear_cost{}, packed, o);
     MESSAGE("tolerance ", tol, ": locality ", std::string(own ? "used" : "fell back"), ", moved ",
-            moved_bytes(layout, r.plan), " bytes vs auto+transport ", mapped.moved_bytes);
+            moved_bytes(layout, r.plan), " bytes vs automatic+transport ", mapped.moved_bytes);
     if (own) CHECK(moved_bytes(layout, r.plan) < mapped.moved_bytes);
   }
 }

@@ -73,7 +73,7 @@ struct smallest_load_after {
       longest[best] = std::max(longest[best], len);
     }
     const bool at_bound = p.satisfies(dst) && p.makespan(dst) <= p.lower_bound();
-    return balancer_plan{std::move(dst), balance_method::custom, at_bound};
+    return balancer_plan{std::move(dst), "custom", at_bound};
   }
 };
 
@@ -121,7 +121,7 @@ TEST_CASE("problem: the application's balancer runs through balance with every i
     for (const padding_policy policy : {packed, padded, padded_to_multiple(16)}) {
       const quadratic_cost q{1.0, 1.0, 1.0 / 1024};
       const auto a = balance(layout, q, policy, smallest_load_after{}, limits);
-      CHECK(a.used == balance_method::custom);
+      CHECK(a.used == "custom");
       CHECK_FALSE(a.fallback);
       check_result(layout, q, policy, limits, a);
       const auto b = balance(layout, linear_cost{1}, policy, round_robin{}, limits);
@@ -144,17 +144,26 @@ TEST_CASE("problem: the return forms, the fallback and the claims") {
     const auto r = balance(layout, cost, packed, [](const auto& p) {
       return std::vector<rank_t>(static_cast<std::size_t>(p.num_items()), 2);
     });
-    CHECK(r.used == balance_method::custom);
+    CHECK(r.used == "custom");
     CHECK(r.makespan == 1750);
     CHECK(r.plan.dst_offsets().back() == 5);
     CHECK(r.plan.dst_offsets()[2] == 0);  // ranks 0 and 1 receive nothing
+  }
+  SUBCASE("a plan that names its balancer reports that name") {
+    const auto r = balance(layout, cost, packed, [](const auto& p) {
+      return balancer_plan{std::vector<rank_t>(static_cast<std::size_t>(p.num_items()), 1),
+                           "all_on_one"};
+    });
+    CHECK(r.used == "all_on_one");
+    CHECK_FALSE(r.fallback);
+    CHECK(r.makespan == 1750);
   }
   SUBCASE("no plan: the constrained fallback plans instead, under the custom name") {
     const auto r = balance(layout, cost, packed, [](const auto&) {
       return std::optional<std::vector<rank_t>>{};
     });
     CHECK(r.fallback);
-    CHECK(r.used == balance_method::custom);
+    CHECK(r.used == "custom");
     CHECK(r.makespan == 900);
     CHECK(r.proven_optimal);  // meets the bound (the longest item)
   }
@@ -186,7 +195,7 @@ TEST_CASE("problem: the return forms, the fallback and the claims") {
     expect_error<infeasible_error>(
         [&] {
           (void)balance(layout, cost, packed, [](const auto&) {
-            return balancer_plan{std::nullopt, balance_method::custom, false, true};
+            return balancer_plan{std::nullopt, "custom", false, true};
           });
         },
         {"no placement of 5 items on 3 ranks"});

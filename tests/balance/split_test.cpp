@@ -26,8 +26,8 @@
 
 namespace {
 
-using orchmllm::balance_method;
-using orchmllm::balance_options;
+using orchmllm::any_balancer;
+namespace balancers = orchmllm::balancers;
 using orchmllm::batch_layout;
 using orchmllm::rank_t;
 using orchmllm::split_options;
@@ -160,10 +160,9 @@ TEST_CASE("split: brute force over every cut and assignment") {
       default_worst = std::max(default_worst, ratio);
       default_sum += ratio;
     }
-    for (auto method : {balance_method::lpt, balance_method::automatic}) {
-      balance_options o;
-      o.method = method;
-      const auto r = orchmllm::balance_split(l, cost, orchmllm::packed, o, s);
+    for (const any_balancer& method :
+         {any_balancer(balancers::lpt{}), any_balancer(balancers::automatic{})}) {
+      const auto r = orchmllm::balance_split(l, cost, orchmllm::packed, method, {}, s);
       check_pieces(l, r, s);
       const auto lb = orchmllm::split_lower_bound(l, d, cost, s);
       // L, or balance's own bound (at least L) when nothing may be split.
@@ -180,7 +179,7 @@ TEST_CASE("split: brute force over every cut and assignment") {
       const auto loads =
           orchmllm::rank_loads(r.pieces.layout(), r.balance.plan, cost, orchmllm::packed);
       CHECK(*std::max_element(loads.begin(), loads.end()) == r.balance.makespan);
-      if (method == balance_method::automatic) {
+      if (method.name() == balancers::automatic::name) {
         ++cases;
         optimal += r.balance.makespan == opt;
         split_cases += !r.pieces.is_whole();
@@ -256,19 +255,18 @@ TEST_CASE("split: padded policies against brute force over every cut and assignm
     if (!l.has_segments())
       for (auto x : l.lengths()) longest = std::max(longest, x);
     const std::int64_t u_max = cost(policy.padded_length(longest));
-    for (auto method :
-         {balance_method::lpt, balance_method::padded_exact, balance_method::automatic}) {
+    for (const any_balancer& method :
+         {any_balancer(balancers::lpt{}), any_balancer(balancers::padded_exact{}),
+          any_balancer(balancers::automatic{})}) {
       CAPTURE(trial);
-      CAPTURE(static_cast<int>(method));
+      CAPTURE(method.name());
       CAPTURE(s.max_pieces);
       CAPTURE(s.min_piece_segments);
       CAPTURE(d);
       CAPTURE(opt);
       CAPTURE(l.total_segments());
       CAPTURE(l.num_items());
-      balance_options o;
-      o.method = method;
-      const auto r = orchmllm::balance_split(l, cost, policy, o, s);
+      const auto r = orchmllm::balance_split(l, cost, policy, method, {}, s);
       check_pieces(l, r, s);
       // The reported makespan is the padded load of the pieces' plan, rows per segment.
       const auto loads = orchmllm::rank_loads(r.pieces.layout(), r.balance.plan, cost, policy);
@@ -276,7 +274,7 @@ TEST_CASE("split: padded policies against brute force over every cut and assignm
       CHECK(r.lower_bound <= opt);
       CHECK(r.balance.makespan >= opt);
       // (Without segments the result is balance's own, and `guarantee` the packed formula.)
-      if (method != balance_method::lpt && l.has_segments()) {
+      if (method.name() != balancers::lpt::name && l.has_segments()) {
         CHECK(r.balance.makespan <= r.guarantee);
         // With equal segments the guarantee is within (R − 1) · u_max of the optimum, R the
         // most segments of a piece of the finest cut (at most the most segments of an item).
@@ -292,7 +290,7 @@ TEST_CASE("split: padded policies against brute force over every cut and assignm
           ++equal_cases;
         }
       }
-      if (method == balance_method::automatic) {
+      if (method.name() == balancers::automatic::name) {
         ++cases;
         optimal += r.balance.makespan == opt;
         cut += !r.pieces.is_whole();
@@ -358,17 +356,17 @@ TEST_CASE("split: random inputs keep every invariant") {
     split_options s;
     s.min_piece_segments = uniform(rng, 1, 3);
     s.max_pieces = uniform(rng, 1, 8);
-    const auto r = orchmllm::balance_split(l, square_plus{}, orchmllm::packed, {}, s);
+    const auto r = orchmllm::balance_split(l, square_plus{}, orchmllm::packed, {}, {}, s);
     check_pieces(l, r, s);
     CHECK(r.balance.makespan >= r.lower_bound);
     CHECK(r.balance.makespan <= r.guarantee);
     CHECK(r.largest_piece <= r.lower_bound);
     // Determinism: the same call, the same pieces and plan.
-    const auto again = orchmllm::balance_split(l, square_plus{}, orchmllm::packed, {}, s);
+    const auto again = orchmllm::balance_split(l, square_plus{}, orchmllm::packed, {}, {}, s);
     CHECK(again.pieces == r.pieces);
     CHECK(again.balance.plan == r.balance.plan);
     // Floating costs: the guarantee within a relative 1e-9.
-    const auto f = orchmllm::balance_split(l, qc, orchmllm::packed, {}, s);
+    const auto f = orchmllm::balance_split(l, qc, orchmllm::packed, {}, {}, s);
     check_pieces(l, f, s);
     CHECK(f.balance.makespan <= f.guarantee * (1 + 1e-9));
     CHECK(f.balance.makespan >= f.lower_bound * (1 - 1e-9));
@@ -414,7 +412,7 @@ TEST_CASE("split: a long video is cut only as much as needed") {
   const vec counts{8, 1, 1, 1, 1};
   const auto l = items.with_equal_segments(counts);
   const orchmllm::linear_cost lin{};
-  const auto r = orchmllm::balance_split(l, lin, orchmllm::packed, {}, {});
+  const auto r = orchmllm::balance_split(l, lin, orchmllm::packed, {}, {}, {});
   CHECK(r.lower_bound == 30);             // (80 + 40) / 4
   CHECK(r.balance.makespan == 30);        // optimal
   CHECK(r.pieces.num_pieces_of(0) == 3);  // 80 -> 30 + 30 + 20: the fewest pieces under 30
@@ -422,13 +420,13 @@ TEST_CASE("split: a long video is cut only as much as needed") {
   // Without splitting the video sets the makespan.
   split_options none;
   none.max_pieces = 1;
-  const auto whole = orchmllm::balance_split(l, lin, orchmllm::packed, {}, none);
+  const auto whole = orchmllm::balance_split(l, lin, orchmllm::packed, {}, {}, none);
   CHECK(whole.balance.makespan == 80);
   CHECK(whole.pieces.is_whole());
   // A minimum piece of 3 segments: 80 -> at most 2 pieces (8 / 3), 40 + 40.
   split_options min3;
   min3.min_piece_segments = 3;
-  const auto r3 = orchmllm::balance_split(l, lin, orchmllm::packed, {}, min3);
+  const auto r3 = orchmllm::balance_split(l, lin, orchmllm::packed, {}, {}, min3);
   CHECK(r3.lower_bound == 40);
   CHECK(r3.balance.makespan == 40);
   CHECK(r3.pieces.num_pieces_of(0) == 2);
@@ -446,15 +444,15 @@ TEST_CASE("split: S = 1 and no splitting give the plans of balance, bit for bit"
     const vec ones(static_cast<std::size_t>(n), 1);
     const auto single = plain.with_equal_segments(ones);
     REQUIRE(single == plain);
-    for (auto method : {balance_method::automatic, balance_method::lpt, balance_method::kk,
-                        balance_method::kk_equal}) {
-      balance_options o;
-      o.method = method;
-      const auto a = orchmllm::balance(plain, qc, orchmllm::packed, o);
-      const auto b = orchmllm::balance(single, qc, orchmllm::packed, o);
+    for (const any_balancer& method :
+         {any_balancer(balancers::automatic{}), any_balancer(balancers::lpt{}),
+          any_balancer(balancers::karmarkar_karp{}),
+          any_balancer(balancers::karmarkar_karp_equal{})}) {
+      const auto a = orchmllm::balance(plain, qc, orchmllm::packed, method);
+      const auto b = orchmllm::balance(single, qc, orchmllm::packed, method);
       CHECK(a.plan == b.plan);
       CHECK(a.makespan == b.makespan);
-      const auto c = orchmllm::balance_split(single, qc, orchmllm::packed, o, {});
+      const auto c = orchmllm::balance_split(single, qc, orchmllm::packed, method, {}, {});
       CHECK(c.pieces.is_whole());
       CHECK(c.pieces.layout() == plain);
       CHECK(c.balance.plan == a.plan);
@@ -468,7 +466,7 @@ TEST_CASE("split: S = 1 and no splitting give the plans of balance, bit for bit"
     const auto seg = orchmllm::test::random_segmented_layout(rng, d, n, 5, 30);
     split_options off;
     off.max_pieces = 1;
-    const auto x = orchmllm::balance_split(seg, qc, orchmllm::packed, {}, off);
+    const auto x = orchmllm::balance_split(seg, qc, orchmllm::packed, {}, {}, off);
     const auto y = orchmllm::balance(seg, qc, orchmllm::packed, {});
     CHECK(x.balance.plan == y.plan);
     CHECK(x.pieces.layout() == seg);
@@ -493,30 +491,30 @@ TEST_CASE("split: bad input raises clear errors") {
   const orchmllm::linear_cost lin{};
   split_options s;
   s.min_piece_segments = 0;
-  expect_invalid([&] { (void)orchmllm::balance_split(l, lin, orchmllm::packed, {}, s); },
+  expect_invalid([&] { (void)orchmllm::balance_split(l, lin, orchmllm::packed, {}, {}, s); },
                  {"min_piece_segments is 0", ">= 1"});
   s = {};
   s.max_pieces = 0;
-  expect_invalid([&] { (void)orchmllm::balance_split(l, lin, orchmllm::packed, {}, s); },
+  expect_invalid([&] { (void)orchmllm::balance_split(l, lin, orchmllm::packed, {}, {}, s); },
                  {"max_pieces is 0"});
   s = {};
   s.rounds = 0;
   expect_invalid([&] { (void)orchmllm::split_lower_bound(l, 1, lin, s); }, {"rounds is 0"});
   s = {};
   s.tolerance = -0.5;
-  expect_invalid([&] { (void)orchmllm::balance_split(l, lin, orchmllm::packed, {}, s); },
+  expect_invalid([&] { (void)orchmllm::balance_split(l, lin, orchmllm::packed, {}, {}, s); },
                  {"split tolerance is -0.5"});
   // `balance` takes the same layout under a padded policy (its items whole, segments as rows).
   CHECK(orchmllm::balance(l, lin, orchmllm::padded).plan.num_items() == l.num_items());
   const auto negative = [](std::int64_t x) { return x == 3 ? -1 : x; };
   expect_invalid([&] { (void)orchmllm::balance(l, negative, orchmllm::packed); },
                  {"cost of segment 0 of item 1", "must be >= 0"});
-  expect_invalid([&] { (void)orchmllm::balance_split(l, negative, orchmllm::packed, {}, {}); },
+  expect_invalid([&] { (void)orchmllm::balance_split(l, negative, orchmllm::packed, {}, {}, {}); },
                  {"cost of segment 0 of item 1"});
   expect_invalid([&] { (void)orchmllm::split_lower_bound(l, 0, lin); }, {"on 0 ranks"});
   // An item of S < min piece segments is not an error: it stays whole.
   s = {};
   s.min_piece_segments = 5;
-  const auto r = orchmllm::balance_split(l, lin, orchmllm::packed, {}, s);
+  const auto r = orchmllm::balance_split(l, lin, orchmllm::packed, {}, {}, s);
   CHECK(r.pieces.is_whole());
 }

@@ -314,7 +314,8 @@ TEST_CASE("scenarios keep the guarantees of their balancers and mappings") {
     }
   }
   // auction_tolerance: only the mapping changes (a permutation of the same bins: the same stage
-  // times); the default keeps the method's declarations, another value a tuned auction.
+  // times); the declarations hold an auction of that tolerance, and a scenario without an
+  // auction ignores it.
   {
     auto lo = o;
     lo.which = scenario::full;
@@ -324,14 +325,25 @@ TEST_CASE("scenarios keep the guarantees of their balancers and mappings") {
       CAPTURE(n);
       CHECK(stage(loose, n).seconds == stage(full, n).seconds);
     }
+    // The auction of a stage's mapper, or null.
+    const auto auction_of = [](const stage_mapper& m) {
+      return m.builtin() ? m.builtin()->get_if<mappers::auction>() : nullptr;
+    };
     const auto plain = make_declarations(o.model, scenario::full);
-    CHECK(plain.llm.mapper.builtin() == mapping_method::auction);
-    CHECK(!plain.llm.mapper.tuned());
+    REQUIRE(auction_of(plain.llm.mapper) != nullptr);
+    CHECK(auction_of(plain.llm.mapper)->tolerance == mappers::auction::default_tolerance);
     const auto tuned = make_declarations(o.model, scenario::full, 0, 0.2);
-    for (const auto& e : tuned.encoders) CHECK(e.mapper.tuned() == mapping_method::auction);
-    CHECK(tuned.llm.mapper.name() == "auction(tolerance=0.2)");
+    for (const auto& e : tuned.encoders) {
+      REQUIRE(auction_of(e.mapper) != nullptr);
+      CHECK(auction_of(e.mapper)->tolerance == 0.2);
+    }
+    CHECK(tuned.llm.mapper.name() == "auction");
     CHECK(fingerprint(tuned) != fingerprint(plain));
-    CHECK(make_declarations(o.model, scenario::beyond, 0, 0.2).llm.mapper.empty());
+    const auto bottlenecked = make_declarations(o.model, scenario::beyond, 0, 0.2);
+    REQUIRE(bottlenecked.llm.mapper.builtin() != nullptr);
+    CHECK(bottlenecked.llm.mapper.builtin()->get_if<mappers::bottleneck>() != nullptr);
+    CHECK(fingerprint(bottlenecked) ==
+          fingerprint(make_declarations(o.model, scenario::beyond)));
   }
   // per-stage moves encoder outputs and gradients twice: more all-to-alls than full.
   CHECK(per_stage.alltoalls == 11);

@@ -4,8 +4,8 @@
 // input, which this unit instantiates itself from the detail headers (the same templates the
 // library instantiates, on the model directly instead of type-erased): the shipped models, a
 // trainer's own unsigned, float and long double models, every algorithm and policy; and the
-// mappers: built-in types equal to the enum, the trainer's own mapper called from the library
-// (map_bins and a stage declaration in plan_step).
+// mappers: built-in types equal to an any_mapper holding them, the trainer's own mapper called
+// from the library (map_bins and a stage declaration in plan_step).
 
 #include <orchmllm/balance/balancer.hpp>
 #include <orchmllm/balance/split.hpp>
@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -66,33 +67,27 @@ batch_layout random_layout(std::mt19937_64& rng, rank_t d, std::int64_t n) {
 template <class C>
 void check_model(const C& cost, const char* name) {
   std::mt19937_64 rng(1234);
-  const balance_method packed_methods[] = {balance_method::none,      balance_method::lpt,
-                                           balance_method::kk,        balance_method::exact,
-                                           balance_method::automatic, balance_method::locality};
-  const balance_method padded_methods[] = {balance_method::lpt, balance_method::padded_exact,
-                                      balance_method::automatic, balance_method::locality};
+  const std::vector<any_balancer> packed_balancers = {
+      balancers::identity{}, balancers::lpt{},       balancers::karmarkar_karp{},
+      balancers::exact{},    balancers::automatic{}, balancers::locality{}};
+  const std::vector<any_balancer> padded_balancers = {
+      balancers::lpt{}, balancers::padded_exact{}, balancers::automatic{}, balancers::locality{}};
   for (int trial = 0; trial < 12; ++trial) {
     const rank_t d = static_cast<rank_t>(uniform(rng, 1, 12));
     const auto layout = random_layout(rng, d, uniform(rng, 0, trial < 6 ? 12 : 300));
     for (const padding_policy policy : {packed, padded, padded_to_multiple(64)}) {
-      for (balance_method m :
-           policy.is_padded()
-               ? std::vector<balance_method>(std::begin(padded_methods), std::end(padded_methods))
-               : std::vector<balance_method>(std::begin(packed_methods),
-                                             std::end(packed_methods))) {
-        if (m == balance_method::exact && layout.num_items() > 12) continue;
+      for (any_balancer b : policy.is_padded() ? padded_balancers : packed_balancers) {
+        if (b.name() == balancers::exact::name && layout.num_items() > 12) continue;
         CAPTURE(name);
         CAPTURE(trial);
-        CAPTURE(to_string(m));
-        balance_options options;
-        options.method = m;
-        if (m == balance_method::locality) {
-          options.node_of_rank.resize(static_cast<std::size_t>(d));
-          for (rank_t r = 0; r < d; ++r) options.node_of_rank[static_cast<std::size_t>(r)] = r / 4;
+        CAPTURE(b.name());
+        if (auto* l = b.get_if<balancers::locality>()) {
+          l->node_of_rank.resize(static_cast<std::size_t>(d));
+          for (rank_t r = 0; r < d; ++r) l->node_of_rank[static_cast<std::size_t>(r)] = r / 4;
         }
-        const auto got = balance(layout, cost, policy, options);
+        const auto got = balance(layout, cost, policy, b);
         const auto want = detail::with_normal_cost(cost, [&](const auto& c) {
-          return detail::balance_impl(layout, c, policy, options);
+          return detail::balance_with(layout, c, policy, b, constraints{});
         });
         static_assert(std::is_same_v<decltype(got), decltype(want)>);
         CHECK(got.plan == want.plan);
@@ -140,7 +135,7 @@ TEST_CASE("compiled mode: segmented items balance and split through the library"
     CHECK(layout.with_equal_segments(ones).has_segments() == false);
     const quadratic_cost cost{1.0, 1.0, 0.01};
     const auto got = balance(layout, cost);
-    const auto want = detail::balance_impl(layout, cost, packed, balance_options{});
+    const auto want = detail::balance_with(layout, cost, packed, any_balancer{}, constraints{});
     CHECK(got.plan == want.plan);
     CHECK(got.makespan == want.makespan);
     const auto s = balance_split(layout, cost);
@@ -159,7 +154,7 @@ TEST_CASE("compiled mode: typed and user balancers run in the library with the s
     balancer_plan plan = balancers::lpt{}(p);
     if (plan.destination && !plan.destination->empty())
       plan.destination->front() = p.num_ranks() - 1;
-    plan.used = balance_method::custom;
+    plan.used = "custom";
     return plan;
   };
   std::mt19937_64 rng(4321);
@@ -215,9 +210,18 @@ TEST_CASE("compiled mode: the trainer's items balance through a projection") {
 
 TEST_CASE("compiled mode: errors cross the library boundary unchanged") {
   const auto layout = batch_layout::from_ranks({{1, 2}, {3}});
-  balance_options bad;
-  bad.refine_budget = -2;
-  CHECK_THROWS_AS((void)balance(layout, linear_cost{}, packed, bad), invalid_argument_error);
+  orchmllm::test::expect_invalid(
+      [&] { (void)balance(layout, linear_cost{}, packed, balancers::lpt{.refine_budget = -2}); },
+      {"lpt: refine_budget is -2, must be >= -1"});
+  orchmllm::test::expect_invalid(
+      [&] {
+        (void)balance(layout, linear_cost{}, packed,
+                      any_balancer(balancers::automatic{.refine_budget = -2}));
+      },
+      {"automatic: refine_budget is -2, must be >= -1"});
+  orchmllm::test::expect_invalid(
+      [&] { (void)balance(layout, linear_cost{}, padded, balancers::karmarkar_karp{}); },
+      {"karmarkar_karp balances the packed policy only"});
   const auto huge = [](std::int64_t l) {
     return l == 3 ? ~std::uint64_t{0} : static_cast<std::uint64_t>(l);
   };
@@ -270,13 +274,13 @@ TEST_CASE("compiled mode: mappers, built-in and the application's, run through t
     const auto bytes = layout.item_bytes();
     const auto topo = topology::uniform(d, static_cast<rank_t>(uniform(rng, 1, d)));
     CAPTURE(trial);
-    for (const auto method :
-         {mapping_method::identity, mapping_method::transport, mapping_method::bottleneck}) {
-      const auto by_enum = map_bins(balanced.plan, bytes, topo, method);
-      visit_mapper(method, [&](const auto& m) {
+    for (const std::string_view name : mapper_names()) {
+      const any_mapper held = parse_mapper(name);
+      const auto by_any = map_bins(balanced.plan, bytes, topo, held);
+      held.visit([&](const auto& m) {
         const auto by_type = map_bins(balanced.plan, bytes, topo, m);
-        CHECK(by_type.rank_of_bin == by_enum.rank_of_bin);
-        CHECK(by_type.plan == by_enum.plan);
+        CHECK(by_type.rank_of_bin == by_any.rank_of_bin);
+        CHECK(by_type.plan == by_any.plan);
       });
     }
     // The application's mapper, compiled in this unit, called from the library: it reads the
@@ -309,10 +313,9 @@ TEST_CASE("compiled mode: mappers, built-in and the application's, run through t
         return mappers::bottleneck{}(p);
       },
       "counting bottleneck");
-  auto by_enum = decl;
-  by_enum.llm.mapper = {};
-  by_enum.llm.mapping = mapping_method::bottleneck;
-  CHECK(fingerprint(decl) != fingerprint(by_enum));
+  auto builtin = decl;
+  builtin.llm.mapper = mappers::bottleneck{};
+  CHECK(fingerprint(decl) != fingerprint(builtin));
   std::vector<local_batch> batches(8);
   for (auto& b : batches)
     for (std::int64_t s = 0, k = uniform(rng, 1, 5); s < k; ++s)
@@ -320,7 +323,7 @@ TEST_CASE("compiled mode: mappers, built-in and the application's, run through t
   const auto meta = make_step_metadata(batches, 0);
   const auto topo = topology::uniform(8, 2);
   const auto a = plan_step(decl, meta, topo);
-  const auto b = plan_step(by_enum, meta, topo);
+  const auto b = plan_step(builtin, meta, topo);
   CHECK(calls == 1);
   CHECK(a.llm == b.llm);
 }

@@ -33,10 +33,10 @@ double full_mantissa(std::mt19937_64& rng, int exponent) {  // [1, 2) · 2^expon
   return std::ldexp(static_cast<double>((rng() >> 11) | (std::uint64_t{1} << 52)), exponent - 52);
 }
 
-template <class C>
+template <class C, class B>
 void add_plan(digest& f, const batch_layout& layout, const C& cost, padding_policy policy,
-              const balance_options& options) {
-  const auto res = balance(layout, cost, policy, options);
+              const B& balancer, const constraints& limits = {}) {
+  const auto res = balance(layout, cost, policy, balancer, limits);
   for (const rank_t r : res.plan.dst_ranks()) f.add(static_cast<std::uint64_t>(r));
   f.add(static_cast<double>(res.makespan));
   f.add(static_cast<double>(res.lower_bound));
@@ -75,24 +75,20 @@ int main() {
       costs.add(flops(l));
     }
     digest plans;
-    for (const auto a : {balance_method::lpt, balance_method::kk, balance_method::kk_equal,
-                         balance_method::automatic}) {
-      balance_options o;
-      o.method = a;
-      add_plan(plans, layout, quad, packed, o);
-      add_plan(plans, layout, flops, packed, o);
+    for (const any_balancer& b :
+         {any_balancer(balancers::lpt{}), any_balancer(balancers::karmarkar_karp{}),
+          any_balancer(balancers::karmarkar_karp_equal{}), any_balancer(balancers::automatic{})}) {
+      add_plan(plans, layout, quad, packed, b);
+      add_plan(plans, layout, flops, packed, b);
     }
-    balance_options padded_exact;
-    padded_exact.method = balance_method::padded_exact;
-    add_plan(plans, layout, quad, padded, padded_exact);
-    add_plan(plans, layout, quad, padded_to_multiple(64), padded_exact);
-    balance_options capped;  // the constrained first-fit search under a token cap
-    capped.method = balance_method::lpt;
-    capped.limits.cap = capacity{capacity::measure::tokens, 0};
+    add_plan(plans, layout, quad, padded, balancers::padded_exact{});
+    add_plan(plans, layout, quad, padded_to_multiple(64), balancers::padded_exact{});
+    constraints capped;  // the constrained first-fit search under a token cap
+    capped.cap = capacity{capacity::measure::tokens, 0};
     std::int64_t total = 0, longest = 0;
     for (const auto l : lengths) total += l, longest = std::max(longest, l);
-    capped.limits.cap->limit = total / d + longest;  // first fit always finds room below it
-    add_plan(plans, layout, quad, packed, capped);
+    capped.cap->limit = total / d + longest;  // first fit always finds room below it
+    add_plan(plans, layout, quad, packed, balancers::lpt{}, capped);
 
     // A profile fit, as a trainer would run on every rank from the same timings.
     std::vector<double> seconds;

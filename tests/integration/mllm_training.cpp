@@ -832,13 +832,12 @@ void print(const step_result& r, const char* backend, std::uint64_t seed) {
               static_cast<long long>(r.samples), static_cast<long long>(r.sub_items[vision]),
               static_cast<long long>(r.sub_items[audio]), static_cast<long long>(r.tokens),
               static_cast<long long>(r.parameters));
-  std::printf("%-7s %-9s %9s %9s %12s %12s\n", "stage", "balancer", "imb.bef", "imb.aft",
+  std::printf("%-7s %-20s %9s %9s %12s %12s\n", "stage", "balancer", "imb.bef", "imb.aft",
               "moved B", "inter-node B");
   for (const auto& s : r.stages)
-    std::printf("%-7s %-9s %9.4f %9.4f %12lld %12lld\n", s.name.c_str(),
-                std::string(orchmllm::to_string(s.used)).c_str(), s.imbalance_before,
-                s.imbalance_after, static_cast<long long>(s.moved_bytes),
-                static_cast<long long>(s.inter_node_bytes));
+    std::printf("%-7s %-20s %9.4f %9.4f %12lld %12lld\n", s.name.c_str(),
+                std::string(s.used).c_str(), s.imbalance_before, s.imbalance_after,
+                static_cast<long long>(s.moved_bytes), static_cast<long long>(s.inter_node_bytes));
   std::printf("loss (a) no balancing %.17g, (b) orchestrated %.17g\n", r.loss_a, r.loss_b);
   std::printf("max relative gradient difference %.3e (at %s), loss %.3e: %s (tolerance %.0e)\n",
               r.grad_max_rel_diff, r.worst_parameter.c_str(), r.loss_rel_diff,
@@ -865,13 +864,14 @@ void print(const step_result& r, const char* backend, std::uint64_t seed) {
               static_cast<long long>(r.vision_units), static_cast<long long>(r.cut_videos));
   for (std::size_t i = 0; i < r.stages.size(); ++i) {
     const auto& s = r.stages[i];
-    std::printf("%s{\"name\":\"%s\",\"balancer\":\"%s\",\"imbalance_before\":%.6f,"
-                "\"imbalance_after\":%.6f,\"max_tokens_before\":%lld,\"max_tokens_after\":%lld,"
-                "\"moved_bytes\":%lld,\"inter_node_bytes\":%lld}",
-                i == 0 ? "" : ",", s.name.c_str(), std::string(orchmllm::to_string(s.used)).c_str(),
-                s.imbalance_before, s.imbalance_after, static_cast<long long>(s.max_tokens_before),
-                static_cast<long long>(s.max_tokens_after), static_cast<long long>(s.moved_bytes),
-                static_cast<long long>(s.inter_node_bytes));
+    std::printf(
+        "%s{\"name\":\"%s\",\"balancer\":\"%s\",\"imbalance_before\":%.6f,"
+        "\"imbalance_after\":%.6f,\"max_tokens_before\":%lld,\"max_tokens_after\":%lld,"
+        "\"moved_bytes\":%lld,\"inter_node_bytes\":%lld}",
+        i == 0 ? "" : ",", s.name.c_str(), std::string(s.used).c_str(), s.imbalance_before,
+        s.imbalance_after, static_cast<long long>(s.max_tokens_before),
+        static_cast<long long>(s.max_tokens_after), static_cast<long long>(s.moved_bytes),
+        static_cast<long long>(s.inter_node_bytes));
   }
   std::printf("],\"ok\":%s}\n", passed(r) ? "true" : "false");
   std::fflush(stdout);

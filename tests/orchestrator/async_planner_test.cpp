@@ -54,7 +54,7 @@ stage_declarations declarations() {
                                         .output_row_bytes = 32});
   decl.encoders.push_back(encoder_stage{.name = "audio", .policy = orchmllm::padded,
                                         .input_row_bytes = 16, .output_row_bytes = 32});
-  decl.encoders[0].options.limits.cap = capacity{capacity::measure::tokens, 1000};
+  decl.encoders[0].limits.cap = capacity{capacity::measure::tokens, 1000};
   decl.llm.cost = orchmllm::quadratic_cost{0, 1, 0.001};
   decl.llm.text_row_bytes = 8;
   return decl;

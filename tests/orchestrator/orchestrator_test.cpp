@@ -54,7 +54,8 @@
 
 namespace {
 
-using orchmllm::balance_method;
+namespace balancers = orchmllm::balancers;
+namespace mappers = orchmllm::mappers;
 using orchmllm::batch_layout;
 using orchmllm::capacity;
 using orchmllm::communication_error;
@@ -63,7 +64,6 @@ using orchmllm::infeasible_error;
 using orchmllm::invalid_argument_error;
 using orchmllm::linear_cost;
 using orchmllm::local_batch;
-using orchmllm::mapping_method;
 using orchmllm::quadratic_cost;
 using orchmllm::ragged_payload;
 using orchmllm::rank_t;
@@ -124,20 +124,22 @@ void randomize_stage(std::mt19937_64& rng, Stage& st) {
   }
   const auto p = uniform(rng, 0, 5);
   st.policy = p == 0 ? orchmllm::padded : p == 1 ? orchmllm::padded_to_multiple(4) : orchmllm::packed;
-  static constexpr balance_method packed_methods[] = {
-      balance_method::automatic, balance_method::automatic, balance_method::lpt,
-      balance_method::kk,        balance_method::locality,  balance_method::none};
-  static constexpr balance_method padded_methods[] = {
-      balance_method::automatic, balance_method::padded_exact, balance_method::lpt,
-      balance_method::locality};
-  st.options.method = st.policy.is_padded() ? padded_methods[uniform(rng, 0, 3)]
-                                            : packed_methods[uniform(rng, 0, 5)];
-  st.options.exact_node_budget = 20'000;  // keeps automatic's exact search cheap under ASan
-  static constexpr mapping_method mappings[] = {mapping_method::transport,
-                                                mapping_method::transport,
-                                                mapping_method::identity,
-                                                mapping_method::bottleneck};
-  st.mapping = mappings[uniform(rng, 0, 3)];
+  // A small exact search budget keeps automatic's exact step cheap under ASan.
+  const balancers::automatic automatic{.exact_node_budget = 20'000};
+  const orchmllm::any_balancer packed_balancers[] = {automatic,
+                                                     automatic,
+                                                     balancers::lpt{},
+                                                     balancers::karmarkar_karp{},
+                                                     balancers::locality{.base = automatic},
+                                                     balancers::identity{}};
+  const orchmllm::any_balancer padded_balancers[] = {automatic, balancers::padded_exact{},
+                                                     balancers::lpt{},
+                                                     balancers::locality{.base = automatic}};
+  st.balancer = st.policy.is_padded() ? padded_balancers[uniform(rng, 0, 3)]
+                                      : packed_balancers[uniform(rng, 0, 5)];
+  const orchmllm::any_mapper mappings[] = {mappers::transport{}, mappers::transport{},
+                                           mappers::identity{}, mappers::bottleneck{}};
+  st.mapper = mappings[uniform(rng, 0, 3)];
 }
 
 stage_declarations random_decl(std::mt19937_64& rng, int k_count) {
@@ -358,7 +360,7 @@ struct prefer_rank_zero {
   template <class C>
   orchmllm::balancer_plan operator()(const orchmllm::balance_problem<C>& p) const {
     auto plan = orchmllm::balancers::lpt{}(p);
-    plan.used = orchmllm::algorithm::custom;
+    plan.used = "custom";
     if (!plan.destination || p.num_items() == 0) return plan;
     auto moved = *plan.destination;
     moved[static_cast<std::size_t>(p.order().front())] = 0;
@@ -374,10 +376,13 @@ void check_report(const Stage& st, const batch_layout& layout, const rearrangeme
                   const orchmllm::stage_report& rep, const topology& topo) {
   const rank_t d = topo.num_ranks();
   CHECK(rep.name == st.name);
-  // Rerun the balancer and the mapping: same choice, same plan (determinism).
-  auto opt = st.options;
-  if (opt.method == balance_method::locality && opt.node_of_rank.empty())
-    opt.node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
+  // Rerun the balancer and the mapping: same choice, same plan (determinism). A locality
+  // balancer without a node map gets the topology's.
+  orchmllm::any_balancer builtin;
+  if (st.balancer.builtin()) builtin = *st.balancer.builtin();
+  if (auto* loc = builtin.get_if<balancers::locality>(); loc && loc->node_of_rank.empty())
+    loc->node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
+  REQUIRE(st.mapper.builtin() != nullptr);
   // The stage is balanced in its model's own value type: exact std::int64_t for integral
   // models, double otherwise.
   const auto bytes = layout.item_bytes();
@@ -388,10 +393,10 @@ void check_report(const Stage& st, const batch_layout& layout, const rearrangeme
     // a difference between the stage's erased model and the model itself).
     const auto balanced =
         st.balancer.custom()
-            ? orchmllm::balance(layout, cost, st.policy, prefer_rank_zero{}, opt.limits)
-            : orchmllm::balance(layout, cost, st.policy, opt);
+            ? orchmllm::balance(layout, cost, st.policy, prefer_rank_zero{}, st.limits)
+            : orchmllm::balance(layout, cost, st.policy, builtin, st.limits);
     CHECK(rep.used == balanced.used);
-    const auto mapped = orchmllm::map_bins(balanced.plan, bytes, topo, st.mapping);
+    const auto mapped = orchmllm::map_bins(balanced.plan, bytes, topo, *st.mapper.builtin());
     CHECK(mapped.plan == planned);
     CHECK(rep.makespan_after == static_cast<double>(balanced.makespan));
     CHECK(rep.lower_bound == static_cast<double>(balanced.lower_bound));
@@ -422,7 +427,7 @@ void check_report(const Stage& st, const batch_layout& layout, const rearrangeme
   // Guaranteed: no plan beats the lower bound (a few ulps of slack for floating sums), and the
   // baseline balancer leaves the makespan unchanged (the mapping only permutes whole bins).
   CHECK(rep.makespan_after >= rep.lower_bound * (1 - 1e-12));
-  if (st.options.method == balance_method::none && st.balancer.empty())
+  if (st.balancer.builtin() && st.balancer.builtin()->template get_if<balancers::identity>())
     CHECK(rep.makespan_after == rep.makespan_before);
   // Moved and inter-node bytes from the plan itself.
   std::int64_t moved = 0, inter = 0;
@@ -582,23 +587,26 @@ TEST_CASE("plan_step: stages declared with balancer objects") {
     const auto topo = random_topology(rng, d);
     const auto meta = orchmllm::make_step_metadata(batches, k_count);
     INFO("trial ", trial, ", d = ", d);
-    // A built-in object plans exactly like its selector.
+    // A built-in object plans exactly like a parsed any_balancer with the same knobs.
     auto typed = decl;
-    typed.llm.balancer = orchmllm::balancers::lpt{.refine = true};
-    auto selected = decl;
-    selected.llm.options = orchmllm::balancers::lpt{.refine = true}.options(decl.llm.options.limits);
-    CHECK(orchmllm::fingerprint(typed) == orchmllm::fingerprint(selected));
+    typed.llm.balancer = balancers::lpt{.refine = true};
+    auto parsed = decl;
+    auto lpt = orchmllm::parse_balancer("lpt");
+    lpt.get_if<balancers::lpt>()->refine = true;
+    parsed.llm.balancer = lpt;
+    CHECK(orchmllm::fingerprint(typed) == orchmllm::fingerprint(parsed));
     const auto a = orchmllm::plan_step(typed, meta, topo);
-    const auto b = orchmllm::plan_step(selected, meta, topo);
+    const auto b = orchmllm::plan_step(parsed, meta, topo);
     CHECK(a.llm == b.llm);
     CHECK(a.stages.back().used == b.stages.back().used);
+    CHECK(a.stages.back().used == "lpt");
     // The application's balancer on an encoder stage: every invariant of check_plan holds.
     auto custom = decl;
     if (!custom.encoders[0].policy.is_padded()) {
       custom.encoders[0].balancer = orchmllm::stage_balancer(prefer_rank_zero{}, "prefer-rank-0");
       check_plan(custom, batches, topo, make_reference(batches, k_count));
       const auto c = orchmllm::plan_step(custom, meta, topo);
-      CHECK(c.stages[0].used == orchmllm::algorithm::custom);
+      CHECK(c.stages[0].used == "custom");
       CHECK(orchmllm::fingerprint(custom) != orchmllm::fingerprint(decl));
       auto renamed = custom;
       renamed.encoders[0].balancer = orchmllm::stage_balancer(prefer_rank_zero{}, "other");
@@ -686,18 +694,18 @@ TEST_CASE("plan_step rejects inconsistent inputs") {
   // Capacities: an encoder cap below the largest item names the encoder stage; an LLM cap
   // below the longest sequence names the LLM stage.
   auto capped = decl;
-  capped.encoders[0].options.limits.cap = capacity{capacity::measure::tokens, 3};
+  capped.encoders[0].limits.cap = capacity{capacity::measure::tokens, 3};
   orchmllm::test::expect_error<infeasible_error>(
       [&] { (void)orchmllm::plan_step(capped, meta, topology::uniform(2, 0)); },
       {"stage 'vision'", "cap of 3"});
   capped = decl;
-  capped.llm.options.limits.cap = capacity{capacity::measure::tokens, 3};
+  capped.llm.limits.cap = capacity{capacity::measure::tokens, 3};
   orchmllm::test::expect_error<infeasible_error>(
       [&] { (void)orchmllm::plan_step(capped, meta, topology::uniform(2, 0)); },
       {"stage 'llm'", "cap of 3"});
   // Item-count limits are capacities too.
   capped = decl;
-  capped.llm.options.limits.max_items = 0;
+  capped.llm.limits.max_items = 0;
   orchmllm::test::expect_error<infeasible_error>(
       [&] { (void)orchmllm::plan_step(capped, meta, topology::uniform(2, 0)); }, {"stage 'llm'"});
   // Several stages infeasible at once: the LLM's error, planned in parallel or not; then the
@@ -719,17 +727,17 @@ TEST_CASE("plan_step rejects inconsistent inputs") {
     po.routes_for = routes_for;
     // Only the LLM fails: the encoders, planned and waiting for Π_M, stop without it.
     auto llm_only = two;
-    llm_only.llm.options.limits.cap = capacity{capacity::measure::tokens, 3};
+    llm_only.llm.limits.cap = capacity{capacity::measure::tokens, 3};
     orchmllm::test::expect_error<infeasible_error>(
         [&] { (void)orchmllm::plan_step(llm_only, meta2, topology::uniform(2, 0), po); },
         {"stage 'llm'"});
     auto all = two;
-    for (auto& e : all.encoders) e.options.limits.cap = capacity{capacity::measure::tokens, 3};
-    all.llm.options.limits.cap = capacity{capacity::measure::tokens, 3};
+    for (auto& e : all.encoders) e.limits.cap = capacity{capacity::measure::tokens, 3};
+    all.llm.limits.cap = capacity{capacity::measure::tokens, 3};
     orchmllm::test::expect_error<infeasible_error>(
         [&] { (void)orchmllm::plan_step(all, meta2, topology::uniform(2, 0), po); },
         {"stage 'llm'"});
-    all.llm.options.limits.cap.reset();
+    all.llm.limits.cap.reset();
     orchmllm::test::expect_error<infeasible_error>(
         [&] { (void)orchmllm::plan_step(all, meta2, topology::uniform(2, 0), po); },
         {"stage 'vision'"});
@@ -800,7 +808,7 @@ TEST_CASE("plan_step: a step with 10^5 sub-items per modality, parallel as seria
   decl.encoders[0].name = "vision";
   decl.encoders[1].name = "audio";
   decl.encoders[1].policy = orchmllm::padded;
-  decl.llm.mapping = orchmllm::mapping_method::auction;
+  decl.llm.mapper = mappers::auction{};
   const auto topo = topology::uniform(d, 8);
   orchmllm::plan_options serial, parallel;
   serial.parallel_stages = false;
@@ -1345,7 +1353,7 @@ TEST_CASE("bad input: a clear error on every rank, no hang") {
   SUBCASE("an infeasible capacity") {
     // A per-rank token cap below the largest vision item (length 50).
     auto capped = decl;
-    capped.encoders[0].options.limits.cap = capacity{capacity::measure::tokens, 49};
+    capped.encoders[0].limits.cap = capacity{capacity::measure::tokens, 49};
     expect_everywhere(run_bad(
                           d,
                           [&](orchmllm::local::communicator& comm) {
@@ -1357,7 +1365,7 @@ TEST_CASE("bad input: a clear error on every rank, no hang") {
                       kind::infeasible, {"stage 'vision'", "cap of 49"});
     // The LLM stage: a cap below the longest sequence.
     capped = decl;
-    capped.llm.options.limits.cap = capacity{capacity::measure::tokens, 10};
+    capped.llm.limits.cap = capacity{capacity::measure::tokens, 10};
     expect_everywhere(run_bad(
                           d,
                           [&](orchmllm::local::communicator& comm) {

@@ -1,16 +1,16 @@
 // Tests for `stage_mapper` (include/orchmllm/orchestrator/stages.hpp) and its use by `plan_step`
 // (orchestrator.hpp):
-//  - empty / built-in / custom holders, their names and the bottleneck budget and auction
-//    tolerance rules;
-//  - a built-in mapper object plans exactly like the stage's `mapping` enum and fingerprints the
-//    same; declarations without a mapper keep the fingerprints of before the field existed
-//    (values pinned from the library as of 600a844);
+//  - the default (transport), built-in and custom holders, their names; a bad auction tolerance
+//    fails at declaration;
+//  - fingerprints: a built-in object, an any_mapper holding it and a parsed name agree; knobs
+//    and custom mappers (by name) differ;
+//  - a built-in mapper object plans exactly like an any_mapper holding it (parsed by name);
 //  - an application's mapper in a stage: the stage's plan is that mapper applied to the stage's
 //    balanced bins (checked against map_bins with the same mapper), a permutation of the bins,
 //    the same loads as the identity mapping; its fingerprint differs, and by name;
-//  - a tuned built-in (an auction's own tolerance, a bottleneck's own budget) plans like the same
-//    object behind an application's wrapper, on small steps, on steps large enough for the
-//    parallel paths and on a stage without items; a bad auction tolerance fails at declaration;
+//  - every built-in, with its default knobs or its own (an auction's tolerance, a bottleneck's
+//    budget), plans like the same object behind an application's wrapper, on small steps, on
+//    steps large enough for the parallel paths and on a stage without items;
 //  - a stage mapper that returns a non-permutation makes plan_step throw invalid_argument_error.
 
 #include "orchmllm/orchestrator/stages.hpp"
@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "orchmllm/core/cost_model.hpp"
@@ -37,12 +38,12 @@ namespace {
 using namespace orchmllm;
 using orchmllm::test::uniform;
 
-// The declaration whose fingerprint was recorded before stage_mapper existed.
-stage_declarations pinned_declarations() {
+// Two encoders and the LLM, with built-in mappers other than the default on two stages.
+stage_declarations two_encoders() {
   stage_declarations decl;
   decl.encoders.push_back({.name = "vision",
                            .cost = quadratic_cost{0.0, 1.0, 1e-3},
-                           .mapping = mapping_method::bottleneck,
+                           .mapper = mappers::bottleneck{},
                            .input_row_bytes = 3 * 14 * 14,
                            .output_row_bytes = 2048});
   decl.encoders.push_back({.name = "audio",
@@ -51,7 +52,7 @@ stage_declarations pinned_declarations() {
                            .input_row_bytes = 128,
                            .output_row_bytes = 2048});
   decl.llm.cost = linear_cost{};
-  decl.llm.mapping = mapping_method::identity;
+  decl.llm.mapper = mappers::identity{};
   decl.llm.text_row_bytes = 8;
   return decl;
 }
@@ -111,75 +112,90 @@ struct named_mapper {
 
 }  // namespace
 
-TEST_CASE("stage_mapper: empty, built-in and custom holders and their names") {
+TEST_CASE("stage_mapper: default, built-in and custom holders and their names") {
   const stage_mapper none;
-  CHECK(none.empty());
   CHECK(!none.custom());
-  CHECK(!none.builtin());
+  REQUIRE(none.builtin() != nullptr);
+  CHECK(none.builtin()->get_if<mappers::transport>() != nullptr);
+  CHECK(none.name() == "transport");
 
   const stage_mapper tr = mappers::transport{};
-  CHECK(!tr.empty());
   CHECK(!tr.custom());
-  CHECK(tr.builtin() == mapping_method::transport);
+  REQUIRE(tr.builtin() != nullptr);
+  CHECK(tr.builtin()->name() == "transport");
   CHECK(tr.name() == "transport");
-  const stage_mapper bn(mappers::bottleneck{}, "ignored for a built-in");
-  CHECK(bn.builtin() == mapping_method::bottleneck);
+  const stage_mapper bn = mappers::bottleneck{};
+  REQUIRE(bn.builtin() != nullptr);
+  CHECK(bn.builtin()->get_if<mappers::bottleneck>() != nullptr);
   CHECK(bn.name() == "bottleneck");
 
-  // A bottleneck with its own budget is no method: held as an object, named by its budget.
+  // A built-in with its own knob is still that built-in, under its name, knob kept.
   const stage_mapper budget = mappers::bottleneck{.step_budget = 5};
-  CHECK(budget.custom());
-  CHECK(!budget.builtin());
-  CHECK(budget.name() == "bottleneck(step_budget=5)");
-  // Likewise an auction: the default tolerance is the method, another one an object.
+  CHECK(!budget.custom());
+  REQUIRE(budget.builtin() != nullptr);
+  REQUIRE(budget.builtin()->get_if<mappers::bottleneck>() != nullptr);
+  CHECK(budget.builtin()->get_if<mappers::bottleneck>()->step_budget == 5);
+  CHECK(budget.name() == "bottleneck");
   const stage_mapper auc = mappers::auction{};
-  CHECK(auc.builtin() == mapping_method::auction);
   CHECK(auc.name() == "auction");
   const stage_mapper loose = mappers::auction{.tolerance = 0.25};
-  CHECK(loose.custom());
-  CHECK(!loose.builtin());
-  CHECK(loose.name() == "auction(tolerance=0.25)");
-  // Such objects are tuned built-ins; the methods' objects and the application's are not.
-  CHECK(loose.tuned() == mapping_method::auction);
-  CHECK(budget.tuned() == mapping_method::bottleneck);
-  CHECK(!auc.tuned());
-  CHECK(!none.tuned());
-  // A tolerance no auction accepts fails at the declaration, not at a later map.
-  for (const double bad : {0.0, -0.5, 1.5})
+  CHECK(!loose.custom());
+  REQUIRE(loose.builtin() != nullptr);
+  REQUIRE(loose.builtin()->get_if<mappers::auction>() != nullptr);
+  CHECK(loose.builtin()->get_if<mappers::auction>()->tolerance == 0.25);
+  CHECK(loose.name() == "auction");
+  // An any_mapper, e.g. parsed from a config, is a built-in too.
+  const stage_mapper parsed = parse_mapper("identity");
+  REQUIRE(parsed.builtin() != nullptr);
+  CHECK(parsed.builtin()->get_if<mappers::identity>() != nullptr);
+  CHECK(parsed.name() == "identity");
+  // A tolerance no auction accepts fails at the declaration, not at a later map, also held in
+  // an any_mapper.
+  for (const double bad : {0.0, -0.5, 1.5}) {
     test::expect_invalid([&] { (void)stage_mapper(mappers::auction{.tolerance = bad}); },
                          {"mappers::auction: tolerance", "outside (0, 1]"});
+    test::expect_invalid(
+        [&] { (void)stage_mapper(any_mapper(mappers::auction{.tolerance = bad})); },
+        {"mappers::auction: tolerance", "outside (0, 1]"});
+  }
 
   std::atomic<int> calls{0};
   const stage_mapper mine = reverse_bins{&calls};
   CHECK(mine.custom());
+  CHECK(mine.builtin() == nullptr);
   CHECK(mine.name() == "custom");
-  CHECK(!mine.tuned());
   CHECK(stage_mapper(reverse_bins{&calls}, "reverse").name() == "reverse");
   CHECK(stage_mapper(named_mapper{}).name() == "named-by-itself");
   CHECK(stage_mapper(named_mapper{}, "given").name() == "given");
   static_assert(mapper<stage_mapper>);
 }
 
-TEST_CASE("fingerprint: unchanged without a custom mapper, different with one") {
-  // Pinned: these declarations fingerprinted so before stage_mapper existed.
-  CHECK(fingerprint(pinned_declarations()) == 11101676064598004718ULL);
-  CHECK(fingerprint(stage_declarations{}) == 8970998913911856606ULL);
-
-  const auto base = pinned_declarations();
+TEST_CASE("fingerprint: built-in mappers by name and knobs, custom ones by name") {
+  const auto base = two_encoders();
   const auto h = fingerprint(base);
-  // A built-in object is its method.
+  CHECK(fingerprint(two_encoders()) == h);
+  // The same built-in, spelled as an object, an any_mapper or a parsed name.
   auto same = base;
-  same.encoders[0].mapper = mappers::bottleneck{};
+  same.encoders[0].mapper = any_mapper(mappers::bottleneck{});
   CHECK(fingerprint(same) == h);
-  same.llm.mapper = mappers::identity{};
+  same.llm.mapper = parse_mapper("identity");
+  CHECK(fingerprint(same) == h);
+  same.encoders[0].mapper = mappers::bottleneck{.step_budget = -1};
   CHECK(fingerprint(same) == h);
   auto other = base;
   other.llm.mapper = mappers::transport{};  // replaces the stage's identity
   const auto h_other = fingerprint(other);
   CHECK(h_other != h);
-  auto by_enum = base;
-  by_enum.llm.mapping = mapping_method::transport;
-  CHECK(fingerprint(by_enum) == h_other);
+  auto by_default = base;
+  by_default.llm.mapper = stage_mapper{};
+  CHECK(fingerprint(by_default) == h_other);
+  auto loose = base;
+  loose.llm.mapper = mappers::auction{.tolerance = 0.25};
+  CHECK(fingerprint(loose) != h);
+  CHECK(fingerprint(loose) != h_other);
+  auto looser = base;
+  looser.llm.mapper = mappers::auction{.tolerance = 0.5};
+  CHECK(fingerprint(looser) != fingerprint(loose));
 
   std::atomic<int> calls{0};
   auto custom = base;
@@ -200,24 +216,24 @@ TEST_CASE("fingerprint: unchanged without a custom mapper, different with one") 
   CHECK(calls == 0);  // fingerprints and validation never run the mapper
 }
 
-TEST_CASE("plan_step: a built-in mapper object plans like the stage's mapping enum") {
+TEST_CASE("plan_step: a built-in mapper object plans like a parsed any_mapper") {
   std::mt19937_64 rng(808);
   for (int trial = 0; trial < 30; ++trial) {
     const auto d = static_cast<rank_t>(uniform(rng, 1, 16));
     const auto in = random_step(rng, d);
     INFO("trial ", trial, ", d = ", d);
-    for (const auto method :
-         {mapping_method::identity, mapping_method::transport, mapping_method::bottleneck}) {
-      auto by_enum = vision_and_llm();
-      by_enum.encoders[0].mapping = method;
-      by_enum.llm.mapping = method;
+    for (const std::string_view name : mapper_names()) {
+      INFO("mapper ", name);
+      auto by_name = vision_and_llm();
+      by_name.encoders[0].mapper = parse_mapper(name);
+      by_name.llm.mapper = parse_mapper(name);
       auto by_type = vision_and_llm();
-      visit_mapper(method, [&](const auto& m) {
+      parse_mapper(name).visit([&](const auto& m) {
         by_type.encoders[0].mapper = m;
         by_type.llm.mapper = m;
       });
-      CHECK(fingerprint(by_type) == fingerprint(by_enum));
-      const auto a = plan_step(by_enum, in.meta, in.topo);
+      CHECK(fingerprint(by_type) == fingerprint(by_name));
+      const auto a = plan_step(by_name, in.meta, in.topo);
       const auto b = plan_step(by_type, in.meta, in.topo);
       CHECK(a.llm == b.llm);
       CHECK(a.encoders[0].input == b.encoders[0].input);
@@ -264,28 +280,28 @@ void check_same_plans(const step_plan& a, const step_plan& b) {
   CHECK(a.routes.all.size() == b.routes.all.size());
 }
 
-TEST_CASE("plan_step: a tuned built-in mapper plans like the same object behind a wrapper") {
-  // A tuned object runs with its method's fast paths (no map without items, the worst-node
-  // bound only where its method reads it); an application's wrapper around the same object
-  // runs the generic path. Same ranks, hence the same plans, reports and routes.
+TEST_CASE("plan_step: a built-in mapper with its own knob plans like the object behind a wrapper") {
+  // A built-in runs with plan_step's fast paths (no map without items, the worst-node bound
+  // only for bottleneck, which reads it); an application's wrapper around the same object runs
+  // the generic path. Same ranks, hence the same plans, reports and routes.
   std::mt19937_64 rng(4242);
   std::vector<step_input> steps = mapper_steps(rng, 12);
   steps.push_back(wide_step(rng, 1024, 72, false));  // and a vision stage without items
   for (std::size_t t = 0; t < steps.size(); ++t) {
     const auto& in = steps[t];
     INFO("step ", t, ", d = ", in.topo.num_ranks());
-    for (const stage_mapper& tuned :
-         {stage_mapper(mappers::auction{.tolerance = 0.25}),
-          stage_mapper(mappers::auction{.tolerance = 1.0}),
-          stage_mapper(mappers::bottleneck{.step_budget = 3})}) {
-      REQUIRE(tuned.tuned());
+    for (const any_mapper& knob : {any_mapper(mappers::auction{.tolerance = 0.25}),
+                                   any_mapper(mappers::auction{.tolerance = 1.0}),
+                                   any_mapper(mappers::bottleneck{.step_budget = 3})}) {
+      INFO("mapper ", knob.name());
       auto fast = vision_and_llm();
-      fast.encoders[0].mapper = tuned;
-      fast.llm.mapper = tuned;
+      fast.encoders[0].mapper = knob;
+      fast.llm.mapper = knob;
+      REQUIRE(fast.llm.mapper.builtin() != nullptr);
       auto wrapped = vision_and_llm();
-      const stage_mapper wrapper(
-          [tuned](const bin_mapping_problem& p) { return tuned(p); }, "wrapper");
-      REQUIRE(!wrapper.tuned());
+      const stage_mapper wrapper([knob](const bin_mapping_problem& p) { return knob(p); },
+                                 "wrapper");
+      REQUIRE(wrapper.custom());
       wrapped.encoders[0].mapper = wrapper;
       wrapped.llm.mapper = wrapper;
       check_same_plans(plan_step(fast, in.meta, in.topo, plan_options{.routes_for = 0}),
@@ -294,23 +310,23 @@ TEST_CASE("plan_step: a tuned built-in mapper plans like the same object behind 
   }
 }
 
-TEST_CASE("plan_step: every mapping method plans like its object behind a wrapper") {
-  // By its method, plan_step computes the problem's worst-node bound only for `bottleneck`
-  // (the one method that reads it); a wrapper runs the generic path, which computes it for the
-  // application. Same ranks either way, on the serial and the parallel paths.
+TEST_CASE("plan_step: every built-in mapper plans like its object behind a wrapper") {
+  // As a built-in, plan_step computes the problem's worst-node bound only for `bottleneck`
+  // (the one built-in that reads it); a wrapper runs the generic path, which computes it for
+  // the application. Same ranks either way, on the serial and the parallel paths.
   std::mt19937_64 rng(5151);
   const std::vector<step_input> steps = mapper_steps(rng, 10);
   for (std::size_t t = 0; t < steps.size(); ++t) {
     const auto& in = steps[t];
     INFO("step ", t, ", d = ", in.topo.num_ranks());
-    for (const auto method : {mapping_method::identity, mapping_method::transport,
-                              mapping_method::bottleneck, mapping_method::auction}) {
-      INFO("method ", static_cast<int>(method));
-      auto by_method = vision_and_llm();
-      by_method.encoders[0].mapping = method;
-      by_method.llm.mapping = method;
+    for (const std::string_view name : mapper_names()) {
+      INFO("mapper ", name);
+      const any_mapper builtin = parse_mapper(name);
+      auto by_builtin = vision_and_llm();
+      by_builtin.encoders[0].mapper = builtin;
+      by_builtin.llm.mapper = builtin;
       auto wrapped = vision_and_llm();
-      visit_mapper(method, [&](const auto& m) {
+      builtin.visit([&](const auto& m) {
         const stage_mapper wrapper([m](const bin_mapping_problem& p) { return m(p); },
                                    "wrapper");
         wrapped.encoders[0].mapper = wrapper;
@@ -318,7 +334,7 @@ TEST_CASE("plan_step: every mapping method plans like its object behind a wrappe
       });
       for (const bool parallel : {false, true}) {
         const plan_options opt{.parallel_stages = parallel, .routes_for = 0};
-        check_same_plans(plan_step(by_method, in.meta, in.topo, opt),
+        check_same_plans(plan_step(by_builtin, in.meta, in.topo, opt),
                          plan_step(wrapped, in.meta, in.topo, opt));
       }
     }
@@ -333,7 +349,7 @@ TEST_CASE("plan_step: an application's mapper in a stage declaration") {
     INFO("trial ", trial, ", d = ", d);
     std::atomic<int> calls{0};
     auto identity = vision_and_llm();
-    identity.llm.mapping = mapping_method::identity;
+    identity.llm.mapper = mappers::identity{};
     auto custom = vision_and_llm();
     custom.llm.mapper = stage_mapper(reverse_bins{&calls}, "reverse");
     CHECK(fingerprint(custom) != fingerprint(identity));

@@ -24,13 +24,13 @@
 
 namespace {
 
-using orchmllm::balance_method;
+namespace balancers = orchmllm::balancers;
+namespace mappers = orchmllm::mappers;
 using orchmllm::capacity;
 using orchmllm::encoder_stage;
 using orchmllm::invalid_argument_error;
 using orchmllm::linear_cost;
 using orchmllm::local_batch;
-using orchmllm::mapping_method;
 using orchmllm::quadratic_cost;
 using orchmllm::stage_cost;
 using orchmllm::stage_declarations;
@@ -101,6 +101,40 @@ TEST_CASE("stage_cost keeps integer costs exact") {
   CHECK(f(3) == 1.5);
 }
 
+TEST_CASE("stage_balancer: the default, built-in and the application's balancers, their names") {
+  const orchmllm::stage_balancer none;
+  CHECK_FALSE(none.custom());
+  REQUIRE(none.builtin() != nullptr);
+  CHECK(none.builtin()->get_if<balancers::automatic>() != nullptr);
+  CHECK(none.name() == "automatic");
+  CHECK(orchmllm::encoder_stage{}.balancer.name() == "automatic");
+  CHECK(orchmllm::llm_stage{}.balancer.name() == "automatic");
+  // A built-in object keeps its knobs; an any_balancer (e.g. parsed) is a built-in too.
+  const orchmllm::stage_balancer lpt = balancers::lpt{.refine = true, .refine_budget = 9};
+  CHECK_FALSE(lpt.custom());
+  REQUIRE(lpt.builtin() != nullptr);
+  REQUIRE(lpt.builtin()->get_if<balancers::lpt>() != nullptr);
+  CHECK(lpt.builtin()->get_if<balancers::lpt>()->refine);
+  CHECK(lpt.builtin()->get_if<balancers::lpt>()->refine_budget == 9);
+  CHECK(lpt.name() == "lpt");
+  for (const std::string_view name : orchmllm::balancer_names()) {
+    const orchmllm::stage_balancer parsed = orchmllm::parse_balancer(name);
+    REQUIRE(parsed.builtin() != nullptr);
+    CHECK(parsed.name() == name);
+  }
+  const orchmllm::stage_balancer equal = balancers::karmarkar_karp_equal{};
+  CHECK(equal.name() == "karmarkar_karp_equal");
+  // The application's balancer, under the name it is given ("custom" by default).
+  const auto mine = [](const auto& p) { return balancers::lpt{}(p); };
+  const orchmllm::stage_balancer unnamed = mine;
+  CHECK(unnamed.custom());
+  CHECK(unnamed.builtin() == nullptr);
+  CHECK(unnamed.name() == "custom");
+  const orchmllm::stage_balancer named(mine, "mine");
+  CHECK(named.custom());
+  CHECK(named.name() == "mine");
+}
+
 TEST_CASE("stage_declarations::validate") {
   CHECK_NOTHROW(two_encoders().validate());
   CHECK_NOTHROW(stage_declarations{}.validate());  // K = 0, default LLM stage
@@ -153,38 +187,57 @@ TEST_CASE("stage_declarations::validate") {
     f.llm.text_row_bytes = -4;
     expect_invalid([&] { f.validate(); }, {"'llm'", "-4"});
   }
-  SUBCASE("bad balancer options") {
+  SUBCASE("bad balancer knobs and limits") {
     auto d = two_encoders();
-    d.encoders[0].options.refine_budget = -2;
-    expect_invalid([&] { d.validate(); }, {"'vision'", "refine_budget is -2"});
+    d.encoders[0].balancer = balancers::automatic{.refine_budget = -2};
+    expect_invalid([&] { d.validate(); },
+                   {"stage 'vision': automatic: refine_budget is -2, must be >= -1"});
+    auto lpt = two_encoders();
+    lpt.encoders[0].balancer = balancers::lpt{.refine = true, .refine_budget = -3};
+    expect_invalid([&] { lpt.validate(); }, {"stage 'vision': lpt: refine_budget is -3"});
     auto e = two_encoders();
-    e.llm.options.exact_node_budget = -1;
-    expect_invalid([&] { e.validate(); }, {"'llm'", "exact budgets must be >= 0"});
+    e.llm.balancer = balancers::automatic{.exact_node_budget = -1};
+    expect_invalid([&] { e.validate(); },
+                   {"stage 'llm': automatic: exact_node_budget -1 and exact_max_items 14 must be "
+                    ">= 0"});
+    auto exact = two_encoders();
+    exact.llm.balancer = balancers::exact{.node_budget = -1};
+    expect_invalid([&] { exact.validate(); }, {"stage 'llm': exact: node_budget is -1"});
     auto f = two_encoders();
-    f.encoders[1].options.method = balance_method::kk;  // audio is padded
-    expect_invalid([&] { f.validate(); }, {"'audio'", "kk"});
+    f.encoders[1].balancer = balancers::karmarkar_karp{};  // audio is padded
+    expect_invalid([&] { f.validate(); },
+                   {"stage 'audio': karmarkar_karp balances the packed policy only"});
+    auto f2 = two_encoders();
+    f2.encoders[1].balancer = orchmllm::parse_balancer("karmarkar_karp_equal");
+    expect_invalid([&] { f2.validate(); },
+                   {"stage 'audio': karmarkar_karp_equal balances the packed policy only"});
     auto g = two_encoders();
-    g.encoders[0].options.method = balance_method::padded_exact;  // vision is packed
-    expect_invalid([&] { g.validate(); }, {"'vision'", "padded policy"});
+    g.encoders[0].balancer = balancers::padded_exact{};  // vision is packed
+    expect_invalid([&] { g.validate(); }, {"stage 'vision': padded_exact needs a padded policy"});
     auto h = two_encoders();
-    h.encoders[1].options.locality_tolerance = -0.5;
-    expect_invalid([&] { h.validate(); }, {"'audio'", "locality_tolerance is -0.5"});
+    h.encoders[1].balancer = balancers::locality{.tolerance = -0.5};
+    expect_invalid([&] { h.validate(); }, {"stage 'audio': locality: tolerance is -0.5"});
     auto i = two_encoders();
-    i.llm.options.locality_tolerance = std::numeric_limits<double>::quiet_NaN();
-    expect_invalid([&] { i.validate(); }, {"'llm'", "locality_tolerance"});
+    i.llm.balancer = balancers::locality{.tolerance = std::numeric_limits<double>::quiet_NaN()};
+    expect_invalid([&] { i.validate(); }, {"stage 'llm': locality: tolerance is nan"});
     auto gap = two_encoders();
-    gap.llm.options.gap_tolerance = -1e-3;
-    expect_invalid([&] { gap.validate(); }, {"'llm'", "gap_tolerance is -0.001"});
+    gap.llm.balancer = balancers::automatic{.gap_tolerance = -1e-3};
+    expect_invalid([&] { gap.validate(); }, {"stage 'llm': automatic: gap_tolerance is -0.001"});
     auto j = two_encoders();
-    j.encoders[0].options.limits.cap = capacity{capacity::measure::tokens, -3};
-    expect_invalid([&] { j.validate(); }, {"'vision'", "cap -3"});
+    j.encoders[0].limits.cap = capacity{capacity::measure::tokens, -3};
+    expect_invalid([&] { j.validate(); }, {"stage 'vision': per-rank cap -3 is negative"});
     auto k = two_encoders();
-    k.llm.options.limits.min_items = 4;
-    k.llm.options.limits.max_items = 2;
-    expect_invalid([&] { k.validate(); }, {"'llm'", "4..2"});
+    k.llm.limits.min_items = 4;
+    k.llm.limits.max_items = 2;
+    expect_invalid([&] { k.validate(); }, {"stage 'llm': items per rank 4..2"});
     auto l = two_encoders();
-    l.encoders[1].options.node_of_rank = {0, -1};
-    expect_invalid([&] { l.validate(); }, {"'audio'", "node_of_rank holds -1"});
+    l.encoders[1].balancer = balancers::locality{.node_of_rank = {0, -1}};
+    expect_invalid([&] { l.validate(); }, {"stage 'audio': locality: node_of_rank holds -1"});
+    // The policy each algorithm balances is checked with the stage's policy.
+    auto m = two_encoders();
+    m.encoders[1].balancer = balancers::padded_exact{};
+    m.encoders[0].balancer = balancers::karmarkar_karp_equal{.refine = true};
+    CHECK_NOTHROW(m.validate());
   }
 }
 
@@ -229,31 +282,82 @@ TEST_CASE("fingerprint: equal declarations agree, every field change differs") {
        [](auto& d) { d.encoders[1].policy = orchmllm::bucketed({1024, 4096}); }},
       {"encoder padding rule", [](auto& d) { d.encoders[1].policy = pow2_rule{}; }},
       {"encoder padding rule name", [](auto& d) { d.encoders[1].policy = pow2_rule{"other"}; }},
-      {"encoder method", [](auto& d) { d.encoders[0].options.method = balance_method::lpt; }},
+      {"encoder lpt", [](auto& d) { d.encoders[0].balancer = balancers::lpt{}; }},
+      {"encoder identity", [](auto& d) { d.encoders[0].balancer = balancers::identity{}; }},
       {"encoder cap set",
-       [](auto& d) { d.encoders[0].options.limits.cap = capacity{capacity::measure::tokens}; }},
+       [](auto& d) { d.encoders[0].limits.cap = capacity{capacity::measure::tokens}; }},
       {"encoder cap measure",
        [](auto& d) {
-         d.encoders[0].options.limits.cap =
+         d.encoders[0].limits.cap =
              capacity{capacity::measure::bytes, std::numeric_limits<std::int64_t>::max()};
        }},
       {"encoder cap limit",
-       [](auto& d) { d.encoders[0].options.limits.cap = capacity{capacity::measure::tokens, 99}; }},
-      {"encoder min items", [](auto& d) { d.encoders[0].options.limits.min_items = 1; }},
-      {"encoder max items", [](auto& d) { d.encoders[0].options.limits.max_items = 50; }},
-      {"encoder refine", [](auto& d) { d.encoders[0].options.refine = true; }},
-      {"encoder refine budget", [](auto& d) { d.encoders[0].options.refine_budget = 7; }},
-      {"encoder exact budget", [](auto& d) { d.encoders[0].options.exact_node_budget = 5; }},
-      {"encoder exact items", [](auto& d) { d.encoders[0].options.exact_max_items = 3; }},
-      {"encoder tolerance", [](auto& d) { d.encoders[0].options.locality_tolerance = 0.01; }},
-      {"encoder gap tolerance", [](auto& d) { d.encoders[0].options.gap_tolerance = 0.001; }},
-      {"llm gap tolerance", [](auto& d) { d.llm.options.gap_tolerance = 0.005; }},
-      {"encoder node map", [](auto& d) { d.encoders[0].options.node_of_rank = {0, 0, 1}; }},
-      {"encoder node map values", [](auto& d) {
-         d.encoders[0].options.node_of_rank = {0, 0, 1};
-         d.encoders[1].options.node_of_rank = {0, 1, 1};
+       [](auto& d) { d.encoders[0].limits.cap = capacity{capacity::measure::tokens, 99}; }},
+      {"encoder min items", [](auto& d) { d.encoders[0].limits.min_items = 1; }},
+      {"encoder max items", [](auto& d) { d.encoders[0].limits.max_items = 50; }},
+      {"encoder lpt refine",
+       [](auto& d) { d.encoders[0].balancer = balancers::lpt{.refine = true}; }},
+      {"encoder lpt refine budget",
+       [](auto& d) { d.encoders[0].balancer = balancers::lpt{.refine_budget = 7}; }},
+      {"encoder karmarkar_karp",
+       [](auto& d) { d.encoders[0].balancer = balancers::karmarkar_karp{}; }},
+      {"encoder karmarkar_karp refine",
+       [](auto& d) { d.encoders[0].balancer = balancers::karmarkar_karp{.refine = true}; }},
+      {"encoder karmarkar_karp_equal",
+       [](auto& d) { d.encoders[0].balancer = balancers::karmarkar_karp_equal{}; }},
+      {"encoder karmarkar_karp_equal refine budget",
+       [](auto& d) {
+         d.encoders[0].balancer = balancers::karmarkar_karp_equal{.refine_budget = 9};
        }},
-      {"encoder mapping", [](auto& d) { d.encoders[0].mapping = mapping_method::bottleneck; }},
+      {"encoder exact", [](auto& d) { d.encoders[0].balancer = balancers::exact{}; }},
+      {"encoder exact node budget",
+       [](auto& d) { d.encoders[0].balancer = balancers::exact{.node_budget = 5}; }},
+      {"encoder padded_exact", [](auto& d) { d.encoders[1].balancer = balancers::padded_exact{}; }},
+      {"encoder padded_exact refine budget",
+       [](auto& d) { d.encoders[1].balancer = balancers::padded_exact{.refine_budget = 3}; }},
+      {"encoder refine budget",
+       [](auto& d) { d.encoders[0].balancer = balancers::automatic{.refine_budget = 7}; }},
+      {"encoder exact budget",
+       [](auto& d) { d.encoders[0].balancer = balancers::automatic{.exact_node_budget = 5}; }},
+      {"encoder exact items",
+       [](auto& d) { d.encoders[0].balancer = balancers::automatic{.exact_max_items = 3}; }},
+      {"encoder gap tolerance",
+       [](auto& d) { d.encoders[0].balancer = balancers::automatic{.gap_tolerance = 0.001}; }},
+      {"llm gap tolerance",
+       [](auto& d) { d.llm.balancer = balancers::automatic{.gap_tolerance = 0.005}; }},
+      {"encoder locality", [](auto& d) { d.encoders[0].balancer = balancers::locality{}; }},
+      {"encoder tolerance",
+       [](auto& d) { d.encoders[0].balancer = balancers::locality{.tolerance = 0.01}; }},
+      {"encoder locality base",
+       [](auto& d) {
+         d.encoders[0].balancer = balancers::locality{.base = {.gap_tolerance = 0.002}};
+       }},
+      {"encoder node map",
+       [](auto& d) { d.encoders[0].balancer = balancers::locality{.node_of_rank = {0, 0, 1}}; }},
+      {"encoder node map values",
+       [](auto& d) { d.encoders[0].balancer = balancers::locality{.node_of_rank = {0, 1, 1}}; }},
+      {"encoder own balancer",
+       [](auto& d) {
+         d.encoders[0].balancer =
+             orchmllm::stage_balancer([](const auto& p) { return balancers::lpt{}(p); }, "mine");
+       }},
+      {"encoder own balancer name",
+       [](auto& d) {
+         d.encoders[0].balancer =
+             orchmllm::stage_balancer([](const auto& p) { return balancers::lpt{}(p); }, "theirs");
+       }},
+      {"encoder mapping", [](auto& d) { d.encoders[0].mapper = mappers::bottleneck{}; }},
+      {"encoder bottleneck budget",
+       [](auto& d) { d.encoders[0].mapper = mappers::bottleneck{.step_budget = 5}; }},
+      {"encoder auction", [](auto& d) { d.encoders[0].mapper = mappers::auction{}; }},
+      {"encoder auction tolerance",
+       [](auto& d) { d.encoders[0].mapper = mappers::auction{.tolerance = 0.02}; }},
+      {"encoder own mapper",
+       [](auto& d) {
+         d.encoders[0].mapper = orchmllm::stage_mapper(
+             [](const orchmllm::bin_mapping_problem& p) { return mappers::transport{}(p); },
+             "mine");
+       }},
       {"encoder input row bytes", [](auto& d) { d.encoders[0].input_row_bytes = 25; }},
       {"encoder output row bytes", [](auto& d) { d.encoders[1].output_row_bytes = 31; }},
       {"encoder order", [](auto& d) { std::swap(d.encoders[0], d.encoders[1]); }},
@@ -265,11 +369,42 @@ TEST_CASE("fingerprint: equal declarations agree, every field change differs") {
       {"llm name", [](auto& d) { d.llm.name = "llm2"; }},
       {"llm cost", [](auto& d) { d.llm.cost = quadratic_cost{1.0, 2.0, 0.002}; }},
       {"llm policy", [](auto& d) { d.llm.policy = orchmllm::padded; }},
-      {"llm method", [](auto& d) { d.llm.options.method = balance_method::kk; }},
-      {"llm cap", [](auto& d) { d.llm.options.limits.cap = capacity{capacity::measure::bytes, 1}; }},
-      {"llm mapping", [](auto& d) { d.llm.mapping = mapping_method::identity; }},
+      {"llm balancer", [](auto& d) { d.llm.balancer = balancers::karmarkar_karp{}; }},
+      {"llm cap",
+       [](auto& d) {
+         d.llm.limits.cap = capacity{capacity::measure::bytes, 1};
+       }},
+      {"llm mapping", [](auto& d) { d.llm.mapper = mappers::identity{}; }},
       {"llm text row bytes", [](auto& d) { d.llm.text_row_bytes = 16; }},
   };
+  {
+    // The defaults spelled out, parsed or held in an any_balancer / any_mapper are the same
+    // declaration; so is automatic's `concurrent` (plans do not depend on it).
+    const std::vector<std::function<void(stage_declarations&)>> same = {
+        [](auto& d) { d.encoders[0].balancer = balancers::automatic{}; },
+        [](auto& d) { d.encoders[0].balancer = orchmllm::parse_balancer("automatic"); },
+        [](auto& d) { d.encoders[0].balancer = orchmllm::any_balancer{}; },
+        [](auto& d) { d.encoders[0].balancer = balancers::automatic{.concurrent = true}; },
+        [](auto& d) { d.llm.mapper = mappers::transport{}; },
+        [](auto& d) { d.llm.mapper = orchmllm::parse_mapper("transport"); },
+        [](auto& d) { d.llm.mapper = orchmllm::any_mapper{}; },
+    };
+    for (std::size_t k = 0; k < same.size(); ++k) {
+      auto d = two_encoders();
+      same[k](d);
+      INFO("same declaration ", k);
+      CHECK(orchmllm::fingerprint(d) == h);
+    }
+    // A built-in's knobs from parse_balancer and from the object are the same declaration.
+    auto typed = two_encoders();
+    typed.llm.balancer = balancers::lpt{.refine = true};
+    auto parsed = two_encoders();
+    auto lpt = orchmllm::parse_balancer("lpt");
+    lpt.get_if<balancers::lpt>()->refine = true;
+    parsed.llm.balancer = lpt;
+    CHECK(orchmllm::fingerprint(typed) == orchmllm::fingerprint(parsed));
+    CHECK(orchmllm::fingerprint(typed) != h);
+  }
   {
     // The same rule declared twice is the same declaration.
     auto a = two_encoders();

@@ -78,7 +78,7 @@ if(CASE STREQUAL "plan")
   endif()
 
   run(0 plan --items items.csv --ranks 64 --out plan.csv)
-  string(CONCAT _re "^{\"algorithm\":\"[a-z]+\",\"requested\":\"auto\",\"items\":1024,"
+  string(CONCAT _re "^{\"algorithm\":\"[a-z_]+\",\"requested\":\"automatic\",\"items\":1024,"
                    "\"ranks\":64,.*\"makespan\":[0-9]+,.*\"lower_bound\":[0-9]+,.*"
                    "\"plan_seconds\":[0-9.e+-]+,.*}\n$")
   expect_match("${OUT}" "${_re}" "plan stdout")
@@ -91,8 +91,8 @@ if(CASE STREQUAL "plan")
   expect_match("${_header}" "^rank,slot,dst_rank,dst_slot$" "plan.csv header")
 
   run(0 plan --items items.csv --ranks 64 --policy padded --pad-multiple 8
-         --cost quadratic:1,0.0005 --algorithm auto --out padded.csv)
-  expect_match("${OUT}" "\"algorithm\":\"padded\"" "padded plan stdout")
+         --cost quadratic:1,0.0005 --algorithm automatic --out padded.csv)
+  expect_match("${OUT}" "\"algorithm\":\"padded_exact\"" "padded plan stdout")
   # Proven optimal without a cap: the reported bound is the optimum, so the ratio is exactly 1.
   expect_match("${OUT}" "\"ratio\":1,[^\n]*\"proven_optimal\":true" "padded plan ratio")
   run(0 plan --items items.csv --ranks 64 --algorithm lpt --cap 40000 --min-items 1 --out capped.csv)
@@ -119,12 +119,14 @@ if(CASE STREQUAL "plan")
   expect_match("${ERR}" "--mapping transport needs --gpus-per-node" "transport without G")
 
   run(0 compare --items items.csv --ranks 64)
-  expect_match("${OUT}" "\nauto +[0-9]+ +[0-9.]+ " "compare table")
+  expect_match("${OUT}" "\nautomatic +[0-9]+ +[0-9.]+ " "compare table")
   expect_match("${OUT}" "\nexact +n/a +n = 1024 > 16 items" "compare n/a row")
   run(0 compare --items items.csv --ranks 64 --json)
   string(REGEX MATCHALL "\n" _lines "${OUT}")
   list(LENGTH _lines _nl)
-  if(NOT _nl EQUAL 10)  # none, lpt(+refine), kk(+refine), kk-equal(+refine), exact, padded, auto
+  # identity, lpt(+refine), karmarkar_karp(+refine), karmarkar_karp_equal(+refine), exact,
+  # padded_exact, automatic
+  if(NOT _nl EQUAL 10)
     message(FATAL_ERROR "compare --json printed ${_nl} lines, expected 10:\n${OUT}")
   endif()
   expect_dir_contents(items.csv again.csv plan.csv padded.csv capped.csv mapped.csv bn.csv loc.csv)
@@ -166,7 +168,7 @@ elseif(CASE STREQUAL "bad_input")
                "plan on one item of 2^63 - 1")
   expect_dir_contents(items.csv)
   run(0 compare --items items.csv --ranks 3 --json)
-  expect_match("${OUT}" "\"algorithm\":\"auto\",\"status\":\"ok\",[^\n]*\"makespan\":9223372036854775807,\"lower_bound\":9223372036854775807,\"ratio\":1,"
+  expect_match("${OUT}" "\"algorithm\":\"automatic\",\"status\":\"ok\",[^\n]*\"makespan\":9223372036854775807,\"lower_bound\":9223372036854775807,\"ratio\":1,"
                "compare on one item of 2^63 - 1")
   # --out onto what is not a regular file: a FIFO and a device node are refused (exit 2) and
   # kept as they were; a symbolic link to a regular file is written through.
@@ -259,6 +261,22 @@ elseif(CASE STREQUAL "usage")
   expect_match("${ERR}" "unknown flag --frob\nusage: " "unknown flag")
   run(2 plan --items items.csv --ranks --out plan.csv)
   expect_match("${ERR}" "flag --ranks needs a value" "missing value")
+  # --algorithm takes the balancers' names (a short name such as 'auto' gets a hint naming the
+  # balancer), --mapping the mappers'.
+  run(2 plan --items items.csv --ranks 2 --out plan.csv --algorithm auto)
+  string(CONCAT _re "--algorithm: unknown balancer 'auto' \\(did you mean 'automatic'\\?\\); "
+                    "expected one of: identity, lpt, karmarkar_karp, karmarkar_karp_equal, "
+                    "exact, padded_exact, automatic, locality\nusage: orchmllm-bench plan ")
+  expect_match("${ERR}" "${_re}" "a short balancer name")
+  run(2 plan --items items.csv --ranks 2 --out plan.csv --mapping greedy)
+  string(CONCAT _re "--mapping: unknown mapper 'greedy'; "
+                    "expected one of: identity, transport, bottleneck, auction")
+  expect_match("${ERR}" "${_re}" "unknown mapper")
+  run(0 plan --items items.csv --ranks 2 --out plan.csv --algorithm karmarkar_karp_equal)
+  string(CONCAT _re "^{\"algorithm\":\"karmarkar_karp_equal\","
+                    "\"requested\":\"karmarkar_karp_equal\",")
+  expect_match("${OUT}" "${_re}" "karmarkar_karp_equal plan")
+  file(REMOVE "${WORK_DIR}/plan.csv")
   expect_dir_contents(items.csv)
 
 elseif(CASE STREQUAL "dispatch" OR CASE STREQUAL "dispatch_mpi")

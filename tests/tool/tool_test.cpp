@@ -615,14 +615,12 @@ TEST_CASE("plan: a segments column balances segments, and all-1 segments change 
     if (flags.size() >= 2) {
       policy = flags[1] == "padded" ? orchmllm::padded : orchmllm::bucketed({64, 128, 512, 2048});
     }
-    orchmllm::balance_options options;
     if (flags.size() == 6) {
-      options.method = orchmllm::balance_method::lpt;
-      CHECK(parsed ==
-            orchmllm::balance(layout, orchmllm::quadratic_cost{0.0, 1.0, 0.01}, policy, options)
-                .plan);
+      CHECK(parsed == orchmllm::balance(layout, orchmllm::quadratic_cost{0.0, 1.0, 0.01}, policy,
+                                        orchmllm::balancers::lpt{})
+                          .plan);
     } else {
-      CHECK(parsed == orchmllm::balance(layout, orchmllm::linear_cost{}, policy, options).plan);
+      CHECK(parsed == orchmllm::balance(layout, orchmllm::linear_cost{}, policy).plan);
     }
   }
 }
@@ -681,7 +679,7 @@ TEST_CASE("plan: infeasible constraints exit 2, name the value, leave no file; o
   expect_fail({"--min-items", "2"}, {"3 items", "2 ranks", "at least 2"});
   expect_fail({"--max-items", "1"}, {"3 items", "2 ranks", "at most 1"});
   // The identity plan cannot meet the cap.
-  expect_fail({"--algorithm", "none", "--cap", "60"}, {"identity"});
+  expect_fail({"--algorithm", "identity", "--cap", "60"}, {"identity"});
 
   // A failing run never touches an existing output file.
   write_text(out, "previous content\n");
@@ -740,7 +738,14 @@ TEST_CASE("usage errors exit 2 with the message and a usage line") {
       {{"plan", "--items", items, "--ranks", "2", "--out", out, "--cost", "quadratic:-1,0"},
        "linear coefficient is -1"},
       {{"plan", "--items", items, "--ranks", "2", "--out", out, "--algorithm", "magic"},
-       "unknown algorithm 'magic'"},
+       "--algorithm: unknown balancer 'magic'; expected one of: identity, lpt, karmarkar_karp, "
+       "karmarkar_karp_equal, exact, padded_exact, automatic, locality"},
+      {{"plan", "--items", items, "--ranks", "2", "--out", out, "--algorithm", "kk"},
+       "--algorithm: unknown balancer 'kk' (did you mean 'karmarkar_karp'?)"},
+      {{"plan", "--items", items, "--ranks", "2", "--out", out, "--algorithm", "auto"},
+       "--algorithm: unknown balancer 'auto' (did you mean 'automatic'?)"},
+      {{"compare", "--items", items, "--ranks", "2", "--algorithm", "lpt"},
+       "unknown flag --algorithm"},
       {{"plan", "--items", items, "--ranks", "2", "--out", out, "--cap", "5", "--cap-bytes", "5"},
        "exclusive"},
       {{"plan", "--items", items, "--ranks", "2", "--out", out, "--min-items", "3", "--max-items",
@@ -765,11 +770,11 @@ TEST_CASE("usage errors exit 2 with the message and a usage line") {
     CHECK(count_lines(r.err) == 2);
     CHECK_FALSE(fs::exists(out));
   }
-  // A library refusal (kk on a padded policy) is an error with the library's message.
+  // A library refusal (karmarkar_karp on a padded policy) is an error with the library's message.
   const auto r = run_tool({"plan", "--items", items, "--ranks", "2", "--out", out, "--policy",
-                           "padded", "--algorithm", "kk"});
+                           "padded", "--algorithm", "karmarkar_karp"});
   CHECK(r.rc == 2);
-  CHECK(r.err.find("packed policy only") != std::string::npos);
+  CHECK(r.err.find("karmarkar_karp balances the packed policy only") != std::string::npos);
   CHECK_FALSE(fs::exists(out));
   // Unreadable input.
   const auto missing =
@@ -811,7 +816,8 @@ struct plan_config {
   std::vector<std::string> flags;
   bool quadratic = false;
   orchmllm::padding_policy policy = orchmllm::packed;
-  orchmllm::balance_options options{};
+  orchmllm::any_balancer balancer{};  ///< what --algorithm selects (default automatic)
+  orchmllm::constraints limits{};
 };
 
 template <class C>
@@ -855,10 +861,10 @@ void check_plan_run(const plan_config& cfg, const batch_layout& layout, const C&
   const auto plan = orchmllm::rearrangement::from_placements(layout.offsets(), dest, d);
   plan.validate();
   CHECK(tool::parse_plan(read_text(out), layout.offsets(), d, "plan.csv") == plan);
-  auto options = cfg.options;
-  const auto direct = orchmllm::balance(layout, cost, cfg.policy, options);
+  const auto direct = orchmllm::balance(layout, cost, cfg.policy, cfg.balancer, cfg.limits);
   CHECK(direct.plan == plan);
-  CHECK(j.at("algorithm").text == orchmllm::to_string(direct.used));
+  CHECK(j.at("algorithm").text == direct.used);
+  CHECK(j.at("requested").text == cfg.balancer.name());
   CHECK(j.at("proven_optimal").b == direct.proven_optimal);
 
   // Figures recomputed independently.
@@ -873,7 +879,7 @@ void check_plan_run(const plan_config& cfg, const batch_layout& layout, const C&
     max_count = std::max<std::int64_t>(max_count, static_cast<std::int64_t>(s.size()));
     min_count = std::min<std::int64_t>(min_count, static_cast<std::int64_t>(s.size()));
   }
-  const auto lower = orchmllm::makespan_lower_bound(layout, d, cost, cfg.policy, options.limits);
+  const auto lower = orchmllm::makespan_lower_bound(layout, d, cost, cfg.policy, cfg.limits);
   if constexpr (std::is_integral_v<decltype(makespan)>) {
     CHECK(j.at("makespan").integer() == makespan);
     CHECK(j.at("lower_bound").integer() == lower);
@@ -902,10 +908,10 @@ void check_plan_run(const plan_config& cfg, const batch_layout& layout, const C&
     }
   }
   CHECK(j.at("policy").text == policy_text);
-  if (options.limits.cap) {
-    CHECK((options.limits.cap->what == orchmllm::capacity::measure::tokens
+  if (cfg.limits.cap) {
+    CHECK((cfg.limits.cap->what == orchmllm::capacity::measure::tokens
                ? j.at("max_tokens").integer()
-               : j.at("max_bytes").integer()) <= options.limits.cap->limit);
+               : j.at("max_bytes").integer()) <= cfg.limits.cap->limit);
   }
 
   // Same input, same bytes.
@@ -923,11 +929,12 @@ TEST_CASE("plan: PLAN.csv and JSON are correct for every policy, cost and constr
   const orchmllm::quadratic_cost quad{0.0, 1.0, 0.001};
 
   SUBCASE("packed, linear, each algorithm") {
-    for (const char* alg : {"auto", "none", "lpt", "kk", "kk-equal"}) {
+    for (const char* alg :
+         {"automatic", "identity", "lpt", "karmarkar_karp", "karmarkar_karp_equal"}) {
       CAPTURE(alg);
       plan_config cfg;
       cfg.flags = {"--algorithm", alg};
-      cfg.options.method = orchmllm::parse_algorithm(alg);
+      cfg.balancer = orchmllm::parse_balancer(alg);
       check_plan_run(cfg, layout, orchmllm::linear_cost{}, dir);
     }
   }
@@ -941,18 +948,18 @@ TEST_CASE("plan: PLAN.csv and JSON are correct for every policy, cost and constr
     cfg.flags = {"--policy", "padded", "--pad-multiple", "16", "--cost", "quadratic:1,0.001"};
     cfg.policy = orchmllm::padding_policy::padded(16);
     check_plan_run(cfg, layout, quad, dir);
-    cfg.flags = {"--policy", "padded", "--algorithm", "padded"};
+    cfg.flags = {"--policy", "padded", "--algorithm", "padded_exact"};
     cfg.policy = orchmllm::padded;
-    cfg.options.method = orchmllm::algorithm::padded_exact;
+    cfg.balancer = orchmllm::balancers::padded_exact{};
     check_plan_run(cfg, layout, orchmllm::linear_cost{}, dir);
   }
-  SUBCASE("bucketed, quadratic, auto and lpt") {
+  SUBCASE("bucketed, quadratic, automatic and lpt") {
     plan_config cfg;
     cfg.flags = {"--policy", "bucketed:256,1024,2048,3000", "--cost", "quadratic:1,0.001"};
     cfg.policy = orchmllm::bucketed({256, 1024, 2048, 3000});
     check_plan_run(cfg, layout, quad, dir);
     cfg.flags.insert(cfg.flags.end(), {"--algorithm", "lpt"});
-    cfg.options.method = orchmllm::balance_method::lpt;
+    cfg.balancer = orchmllm::balancers::lpt{};
     check_plan_run(cfg, layout, quad, dir);
   }
   SUBCASE("token cap, byte cap, item counts") {
@@ -960,14 +967,14 @@ TEST_CASE("plan: PLAN.csv and JSON are correct for every policy, cost and constr
     const std::int64_t cap = (total + 8) / 9 + 3100;  // feasible: above the mean and every item
     plan_config cfg;
     cfg.flags = {"--cap", std::to_string(cap), "--min-items", "1", "--max-items", "8"};
-    cfg.options.limits.cap = orchmllm::capacity{orchmllm::capacity::measure::tokens, cap};
-    cfg.options.limits.min_items = 1;
-    cfg.options.limits.max_items = 8;
+    cfg.limits.cap = orchmllm::capacity{orchmllm::capacity::measure::tokens, cap};
+    cfg.limits.min_items = 1;
+    cfg.limits.max_items = 8;
     check_plan_run(cfg, layout, orchmllm::linear_cost{}, dir);
     const std::int64_t cap_bytes = (layout.total_bytes() + 8) / 9 + 6500;
     cfg.flags = {"--cap-bytes", std::to_string(cap_bytes)};
-    cfg.options.limits = {};
-    cfg.options.limits.cap = orchmllm::capacity{orchmllm::capacity::measure::bytes, cap_bytes};
+    cfg.limits = {};
+    cfg.limits.cap = orchmllm::capacity{orchmllm::capacity::measure::bytes, cap_bytes};
     check_plan_run(cfg, layout, orchmllm::linear_cost{}, dir);
   }
   SUBCASE("small input, exact") {
@@ -975,7 +982,7 @@ TEST_CASE("plan: PLAN.csv and JSON are correct for every policy, cost and constr
     REQUIRE(small.num_items() <= 10);
     plan_config cfg;
     cfg.flags = {"--algorithm", "exact"};
-    cfg.options.method = orchmllm::algorithm::exact;
+    cfg.balancer = orchmllm::balancers::exact{};
     check_plan_run(cfg, small, orchmllm::linear_cost{}, dir);
   }
 }
@@ -986,7 +993,7 @@ namespace {
 /// independent recount, and returns the JSON.
 std::map<std::string, json_value> check_mapped_plan(const batch_layout& layout, rank_t g,
                                                     const std::string& mapping_flag,
-                                                    orchmllm::mapping_method expected,
+                                                    const orchmllm::any_mapper& expected,
                                                     const scratch_dir& dir) {
   const rank_t d = layout.num_ranks();
   const std::string items = dir.file("items.csv");
@@ -1003,7 +1010,7 @@ std::map<std::string, json_value> check_mapped_plan(const batch_layout& layout, 
   const auto j = parse_flat_json(r.out.substr(0, r.out.size() - 1));
   for (const char* k : plan_keys) CHECK_MESSAGE(j.count(k) == 1, "missing key ", k);
   CHECK(j.at("gpus_per_node").integer() == g);
-  CHECK(j.at("mapping").text == orchmllm::to_string(expected));
+  CHECK(j.at("mapping").text == expected.name());
 
   // PLAN.csv is a valid plan and exactly the library's mapped plan.
   const std::string text = read_text(out);
@@ -1016,7 +1023,7 @@ std::map<std::string, json_value> check_mapped_plan(const batch_layout& layout, 
   const auto balanced = orchmllm::balance(layout, orchmllm::linear_cost{}, orchmllm::packed);
   const auto mapped = orchmllm::map_bins(balanced.plan, bytes, topo, expected);
   CHECK(plan == mapped.plan);
-  if (expected == orchmllm::mapping_method::identity) CHECK(plan == balanced.plan);
+  if (expected.get_if<orchmllm::mappers::identity>()) CHECK(plan == balanced.plan);
   CHECK(j.at("moved_bytes").integer() == mapped.moved_bytes);
   CHECK(j.at("inter_node_bytes").integer() == mapped.inter_node_bytes);
   CHECK(j.at("inter_node_bytes_lower_bound").integer() == mapped.inter_node_bytes_lower_bound);
@@ -1056,12 +1063,12 @@ TEST_CASE("plan: --gpus-per-node and --mapping map the balanced bins onto nodes"
   scratch_dir dir;
   SUBCASE("without --gpus-per-node: one node, identity") {
     const auto layout = random_layout(11, 8, 6, true);
-    const auto j = check_mapped_plan(layout, 0, "", orchmllm::mapping_method::identity, dir);
+    const auto j = check_mapped_plan(layout, 0, "", orchmllm::mappers::identity{}, dir);
     CHECK(j.at("inter_node_bytes").integer() == 0);
     CHECK(j.at("inter_node_bytes_lower_bound").integer() == 0);
     CHECK(j.at("max_node_egress_bytes").integer() == 0);
     CHECK(j.at("max_node_ingress_bytes").integer() == 0);
-    check_mapped_plan(layout, 0, "identity", orchmllm::mapping_method::identity, dir);
+    check_mapped_plan(layout, 0, "identity", orchmllm::mappers::identity{}, dir);
   }
   SUBCASE("transport never sends more bytes across nodes than identity") {
     int strictly_better = 0;
@@ -1072,13 +1079,12 @@ TEST_CASE("plan: --gpus-per-node and --mapping map the balanced bins onto nodes"
         CAPTURE(g);
         const auto layout =
             random_layout(seed * 101 + static_cast<std::uint64_t>(d), d, 8, seed % 2 == 0);
-        const auto t = check_mapped_plan(layout, g, "", orchmllm::mapping_method::transport, dir);
+        const auto t = check_mapped_plan(layout, g, "", orchmllm::mappers::transport{}, dir);
         const auto t2 =
-            check_mapped_plan(layout, g, "transport", orchmllm::mapping_method::transport, dir);
-        const auto i =
-            check_mapped_plan(layout, g, "identity", orchmllm::mapping_method::identity, dir);
+            check_mapped_plan(layout, g, "transport", orchmllm::mappers::transport{}, dir);
+        const auto i = check_mapped_plan(layout, g, "identity", orchmllm::mappers::identity{}, dir);
         const auto b =
-            check_mapped_plan(layout, g, "bottleneck", orchmllm::mapping_method::bottleneck, dir);
+            check_mapped_plan(layout, g, "bottleneck", orchmllm::mappers::bottleneck{}, dir);
         CHECK(t.at("mapping_solver").text == "flow");
         CHECK(b.at("mapping_solver").text == "local-search");
         CHECK(std::max(b.at("max_node_egress_bytes").integer(),
@@ -1108,7 +1114,9 @@ TEST_CASE("plan: --gpus-per-node and --mapping map the balanced bins onto nodes"
         {{"--mapping", "bottleneck"}, "--mapping bottleneck needs --gpus-per-node"},
         {{"--gpus-per-node", "2", "--mapping-time-limit", "0"}, "--mapping-time-limit"},
         {{"--gpus-per-node", "2", "--locality-tolerance", "-1"}, "--locality-tolerance"},
-        {{"--mapping", "greedy"}, "unknown mapping 'greedy'"},
+        {{"--mapping", "greedy"},
+         "--mapping: unknown mapper 'greedy'; expected one of: identity, transport, bottleneck, "
+         "auction"},
         {{"--gpus-per-node", "0"}, "--gpus-per-node is 0"},
         {{"--gpus-per-node", "-2", "--mapping", "identity"}, "--gpus-per-node is -2"},
         {{"--gpus-per-node", "two"}, "--gpus-per-node expects an integer"},
@@ -1127,7 +1135,7 @@ TEST_CASE("plan: --gpus-per-node and --mapping map the balanced bins onto nodes"
   }
   SUBCASE("a node size above the rank count is one node") {
     const auto layout = random_layout(21, 6, 5, true);
-    const auto j = check_mapped_plan(layout, 64, "", orchmllm::mapping_method::transport, dir);
+    const auto j = check_mapped_plan(layout, 64, "", orchmllm::mappers::transport{}, dir);
     CHECK(j.at("inter_node_bytes").integer() == 0);
   }
 }
@@ -1211,7 +1219,7 @@ TEST_CASE("compare: table and JSON lines cover every algorithm") {
   scratch_dir dir;
   const std::string items = dir.file("items.csv");
 
-  SUBCASE("packed, more than 16 items: exact and padded are n/a") {
+  SUBCASE("packed, more than 16 items: exact and padded_exact are n/a") {
     const auto layout = random_layout(5, 8, 6, false);
     REQUIRE(layout.num_items() > 16);
     write_text(items, tool::format_items(layout));
@@ -1226,8 +1234,16 @@ TEST_CASE("compare: table and JSON lines cover every algorithm") {
     CHECK(lines[1].find("algorithm") == 0);
     for (const char* col : {"makespan", "ratio", "imbalance", "seconds"})
       CHECK(lines[1].find(col) != std::string::npos);
-    const char* names[] = {"none",     "lpt",          "lpt+refine", "kk",     "kk+refine",
-                           "kk-equal", "kk-equal+refine", "exact",   "padded", "auto"};
+    const char* names[] = {"identity",
+                           "lpt",
+                           "lpt+refine",
+                           "karmarkar_karp",
+                           "karmarkar_karp+refine",
+                           "karmarkar_karp_equal",
+                           "karmarkar_karp_equal+refine",
+                           "exact",
+                           "padded_exact",
+                           "automatic"};
     for (std::size_t i = 0; i < 10; ++i) {
       CAPTURE(names[i]);
       CHECK(lines[i + 2].rfind(std::string(names[i]) + " ", 0) == 0);
@@ -1255,10 +1271,11 @@ TEST_CASE("compare: table and JSON lines cover every algorithm") {
       by_name[objs[i].at("algorithm").text] = objs[i];
     }
     CHECK(by_name["exact"].at("status").text == "n/a");
-    CHECK(by_name["padded"].at("status").text == "n/a");
-    CHECK(by_name["padded"].at("reason").text == "needs --policy padded");
+    CHECK(by_name["padded_exact"].at("status").text == "n/a");
+    CHECK(by_name["padded_exact"].at("reason").text == "needs --policy padded");
     for (const char* ok :
-         {"none", "lpt", "lpt+refine", "kk", "kk+refine", "kk-equal", "kk-equal+refine", "auto"}) {
+         {"identity", "lpt", "lpt+refine", "karmarkar_karp", "karmarkar_karp+refine",
+          "karmarkar_karp_equal", "karmarkar_karp_equal+refine", "automatic"}) {
       CAPTURE(ok);
       const auto& o = by_name[ok];
       REQUIRE(o.at("status").text == "ok");
@@ -1266,21 +1283,28 @@ TEST_CASE("compare: table and JSON lines cover every algorithm") {
         CHECK(o.count(k) == 1);
     }
     const auto ms = [&](const char* n) { return by_name[n].at("makespan").integer(); };
-    CHECK(ms("auto") <= ms("lpt"));
-    CHECK(ms("auto") <= ms("kk"));
+    CHECK(ms("automatic") <= ms("lpt"));
+    CHECK(ms("automatic") <= ms("karmarkar_karp"));
     CHECK(ms("lpt+refine") <= ms("lpt"));
-    CHECK(ms("kk+refine") <= ms("kk"));
-    CHECK(ms("auto") <= ms("kk-equal"));
-    CHECK(ms("kk-equal+refine") <= ms("kk-equal"));
-    CHECK(by_name["none"].at("items_moved").integer() == 0);
-    CHECK(by_name["none"].at("imbalance").num() == by_name["none"].at("imbalance_before").num());
+    CHECK(ms("karmarkar_karp+refine") <= ms("karmarkar_karp"));
+    CHECK(ms("automatic") <= ms("karmarkar_karp_equal"));
+    CHECK(ms("karmarkar_karp_equal+refine") <= ms("karmarkar_karp_equal"));
+    // Each row reports the balancer that made its plan.
+    for (const char* n : {"identity", "lpt", "karmarkar_karp", "karmarkar_karp_equal"})
+      CHECK(by_name[n].at("used").text == n);
+    CHECK(by_name["lpt+refine"].at("used").text == "lpt");
+    CHECK(by_name["karmarkar_karp_equal+refine"].at("used").text == "karmarkar_karp_equal");
+    CHECK(by_name["automatic"].at("used").text != "automatic");
+    CHECK(by_name["identity"].at("items_moved").integer() == 0);
+    CHECK(by_name["identity"].at("imbalance").num() ==
+          by_name["identity"].at("imbalance_before").num());
     // The figures match what `plan` reports for the same algorithm.
     const auto p = run_tool({"plan", "--items", items, "--ranks", "8", "--algorithm", "lpt",
                              "--out", dir.file("plan.csv")});
     REQUIRE(p.rc == 0);
     CHECK(parse_flat_json(p.out.substr(0, p.out.size() - 1)).at("makespan").integer() == ms("lpt"));
   }
-  SUBCASE("padded, few items: kk is n/a, exact and padded run") {
+  SUBCASE("padded, few items: karmarkar_karp is n/a, exact and padded_exact run") {
     const auto layout = random_layout(11, 3, 4, false);
     REQUIRE(layout.num_items() <= 16);
     write_text(items, tool::format_items(layout));
@@ -1294,18 +1318,23 @@ TEST_CASE("compare: table and JSON lines cover every algorithm") {
       by_name[o.at("algorithm").text] = o;
     }
     REQUIRE(by_name.size() == 10);
-    for (const char* packed_only : {"kk", "kk+refine", "kk-equal", "kk-equal+refine"})
+    for (const char* packed_only : {"karmarkar_karp", "karmarkar_karp+refine",
+                                    "karmarkar_karp_equal", "karmarkar_karp_equal+refine"}) {
+      CAPTURE(packed_only);
       CHECK(by_name[packed_only].at("status").text == "n/a");
+      CHECK(by_name[packed_only].at("reason").text == "needs --policy packed");
+    }
     REQUIRE(by_name["exact"].at("status").text == "ok");
-    REQUIRE(by_name["padded"].at("status").text == "ok");
-    CHECK(by_name["auto"].at("makespan").num() <= by_name["lpt"].at("makespan").num());
+    REQUIRE(by_name["padded_exact"].at("status").text == "ok");
+    CHECK(by_name["padded_exact"].at("used").text == "padded_exact");
+    CHECK(by_name["automatic"].at("makespan").num() <= by_name["lpt"].at("makespan").num());
   }
   SUBCASE("a failing algorithm is a row; an infeasible input is an error") {
     write_text(items, "rank,slot,length\n0,0,50\n0,1,40\n1,0,30\n");
     // Feasible ({50}, {40, 30}), but not as sampled (rank 0 holds 90).
     const auto r = run_tool({"compare", "--items", items, "--ranks", "2", "--cap", "70", "--json"});
     REQUIRE_MESSAGE(r.rc == 0, r.err);
-    CHECK(r.out.find(R"({"algorithm":"none","status":"failed","reason":)") == 0);
+    CHECK(r.out.find(R"({"algorithm":"identity","status":"failed","reason":)") == 0);
     const auto bad = run_tool({"compare", "--items", items, "--ranks", "2", "--cap", "55"});
     CHECK(bad.rc == 2);
     CHECK(bad.out.empty());
@@ -1331,11 +1360,17 @@ TEST_CASE("demo: one row per stage, balanced, deterministic apart from the plan 
   std::istringstream row(r.out.substr(at + 1));
   std::string stage, policy, cost_a, cost_b;
   long long items = 0;
-  double before = 0, after = 0;
-  row >> stage >> policy >> cost_a >> cost_b >> items >> before >> after;
+  double before = 0, after = 0, ratio = 0;
+  std::string speedup, used;
+  row >> stage >> policy >> cost_a >> cost_b >> items >> before >> after >> ratio >> speedup >>
+      used;
   CHECK(items == 256);
   CHECK(after < before);
   CHECK(after >= 1.0);
+  // The balancer automatic kept, by its name.
+  CHECK_MESSAGE((used == "lpt" || used == "karmarkar_karp" || used == "karmarkar_karp_equal" ||
+                 used == "exact"),
+                used);
   // Usage mistakes exit 2 with a usage line.
   const auto bad = run_tool({"demo", "--ranks", "0"});
   CHECK(bad.rc == 2);

@@ -1,8 +1,10 @@
 // Tests for include/orchmllm/topology/mapper.hpp (bin_mapping_problem, the mapper concept,
-// mappers::identity / transport / bottleneck, visit_mapper, map_bins with a mapper):
-//  - every built-in mapper type gives the enum path's result bit for bit, and both equal the
-//    detail algorithms run by hand as map_bins ran them before the mapper types existed, on
-//    random instances (uniform and uneven topologies, fixed seeds);
+// mappers::identity / transport / bottleneck / auction, any_mapper, parse_mapper, map_bins with
+// a mapper):
+//  - every built-in mapper type gives the result of an any_mapper holding it and of the same
+//    mapper called from the application's own bit for bit, and all equal the detail algorithms
+//    run by hand, on random instances (uniform and uneven topologies, fixed seeds);
+//  - parse_mapper gives back every name of mapper_names() and names the valid ones for any other;
 //  - the problem view agrees with the instance (bytes per bin and per node, sparse rows, bounds)
 //    and `evaluate` gives what map_bins returns;
 //  - an application's mapper (struct or lambda) through map_bins: a valid result, equal to
@@ -20,6 +22,10 @@
 #include <numeric>
 #include <random>
 #include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "orchmllm/core/error.hpp"
@@ -40,8 +46,12 @@ using namespace orchmllm;
 using orchmllm::test::uniform;
 
 static_assert(mapper<mappers::identity> && mapper<mappers::transport> &&
-              mapper<mappers::bottleneck>);
+              mapper<mappers::bottleneck> && mapper<mappers::auction> && mapper<any_mapper>);
 static_assert(is_builtin_mapper_v<mappers::bottleneck> && !is_builtin_mapper_v<int>);
+static_assert(!is_builtin_mapper_v<any_mapper>);
+static_assert(std::is_convertible_v<mappers::auction, any_mapper>);
+static_assert(!std::is_convertible_v<int, any_mapper>);
+static_assert(mapper_names().size() == std::variant_size_v<any_mapper::variant>);
 static_assert(!mapper<int>);
 
 topology random_topology(std::mt19937_64& rng, rank_t d) {
@@ -60,20 +70,20 @@ void check_same(const mapping_result& a, const mapping_result& b) {
   CHECK(a.worst_node_bytes_lower_bound == b.worst_node_bytes_lower_bound);
 }
 
-// map_bins(..., method) as its body read before the mapper types: the detail algorithms by hand.
-mapping_result reference(const test::mapping_instance& in, mapping_method method) {
+// A built-in mapper with its default knobs, by its name: the detail algorithms by hand.
+mapping_result reference(const test::mapping_instance& in, std::string_view name) {
   const auto p = detail::build_mapping_problem(in.binned, in.bytes, in.topo);
-  if (method == mapping_method::identity) {
+  if (name == mappers::identity::name) {
     std::vector<rank_t> ranks(static_cast<std::size_t>(in.topo.num_ranks()));
     std::iota(ranks.begin(), ranks.end(), rank_t{0});
     return detail::result_from_ranks(p, std::move(ranks));
   }
-  if (method == mapping_method::auction)
+  if (name == mappers::auction::name)
     return detail::finish_mapping(
         p, detail::solve_transport_auction(p.by_node, p.capacity,
                                            mappers::auction::default_tolerance));
   auto node = detail::solve_transport(p.by_node, p.capacity);
-  if (method == mapping_method::bottleneck)
+  if (name == mappers::bottleneck::name)
     detail::bottleneck_local_search(p, node, detail::bottleneck_step_budget(in.topo.num_ranks()));
   return detail::finish_mapping(p, node);
 }
@@ -109,30 +119,39 @@ struct greedy_home {
 
 }  // namespace
 
-TEST_CASE("built-in mapper types equal the mapping_method path and the detail algorithms") {
+TEST_CASE("built-in mapper types equal an any_mapper holding them and the detail algorithms") {
   std::mt19937_64 rng(20261203);
   for (int rep = 0; rep < 300; ++rep) {
     const auto d = static_cast<rank_t>(uniform(rng, 1, rep < 200 ? 24 : 160));
     const auto in = test::random_mapping_instance(rng, random_topology(rng, d),
                                                   rep % 3 == 0 ? 4 : 1000);
     INFO("rep ", rep, ", d = ", d, ", nodes = ", in.topo.num_nodes());
-    for (const auto method : {mapping_method::identity, mapping_method::transport,
-                              mapping_method::bottleneck, mapping_method::auction}) {
-      const auto by_enum = map_bins(in.binned, in.bytes, in.topo, method);
-      check_same(by_enum, reference(in, method));
-      visit_mapper(method, [&](const auto& m) {
-        CHECK(m.method() == method);
-        const auto by_type = map_bins(in.binned, in.bytes, in.topo, m);
-        check_same(by_type, by_enum);
-        test::check_mapping_result(by_type, in.binned, in.bytes, in.topo);
+    for (const std::string_view name : mapper_names()) {
+      INFO("mapper ", name);
+      const any_mapper held = parse_mapper(name);
+      const auto by_any = map_bins(in.binned, in.bytes, in.topo, held);
+      check_same(by_any, reference(in, name));
+      test::check_mapping_result(by_any, in.binned, in.bytes, in.topo);
+      held.visit([&](const auto& m) {
+        CHECK(m.name == name);
+        check_same(map_bins(in.binned, in.bytes, in.topo, m), by_any);
+        // The same mapper called from the application's own.
+        check_same(map_bins(in.binned, in.bytes, in.topo,
+                            [&m](const bin_mapping_problem& p) { return m(p); }),
+                   by_any);
       });
     }
+    // The default mapper is transport.
+    check_same(map_bins(in.binned, in.bytes, in.topo),
+               map_bins(in.binned, in.bytes, in.topo, mappers::transport{}));
+    check_same(map_bins(in.binned, in.bytes, in.topo, any_mapper{}),
+               map_bins(in.binned, in.bytes, in.topo, mappers::transport{}));
     // The default budget spelled out is the same mapper; a zero budget is transport.
     check_same(map_bins(in.binned, in.bytes, in.topo,
                         mappers::bottleneck{detail::bottleneck_step_budget(d)}),
-               map_bins(in.binned, in.bytes, in.topo, mapping_method::bottleneck));
+               map_bins(in.binned, in.bytes, in.topo, mappers::bottleneck{}));
     check_same(map_bins(in.binned, in.bytes, in.topo, mappers::bottleneck{0}),
-               map_bins(in.binned, in.bytes, in.topo, mapping_method::transport));
+               map_bins(in.binned, in.bytes, in.topo, mappers::transport{}));
     // An auction with its own tolerance: the detail solver with that tolerance.
     const auto p = detail::build_mapping_problem(in.binned, in.bytes, in.topo);
     check_same(map_bins(in.binned, in.bytes, in.topo, mappers::auction{.tolerance = 0.25}),
@@ -159,7 +178,7 @@ TEST_CASE("bin_mapping_problem: the view agrees with the instance, evaluate with
     INFO("rep ", rep, ", d = ", d);
     const auto w = test::bin_rank_bytes(in.binned, in.bytes);
     const auto ud = static_cast<std::size_t>(d);
-    const auto want = map_bins(in.binned, in.bytes, in.topo, mapping_method::transport);
+    const auto want = map_bins(in.binned, in.bytes, in.topo, mappers::transport{});
     int calls = 0;
     const auto got = map_bins(in.binned, in.bytes, in.topo, [&](const bin_mapping_problem& p) {
       ++calls;
@@ -259,7 +278,7 @@ TEST_CASE("a mapper's answer is checked: wrong size, out of range, not a permuta
                          {"evaluate", "0 ranks", "4 bins"});
     return mappers::identity{}(p);
   });
-  // Bad inputs are rejected before the mapper runs, as with the enum.
+  // Bad inputs are rejected before the mapper runs, as with a built-in.
   bool ran = false;
   const std::vector<std::int64_t> short_bytes(in.bytes.size() + 1, 1);
   test::expect_invalid(
@@ -279,16 +298,38 @@ TEST_CASE("a mapper's answer is checked: wrong size, out of range, not a permuta
                   infeasible_error);
 }
 
-TEST_CASE("visit_mapper names every method and rejects values outside the enum") {
-  for (const auto method : {mapping_method::identity, mapping_method::transport,
-                            mapping_method::bottleneck, mapping_method::auction})
-    CHECK(visit_mapper(method, [](const auto& m) { return m.method(); }) == method);
-  test::expect_invalid(
-      [] { (void)visit_mapper(static_cast<mapping_method>(9), [](const auto&) { return 0; }); },
-      {"9", "not a mapping method"});
+TEST_CASE("parse_mapper gives back every name and rejects any other") {
+  const std::vector<std::string_view> expected = {"identity", "transport", "bottleneck", "auction"};
+  REQUIRE(mapper_names().size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const std::string_view n = mapper_names()[i];
+    CHECK(n == expected[i]);
+    const any_mapper m = parse_mapper(n);
+    CHECK(m.name() == n);
+    m.visit([&](const auto& x) { CHECK(x.name == n); });
+  }
+  CHECK(any_mapper{}.name() == "transport");
+  CHECK(any_mapper{}.get_if<mappers::transport>() != nullptr);
+  CHECK(any_mapper{}.get_if<mappers::identity>() == nullptr);
+  // Parsed mappers hold their default knobs.
+  const any_mapper bottleneck = parse_mapper("bottleneck");
+  REQUIRE(bottleneck.get_if<mappers::bottleneck>() != nullptr);
+  CHECK(bottleneck.get_if<mappers::bottleneck>()->step_budget == -1);
+  const any_mapper auction = parse_mapper("auction");
+  REQUIRE(auction.get_if<mappers::auction>() != nullptr);
+  CHECK(auction.get_if<mappers::auction>()->tolerance == mappers::auction::default_tolerance);
+  // An any_mapper holds a built-in with its own knobs.
+  const any_mapper tuned = mappers::auction{.tolerance = 0.25};
+  CHECK(tuned.name() == "auction");
+  REQUIRE(tuned.get_if<mappers::auction>() != nullptr);
+  CHECK(tuned.get_if<mappers::auction>()->tolerance == 0.25);
+  for (const std::string_view bad : {"Transport", "custom", "", "glpk", "hungarian"})
+    test::expect_invalid([&] { (void)parse_mapper(bad); },
+                         {"unknown mapper '" + std::string(bad) +
+                          "'; expected one of: identity, transport, bottleneck, auction"});
 }
 
-TEST_CASE("a binned plan that stays home: every built-in method keeps it, as home_mapping") {
+TEST_CASE("a binned plan that stays home: every built-in mapper keeps it, as home_mapping") {
   // plan_step skips the mapping of such a stage (detail::stays_home): this is what makes the
   // skip give the same plans. Uniform and uneven topologies, and one node above the dense
   // assignment limit (the sparse greedy placement).
@@ -314,16 +355,15 @@ TEST_CASE("a binned plan that stays home: every built-in method keeps it, as hom
     const auto problem = detail::build_mapping_problem(home, bytes, topo);
     std::vector<rank_t> iota(static_cast<std::size_t>(d));
     std::iota(iota.begin(), iota.end(), rank_t{0});
-    for (const auto method : {mapping_method::identity, mapping_method::transport,
-                              mapping_method::bottleneck, mapping_method::auction}) {
-      INFO("method ", to_string(method));
-      check_same(map_bins(home, bytes, topo, method), want);
+    for (const std::string_view name : mapper_names()) {
+      INFO("mapper ", name);
+      check_same(map_bins(home, bytes, topo, parse_mapper(name)), want);
     }
     for (const double tolerance : {0.25, 1.0}) {
       INFO("auction tolerance ", tolerance);
-      CHECK(detail::builtin_rank_of_bin(problem, mapping_method::auction, 0, tolerance) == iota);
+      CHECK(detail::rank_of_bin(problem, mappers::auction{.tolerance = tolerance}) == iota);
     }
-    CHECK(detail::builtin_rank_of_bin(problem, mapping_method::bottleneck, 3) == iota);
+    CHECK(detail::rank_of_bin(problem, mappers::bottleneck{3}) == iota);
 
     // Not home: an item moved to another rank, or a rank whose bytes are all zero.
     if (d > 1) {

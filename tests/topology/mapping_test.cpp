@@ -1,4 +1,4 @@
-// Tests for include/orchmllm/topology/mapping.hpp (map_bins, mapping_method):
+// Tests for include/orchmllm/topology/mapping.hpp (map_bins with the built-in mappers):
 //  - transport's inter-node bytes equal the brute-force minimum over all d! bijections (d ≤ 8,
 //    random plans, random byte sizes with zeros, uniform and uneven/non-consecutive topologies);
 //  - given transport's bin → node assignment, its moved bytes are the minimum over all
@@ -24,6 +24,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "orchmllm/core/error.hpp"
@@ -140,7 +141,7 @@ TEST_CASE("transport is optimal against brute force over all bijections (d <= 8)
       const auto in = random_instance(rng, d, rep % 2 == 1);
       INFO("d = ", d, ", rep = ", rep, ", nodes = ", in.topo.num_nodes());
       const auto w = test::bin_rank_bytes(in.binned, in.bytes);
-      const auto res = map_bins(in.binned, in.bytes, in.topo, mapping_method::transport);
+      const auto res = map_bins(in.binned, in.bytes, in.topo, mappers::transport{});
       check_result(res, in);
 
       std::vector<rank_t> perm(static_cast<std::size_t>(d));
@@ -167,7 +168,7 @@ TEST_CASE("transport is optimal against brute force over all bijections (d <= 8)
       CHECK(res.moved_bytes >= best_moved_at_best_inter);
       CHECK(res.inter_node_bytes_lower_bound <= best_inter);
 
-      const auto id = map_bins(in.binned, in.bytes, in.topo, mapping_method::identity);
+      const auto id = map_bins(in.binned, in.bytes, in.topo, mappers::identity{});
       check_result(id, in);
       std::vector<rank_t> iota(static_cast<std::size_t>(d));
       std::iota(iota.begin(), iota.end(), rank_t{0});
@@ -219,8 +220,8 @@ TEST_CASE("auction: within tolerance · U of transport's inter-node bytes (d up 
     const auto d = static_cast<rank_t>(rep < 100 ? uniform(rng, 1, 60) : uniform(rng, 61, 200));
     const auto in = random_instance(rng, d, rep % 2 == 1, rep % 3 == 0 ? 3 : 1000);
     INFO("d = ", d, ", rep = ", rep, ", nodes = ", in.topo.num_nodes());
-    const auto exact = map_bins(in.binned, in.bytes, in.topo, mapping_method::transport);
-    const auto fast = map_bins(in.binned, in.bytes, in.topo, mapping_method::auction);
+    const auto exact = map_bins(in.binned, in.bytes, in.topo, mappers::transport{});
+    const auto fast = map_bins(in.binned, in.bytes, in.topo, mappers::auction{});
     check_result(fast, in);
     std::int64_t total = 0;
     for (const auto b : in.bytes) total += b;
@@ -368,8 +369,8 @@ TEST_CASE("bottleneck: between the brute-force optimum and transport on the wors
       const auto in = random_instance(rng, d, rep % 2 == 1);
       INFO("d = ", d, ", rep = ", rep, ", nodes = ", in.topo.num_nodes());
       const auto w = test::bin_rank_bytes(in.binned, in.bytes);
-      const auto tr = map_bins(in.binned, in.bytes, in.topo, mapping_method::transport);
-      const auto bn = map_bins(in.binned, in.bytes, in.topo, mapping_method::bottleneck);
+      const auto tr = map_bins(in.binned, in.bytes, in.topo, mappers::transport{});
+      const auto bn = map_bins(in.binned, in.bytes, in.topo, mappers::bottleneck{});
       check_result(bn, in);
       CHECK(bn.worst_node_bytes() == test::worst_node_of(w, bn.rank_of_bin, in.topo));
       CHECK(bn.worst_node_bytes() <= tr.worst_node_bytes());
@@ -402,7 +403,7 @@ TEST_CASE("bottleneck is a local optimum: no swap through the first worst node h
     auto in = random_instance(rng, d, rep % 2 == 1);
     INFO("d = ", d, ", rep = ", rep, ", nodes = ", in.topo.num_nodes());
     const auto w = test::bin_rank_bytes(in.binned, in.bytes);
-    const auto bn = map_bins(in.binned, in.bytes, in.topo, mapping_method::bottleneck);
+    const auto bn = map_bins(in.binned, in.bytes, in.topo, mappers::bottleneck{});
     check_result(bn, in);
     const auto f = bn.worst_node_bytes();
     // Per-node values of the result; the first node at f.
@@ -441,7 +442,7 @@ TEST_CASE("identity keeps a canonical input plan unchanged") {
   const auto off = test::random_offsets(rng, 8, 40);
   const auto binned = test::random_rearrangement(rng, off, 8, false, 30);
   std::vector<std::int64_t> bytes(40, 7);
-  const auto res = map_bins(binned, bytes, topology::uniform(8, 4), mapping_method::identity);
+  const auto res = map_bins(binned, bytes, topology::uniform(8, 4), mappers::identity{});
   CHECK(res.plan == binned);
 }
 
@@ -461,8 +462,8 @@ TEST_CASE("deterministic: same input, same result") {
   std::mt19937_64 rng(11);
   for (int rep = 0; rep < 4; ++rep) {
     const auto in = random_instance(rng, static_cast<rank_t>(uniform(rng, 20, 200)), rep % 2 == 0);
-    for (auto m :
-         {mapping_method::transport, mapping_method::bottleneck, mapping_method::auction}) {
+    for (const any_mapper m : {any_mapper(mappers::transport{}), any_mapper(mappers::bottleneck{}),
+                               any_mapper(mappers::auction{})}) {
       const auto a = map_bins(in.binned, in.bytes, in.topo, m);
       const auto b = map_bins(in.binned, in.bytes, in.topo, m);
       CHECK(a.rank_of_bin == b.rank_of_bin);
@@ -498,15 +499,13 @@ TEST_CASE("edge cases: one rank, all-zero bytes, one node, one rank per node") {
 }
 
 TEST_CASE("names and parsing") {
-  CHECK(to_string(mapping_method::identity) == "identity");
-  CHECK(to_string(mapping_method::transport) == "transport");
-  CHECK(parse_mapping("identity") == mapping_method::identity);
-  CHECK(parse_mapping("transport") == mapping_method::transport);
-  CHECK(to_string(mapping_method::bottleneck) == "bottleneck");
-  CHECK(parse_mapping("bottleneck") == mapping_method::bottleneck);
-  CHECK(to_string(mapping_method::auction) == "auction");
-  CHECK(parse_mapping("auction") == mapping_method::auction);
-  test::expect_invalid([] { (void)parse_mapping("Transport"); },
+  CHECK(mappers::identity::name == "identity");
+  CHECK(mappers::transport::name == "transport");
+  CHECK(mappers::bottleneck::name == "bottleneck");
+  CHECK(mappers::auction::name == "auction");
+  for (const std::string_view name : {"identity", "transport", "bottleneck", "auction"})
+    CHECK(parse_mapper(name).name() == name);
+  test::expect_invalid([] { (void)parse_mapper("Transport"); },
                        {"Transport", "identity", "transport", "bottleneck", "auction"});
 }
 
@@ -535,9 +534,8 @@ TEST_CASE("bad input") {
   const std::vector<std::int64_t> split{limit / 2, limit - limit / 2 + 1, 0, 0};
   test::expect_invalid([&] { (void)map_bins(square, split, topo); }, {"bin 0", "at item 1"});
   const std::vector<std::int64_t> at_limit{limit / 2, limit - limit / 2, limit, 0};
-  for (const auto method : {mapping_method::identity, mapping_method::transport,
-                            mapping_method::bottleneck, mapping_method::auction}) {
-    const auto m = map_bins(square, at_limit, topo, method);
+  for (const std::string_view name : mapper_names()) {
+    const auto m = map_bins(square, at_limit, topo, parse_mapper(name));
     CHECK(m.moved_bytes == 0);  // the identity plan is already optimal: nothing moves
     CHECK(m.inter_node_bytes == 0);
   }

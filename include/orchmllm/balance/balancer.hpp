@@ -1,87 +1,29 @@
 #pragma once
 /// @file balancer.hpp
-/// The Batch Post-Balancing Dispatcher: assigns every item of a layout to one of the layout's
-/// d ranks so that the largest per-rank load (the makespan, which synchronous data-parallel
-/// training waits for) is as small as possible, under a cost model, a padding policy and
-/// per-rank constraints. One entry point, `balance`, with the algorithm chosen by option
-/// (`balance_options`, balance/options.hpp) or passed as an object: a built-in type
-/// (balance/balancers.hpp) or the application's own balancer (balance/problem.hpp).
-///
-/// Algorithms (`algorithm`):
-///   none       identity: every item stays where it was sampled (baseline).
-///   lpt        longest processing time first: items in descending cost order, each to the
-///              currently least-loaded rank that can take it (binary heap). O(n log n).
-///              Packed policy: within 4/3 − 1/(3d) of the optimum (Graham 1969).
-///              Padded policy: the same greedy on the padded load.
-///   kk         Karmarkar–Karp largest differencing for d ways, the textbook (complete)
-///              method: every item starts as a d-tuple (cost, 0, …, 0); the two tuples with the
-///              largest spread are merged (one's heaviest subsets with the other's lightest)
-///              until one is left. Counts per rank are free. O(n · d log d) time, O(n · d)
-///              memory, so above n · d = 2^21 (`kk_complete_max_entries`) it runs `kk_equal`
-///              instead (`balance_result::used` says so). Packed policy only.
-///   kk_equal   ("kk-equal" in the tool) the equal-count differencing: items in descending
-///              order are cut into d-tuples of one item per subset, merged as above, so every
-///              rank gets ⌊n/d⌋ or ⌈n/d⌉ items. O(n log n) time, O(n + d) memory, any size;
-///              weaker than `kk` when the optimum needs unequal counts. Packed policy only.
-///   exact      depth-first branch and bound over all assignments with symmetry breaking and a
-///              node budget; optimal when it completes (`balance_result::proven_optimal`).
-///              Meant for small inputs (n ≲ 20).
-///   padded_exact  ("padded" in the tool) the exact algorithm for padded policies: descending
-///              lengths, contiguous runs, binary search on the makespan with a greedy feasibility
-///              check. Optimal (proof in docs/algorithms.md). O(n log n + d · log T).
-///              Segmented items (S segments = S padded rows of the longest segment): a
-///              heuristic within OPT + (S_max − 1) · cost(pad(longest segment)) (no cap,
-///              no item counts); O(n log n + (n + d) · log T).
-///   automatic  packed: lpt and its refinement; while the lower bound is missed, kk_equal, then
-///              kk (each refined), then the exact search on small inputs. Returns the best plan
-///              found (never worse than lpt, kk_equal or kk). Padded: `padded_exact`. With
-///              `balance_options::gap_tolerance` = g > 0 it stops at lower bound · (1 + g)
-///              instead: the plan is within that target or exactly the plan of g = 0.
-///   locality   keeps data where it is: runs `automatic` for its makespan M, sets the target
-///              T = M · (1 + locality_tolerance) (rounded down for integral costs, never below
-///              M), then starts from the current placement (every item on its source rank) and
-///              moves only what is needed: ranks above T or outside the constraints shed the
-///              items with the fewest bytes per unit of cost that cover their excess, each to a
-///              best-fit receiver on the same node (`node_of_rank`) if one has room, else on any
-///              node; what is still above T is polished by the refinement. If the result misses
-///              T or a constraint, automatic's plan is returned instead and `used` says which
-///              algorithm made it (anything but `locality`). So the makespan is always ≤ T.
-///              O(n log n + d log d) beyond automatic (padded: O(s · d) for s shed items);
-///              details in detail/balance/locality.hpp and docs/algorithms.md.
-/// Refinement (`balance_options::refine`, always on in `automatic`): moves and swaps between
-/// the heaviest rank and the lighter ones while the makespan drops, stopping at the lower bound
-/// or after `refine_budget` steps.
-///
-/// Padded policies with segments: a rank's load is (Σ segments of its items) × cost(pad(its
-/// longest segment)), its token footprint (Σ segments) × pad(longest segment); min/max items
-/// count items; a bytes cap reads items × the widest item's bytes (docs/algorithms.md,
-/// "Padded policies with segments"). Every balancer but `kk` (packed only) accepts them.
+/// The Batch Post-Balancing Dispatcher: `balance` assigns every item of a layout to one of the
+/// layout's d ranks so that the largest per-rank load (the makespan, which synchronous
+/// data-parallel training waits for) is as small as possible, under a cost model, a padding
+/// policy and per-rank constraints, with a balancer object: a built-in one
+/// (balance/balancers.hpp: identity, lpt, karmarkar_karp, karmarkar_karp_equal, exact,
+/// padded_exact, automatic, locality; `any_balancer` for one chosen at run time) or the
+/// application's own (balance/problem.hpp).
 ///
 /// Constraints (`constraints`): a per-rank cap in tokens or bytes is never exceeded; min/max
-/// items per rank are honoured. When an algorithm cannot satisfy them, a constrained
-/// first-fit-decreasing packing is tried before giving up.
-///
-/// Determinism: the same inputs give a bit-identical plan on every rank and every call: one
-/// canonical item order (cost, then length, descending; ties by global id), heaps keyed by
+/// items per rank are honoured; when a balancer cannot satisfy them, a constrained
+/// first-fit-decreasing packing is tried before giving up. Determinism: the same inputs give a
+/// bit-identical plan on every rank and every call (one canonical item order, heaps keyed by
 /// (load, rank), integer or order-fixed floating arithmetic, no unordered containers, no
-/// randomness, no time limits (budgets count work, not seconds).
-///
-/// Throws: `invalid_argument_error` for an unusable option (e.g. `kk` with a padded policy,
-/// `padded` with the packed policy, negative budgets), for a negative or non-finite cost, and
-/// for an input whose loads could overflow their type (packed: Σ costs above 2^63 − 1 for
-/// integral costs; padded: (n + 1) × the largest padded cost, n × the padded length or n × the
-/// widest item's bytes above 2^63 − 1) — the message names the value; `infeasible_error` when the
-/// constraints cannot be met — the message names the total, the cap and the rank count.
+/// randomness, budgets that count work, not seconds). The algorithms, their bounds and proofs:
+/// docs/algorithms.md.
 
 #include <algorithm>
 #include <cstdint>
 #include <functional>
-#include <type_traits>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
-#include "orchmllm/balance/options.hpp"
 #include "orchmllm/balance/balancers.hpp"
 #include "orchmllm/balance/problem.hpp"
 #include "orchmllm/config.hpp"
@@ -99,9 +41,11 @@ namespace orchmllm {
 /// What `balance` returns.
 template <class Cost>
 struct balance_result {
-  rearrangement plan;        ///< canonical slot order (see rearrangement.hpp)
-  balance_method used{};          ///< the algorithm whose plan was returned (never `automatic`;
-                             ///< see `fallback`)
+  rearrangement plan;  ///< canonical slot order (see rearrangement.hpp)
+  /// The name of the algorithm whose plan was returned: a built-in's `name` (never
+  /// "automatic": the one of its candidates it kept), or what the application's balancer set
+  /// (`balancer_plan::used`, "custom" by default). Static storage duration.
+  std::string_view used = "custom";
   Cost makespan{};           ///< largest destination load
   Cost lower_bound{};        ///< makespan_lower_bound for the same input
   bool proven_optimal = false;  ///< makespan meets the bound, or an exact method completed
@@ -110,12 +54,6 @@ struct balance_result {
 };
 
 namespace detail {
-
-/// The algorithms behind `balance`, on a model that returns its computation type (defined in
-/// detail/balance/balance_impl.hpp, which this header includes in header-only mode).
-template <class C>
-balance_result<cost_type_t<C>> balance_impl(const batch_layout& layout, const C& cost,
-                                            padding_policy policy, const balance_options& options);
 
 /// `balance` with a balancer object, on a model that returns its computation type (also in
 /// detail/balance/balance_impl.hpp).
@@ -132,7 +70,8 @@ using erased_balancer = std::function<balancer_plan(const balance_problem<cost_r
 /// model, one per computation type.
 #define ORCHMLLM_DETAIL_DECLARE_BALANCE(T)                                                   \
   balance_result<T> balance_compiled(const batch_layout& layout, cost_ref<T> cost,             \
-                                     padding_policy policy, const balance_options& options);   \
+                                     padding_policy policy, const any_balancer& b,             \
+                                     const constraints& limits);                              \
   balance_result<T> balance_custom_compiled(const batch_layout& layout, cost_ref<T> cost,      \
                                             padding_policy policy, const constraints& limits, \
                                             const erased_balancer<T>& b);
@@ -143,46 +82,38 @@ ORCHMLLM_DETAIL_FOR_COST_TYPES(ORCHMLLM_DETAIL_DECLARE_BALANCE)
 
 ORCHMLLM_MODE_NAMESPACE_BEGIN
 
-/// Balances `layout` over its own d ranks. See the file comment for the algorithms, guarantees
-/// and errors. Any `cost_model` works: the algorithms compute in `cost_type_t<C>` (a model
-/// returning `unsigned` or `short` plans exactly like one returning `std::int64_t`; `float` like
-/// `double`). Complexity: that of the chosen algorithm plus O(n log n) for the canonical order
-/// and the lower bound. In compiled mode (orchmllm/config.hpp) the algorithms run in the library
-/// through one indirect call per cost evaluation; the plan is the same.
-template <cost_model C>
-balance_result<cost_type_t<C>> balance(const batch_layout& layout, const C& cost,
-                                       padding_policy policy = packed,
-                                       const balance_options& options = {}) {
-#if ORCHMLLM_USE_COMPILED
-  return detail::balance_compiled(layout, detail::cost_ref<cost_type_t<C>>(cost), policy, options);
-#else
-  return detail::with_normal_cost(cost, [&](const auto& c) {
-    return detail::balance_impl(layout, c, policy, options);
-  });
-#endif
-}
-
-/// Balances `layout` over its own d ranks with the balancer `b` under the constraints `limits`:
-/// a built-in one (balance/balancers.hpp) or the application's own (balance/problem.hpp).
-/// `balance` computes the costs, checks them and the constraints as above, hands `b` the
-/// problem, and returns `b`'s plan with its makespan, the reported lower bound and whether it is
-/// proven optimal. A plan from the application's balancer is checked: a wrong size or a rank
-/// outside [0, d) raises `invalid_argument_error`; a plan that breaks a constraint, or no plan,
-/// is replaced by the constrained first-fit-decreasing packing (refined; `fallback` is set) and
-/// `infeasible_error` is raised only when that finds none either (or `b` proved that none
-/// exists). With a built-in balancer the plan is bit-identical to `balance(layout, cost, policy,
-/// b.options(limits))`, and only that balancer's algorithms are instantiated (header-only).
-/// Complexity: that of `b` plus O(n log n). Throws what the overload above throws, what `b`
-/// throws, and the errors just named.
-template <cost_model C, class B>
+/// Balances `layout` over its own d ranks with the balancer `b` (default
+/// `balancers::automatic`) under the constraints `limits`. `balance` computes the costs, checks
+/// them and the constraints, hands `b` the problem, and returns `b`'s plan with its makespan,
+/// the reported lower bound and whether it is proven optimal. Any `cost_model` works: the
+/// algorithms compute in `cost_type_t<C>` (a model returning `unsigned` plans exactly like one
+/// returning `std::int64_t`; `float` like `double`). A plan from the application's balancer is
+/// checked: a wrong size or a rank outside [0, d) raises `invalid_argument_error`; a plan that
+/// breaks a constraint, or no plan, is replaced by the refined constrained first-fit-decreasing
+/// packing (`fallback` set), and `infeasible_error` is raised only when that finds none either
+/// (or `b` proved that none exists). Header-only, a unit instantiates only the algorithms of
+/// the balancer it names (every built-in for an `any_balancer`); in compiled mode
+/// (orchmllm/config.hpp) they run in the library through one indirect call per cost
+/// evaluation, with the same plan.
+///
+/// Complexity: that of `b` plus O(n log n) for the canonical order and the lower bound.
+/// Throws `invalid_argument_error` for an unusable knob (karmarkar_karp with a padded policy,
+/// padded_exact with the packed one, negative budgets, a non-finite tolerance), a negative or
+/// non-finite cost, and an input whose loads could overflow their type (packed: Σ costs above
+/// 2^63 − 1 for integral costs; padded: (n + 1) × the largest padded cost, n × the padded
+/// length or n × the widest item's bytes above 2^63 − 1): the message names the value;
+/// `infeasible_error` when the constraints cannot be met, naming the total, the cap and the
+/// rank count; and what `b` throws.
+template <cost_model C, class B = balancers::automatic>
   requires balancer_for<B, C>
 balance_result<cost_type_t<C>> balance(const batch_layout& layout, const C& cost,
-                                       padding_policy policy, const B& b,
+                                       padding_policy policy = packed, const B& b = {},
                                        const constraints& limits = {}) {
 #if ORCHMLLM_USE_COMPILED
   using T = cost_type_t<C>;
-  if constexpr (is_builtin_balancer_v<B>) {
-    return detail::balance_compiled(layout, detail::cost_ref<T>(cost), policy, b.options(limits));
+  if constexpr (is_builtin_balancer_v<B> || std::is_same_v<B, any_balancer>) {
+    return detail::balance_compiled(layout, detail::cost_ref<T>(cost), policy, any_balancer(b),
+                                    limits);
   } else {
     return detail::balance_custom_compiled(
         layout, detail::cost_ref<T>(cost), policy, limits,

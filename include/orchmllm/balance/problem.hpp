@@ -27,11 +27,11 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "orchmllm/balance/options.hpp"
 #include "orchmllm/config.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/constraints.hpp"
@@ -49,8 +49,10 @@ struct balancer_plan {
   /// One destination rank in [0, d) per item, in global-id order; nullopt when the balancer
   /// found no plan. A plan that breaks a constraint counts as none.
   std::optional<std::vector<rank_t>> destination;
-  /// Reported as `balance_result::used`; built-ins name themselves, others keep `custom`.
-  balance_method used = balance_method::custom;
+  /// Reported as `balance_result::used`: built-ins name themselves (their `name`, or the
+  /// algorithm of theirs that made the plan), others keep "custom" or set a name of static
+  /// storage duration.
+  std::string_view used = "custom";
   /// The balancer proves the plan optimal (an exact method that completed). `balance` also
   /// reports optimality whenever the makespan meets the lower bound.
   bool proven_optimal = false;

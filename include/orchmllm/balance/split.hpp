@@ -6,7 +6,7 @@
 /// padded policies (a piece of k segments is k padded rows of its longest segment) in
 /// "Padded policies" at the end of this comment.
 ///
-/// `balance_split(layout, cost, policy, options, split)`:
+/// `balance_split(layout, cost, policy, b, limits, split)`:
 ///  1. computes the splitting-aware lower bound L (`split_lower_bound`): the largest of the
 ///     average load Σ c_g / d and, over the items, the smallest largest piece b_g an item can
 ///     be cut into under the rules (`split_options`); L ≤ the optimum over every cut at
@@ -14,16 +14,16 @@
 ///  2. for targets τ = L, L/2, …, L/2^(rounds−1): cuts every item whose cost exceeds τ into
 ///     the fewest valid pieces of cost ≤ max(τ, b_g) — two cuts per round: the most even one
 ///     with that many pieces, and the one that fills pieces up to the target — leaves every
-///     other item whole, and balances the pieces with `balance` and `options` (any built-in
-///     method; default automatic); then shifts boundaries between adjacent pieces of one item
-///     on different ranks while that lowers the larger of the two loads (kept only when the
-///     makespan drops; not with a cap or `none`);
+///     other item whole, and balances the pieces with `balance` and the built-in balancer `b`
+///     (default automatic); then shifts boundaries between adjacent pieces of one item on
+///     different ranks while that lowers the larger of the two loads (kept only when the
+///     makespan drops; not with a cap or `identity`);
 ///  3. returns the cut with the smallest makespan (ties: the earlier, which cuts less); it
 ///     stops early once one is within `tolerance` of L (makespan ≤ L · (1 + tolerance)).
 /// So an item is split only when its cost exceeds the current target: in the first round only
 /// items above the lower bound, which no plan can keep whole without exceeding L.
 ///
-/// Guarantee (packed policy, no constraints, method lpt or automatic; proof in
+/// Guarantee (packed policy, no constraints, balancer lpt or automatic; proof in
 /// docs/algorithms.md, "Splitting segmented items"): with p_max the largest piece of the cut
 /// the balancer placed (before boundary shifts, which only lower the makespan),
 ///     makespan ≤ Σ c_g / d + (1 − 1/d) · p_max ≤ L + (1 − 1/d) · p_max ≤ (2 − 1/d) · OPT,
@@ -41,7 +41,7 @@
 /// equal segments T₀ = L, so makespan ≤ OPT + (R − 1) · u(longest segment) (optimal for the
 /// default rules, R = 1). `largest_piece` is the kept cut's largest piece alone (rows × unit).
 ///
-/// Constraints (`options.limits`) apply to the pieces (a count limit counts pieces; a piece's
+/// Constraints (`limits`) apply to the pieces (a count limit counts pieces; a piece's
 /// bytes are its share of the item's, core/pieces.hpp); the guarantee is not claimed then.
 ///
 /// Determinism: the same inputs give the same pieces and plan on every rank (integer or
@@ -49,11 +49,11 @@
 ///
 /// Throws `invalid_argument_error` for min_piece_segments < 1, max_pieces < 1, rounds < 1, a
 /// negative or non-finite tolerance, d < 1 with items, and what `balance` throws (negative costs,
-/// overflow, options); `infeasible_error` as `balance`.
+/// overflow, the balancer's knobs); `infeasible_error` as `balance`.
 ///
 /// Zero cost when unused: with no segmented item (or max_pieces = 1) the pieces are the items
 /// (`pieces.layout() == layout`) and the plan is bit-identical to `balance(layout, cost,
-/// policy, options)`.
+/// policy, b, limits)`.
 
 #include <algorithm>
 #include <cmath>
@@ -64,7 +64,7 @@
 #include <vector>
 
 #include "orchmllm/balance/balancer.hpp"
-#include "orchmllm/balance/options.hpp"
+#include "orchmllm/balance/balancers.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/error.hpp"
@@ -237,7 +237,8 @@ namespace detail {
 /// largest, guarantee)` builds the split_result.
 template <class C, class Make>
 auto padded_split(const batch_layout& layout, const C& cost, padding_policy policy,
-                  const balance_options& options, const split_options& split, Make make) {
+                  const any_balancer& b, const constraints& limits, const split_options& split,
+                  Make make) {
   using Cost = cost_type_t<C>;
   const std::int64_t n = layout.num_items();
   const rank_t d = layout.num_ranks();
@@ -299,13 +300,13 @@ auto padded_split(const batch_layout& layout, const C& cost, padding_policy poli
   const Cost t0 = std::max({bound, largest_of(pieces.layout()), row_optimum(pieces.layout())});
   const Cost guarantee =
       t0 + rank_load<Cost, rank_load_mode::add_only>::padded_load(most_rows - 1, u_max);
-  auto whole = balance(layout, cost, policy, options);
+  auto whole = balance(layout, cost, policy, b, limits);
   if (!cuts) {  // nothing can be cut: whole items are the only plans, so balance's bound holds
     const Cost largest = largest_of(layout);
     const Cost whole_bound = std::max(bound, whole.lower_bound);
     return make(std::move(pieces), std::move(whole), whole_bound, largest, guarantee);
   }
-  auto cut = balance(pieces.layout(), cost, policy, options);
+  auto cut = balance(pieces.layout(), cost, policy, b, limits);
   if (cut.makespan < whole.makespan) {
     const Cost largest = largest_of(pieces.layout());
     return make(std::move(pieces), std::move(cut), bound, largest, guarantee);
@@ -317,7 +318,8 @@ auto padded_split(const batch_layout& layout, const C& cost, padding_policy poli
 template <class C>
 split_result<cost_type_t<C>> balance_split_impl(const batch_layout& layout, const C& cost,
                                                 padding_policy policy,
-                                                const balance_options& options,
+                                                const any_balancer& b,
+                                                const constraints& limits,
                                                 const split_options& split) {
   using Cost = cost_type_t<C>;
   check_split_options<Cost>(split);
@@ -362,12 +364,12 @@ split_result<cost_type_t<C>> balance_split_impl(const batch_layout& layout, cons
   };
   if (!layout.has_segments() || (split.max_pieces == 1 && !policy.is_padded()) || n == 0 ||
       d <= 0) {
-    auto res = balance(layout, cost, policy, options);
+    auto res = balance(layout, cost, policy, b, limits);
     const Cost bound = res.lower_bound;
     return finish(piece_layout::whole(layout), std::move(res), bound, layout);
   }
   if (policy.is_padded()) {  // segmented, n >= 1, d >= 1 (the early return above otherwise)
-    return padded_split<C>(layout, cost, policy, options, split,
+    return padded_split<C>(layout, cost, policy, b, limits, split,
                            [&](piece_layout pieces, balance_result<Cost> res, Cost bound,
                                Cost largest, Cost guarantee) {
                              split_result<Cost> out;
@@ -416,7 +418,7 @@ split_result<cost_type_t<C>> balance_split_impl(const batch_layout& layout, cons
     if (!(makespan < res.makespan)) return;
     res.plan = std::move(plan);
     res.makespan = makespan;
-    res.lower_bound = makespan_lower_bound(shifted.layout(), d, cost, policy, options.limits);
+    res.lower_bound = makespan_lower_bound(shifted.layout(), d, cost, policy, limits);
     res.proven_optimal = !(res.makespan > res.lower_bound);
     pieces = std::move(shifted);
   };
@@ -459,9 +461,9 @@ split_result<cost_type_t<C>> balance_split_impl(const batch_layout& layout, cons
       piece_layout pieces = first.size() == static_cast<std::size_t>(n)
                                 ? piece_layout::whole(layout)  // nothing cut: no validation
                                 : piece_layout(layout, std::move(piece_offsets), std::move(first));
-      auto res = balance(pieces.layout(), cost, policy, options);
+      auto res = balance(pieces.layout(), cost, policy, b, limits);
       const batch_layout placed = pieces.layout();
-      if (!pieces.is_whole() && !options.limits.cap && options.method != balance_method::none)
+      if (!pieces.is_whole() && !limits.cap && !b.get_if<balancers::identity>())
         shift(pieces, res, sc);
       if (!best || res.makespan < best->balance.makespan) {
         best = finish(std::move(pieces), std::move(res), bound, placed);
@@ -489,10 +491,11 @@ split_result<cost_type_t<C>> balance_split_impl(const batch_layout& layout, cons
 template <cost_model C>
 split_result<cost_type_t<C>> balance_split(const batch_layout& layout, const C& cost,
                                            padding_policy policy = packed,
-                                           const balance_options& options = {},
+                                           const any_balancer& b = {},
+                                           const constraints& limits = {},
                                            const split_options& split = {}) {
   return detail::with_normal_cost(cost, [&](const auto& c) {
-    return detail::balance_split_impl(layout, c, policy, options, split);
+    return detail::balance_split_impl(layout, c, policy, b, limits, split);
   });
 }
 

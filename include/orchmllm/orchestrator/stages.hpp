@@ -112,52 +112,54 @@ class stage_cost {
   std::optional<typed<double>> floating_;
 };
 
-/// The balancer of a stage when it is not one selected by `balance_options::method`: a
-/// built-in balancer object (balance/balancers.hpp) or the application's own (any `balancer`
-/// over both kinds of stage cost, i.e. a template call operator or a generic lambda; see
-/// balance/problem.hpp). Empty by default: the stage's `options.method` selects.
+/// The balancer of a stage: a built-in one (a `balancers::*` object or an `any_balancer`, e.g.
+/// from `parse_balancer`) or the application's own (any `balancer` over both kinds of stage
+/// cost, i.e. a template call operator or a generic lambda; see balance/problem.hpp). Default:
+/// `balancers::automatic{}`.
 ///
-/// A built-in object replaces the stage's `options` knobs (method, budgets, tolerance,
-/// node_of_rank) and keeps its `options.limits`; the application's balancer runs through
-/// `balance` with the stage's limits and the stage's cost model seen as `detail::cost_ref` (one
-/// indirect call per evaluation), reports `balance_method::custom`, and enters the declarations'
-/// fingerprint by its `name`: give two different balancers different names. Copying shares the
-/// balancer object (it must be safe to call from several threads: `plan_step` may plan stages
-/// concurrently).
+/// The application's balancer runs through `balance` with the stage's limits and the stage's
+/// cost model seen as `detail::cost_ref` (one indirect call per evaluation), reports "custom"
+/// unless its plan names itself, and enters the declarations' fingerprint by its `name`: give
+/// two different balancers different names. Copying shares the balancer object (it must be safe
+/// to call from several threads: `plan_step` may plan stages concurrently).
 class stage_balancer {
  public:
-  /// Empty: the stage's `options.method` selects a built-in.
+  /// `balancers::automatic{}`.
   stage_balancer() = default;
 
-  /// Wraps `b`. The self-type test comes first so that checking the balancer concept on
-  /// stage_balancer itself never recurses into this constructor.
+  /// A built-in balancer (implicit: `.balancer = balancers::lpt{.refine = true}`).
+  template <class B>
+    requires(is_builtin_balancer_v<B> || std::is_same_v<B, any_balancer>)
+  stage_balancer(B b) : builtin_(std::move(b)) {}  // NOLINT(google-explicit-constructor)
+
+  /// The application's balancer `b`, named `name` in the fingerprint and reports. The
+  /// self-type test comes first so that checking the balancer concept on stage_balancer itself
+  /// never recurses into this constructor.
   template <class B>
     requires(!std::is_same_v<std::remove_cvref_t<B>, stage_balancer> &&
+             !is_builtin_balancer_v<B> && !std::is_same_v<B, any_balancer> &&
              balancer<B, detail::cost_ref<std::int64_t>> && balancer<B, detail::cost_ref<double>>)
-  stage_balancer(B b, std::string name = "custom")  // NOLINT(google-explicit-constructor): `.balancer = my_balancer{}`
-      : name_(std::move(name)) {
-    if constexpr (is_builtin_balancer_v<B>) {
-      builtin_ = b.options();
-      name_ = std::string(to_string(builtin_->method));
-    } else {
-      auto shared = std::make_shared<const B>(std::move(b));
-      integral_ = [shared](const balance_problem<detail::cost_ref<std::int64_t>>& p) {
-        return detail::to_balancer_plan((*shared)(p));
-      };
-      floating_ = [shared](const balance_problem<detail::cost_ref<double>>& p) {
-        return detail::to_balancer_plan((*shared)(p));
-      };
-    }
+  stage_balancer(B b, std::string name = "custom")  // NOLINT(google-explicit-constructor)
+      : builtin_(std::nullopt), name_(std::move(name)) {
+    auto shared = std::make_shared<const B>(std::move(b));
+    integral_ = [shared](const balance_problem<detail::cost_ref<std::int64_t>>& p) {
+      return detail::to_balancer_plan((*shared)(p));
+    };
+    floating_ = [shared](const balance_problem<detail::cost_ref<double>>& p) {
+      return detail::to_balancer_plan((*shared)(p));
+    };
   }
 
-  /// No balancer object: `options.method` selects.
-  [[nodiscard]] bool empty() const noexcept { return !builtin_ && !integral_; }
-  /// The equivalent selector of a built-in object (its constraints are the stage's), else none.
-  [[nodiscard]] const std::optional<balance_options>& builtin() const noexcept { return builtin_; }
+  /// The built-in balancer, or null for the application's.
+  [[nodiscard]] const any_balancer* builtin() const noexcept {
+    return builtin_ ? &*builtin_ : nullptr;
+  }
   /// Holds the application's own balancer.
-  [[nodiscard]] bool custom() const noexcept { return static_cast<bool>(integral_); }
+  [[nodiscard]] bool custom() const noexcept { return !builtin_; }
   /// The built-in's name, or the name given with the application's balancer.
-  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  [[nodiscard]] std::string_view name() const noexcept {
+    return builtin_ ? builtin_->name() : std::string_view(name_);
+  }
 
   /// Runs the application's balancer. Precondition: `custom()`.
   balancer_plan operator()(const balance_problem<detail::cost_ref<std::int64_t>>& p) const {
@@ -168,62 +170,46 @@ class stage_balancer {
   }
 
  private:
-  std::optional<balance_options> builtin_;
+  std::optional<any_balancer> builtin_{any_balancer{}};
   std::function<balancer_plan(const balance_problem<detail::cost_ref<std::int64_t>>&)> integral_;
   std::function<balancer_plan(const balance_problem<detail::cost_ref<double>>&)> floating_;
   std::string name_;
 };
 
-/// The mapper of a stage when it is not one selected by the stage's `mapping` enum: a built-in
-/// mapper object (topology/mapper.hpp), the GLPK one (`glpk::bottleneck_ilp`,
-/// backend/glpk/mapping.hpp) or the application's own (any `mapper`). Empty by default: the
-/// stage's `mapping` selects.
+/// The mapper of a stage: a built-in one (a `mappers::*` object or an `any_mapper`, e.g. from
+/// `parse_mapper`), the GLPK one (`glpk::bottleneck_ilp`, backend/glpk/mapping.hpp) or the
+/// application's own (any `mapper`). Default: `mappers::transport{}`.
 ///
-/// A built-in object replaces the stage's `mapping` (it sets the equivalent method; a
-/// `mappers::bottleneck` with a non-default `step_budget` is kept as an object instead, named
-/// "bottleneck(step_budget=N)"; likewise a `mappers::auction` with a non-default `tolerance`,
-/// named "auction(tolerance=T)"; `tuned()` gives its method, and `plan_step` runs it with its
-/// method's fast paths). Any other mapper is held type-erased (one std::function call
-/// per mapping, from the compiled library too) and enters the declarations' fingerprint by its
-/// name: the `name` argument, else the mapper's own `name()` if it has one (the GLPK mapper
-/// does), else "custom". Give two different mappers different names.
-///
-/// Determinism: every rank runs the stage's mapper on the same problem and must get the same
-/// ranks (topology/mapper.hpp): use a deterministic mapper. Copying shares the mapper object;
-/// it must be safe to call from several threads (`plan_step` may plan stages concurrently).
+/// A mapper other than a built-in is held type-erased (one std::function call per mapping, from
+/// the compiled library too) and enters the declarations' fingerprint by its name: the `name`
+/// argument, else the mapper's own `name()` if it has one (the GLPK mapper does), else
+/// "custom". Give two different mappers different names. Determinism: every rank runs the
+/// stage's mapper on the same problem and must get the same ranks (topology/mapper.hpp).
+/// Copying shares the mapper object; it must be safe to call from several threads (`plan_step`
+/// may plan stages concurrently).
 class stage_mapper {
  public:
-  /// Empty: the stage's `mapping` selects a built-in.
+  /// `mappers::transport{}`.
   stage_mapper() = default;
 
-  /// Wraps `m`. The self-type test comes first so that checking the mapper concept on
-  /// stage_mapper itself never recurses into this constructor. Throws `invalid_argument_error`
-  /// for a `mappers::auction` with a tolerance outside (0, 1].
+  /// A built-in mapper (implicit: `.mapper = mappers::auction{.tolerance = 0.003}`). Throws
+  /// `invalid_argument_error` for a `mappers::auction` with a tolerance outside (0, 1] (at the
+  /// declaration, not at a later map).
   template <class M>
-    requires(!std::is_same_v<std::remove_cvref_t<M>, stage_mapper> && mapper<M>)
-  stage_mapper(M m, std::string name = {})  // NOLINT(google-explicit-constructor): `.mapper = my_mapper{}`
-      : name_(std::move(name)) {
-    if constexpr (is_builtin_mapper_v<M>) {
-      // A method selects the same mapper unless a knob is off its default; such an object is
-      // held as a custom mapper named by the knob.
-      bool selectable = true;
-      std::string knob;
-      if constexpr (std::is_same_v<M, mappers::bottleneck>) {
-        selectable = m.step_budget == -1;
-        knob = detail::concat("bottleneck(step_budget=", m.step_budget, ")");
-      } else if constexpr (std::is_same_v<M, mappers::auction>) {
-        detail::check_auction_tolerance(m.tolerance);  // at the declaration, not a later map
-        selectable = m.tolerance == mappers::auction::default_tolerance;
-        knob = detail::concat("auction(tolerance=", m.tolerance, ")");
-      }
-      if (selectable) {
-        builtin_ = m.method();
-        name_ = std::string(to_string(m.method()));
-        return;
-      }
-      tuned_ = m.method();
-      if (name_.empty()) name_ = std::move(knob);
-    }
+    requires(is_builtin_mapper_v<M> || std::is_same_v<M, any_mapper>)
+  stage_mapper(M m) : builtin_(std::move(m)) {  // NOLINT(google-explicit-constructor)
+    if (const auto* a = builtin_->get_if<mappers::auction>())
+      detail::check_auction_tolerance(a->tolerance);
+  }
+
+  /// The application's mapper `m`, named `name` (see the class comment). The self-type test
+  /// comes first so that checking the mapper concept on stage_mapper itself never recurses into
+  /// this constructor.
+  template <class M>
+    requires(!std::is_same_v<std::remove_cvref_t<M>, stage_mapper> && !is_builtin_mapper_v<M> &&
+             !std::is_same_v<M, any_mapper> && mapper<M>)
+  stage_mapper(M m, std::string name = {})  // NOLINT(google-explicit-constructor)
+      : builtin_(std::nullopt), name_(std::move(name)) {
     if (name_.empty()) {
       if constexpr (requires { std::string(m.name()); }) {
         name_ = std::string(m.name());
@@ -235,56 +221,47 @@ class stage_mapper {
     custom_ = [shared](const bin_mapping_problem& p) { return std::vector<rank_t>((*shared)(p)); };
   }
 
-  /// No mapper object: the stage's `mapping` selects.
-  [[nodiscard]] bool empty() const noexcept { return !builtin_ && !custom_; }
-  /// The equivalent method of a built-in object, else none.
-  [[nodiscard]] const std::optional<mapping_method>& builtin() const noexcept { return builtin_; }
-  /// Holds a mapper that no `mapping_method` selects (the application's, GLPK's, or a bottleneck
-  /// with its own budget).
-  [[nodiscard]] bool custom() const noexcept { return static_cast<bool>(custom_); }
-  /// The method of a built-in object held as custom for its knob (a bottleneck's own
-  /// `step_budget`, an auction's own `tolerance`), else none. `plan_step` runs such a mapper as
-  /// it runs its method (nothing to map for a stage without items, the worst-node bound only for
-  /// the bottleneck method, which reads it): the same code, so the same ranks as calling it.
-  [[nodiscard]] const std::optional<mapping_method>& tuned() const noexcept { return tuned_; }
-  /// The built-in's method name, or the custom mapper's name (see the class comment).
-  [[nodiscard]] const std::string& name() const noexcept { return name_; }
+  /// The built-in mapper, or null for a custom one.
+  [[nodiscard]] const any_mapper* builtin() const noexcept {
+    return builtin_ ? &*builtin_ : nullptr;
+  }
+  /// Holds a mapper other than a built-in (the application's, GLPK's).
+  [[nodiscard]] bool custom() const noexcept { return !builtin_; }
+  /// The built-in's name, or the custom mapper's name (see the class comment).
+  [[nodiscard]] std::string_view name() const noexcept {
+    return builtin_ ? builtin_->name() : std::string_view(name_);
+  }
 
-  /// Runs the held mapper. Precondition: `custom()`.
-  std::vector<rank_t> operator()(const bin_mapping_problem& p) const { return custom_(p); }
+  /// Runs the held mapper.
+  std::vector<rank_t> operator()(const bin_mapping_problem& p) const {
+    return builtin_ ? (*builtin_)(p) : custom_(p);
+  }
 
  private:
-  std::optional<mapping_method> builtin_;
-  std::optional<mapping_method> tuned_;
+  std::optional<any_mapper> builtin_{any_mapper{}};
   detail::erased_mapper custom_;
   std::string name_;
 };
 
 /// One encoder stage (one modality).
 struct encoder_stage {
-  std::string name;               ///< e.g. "vision", "audio"; unique, non-empty
-  stage_cost cost{};              ///< cost of one sub-item from its encoder length
+  std::string name;                ///< e.g. "vision", "audio"; unique, non-empty
+  stage_cost cost{};               ///< cost of one sub-item from its encoder length
   padding_policy policy = packed;  ///< how costs combine on a rank (padded: rectangular batches)
-  /// Balancer and constraints (per-rank cap, item counts) of this stage. With
-  /// `balance_method::locality` and an empty `node_of_rank`, the planner fills in the topology's.
-  balance_options options{};
-  /// A balancer object instead of `options.method` (a built-in type or the application's own);
-  /// `options.limits` still apply. Empty by default.
+  constraints limits{};            ///< per-rank cap and item counts of the stage
+  /// The balancer (default automatic). `balancers::locality` with an empty `node_of_rank` gets
+  /// the topology's from the planner.
   stage_balancer balancer{};
-  mapping_method mapping = mapping_method::transport;  ///< bins → ranks
-  /// A mapper object instead of `mapping` (a built-in type, the GLPK one or the application's
-  /// own; deterministic, see `stage_mapper`). Empty by default.
-  stage_mapper mapper{};
+  stage_mapper mapper{};              ///< bins → ranks (default transport); deterministic
   std::int64_t input_row_bytes = 0;   ///< bytes of one encoder input row (a patch, a mel frame)
   std::int64_t output_row_bytes = 0;  ///< bytes of one encoder output row (one LLM token)
-  /// Opt-in splitting (issue 14): when set, the stage's segmented sub-items (`sub_item::segments`
-  /// > 1) may be cut at segment boundaries into pieces encoded on different ranks, balanced by
-  /// `balance_split` (balance/split.hpp) with these rules and the stage's balancer options; the
-  /// stage's plan, routes and `step_plan::encoder_view` are then over pieces
-  /// (`encoder_routes::pieces`). Any policy (under a padded one a piece of k segments is k
-  /// padded rows); needs a built-in balancer (`options.method` or a built-in `balancer`
-  /// object). Empty by default:
-  /// sub-items stay whole; set without segmented sub-items it changes no plan.
+  /// Opt-in splitting: when set, the stage's segmented sub-items (`sub_item::segments` > 1) may
+  /// be cut at segment boundaries into pieces encoded on different ranks, balanced by
+  /// `balance_split` (balance/split.hpp) with these rules and the stage's balancer; the stage's
+  /// plan, routes and `step_plan::encoder_view` are then over pieces (`encoder_routes::pieces`).
+  /// Any policy (under a padded one a piece of k segments is k padded rows); needs a built-in
+  /// balancer. Empty by default: sub-items stay whole; set without segmented sub-items it
+  /// changes no plan.
   std::optional<split_options> split{};
 };
 
@@ -292,36 +269,12 @@ struct encoder_stage {
 struct llm_stage {
   std::string name = "llm";         ///< unique, non-empty
   stage_cost cost{};                ///< cost of a sample from its sequence length
-  padding_policy policy = packed;
-  balance_options options{};
-  stage_balancer balancer{};  ///< as `encoder_stage::balancer`
-  mapping_method mapping = mapping_method::transport;
-  stage_mapper mapper{};  ///< as `encoder_stage::mapper`
+  padding_policy policy = packed;   ///< as `encoder_stage::policy`
+  constraints limits{};             ///< as `encoder_stage::limits`
+  stage_balancer balancer{};        ///< as `encoder_stage::balancer`
+  stage_mapper mapper{};            ///< as `encoder_stage::mapper`
   std::int64_t text_row_bytes = 0;  ///< bytes of one text token row (e.g. id + label = 8)
 };
-
-namespace detail {
-
-/// The balancer configuration a stage runs: its `options`, or a built-in balancer object's
-/// equivalent selector with the stage's limits. (With the application's balancer, only the
-/// limits of the result are used.)
-template <class Stage>
-balance_options stage_options(const Stage& stage) {
-  if (stage.balancer.custom()) return balance_options{.limits = stage.options.limits};
-  if (!stage.balancer.builtin()) return stage.options;
-  balance_options o = *stage.balancer.builtin();
-  o.limits = stage.options.limits;
-  return o;
-}
-
-/// The mapping method a stage runs when its mapper is not custom: a built-in mapper object's,
-/// else the stage's `mapping`.
-template <class Stage>
-mapping_method stage_mapping(const Stage& stage) {
-  return stage.mapper.builtin() ? *stage.mapper.builtin() : stage.mapping;
-}
-
-}  // namespace detail
 
 /// Everything a trainer declares once. Must be identical on every rank (checked at every
 /// metadata gather through `fingerprint`).
@@ -333,21 +286,22 @@ struct stage_declarations {
   [[nodiscard]] int num_encoders() const noexcept { return static_cast<int>(encoders.size()); }
 
   /// Throws `invalid_argument_error`, naming the stage, for an empty or repeated name, a negative
-  /// row width or an invalid balance option (negative budgets, cap or node index, a non-finite or
-  /// negative tolerance, min_items above max_items, kk with a padded policy, padded with
-  /// packed). The size of `node_of_rank` is checked by `plan_step`, which knows d. O(K² + Σ
-  /// node_of_rank sizes).
+  /// row width, a negative cap, an invalid item-count range, or a built-in balancer's unusable
+  /// knob (negative budgets or node ids, a non-finite or negative tolerance, karmarkar_karp with
+  /// a padded policy, padded_exact with packed). The size of `locality::node_of_rank` is
+  /// checked by `plan_step`, which knows d. O(K² + Σ node_of_rank sizes).
   void validate() const {
-    auto check_options = [](const std::string& name, const balance_options& o,
-                            padding_policy policy) {
+    auto check_stage = [](const std::string& name, const auto& stage) {
+      const std::string what = detail::concat("stage '", name, "': ");
       // d is not known here: node ids are checked for sign, their count by plan_step.
-      detail::check_balance_options(o, policy, -1, detail::concat("stage '", name, "': "));
-      ORCHMLLM_REQUIRE(!o.limits.cap || o.limits.cap->limit >= 0, invalid_argument_error,
-                       "stage '", name, "': per-rank cap ", o.limits.cap ? o.limits.cap->limit : 0,
-                       " is negative");
-      ORCHMLLM_REQUIRE(o.limits.min_items >= 0 && o.limits.max_items >= o.limits.min_items,
-                       invalid_argument_error, "stage '", name, "': items per rank ",
-                       o.limits.min_items, "..", o.limits.max_items, " is not a valid range");
+      if (const auto* b = stage.balancer.builtin())
+        detail::check_balancer(*b, stage.policy, -1, what);
+      const constraints& l = stage.limits;
+      ORCHMLLM_REQUIRE(!l.cap || l.cap->limit >= 0, invalid_argument_error, what, "per-rank cap ",
+                       l.cap ? l.cap->limit : 0, " is negative");
+      ORCHMLLM_REQUIRE(l.min_items >= 0 && l.max_items >= l.min_items, invalid_argument_error,
+                       what, "items per rank ", l.min_items, "..", l.max_items,
+                       " is not a valid range");
     };
     std::vector<std::string_view> names;
     for (const auto& e : encoders) {
@@ -355,7 +309,7 @@ struct stage_declarations {
       ORCHMLLM_REQUIRE(e.input_row_bytes >= 0 && e.output_row_bytes >= 0, invalid_argument_error,
                        "stage '", e.name, "': row widths ", e.input_row_bytes, " and ",
                        e.output_row_bytes, " must be >= 0");
-      check_options(e.name, detail::stage_options(e), e.policy);
+      check_stage(e.name, e);
       if (e.split) {
         try {
           detail::check_split_options<double>(*e.split);
@@ -372,7 +326,7 @@ struct stage_declarations {
     ORCHMLLM_REQUIRE(!llm.name.empty(), invalid_argument_error, "the LLM stage has no name");
     ORCHMLLM_REQUIRE(llm.text_row_bytes >= 0, invalid_argument_error, "stage '", llm.name,
                      "': text row width ", llm.text_row_bytes, " must be >= 0");
-    check_options(llm.name, detail::stage_options(llm), llm.policy);
+    check_stage(llm.name, llm);
     names.push_back(llm.name);
     for (std::size_t i = 0; i < names.size(); ++i)
       for (std::size_t j = i + 1; j < names.size(); ++j)
@@ -389,14 +343,46 @@ namespace detail {
 inline constexpr std::array<std::int64_t, 12> fingerprint_probe_lengths{
     0, 1, 2, 3, 7, 64, 100, 1000, 4096, 12345, 65536, 1000000};
 
+// A built-in balancer in a fingerprint: its name and every knob a plan depends on (not
+// `automatic::concurrent`: plans do not depend on it).
+inline void mix_balancer(fnv& f, const any_balancer& b) {
+  f.mix(b.name());
+  const auto automatic = [&](const balancers::automatic& a) {
+    f.mix(static_cast<std::uint64_t>(a.refine_budget));
+    f.mix(static_cast<std::uint64_t>(a.exact_node_budget));
+    f.mix(static_cast<std::uint64_t>(a.exact_max_items));
+    f.mix_double(a.gap_tolerance);
+  };
+  b.visit([&](const auto& x) {
+    using B = std::remove_cvref_t<decltype(x)>;
+    if constexpr (requires { x.refine; }) f.mix(static_cast<std::uint64_t>(x.refine));
+    if constexpr (std::is_same_v<B, balancers::lpt> || std::is_same_v<B, balancers::padded_exact> ||
+                  std::is_same_v<B, balancers::karmarkar_karp> ||
+                  std::is_same_v<B, balancers::karmarkar_karp_equal>)
+      f.mix(static_cast<std::uint64_t>(x.refine_budget));
+    if constexpr (std::is_same_v<B, balancers::exact>) f.mix(static_cast<std::uint64_t>(x.node_budget));
+    if constexpr (std::is_same_v<B, balancers::automatic>) automatic(x);
+    if constexpr (std::is_same_v<B, balancers::locality>) {
+      automatic(x.base);
+      f.mix_double(x.tolerance);
+      f.mix(static_cast<std::uint64_t>(x.node_of_rank.size()));
+      for (const auto r : x.node_of_rank) f.mix(static_cast<std::uint64_t>(r));
+    }
+  });
+}
+
+// A built-in mapper in a fingerprint: its name and knob.
+inline void mix_mapper(fnv& f, const any_mapper& m) {
+  f.mix(m.name());
+  if (const auto* b = m.get_if<mappers::bottleneck>()) f.mix(static_cast<std::uint64_t>(b->step_budget));
+  if (const auto* a = m.get_if<mappers::auction>()) f.mix_double(a->tolerance);
+}
+
 template <class Stage>
 void mix_stage(fnv& f, const Stage& stage) {
-  const std::string_view name = stage.name;
   const stage_cost& cost = stage.cost;
   const padding_policy policy = stage.policy;
-  const balance_options o = stage_options(stage);
-  const mapping_method mapping = stage_mapping(stage);
-  f.mix(name);
+  f.mix(std::string_view(stage.name));
   // A cost model is an arbitrary callable: compare it by its values at fixed probe lengths.
   for (const std::int64_t l : fingerprint_probe_lengths)
     cost.visit([&](const auto& c) {
@@ -409,42 +395,33 @@ void mix_stage(fnv& f, const Stage& stage) {
   f.mix(static_cast<std::uint64_t>(cost.integral()));
   f.mix(static_cast<std::uint64_t>(policy.is_padded()));
   f.mix(static_cast<std::uint64_t>(policy.multiple()));
-  // Only a bucketed policy mixes more (existing fingerprints stay).
   if (policy.policy_kind() == padding_policy::kind::bucketed) {
     f.mix(static_cast<std::uint64_t>(policy.buckets().size()));
     for (const auto b : policy.buckets()) f.mix(static_cast<std::uint64_t>(b));
   }
-  // And a trainer's padding rule, by its name.
+  // A trainer's padding rule, by its name.
   if (policy.policy_kind() == padding_policy::kind::custom) {
     f.mix(std::string_view("padding rule"));
     f.mix(policy.rule_name());
   }
-  f.mix(static_cast<std::uint64_t>(o.method));
-  f.mix(static_cast<std::uint64_t>(o.limits.cap.has_value()));
-  if (o.limits.cap) {
-    f.mix(static_cast<std::uint64_t>(o.limits.cap->what));
-    f.mix(static_cast<std::uint64_t>(o.limits.cap->limit));
+  const constraints& l = stage.limits;
+  f.mix(static_cast<std::uint64_t>(l.cap.has_value()));
+  if (l.cap) {
+    f.mix(static_cast<std::uint64_t>(l.cap->what));
+    f.mix(static_cast<std::uint64_t>(l.cap->limit));
   }
-  f.mix(static_cast<std::uint64_t>(o.limits.min_items));
-  f.mix(static_cast<std::uint64_t>(o.limits.max_items));
-  f.mix(static_cast<std::uint64_t>(o.refine));
-  f.mix(static_cast<std::uint64_t>(o.refine_budget));
-  f.mix(static_cast<std::uint64_t>(o.exact_node_budget));
-  f.mix(static_cast<std::uint64_t>(o.exact_max_items));
-  f.mix_double(o.locality_tolerance);
-  f.mix(static_cast<std::uint64_t>(o.node_of_rank.size()));
-  for (auto r : o.node_of_rank) f.mix(static_cast<std::uint64_t>(r));
-  f.mix(static_cast<std::uint64_t>(mapping));
-  // Only a stage with the application's balancer mixes more (existing fingerprints stay).
-  if (stage.balancer.custom()) f.mix(stage.balancer.name());
-  // Likewise a stage with a gap tolerance.
-  if (o.gap_tolerance != 0) {
-    f.mix(std::string_view("gap tolerance"));
-    f.mix_double(o.gap_tolerance);
+  f.mix(static_cast<std::uint64_t>(l.min_items));
+  f.mix(static_cast<std::uint64_t>(l.max_items));
+  if (const auto* b = stage.balancer.builtin()) {
+    mix_balancer(f, *b);
+  } else {
+    f.mix(std::string_view("custom balancer"));
+    f.mix(stage.balancer.name());
   }
-  // Likewise a stage with a mapper no mapping_method selects.
-  if (stage.mapper.custom()) {
-    f.mix(std::string_view("mapper"));
+  if (const auto* m = stage.mapper.builtin()) {
+    mix_mapper(f, *m);
+  } else {
+    f.mix(std::string_view("custom mapper"));
     f.mix(stage.mapper.name());
   }
 }
@@ -452,8 +429,8 @@ void mix_stage(fnv& f, const Stage& stage) {
 }  // namespace detail
 
 /// 64-bit fingerprint of the declarations: names, cost models (by their values at twelve fixed
-/// lengths), policies (a trainer's padding rule by its name), balancer options, mappings (a
-/// custom balancer or mapper by its name), row widths and split options. Equal declarations give equal
+/// lengths), policies (a trainer's padding rule by its name), limits, balancers and mappers
+/// with their knobs (the application's by their names), row widths and split options. Equal declarations give equal
 /// fingerprints on every platform; two cost models that agree on all probe lengths are treated
 /// as equal, and so are two padding rules, balancers or mappers of the same name. O(K), never
 /// throws (a throwing cost model aside).
@@ -464,7 +441,6 @@ void mix_stage(fnv& f, const Stage& stage) {
     detail::mix_stage(f, e);
     f.mix(static_cast<std::uint64_t>(e.input_row_bytes));
     f.mix(static_cast<std::uint64_t>(e.output_row_bytes));
-    // Only a stage that splits mixes more (existing fingerprints stay).
     if (e.split) {
       f.mix(std::string_view("split"));
       f.mix(static_cast<std::uint64_t>(e.split->min_piece_segments));

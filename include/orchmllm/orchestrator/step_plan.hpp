@@ -10,6 +10,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -27,7 +28,7 @@ namespace orchmllm {
 /// stage costs (the stage's cost model and policy).
 struct stage_report {
   std::string name;
-  balance_method used{};                 ///< the balancer whose plan was kept
+  std::string_view used;            ///< name of the algorithm whose plan was kept (`balance_result`)
   double makespan_before = 0;       ///< max over ranks of the stage cost, as sampled
   double makespan_after = 0;
   double lower_bound = 0;           ///< makespan_lower_bound (a splitting stage: split_lower_bound)

@@ -2,9 +2,10 @@
 /// @file mapper.hpp
 /// The bin → rank mapping as a customisation point: the problem as a public read-only view
 /// (`bin_mapping_problem`), the `mapper` concept, the built-in mappers as types
-/// (`mappers::identity`, `mappers::transport`, `mappers::bottleneck`, `mappers::auction`) and
-/// `map_bins(binned, item_bytes, topo, mapper)`. The GLPK integer program is a mapper too
-/// (`glpk::bottleneck_ilp`, backend/glpk/mapping.hpp, opt-in).
+/// (`mappers::identity`, `mappers::transport`, `mappers::bottleneck`, `mappers::auction`),
+/// `any_mapper` (one of them chosen at run time, `parse_mapper`); `map_bins(binned,
+/// item_bytes, topo, mapper)` (topology/mapping.hpp, included at the end) runs one. The GLPK
+/// integer program is a mapper too (`glpk::bottleneck_ilp`, backend/glpk/mapping.hpp, opt-in).
 ///
 /// A mapper is any callable that takes a `const bin_mapping_problem&` and returns the rank of
 /// every bin (a `std::vector<rank_t>` of d entries, a permutation of 0..d-1). `map_bins` checks
@@ -30,6 +31,7 @@
 /// concurrently, so a mapper object must be safe to call from several threads.
 
 #include <algorithm>
+#include <array>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -38,14 +40,15 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "orchmllm/config.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/detail/core/text.hpp"
 #include "orchmllm/detail/topology/sparse_profits.hpp"
-#include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/mapping_result.hpp"
 #include "orchmllm/topology/topology.hpp"
 
@@ -147,57 +150,46 @@ concept mapper = requires(const M& m, const bin_mapping_problem& p) {
 };
 
 /// The built-in mappers as types (see topology/mapping.hpp for the algorithms and guarantees).
-/// Each returns the rank of every bin; `method()` is the `mapping_method` that selects the same
-/// mapper, and `map_bins(..., m)` with one of them is bit-identical to `map_bins(...,
-/// m.method())` (same code). Deterministic; never throw on a problem `map_bins` built, except
-/// `auction` with a tolerance outside (0, 1].
+/// Each returns the rank of every bin. Deterministic; never throw on a problem `map_bins`
+/// built, except `auction` with a tolerance outside (0, 1].
 namespace mappers {
 
-/// Bin k → rank k (`mapping_method::identity`). O(d).
+/// Bin k → rank k (the baseline). O(d).
 struct identity {
-  [[nodiscard]] constexpr mapping_method method() const noexcept {
-    return mapping_method::identity;
-  }
+  static constexpr std::string_view name = "identity";
   std::vector<rank_t> operator()(const bin_mapping_problem& p) const;
 };
 
-/// Minimum total inter-node bytes, then per-node GPU placement (`mapping_method::transport`).
-/// Complexity: see `map_bins`.
+/// Minimum total inter-node bytes, then per-node GPU placement (the default). Complexity: see
+/// `map_bins`.
 struct transport {
-  [[nodiscard]] constexpr mapping_method method() const noexcept {
-    return mapping_method::transport;
-  }
+  static constexpr std::string_view name = "transport";
   std::vector<rank_t> operator()(const bin_mapping_problem& p) const;
 };
 
-/// `transport` improved by swaps on the worst node (`mapping_method::bottleneck`), at most
-/// `step_budget` swaps of O(G·(d + N)) each.
+/// `transport` improved by swaps on the worst node, at most `step_budget` swaps of
+/// O(G·(d + N)) each.
 struct bottleneck {
-  /// Swap steps of the local search; -1 = 2·d + 64 (what `mapping_method::bottleneck` uses).
-  /// Values below -1 are read as 0.
+  static constexpr std::string_view name = "bottleneck";
+  /// Swap steps of the local search; -1 = 2·d + 64. Values below -1 are read as 0.
   std::int64_t step_budget = -1;
-  [[nodiscard]] constexpr mapping_method method() const noexcept {
-    return mapping_method::bottleneck;
-  }
   std::vector<rank_t> operator()(const bin_mapping_problem& p) const;
 };
 
-/// The `transport` problem to within a tolerance, by an auction (`mapping_method::auction`):
-/// inter-node bytes at most the minimum + tolerance · U, U = Σ_b max_m w[b][m] (the bytes any
-/// mapping can keep, `total − inter_node_bytes_lower_bound`), or the minimum + d bytes when
-/// that is larger; then per-node GPU placement as `transport`. For large clusters: 8–53 times
-/// faster than `transport` from 10,240 ranks, measured 0.005–0.014 % of U above the minimum
-/// (docs/results.md). Complexity: O(nnz) plus bids of O(deg + log G) each, a few per bin in
-/// practice (at most d·⌈C/ε⌉ + 2d, ε = max(1, ⌊tolerance·U/d⌋), C the largest w[b][m]).
-/// Throws `invalid_argument_error` unless 0 < tolerance ≤ 1.
+/// The `transport` problem to within a tolerance, by an auction: inter-node bytes at most the
+/// minimum + tolerance · U, U = Σ_b max_m w[b][m] (the bytes any mapping can keep, `total −
+/// inter_node_bytes_lower_bound`), or the minimum + d bytes when that is larger; then per-node
+/// GPU placement as `transport`. For large clusters: 8–53 times faster than `transport` from
+/// 10,240 ranks, measured 0.005–0.014 % of U above the minimum (docs/results.md). Complexity:
+/// O(nnz) plus bids of O(deg + log G) each, a few per bin in practice (at most d·⌈C/ε⌉ + 2d,
+/// ε = max(1, ⌊tolerance·U/d⌋), C the largest w[b][m]). Throws `invalid_argument_error` unless
+/// 0 < tolerance ≤ 1.
 struct auction {
-  /// What `mapping_method::auction` uses: at most 1 % of U lost against `transport`.
+  static constexpr std::string_view name = "auction";
+  /// The default: at most 1 % of U lost against `transport`.
   static constexpr double default_tolerance = 0.01;
   /// The fraction of U the result may keep less than the exact `transport` does.
   double tolerance = default_tolerance;
-  [[nodiscard]] constexpr mapping_method method() const noexcept {
-    return mapping_method::auction;
-  }
   std::vector<rank_t> operator()(const bin_mapping_problem& p) const;
 };
 
@@ -209,19 +201,63 @@ inline constexpr bool is_builtin_mapper_v =
     std::is_same_v<M, mappers::identity> || std::is_same_v<M, mappers::transport> ||
     std::is_same_v<M, mappers::bottleneck> || std::is_same_v<M, mappers::auction>;
 
-/// Calls `f` with the built-in mapper that `method` selects (bottleneck and auction with their
-/// defaults) and returns what `f` returns, which must be the same type for all four. Throws
-/// `invalid_argument_error` for a value outside the enum.
-template <class F>
-decltype(auto) visit_mapper(mapping_method method, F&& f) {
-  switch (method) {
-    case mapping_method::identity: return std::forward<F>(f)(mappers::identity{});
-    case mapping_method::transport: return std::forward<F>(f)(mappers::transport{});
-    case mapping_method::bottleneck: return std::forward<F>(f)(mappers::bottleneck{});
-    case mapping_method::auction: return std::forward<F>(f)(mappers::auction{});
+/// One of the built-in mappers, chosen at run time: what configs, the command-line tool and the
+/// Python package hold. A `mapper` itself (it runs the one it holds), so it goes wherever a
+/// mapper object does; `map_bins` with it maps exactly as with the object it holds. Default:
+/// `mappers::transport{}`. A plain copyable value.
+class any_mapper {
+ public:
+  /// The alternatives, in the order of `mapper_names()`.
+  using variant =
+      std::variant<mappers::identity, mappers::transport, mappers::bottleneck, mappers::auction>;
+
+  any_mapper() : v_(mappers::transport{}) {}
+  /// Holds `m` (implicit: `any_mapper m = mappers::auction{.tolerance = 0.003};`).
+  template <class M>
+    requires is_builtin_mapper_v<M>
+  any_mapper(M m) : v_(std::move(m)) {}  // NOLINT(google-explicit-constructor)
+
+  /// The held mapper's name (its type's `name`).
+  [[nodiscard]] std::string_view name() const noexcept {
+    return std::visit([](const auto& m) { return m.name; }, v_);
   }
-  detail::raise<invalid_argument_error>(detail::concat(
-      "mapping_method value ", static_cast<int>(method), " is not a mapping method"));
+  /// Calls `f` with the held mapper object and returns what it returns (the same type for
+  /// every alternative).
+  template <class F>
+  decltype(auto) visit(F&& f) const {
+    return std::visit(std::forward<F>(f), v_);
+  }
+  /// The held mapper when it is an M, else null.
+  template <class M>
+  [[nodiscard]] const M* get_if() const noexcept {
+    return std::get_if<M>(&v_);
+  }
+  /// Runs the held mapper (see `mapper`).
+  std::vector<rank_t> operator()(const bin_mapping_problem& p) const {
+    return visit([&](const auto& m) { return m(p); });
+  }
+
+ private:
+  variant v_;
+};
+
+/// The names `parse_mapper` takes, in the order of `any_mapper::variant`: "identity",
+/// "transport", "bottleneck", "auction".
+[[nodiscard]] constexpr std::array<std::string_view, 4> mapper_names() noexcept {
+  return {mappers::identity::name, mappers::transport::name, mappers::bottleneck::name,
+          mappers::auction::name};
+}
+
+/// The built-in mapper named `name` (one of `mapper_names()`), with its default knobs. O(1).
+/// Throws `invalid_argument_error` naming the unknown name and listing the valid ones.
+[[nodiscard]] inline any_mapper parse_mapper(std::string_view name) {
+  if (name == mappers::identity::name) return mappers::identity{};
+  if (name == mappers::transport::name) return mappers::transport{};
+  if (name == mappers::bottleneck::name) return mappers::bottleneck{};
+  if (name == mappers::auction::name) return mappers::auction{};
+  detail::raise<invalid_argument_error>(
+      detail::concat("unknown mapper ", detail::quote_text(name),
+                     "; expected one of: identity, transport, bottleneck, auction"));
 }
 
 namespace detail {
@@ -236,48 +272,9 @@ inline void check_auction_tolerance(double tolerance) {
                    "mappers::auction: tolerance ", tolerance, " is outside (0, 1]");
 }
 
-/// `map_bins` with a mapper (the body, header-only: detail/topology/mapper_impl.hpp).
-template <class M>
-mapping_result map_bins_with(const rearrangement& binned, std::span<const std::int64_t> item_bytes,
-                             const topology& topo, const M& m);
-
-/// `map_bins` with a mapper behind a std::function (the compiled library's entry point; the
-/// header-only build defines it too).
-ORCHMLLM_FUNC mapping_result map_bins_erased(const rearrangement& binned,
-                                             std::span<const std::int64_t> item_bytes,
-                                             const topology& topo, const erased_mapper& m);
-
 }  // namespace detail
-
-/// Maps the bins of `binned` to ranks with the mapper `m`: a built-in one (above), the GLPK one
-/// (backend/glpk/mapping.hpp) or the application's own. `map_bins` checks the inputs as the
-/// `mapping_method` overload does, builds the problem, calls `m` once, checks its answer and
-/// returns the remapped plan (canonical slots) with its figures (`mapping_result`). With a
-/// built-in mapper the result is bit-identical to `map_bins(binned, item_bytes, topo,
-/// m.method())` (with the default budget).
-///
-/// Complexity: O(n + d + N) around the mapper's own cost. In compiled mode the mapper runs from
-/// the library through one std::function call; the result is the same.
-///
-/// Throws what the `mapping_method` overload throws for bad inputs, what `m` throws, and
-/// `invalid_argument_error` when `m` returns a vector whose size is not d or that is not a
-/// permutation of 0..d-1 (the message names the size or the first bad entry).
-template <class M>
-  requires(mapper<M> && !std::is_convertible_v<M, mapping_method>)
-mapping_result map_bins(const rearrangement& binned, std::span<const std::int64_t> item_bytes,
-                        const topology& topo, const M& m) {
-#if ORCHMLLM_USE_COMPILED
-  return detail::map_bins_erased(binned, item_bytes, topo,
-                                 detail::erased_mapper([&m](const bin_mapping_problem& p) {
-                                   return std::vector<rank_t>(m(p));
-                                 }));
-#else
-  return detail::map_bins_with(binned, item_bytes, topo, m);
-#endif
-}
 
 }  // namespace orchmllm
 
-#if !ORCHMLLM_USE_COMPILED
-#include "orchmllm/detail/topology/mapper_impl.hpp"
-#endif
+// map_bins, and in header-only mode the bodies of the mappers above.
+#include "orchmllm/topology/mapping.hpp"  // IWYU pragma: export

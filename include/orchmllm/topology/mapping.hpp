@@ -44,45 +44,18 @@
 #include <numeric>
 #include <span>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "orchmllm/config.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/topology/mapper.hpp"
 #include "orchmllm/topology/mapping_result.hpp"
 #include "orchmllm/topology/topology.hpp"
 
 namespace orchmllm {
-
-/// How `map_bins` maps bins to ranks (see the file comment).
-enum class mapping_method : std::uint8_t { identity, transport, bottleneck, auction };
-
-/// Name of a mapping method as used by the command-line tool: "identity", "transport",
-/// "bottleneck" or "auction".
-constexpr std::string_view to_string(mapping_method m) noexcept {
-  switch (m) {
-    case mapping_method::identity: return "identity";
-    case mapping_method::transport: return "transport";
-    case mapping_method::bottleneck: return "bottleneck";
-    case mapping_method::auction: return "auction";
-  }
-  return "?";
-}
-
-/// Parses "identity", "transport", "bottleneck" or "auction". Throws `invalid_argument_error`
-/// naming the unknown name and listing the valid ones.
-inline mapping_method parse_mapping_method(std::string_view name) {
-  for (auto m : {mapping_method::identity, mapping_method::transport, mapping_method::bottleneck,
-                 mapping_method::auction})
-    if (to_string(m) == name) return m;
-  detail::raise<invalid_argument_error>(detail::concat(
-      "unknown mapping '", name, "' (expected identity, transport, bottleneck or auction)"));
-}
-
-/// `parse_mapping_method` under its former name.
-inline mapping_method parse_mapping(std::string_view name) { return parse_mapping_method(name); }
-
 
 /// Maps the bins of a balancer plan to ranks.
 ///
@@ -100,20 +73,57 @@ inline mapping_method parse_mapping(std::string_view name) { return parse_mappin
 /// bin in practice (at most d·⌈C/ε⌉ + 2d, detail/topology/auction.hpp). Memory O(n + d + nnz +
 /// max_m G_m²).
 ///
-/// The same mappers as objects: `map_bins(binned, item_bytes, topo, mappers::transport{})` and
-/// the others of topology/mapper.hpp give bit-identical results (the same code), and take the
-/// application's own mapper too.
+/// `m` is a built-in mapper (topology/mapper.hpp: `mappers::identity`, `transport` (the
+/// default), `bottleneck`, `auction`) or an `any_mapper` holding one; the overload below takes
+/// the application's own.
 ///
 /// Throws `invalid_argument_error` when the plan is not square, the topology's rank count
 /// differs, item_bytes has the wrong size, a byte count is negative, or a bin's bytes exceed
 /// 2^62 / (d + N + 4 + 2G), G the largest node (the exact solvers' overflow guard).
 ORCHMLLM_FUNC mapping_result map_bins(const rearrangement& binned,
-                                     std::span<const std::int64_t> item_bytes,
-                                     const topology& topo,
-                                     mapping_method method = mapping_method::transport);
+                                      std::span<const std::int64_t> item_bytes,
+                                      const topology& topo,
+                                      const any_mapper& m = mappers::transport{});
+
+namespace detail {
+
+/// `map_bins` with a mapper (the body, header-only: detail/topology/mapper_impl.hpp).
+template <class M>
+mapping_result map_bins_with(const rearrangement& binned, std::span<const std::int64_t> item_bytes,
+                             const topology& topo, const M& m);
+
+/// `map_bins` with a mapper behind a std::function (the compiled library's entry point; the
+/// header-only build defines it too).
+ORCHMLLM_FUNC mapping_result map_bins_erased(const rearrangement& binned,
+                                             std::span<const std::int64_t> item_bytes,
+                                             const topology& topo, const erased_mapper& m);
+
+}  // namespace detail
+
+/// Maps the bins of `binned` to ranks with the application's own mapper `m` (or the GLPK one,
+/// backend/glpk/mapping.hpp): checks the inputs as the overload above does, builds the problem,
+/// calls `m` once, checks its answer and returns the remapped plan (canonical slots) with its
+/// figures (`mapping_result`). Complexity: O(n + d + N) around the mapper's own cost. In
+/// compiled mode the mapper runs from the library through one std::function call; the result
+/// is the same. Throws what the overload above throws for bad inputs, what `m` throws, and
+/// `invalid_argument_error` when `m` returns a vector whose size is not d or that is not a
+/// permutation of 0..d-1 (the message names the size or the first bad entry).
+template <class M>
+  requires(mapper<M> && !std::is_convertible_v<const M&, any_mapper>)
+mapping_result map_bins(const rearrangement& binned, std::span<const std::int64_t> item_bytes,
+                        const topology& topo, const M& m) {
+#if ORCHMLLM_USE_COMPILED
+  return detail::map_bins_erased(binned, item_bytes, topo,
+                                 detail::erased_mapper([&m](const bin_mapping_problem& p) {
+                                   return std::vector<rank_t>(m(p));
+                                 }));
+#else
+  return detail::map_bins_with(binned, item_bytes, topo, m);
+#endif
+}
 
 }  // namespace orchmllm
 
-// The mappers as objects; in header-only mode that header also brings the body of map_bins
-// (detail/topology/mapper_impl.hpp; compiled mode: in the library).
-#include "orchmllm/topology/mapper.hpp"
+#if !ORCHMLLM_USE_COMPILED
+#include "orchmllm/detail/topology/mapper_impl.hpp"
+#endif

@@ -70,8 +70,8 @@ void check_mapping(const mapping_result& res, const instance& in) {
 // Checks the invariants of a bottleneck result (given map_bins' results on the same instance).
 void check_bottleneck(const glpk::bottleneck_result& res, const instance& in) {
   check_mapping(res.mapping, in);
-  const auto tr = map_bins(in.binned, in.bytes, in.topo, mapping_method::transport);
-  const auto bn = map_bins(in.binned, in.bytes, in.topo, mapping_method::bottleneck);
+  const auto tr = map_bins(in.binned, in.bytes, in.topo, mappers::transport{});
+  const auto bn = map_bins(in.binned, in.bytes, in.topo, mappers::bottleneck{});
   CHECK(res.objective == res.mapping.worst_node_bytes());
   CHECK(res.transport_objective == tr.worst_node_bytes());
   CHECK(res.warm_start_objective == bn.worst_node_bytes());
@@ -91,7 +91,7 @@ TEST_CASE("transport's inter-node bytes equal the GLPK transport LP optimum") {
       if (g == 1 && d > 128) continue;  // 65,536 LP columns: slow in Debug, adds nothing
       INFO("d = ", d, ", G = ", g);
       const auto check = [&](const instance& in) {
-        const auto tr = map_bins(in.binned, in.bytes, in.topo, mapping_method::transport);
+        const auto tr = map_bins(in.binned, in.bytes, in.topo, mappers::transport{});
         const double lp = glpk::transport_lp_optimum(in.binned, in.bytes, in.topo);
         CHECK(std::llround(lp) == tr.inter_node_bytes);
         CHECK(std::fabs(lp - static_cast<double>(tr.inter_node_bytes)) <= 1e-6 * (1.0 + lp));
@@ -306,7 +306,7 @@ TEST_CASE("glpk::bottleneck_ilp as a mapper: map_bins_bottleneck's plan, determi
       const auto got = map_bins(in.binned, in.bytes, in.topo, ilp);
       check_mapping(got, in);
       CHECK(got.worst_node_bytes() <=
-            map_bins(in.binned, in.bytes, in.topo, mapping_method::bottleneck).worst_node_bytes());
+            map_bins(in.binned, in.bytes, in.topo, mappers::bottleneck{}).worst_node_bytes());
       // The same as the function with the mapper's options (a time limit it never reaches).
       auto opt = ilp.options();
       opt.time_limit_seconds = 600;
@@ -340,7 +340,7 @@ TEST_CASE("glpk::bottleneck_ilp in a stage declaration: plan_step maps the LLM s
     stage_declarations identity;
     identity.llm.cost = linear_cost{};
     identity.llm.text_row_bytes = 8;
-    identity.llm.mapping = mapping_method::identity;
+    identity.llm.mapper = mappers::identity{};
     auto decl = identity;
     decl.llm.mapper = glpk::bottleneck_ilp{.node_limit = 20};
     CHECK(decl.llm.mapper.custom());
@@ -358,7 +358,7 @@ TEST_CASE("glpk::bottleneck_ilp in a stage declaration: plan_step maps the LLM s
     CHECK(got.llm == want.plan);
     CHECK(got.stages.back().inter_node_bytes == want.inter_node_bytes);
     CHECK(want.worst_node_bytes() <=
-          map_bins(base.llm, bytes, topo, mapping_method::bottleneck).worst_node_bytes());
+          map_bins(base.llm, bytes, topo, mappers::bottleneck{}).worst_node_bytes());
     CHECK(plan_step(decl, meta, topo).llm == got.llm);  // every rank gets the same plan
   }
 }

@@ -5,7 +5,7 @@
 ///
 /// License: GLPK is GPL-3.0. Linking it makes the resulting program subject to the GPL, which is
 /// why this backend is opt-in and never needed by the default build: the header-only
-/// `map_bins(..., mapping_method::bottleneck)` (topology/mapping.hpp) is the method for builds
+/// `map_bins(..., mappers::bottleneck{})` (topology/mapping.hpp) is the method for builds
 /// without GLPK.
 ///
 /// One header (about 600 lines) on purpose: the whole backend is one integer program, and
@@ -19,7 +19,7 @@
 /// - `orchmllm::glpk::transport_lp_optimum`: the optimum of the LP relaxation of the transport
 ///   problem (minimum total inter-node bytes), solved by GLPK's simplex. The transport problem is
 ///   totally unimodular, so this equals the integral optimum that `map_bins(...,
-///   mapping_method::transport)` finds with its own min-cost flow: a cross-check for tests.
+///   mappers::transport{})` finds with its own min-cost flow: a cross-check for tests.
 ///
 /// - `orchmllm::glpk::bottleneck_ilp`: the same integer program as a mapper
 ///   (topology/mapper.hpp), for `map_bins(..., mapper)` and stage declarations; it runs without
@@ -134,7 +134,7 @@ struct bottleneck_result {
   /// F of the returned mapping (= mapping.worst_node_bytes()).
   std::int64_t objective = 0;
   /// F of the warm start (transport + header-only local search, what `map_bins(...,
-  /// mapping_method::bottleneck)` returns). objective ≤ warm_start_objective always.
+  /// mappers::bottleneck{})` returns). objective ≤ warm_start_objective always.
   std::int64_t warm_start_objective = 0;
   /// F of the plain `transport` solution. warm_start_objective ≤ transport_objective always.
   std::int64_t transport_objective = 0;
@@ -323,7 +323,7 @@ inline glpk::bottleneck_result solve_bottleneck(const mapping_problem& p,
   const rank_t d = p.num_bins();
   const std::int32_t nn = p.num_nodes();
 
-  // Warm start: exactly what map_bins(..., mapping_method::bottleneck) computes.
+  // Warm start: exactly what map_bins(..., mappers::bottleneck{}) computes.
   auto warm = orchmllm::detail::solve_transport(p.by_node, p.capacity);
   bottleneck_result out;
   out.transport_objective = orchmllm::detail::worst_node_bytes(p, warm);
@@ -554,7 +554,7 @@ struct bottleneck_ilp {
 /// x[b][m] subject to Σ_m x[b][m] = 1 per bin, Σ_b x[b][m] = node_size(m) per node, x ≥ 0
 /// (continuous), solved by GLPK's simplex (with its LP presolver). In bytes. The constraint
 /// matrix is totally unimodular, so this equals the minimum inter-node bytes over all
-/// bijections, what `map_bins(..., mapping_method::transport)` returns as `inter_node_bytes`;
+/// bijections, what `map_bins(..., mappers::transport{})` returns as `inter_node_bytes`;
 /// GLPK computes it in doubles (bytes divided by the gcd of the item sizes), so compare after
 /// rounding (exact while the total stays below 2^53 units).
 ///

@@ -1,7 +1,7 @@
 #pragma once
 // The body of `orchmllm::balance` (balance/balancer.hpp, which includes this file in
-// header-only mode and declares `balance_impl`): the checks, the problem, the balancer, the
-// constrained fallback and the result's figures. The compiled library (orchmllm/config.hpp) instantiates it once per
+// header-only mode): the checks, the problem, the balancer, the constrained fallback and the
+// result's figures. The compiled library (orchmllm/config.hpp) instantiates it once per
 // computation type.
 
 #include <algorithm>
@@ -172,28 +172,26 @@ class balance_session {
 };
 
 /// `balance` with balancer `b` on a model that returns its computation type. Built-in
-/// balancers are trusted with their plan and makespan; any other balancer's plan goes through
-/// `balance_session::adopt`.
+/// balancers (also when an `any_balancer` holds one) are trusted with their plan and makespan;
+/// any other balancer's plan goes through `balance_session::adopt`.
 template <class C, class B>
 balance_result<cost_type_t<C>> balance_with(const batch_layout& layout, const C& cost,
                                             padding_policy policy, const B& b,
                                             const constraints& limits) {
-  const balance_session<C> session(layout, cost, policy, limits);
-  if constexpr (is_builtin_balancer_v<B>) {
+  // A built-in's knobs are checked before the input, so an unusable knob is reported as such
+  // whatever the input (search checks them again when called on its own).
+  if constexpr (std::is_same_v<B, any_balancer>) {
+    check_balancer(b, policy, layout.num_ranks());
+    const balance_session<C> session(layout, cost, policy, limits);
+    return session.finish(b.visit([&](const auto& x) { return search(x, session.problem()); }));
+  } else if constexpr (is_builtin_balancer_v<B>) {
+    check_knobs(b, policy, layout.num_ranks());
+    const balance_session<C> session(layout, cost, policy, limits);
     return session.finish(search(b, session.problem()));
   } else {
+    const balance_session<C> session(layout, cost, policy, limits);
     return session.finish(session.adopt(to_balancer_plan(b(session.problem()))));
   }
-}
-
-// Declared in balance/balancer.hpp; `cost` returns its computation type.
-template <class C>
-balance_result<cost_type_t<C>> balance_impl(const batch_layout& layout, const C& cost,
-                                            padding_policy policy, const balance_options& options) {
-  check_balance_options(options, policy, layout.num_ranks());
-  const balance_session<C> session(layout, cost, policy, options.limits);
-  return session.finish(
-      visit_balancer(options, [&](const auto& b) { return search(b, session.problem()); }));
 }
 
 }  // namespace detail

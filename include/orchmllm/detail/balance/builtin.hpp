@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -21,6 +22,7 @@
 #include "orchmllm/detail/balance/common.hpp"
 #include "orchmllm/detail/balance/exact.hpp"
 #include "orchmllm/detail/balance/first_fit.hpp"
+#include "orchmllm/detail/balance/knobs.hpp"
 #include "orchmllm/detail/balance/kk.hpp"
 #include "orchmllm/detail/balance/locality.hpp"
 #include "orchmllm/detail/balance/lpt.hpp"
@@ -73,7 +75,7 @@ class plan_search {
                                   : p.lower_bound()) {}
 
   /// Keeps `a` if it satisfies the constraints and beats the best plan so far.
-  void consider(std::optional<std::vector<rank_t>>&& a, balance_method which) {
+  void consider(std::optional<std::vector<rank_t>>&& a, std::string_view which) {
     if (!a || !satisfies(in_, std::span<const rank_t>(*a))) return;
     const Cost m = assignment_makespan(in_, p_.cost_model(), std::span<const rank_t>(*a));
     if (!best_ || m < best_makespan_) {
@@ -104,7 +106,7 @@ class plan_search {
   /// The outcome. Without a plan and without a proof of infeasibility, the constrained
   /// first-fit-decreasing packing is tried first, reported as `fallback_name`, and refined
   /// unless `refine_fallback` is false.
-  builtin_outcome<Cost> finish(balance_method fallback_name, bool refine_fallback = true) {
+  builtin_outcome<Cost> finish(std::string_view fallback_name, bool refine_fallback = true) {
     bool fallback = false;
     if (!best_ && !infeasible_) {
       consider(constrained_first_fit(in_, p_.cost_model()), fallback_name);
@@ -123,15 +125,15 @@ class plan_search {
   Cost target_;
   std::optional<std::vector<rank_t>> best_;
   Cost best_makespan_{};
-  balance_method used_{};
+  std::string_view used_ = "custom";
   bool proven_ = false;
   bool infeasible_ = false;  // an exact method exhausted its search without a feasible plan
 };
 
-/// Checks a built-in's knobs (through its equivalent options) against the problem.
+/// Checks a built-in's knobs against the problem.
 template <class B, class C>
 void check_builtin(const B& b, const balance_problem<C>& p) {
-  check_balance_options(b.options(), p.policy(), p.num_ranks());
+  check_knobs(b, p.policy(), p.num_ranks());
 }
 
 template <class C>
@@ -144,17 +146,17 @@ builtin_outcome<cost_type_t<C>> search(const balancers::identity& b, const balan
   ORCHMLLM_REQUIRE(satisfies(p.input(), std::span<const rank_t>(a)), infeasible_error,
                    "the identity plan violates the constraints (cap or item counts)");
   plan_search<C> s(p, -1);
-  s.consider(std::move(a), balance_method::none);
-  return s.finish(balance_method::none);
+  s.consider(std::move(a), b.name);
+  return s.finish(b.name);
 }
 
 template <class C>
 builtin_outcome<cost_type_t<C>> search(const balancers::lpt& b, const balance_problem<C>& p) {
   check_builtin(b, p);
   plan_search<C> s(p, b.refine_budget);
-  s.consider(lpt(p.input(), p.cost_model()), balance_method::lpt);
+  s.consider(lpt(p.input(), p.cost_model()), b.name);
   if (b.refine) s.refine_best();
-  return s.finish(balance_method::lpt);
+  return s.finish(b.name);
 }
 
 template <class C>
@@ -163,13 +165,23 @@ builtin_outcome<cost_type_t<C>> search(const balancers::karmarkar_karp& b,
   check_builtin(b, p);
   plan_search<C> s(p, b.refine_budget);
   // The complete method where its n · d sums fit the guard, else the equal-count one.
-  if (b.complete && kk_complete_fits(p.num_items(), p.num_ranks())) {
-    s.consider(karmarkar_karp(p.input(), true), balance_method::kk);
+  if (kk_complete_fits(p.num_items(), p.num_ranks())) {
+    s.consider(karmarkar_karp(p.input(), true), b.name);
   } else {
-    s.consider(karmarkar_karp(p.input()), balance_method::kk_equal);
+    s.consider(karmarkar_karp(p.input()), balancers::karmarkar_karp_equal::name);
   }
   if (b.refine) s.refine_best();
-  return s.finish(b.complete ? balance_method::kk : balance_method::kk_equal);
+  return s.finish(b.name);
+}
+
+template <class C>
+builtin_outcome<cost_type_t<C>> search(const balancers::karmarkar_karp_equal& b,
+                                       const balance_problem<C>& p) {
+  check_builtin(b, p);
+  plan_search<C> s(p, b.refine_budget);
+  s.consider(karmarkar_karp(p.input()), b.name);
+  if (b.refine) s.refine_best();
+  return s.finish(b.name);
 }
 
 template <class C>
@@ -178,9 +190,9 @@ builtin_outcome<cost_type_t<C>> search(const balancers::exact& b, const balance_
   plan_search<C> s(p, -1);
   auto r = exact_search(p.input(), p.cost_model(), b.node_budget);
   s.set_infeasible(r.complete && !r.assignment);
-  s.consider(std::move(r.assignment), balance_method::exact);
+  s.consider(std::move(r.assignment), b.name);
   s.set_proven(r.complete && s.found());
-  return s.finish(balance_method::exact, /*refine_fallback=*/false);
+  return s.finish(b.name, /*refine_fallback=*/false);
 }
 
 template <class C>
@@ -190,9 +202,9 @@ builtin_outcome<cost_type_t<C>> search(const balancers::padded_exact& b,
   plan_search<C> s(p, b.refine_budget);
   auto r = padded_optimal(p.input(), p.cost_model());
   s.set_infeasible(r.optimal && !r.assignment);
-  s.consider(std::move(r.assignment), balance_method::padded_exact);
+  s.consider(std::move(r.assignment), b.name);
   s.set_proven(r.optimal && s.found());
-  return s.finish(balance_method::padded_exact);
+  return s.finish(b.name);
 }
 
 template <class C>
@@ -206,10 +218,10 @@ builtin_outcome<cost_type_t<C>> search(const balancers::automatic& b,
   if (p.policy().is_padded()) {
     auto r = padded_optimal(in, p.cost_model());
     s.set_infeasible(r.optimal && !r.assignment);
-    s.consider(std::move(r.assignment), balance_method::padded_exact);
+    s.consider(std::move(r.assignment), balancers::padded_exact::name);
     proven = r.optimal && s.found();
     if (!proven && !s.infeasible()) {
-      s.consider(lpt(in, p.cost_model()), balance_method::lpt);
+      s.consider(lpt(in, p.cost_model()), balancers::lpt::name);
       s.refine_best();
     }
   } else {
@@ -224,10 +236,11 @@ builtin_outcome<cost_type_t<C>> search(const balancers::automatic& b,
       } catch (const std::system_error&) {  // no thread to be had: kk runs here, as without
       }
     }
-    s.consider(lpt(in, p.cost_model()), balance_method::lpt);
+    s.consider(lpt(in, p.cost_model()), balancers::lpt::name);
     s.refine_best();
     if (!s.at_bound()) {
-      s.consider(kk_beside ? kk_beside->get() : karmarkar_karp(in), balance_method::kk_equal);
+      s.consider(kk_beside ? kk_beside->get() : karmarkar_karp(in),
+                 balancers::karmarkar_karp_equal::name);
       s.refine_best();
     }
     // Then the complete differencing (within its memory guard), refined in a copy: `consider`
@@ -236,7 +249,7 @@ builtin_outcome<cost_type_t<C>> search(const balancers::automatic& b,
       auto k = karmarkar_karp(in, true);
       if (k && satisfies(in, std::span<const rank_t>(*k))) {
         refine(in, p.cost_model(), *k, s.budget(), s.target());
-        s.consider(std::move(k), balance_method::kk);
+        s.consider(std::move(k), balancers::karmarkar_karp::name);
       }
     }
   }
@@ -244,12 +257,12 @@ builtin_outcome<cost_type_t<C>> search(const balancers::automatic& b,
     auto r = exact_search(in, p.cost_model(), b.exact_node_budget,
                           s.found() ? std::optional<cost_type_t<C>>(s.best_makespan())
                                     : std::nullopt);
-    s.consider(std::move(r.assignment), balance_method::exact);
+    s.consider(std::move(r.assignment), balancers::exact::name);
     proven = r.complete && s.found();
   }
   s.set_proven(proven);
   // Without a plan, the fallback is reported under lpt.
-  return s.finish(balance_method::lpt);
+  return s.finish(balancers::lpt::name);
 }
 
 
@@ -266,7 +279,7 @@ builtin_outcome<cost_type_t<C>> search(const balancers::locality& b,
   if (!satisfies(p.input(), std::span<const rank_t>(a))) return base;
   const auto m = assignment_makespan(p.input(), p.cost_model(), std::span<const rank_t>(a));
   if (m > target) return base;
-  return builtin_outcome<cost_type_t<C>>{balancer_plan{std::move(a), balance_method::locality}, m};
+  return builtin_outcome<cost_type_t<C>>{balancer_plan{std::move(a), b.name}, m};
 }
 
 }  // namespace orchmllm::detail

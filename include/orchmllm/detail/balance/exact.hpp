@@ -1,7 +1,7 @@
 #pragma once
 // Exact depth-first branch and bound over assignments, for any padding policy and every
-// constraint. Internal: reached through orchmllm::balance with balance_method::exact, and from
-// balance_method::automatic on small inputs. Meant for n up to about 20; the node budget bounds the
+// constraint. Internal: reached through orchmllm::balance with balancers::exact, and from
+// balancers::automatic on small inputs. Meant for n up to about 20; the node budget bounds the
 // work on anything larger.
 //
 // Search. Items are placed one by one in `in.order` (largest first, which makes loads grow fast

@@ -8,11 +8,11 @@
 //   joined subsets by sum descending, and put the result back; when one tuple is left, its i-th
 //   subset (in that final order) goes to rank i.
 // They differ in the starting tuples:
-//   - complete (`balance_method::kk`, the textbook multiway method of Karmarkar–Karp 1982 as
+//   - complete (`balancers::karmarkar_karp`, the textbook multiway method of Karmarkar–Karp 1982 as
 //     generalised by Korf): one tuple per item, (cost, 0, …, 0). n tuples of d sums: O(n · d)
 //     memory and n − 1 merges of O(d log d), so O(n · d log d) time; the façade runs it up to
 //     n · d = kk_complete_max_entries and the equal-count form above. Counts per rank are free.
-//   - equal-count (`balance_method::kk_equal`, the chunked "balanced" differencing of
+//   - equal-count (`balancers::karmarkar_karp_equal`, the chunked "balanced" differencing of
 //     Michiels–Korst–Aarts–van Leeuwen 2003): the canonical order (costs descending) cut into
 //     consecutive chunks of d items, the last padded with empty subsets; ⌈n/d⌉ tuples, so
 //     O(n + d) memory and O(n log n) time. Every subset takes exactly one item (or one padding

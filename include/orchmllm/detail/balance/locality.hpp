@@ -1,7 +1,7 @@
 #pragma once
 // Locality-aware balancing: start from the current placement (every item on its source rank)
 // and move only what is needed to bring every rank to a makespan target T and inside the
-// constraints. Internal: reached through `orchmllm::balance` with `balance_method::locality`, which
+// constraints. Internal: reached through `orchmllm::balance` with `balancers::locality`, which
 // sets T = automatic's makespan × (1 + tolerance), runs this, verifies the result and falls back
 // to automatic's plan when it misses T or a constraint (see balance/balancer.hpp).
 //

@@ -1,6 +1,6 @@
 #pragma once
 // The exact balancer for padded policies (rank load = count · cost(padded length of its longest
-// item)). Internal: reached through orchmllm::balance with balance_method::padded_exact (or
+// item)). Internal: reached through orchmllm::balance with balancers::padded_exact (or
 // automatic with a padded policy). The optimality proof is in docs/algorithms.md ("Padded
 // policies").
 //

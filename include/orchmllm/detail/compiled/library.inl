@@ -15,8 +15,9 @@ namespace orchmllm::detail {
 
 #define ORCHMLLM_DETAIL_DEFINE_ENTRY_POINTS(T)                                                   \
   balance_result<T> balance_compiled(const batch_layout& layout, cost_ref<T> cost,               \
-                                     padding_policy policy, const balance_options& options) {    \
-    return balance_impl(layout, cost, policy, options);                                          \
+                                     padding_policy policy, const any_balancer& b,               \
+                                     const constraints& limits) {                                \
+    return balance_with(layout, cost, policy, b, limits);                                        \
   }                                                                                              \
   balance_result<T> balance_custom_compiled(const batch_layout& layout, cost_ref<T> cost,        \
                                             padding_policy policy, const constraints& limits,   \
@@ -24,8 +25,8 @@ namespace orchmllm::detail {
     return balance_with(layout, cost, policy, b, limits);                                        \
   }                                                                                              \
   balancer_plan builtin_compiled(const balance_problem<cost_ref<T>>& p,                          \
-                                 const balance_options& o) {                                     \
-    return visit_balancer(o, [&](const auto& b) { return search(b, p).plan; });                  \
+                                 const any_balancer& b) {                                        \
+    return b.visit([&](const auto& x) { return search(x, p).plan; });                            \
   }                                                                                              \
   std::vector<T> rank_loads_compiled(const batch_layout& layout, cost_ref<T> cost,               \
                                      padding_policy policy) {                                    \

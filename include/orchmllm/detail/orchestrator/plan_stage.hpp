@@ -38,23 +38,27 @@ namespace detail {
 // (an encoder stage that splits), the stage is balanced by balance_split, the cut goes to
 // `*pieces`, and the plan, mapping and report are over the pieces. With `parallel` (and at
 // least `parallel_min_items` items) the report is computed on a thread of its own beside the
-// mapping, and automatic may run its kk beside its lpt (`balance_options::concurrent`, the same
-// plan): the report's figures are maxima and sums over
+// mapping, and automatic may run its kk beside its lpt (`balancers::automatic::concurrent`, the
+// same plan): the report's figures are maxima and sums over
 // ranks of what each bin holds (in canonical slot order either way), which the mapping only
 // permutes, so it reads the balanced plan and gives the mapped plan's figures.
 template <class Stage>
 rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const topology& topo,
                          stage_report& rep, bool parallel, const split_options* split = nullptr,
                          std::optional<piece_layout>* pieces = nullptr) {
-  balance_options opt = detail::stage_options(stage);
-  ORCHMLLM_REQUIRE(opt.node_of_rank.empty() ||
-                       opt.node_of_rank.size() == static_cast<std::size_t>(topo.num_ranks()),
-                   invalid_argument_error, "stage '", stage.name, "': node_of_rank has ",
-                   opt.node_of_rank.size(), " entries for ", topo.num_ranks(), " ranks");
-  if (opt.method == balance_method::locality && opt.node_of_rank.empty())
-    opt.node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
-  // Parallel planning may start automatic's kk beside its lpt (the same plan).
-  opt.concurrent = opt.concurrent || parallel;
+  // A built-in balancer, with the topology's nodes for a locality balancer that names none and,
+  // planning in parallel, automatic's kk beside its lpt (the same plan).
+  any_balancer builtin = stage.balancer.builtin() ? *stage.balancer.builtin() : any_balancer{};
+  if (auto* loc = builtin.get_if<balancers::locality>()) {
+    ORCHMLLM_REQUIRE(loc->node_of_rank.empty() ||
+                         loc->node_of_rank.size() == static_cast<std::size_t>(topo.num_ranks()),
+                     invalid_argument_error, "stage '", stage.name, "': node_of_rank has ",
+                     loc->node_of_rank.size(), " entries for ", topo.num_ranks(), " ranks");
+    if (loc->node_of_rank.empty())
+      loc->node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
+    loc->base.concurrent = loc->base.concurrent || parallel;
+  }
+  if (auto* a = builtin.get_if<balancers::automatic>()) a->concurrent = a->concurrent || parallel;
   // Balance in the model's own computation type (exact integers for integral models); the
   // report carries the figures as double.
   mapping_result mapped = stage.cost.visit([&](const auto& cost) {
@@ -74,13 +78,13 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
     std::optional<Cost> split_bound;
     const auto balanced = [&] {
       if (split) {
-        auto s = balance_split(layout, cost, stage.policy, opt, *split);
+        auto s = balance_split(layout, cost, stage.policy, builtin, stage.limits, *split);
         *pieces = std::move(s.pieces);
         split_bound = s.lower_bound;
         return std::move(s.balance);
       }
-      return stage.balancer.custom() ? balance(layout, cost, stage.policy, custom, opt.limits)
-                                     : balance(layout, cost, stage.policy, opt);
+      return stage.balancer.custom() ? balance(layout, cost, stage.policy, custom, stage.limits)
+                                     : balance(layout, cost, stage.policy, builtin, stage.limits);
     }();
     const batch_layout& units = split ? (*pieces)->layout() : layout;
     const std::span<const std::int64_t> bytes = units.item_bytes();
@@ -93,7 +97,7 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
     const auto report = [&] {
       auto t = std::chrono::steady_clock::now();
       auto stats = detail::with_normal_cost(cost, [&](const auto& c) {
-        return detail::compute_statistics_impl(units, balanced.plan, c, stage.policy, opt.limits,
+        return detail::compute_statistics_impl(units, balanced.plan, c, stage.policy, stage.limits,
                                                std::optional<Cost>(known_bound));
       });
       rep.report_seconds = lap(t);
@@ -101,36 +105,28 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
     };
     auto beside = beside_map ? std::async(std::launch::async, report)
                            : std::future<std::invoke_result_t<decltype(report)>>{};
-    // A custom mapper (the application's, GLPK's) runs behind the stage's std::function; every
-    // other stage maps by its method (a built-in mapper object's, or `mapping`), and so does a
-    // built-in object tuned by its knob (`stage_mapper::tuned`, run behind the std::function:
-    // the same code as its method's with its own knob). A built-in mapping of a stage without
-    // items is skipped: any bijection gives the same empty plan and moves nothing (and it would
-    // still cost O(d + N · G³) at scale); so is one whose bins stay home (below).
-    // The problem's worst-node bound (mapping_result::worst_node_bytes_lower_bound) is not part
-    // of a stage report, so only the method that reads it, `bottleneck` (its stopping test),
-    // gets it: through map_bins, as the application would call it. The other built-in methods
-    // never read it and skip its O(d + nnz) pass; their ranks are the same either way.
+    // A custom mapper (the application's, GLPK's) runs behind the stage's std::function; a
+    // built-in one on the gathered problem. A built-in mapping of a stage without items is
+    // skipped: any bijection gives the same empty plan and moves nothing (and it would still
+    // cost O(d + N · G³) at scale); so is one whose bins stay home (below). The problem's
+    // worst-node bound (mapping_result::worst_node_bytes_lower_bound) is not part of a stage
+    // report, so only the mapper that reads it, `bottleneck` (its stopping test), gets it:
+    // through map_bins, as the application would call it. The other built-ins never read it
+    // and skip its O(d + nnz) pass; their ranks are the same either way.
     const auto map = [&] {
-      const std::optional<mapping_method>& tuned = stage.mapper.tuned();
-      if (stage.mapper.custom() && !tuned)
-        return map_bins(balanced.plan, bytes, topo, stage.mapper);
+      const any_mapper* m = stage.mapper.builtin();
+      if (!m) return map_bins(balanced.plan, bytes, topo, stage.mapper);
       if (units.num_items() == 0) {
         mapping_result empty;
         empty.plan = balanced.plan;
         return empty;
       }
       // Bins that already sit on their own ranks (an already balanced stage): every built-in
-      // method returns bin b → rank b, its unique optimum (detail::stays_home).
+      // mapper returns bin b → rank b, its unique optimum (detail::stays_home).
       if (detail::stays_home(balanced.plan, bytes)) return detail::home_mapping(balanced.plan);
-      const mapping_method method = tuned ? *tuned : stage_mapping(stage);
-      if (method == mapping_method::bottleneck)
-        return tuned ? map_bins(balanced.plan, bytes, topo, stage.mapper)
-                     : map_bins(balanced.plan, bytes, topo, method);
+      if (m->get_if<mappers::bottleneck>()) return map_bins(balanced.plan, bytes, topo, *m);
       const auto problem = detail::build_mapping_problem(balanced.plan, bytes, topo, false);
-      auto ranks = tuned ? stage.mapper(bin_mapping_problem(problem))
-                         : detail::builtin_rank_of_bin(problem, method, 0);
-      return detail::result_from_ranks(problem, std::move(ranks));
+      return detail::result_from_ranks(problem, detail::rank_of_bin(problem, *m));
     };
     auto m = map();
     rep.map_seconds = lap(t0);

@@ -3,7 +3,7 @@
 /// ε-optimal sparse transportation by auction: the same problem as min_cost_flow.hpp (assign d
 /// unit bins to N nodes, node m taking exactly capacity[m] of them, maximising Σ profit[b][node
 /// (b)] over the sparse positive profits) in near-linear time instead of d shortest paths.
-/// Internal (namespace detail); the public façade is `mapping_method::auction` in
+/// Internal (namespace detail); the public façade is `mappers::auction` in
 /// orchmllm/topology/mapping.hpp.
 ///
 /// Method: Bertsekas' forward auction for an asymmetric assignment, with each node one object

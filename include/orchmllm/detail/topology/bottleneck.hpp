@@ -2,7 +2,7 @@
 /// @file bottleneck.hpp
 /// Header-only local search for the `bottleneck` mapping: improves a bin → node assignment on
 /// F = max over nodes of max(egress_m, ingress_m) (see mapping_problem.hpp for the figures).
-/// Internal: used by `map_bins(..., mapping_method::bottleneck)` and as the GLPK backend's warm
+/// Internal: used by `map_bins(..., mappers::bottleneck{})` and as the GLPK backend's warm
 /// start.
 ///
 /// Move: swap two bins on different nodes (node capacities stay exact). Swapping b1 (on m1) with

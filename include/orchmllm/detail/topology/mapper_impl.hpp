@@ -1,8 +1,8 @@
 #pragma once
-// The bodies behind topology/mapping.hpp and topology/mapper.hpp (which include this file in
-// header-only mode; the compiled library defines them once): `map_bins(..., mapping_method)`,
-// the problem view, the built-in mapper types (both through detail::builtin_rank_of_bin, one
-// code) and `map_bins` with a mapper. Internal.
+// The bodies behind topology/mapping.hpp and topology/mapper.hpp (mapping.hpp includes this file
+// in header-only mode; the compiled library defines them once): `map_bins` with a built-in
+// mapper, the problem view, the built-in mapper types (both through detail::rank_of_bin, one
+// code) and `map_bins` with the application's mapper. Internal.
 
 #include <cstddef>
 #include <cstdint>
@@ -24,37 +24,41 @@ namespace orchmllm {
 
 namespace detail {
 
-// The rank of every bin under a built-in method: what `map_bins(..., method)` and the mapper
-// types of topology/mapper.hpp (mappers::identity, transport, bottleneck, auction) compute, one
-// code for both. `step_budget`: the bottleneck local search's swap budget; `tolerance`: the
-// auction's.
-inline std::vector<rank_t> builtin_rank_of_bin(
-    const mapping_problem& problem, mapping_method method, std::int64_t step_budget,
-    double tolerance = mappers::auction::default_tolerance) {
-  if (method == mapping_method::identity) {
-    std::vector<rank_t> ranks(static_cast<std::size_t>(problem.num_bins()));
-    std::iota(ranks.begin(), ranks.end(), rank_t{0});
-    return ranks;
-  }
-  if (method == mapping_method::auction)
-    return place_on_gpus(problem,
-                         solve_transport_auction(problem.by_node, problem.capacity, tolerance));
+// The rank of every bin under a built-in mapper, on the gathered problem: what `map_bins` with
+// a built-in and the mapper types' call operators compute, one code for both.
+inline std::vector<rank_t> rank_of_bin(const mapping_problem& problem, const mappers::identity&) {
+  std::vector<rank_t> ranks(static_cast<std::size_t>(problem.num_bins()));
+  std::iota(ranks.begin(), ranks.end(), rank_t{0});
+  return ranks;
+}
+inline std::vector<rank_t> rank_of_bin(const mapping_problem& problem,
+                                       const mappers::transport&) {
+  return place_on_gpus(problem, solve_transport(problem.by_node, problem.capacity));
+}
+inline std::vector<rank_t> rank_of_bin(const mapping_problem& problem,
+                                       const mappers::bottleneck& m) {
+  const std::int64_t budget =
+      m.step_budget == -1 ? bottleneck_step_budget(problem.num_bins()) : m.step_budget;
   auto node_of_bin = solve_transport(problem.by_node, problem.capacity);
-  if (method == mapping_method::bottleneck)
-    bottleneck_local_search(problem, node_of_bin, step_budget);
+  bottleneck_local_search(problem, node_of_bin, budget);
   return place_on_gpus(problem, node_of_bin);
+}
+inline std::vector<rank_t> rank_of_bin(const mapping_problem& problem, const mappers::auction& m) {
+  check_auction_tolerance(m.tolerance);
+  return place_on_gpus(problem,
+                       solve_transport_auction(problem.by_node, problem.capacity, m.tolerance));
+}
+inline std::vector<rank_t> rank_of_bin(const mapping_problem& problem, const any_mapper& m) {
+  return m.visit([&](const auto& x) { return rank_of_bin(problem, x); });
 }
 
 }  // namespace detail
 
 ORCHMLLM_FUNC mapping_result map_bins(const rearrangement& binned,
                                       std::span<const std::int64_t> item_bytes,
-                                      const topology& topo, mapping_method method) {
+                                      const topology& topo, const any_mapper& m) {
   const auto problem = detail::build_mapping_problem(binned, item_bytes, topo);
-  return detail::result_from_ranks(
-      problem,
-      detail::builtin_rank_of_bin(problem, method,
-                                  detail::bottleneck_step_budget(topo.num_ranks())));
+  return detail::result_from_ranks(problem, detail::rank_of_bin(problem, m));
 }
 
 ORCHMLLM_FUNC bin_mapping_problem::bin_mapping_problem(const detail::mapping_problem& p) noexcept
@@ -117,25 +121,22 @@ bin_mapping_problem::evaluate(std::span<const rank_t> rank_of_bin) const {
 
 ORCHMLLM_FUNC std::vector<rank_t> mappers::identity::operator()(
     const bin_mapping_problem& p) const {
-  return detail::builtin_rank_of_bin(p.internal(), method(), 0);
+  return detail::rank_of_bin(p.internal(), *this);
 }
 
 ORCHMLLM_FUNC std::vector<rank_t> mappers::transport::operator()(
     const bin_mapping_problem& p) const {
-  return detail::builtin_rank_of_bin(p.internal(), method(), 0);
+  return detail::rank_of_bin(p.internal(), *this);
 }
 
 ORCHMLLM_FUNC std::vector<rank_t> mappers::bottleneck::operator()(
     const bin_mapping_problem& p) const {
-  const std::int64_t budget =
-      step_budget == -1 ? detail::bottleneck_step_budget(p.num_bins()) : step_budget;
-  return detail::builtin_rank_of_bin(p.internal(), method(), budget);
+  return detail::rank_of_bin(p.internal(), *this);
 }
 
 ORCHMLLM_FUNC std::vector<rank_t> mappers::auction::operator()(
     const bin_mapping_problem& p) const {
-  detail::check_auction_tolerance(tolerance);
-  return detail::builtin_rank_of_bin(p.internal(), method(), 0, tolerance);
+  return detail::rank_of_bin(p.internal(), *this);
 }
 
 }  // namespace orchmllm
