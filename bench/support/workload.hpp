@@ -4,10 +4,11 @@
 ///
 /// Two generators:
 ///  * `lognormal_layout`: d ranks × k items, lengths LN(mu, sigma) clipped to [lo, hi] — the
-///    classic balancer benchmark input (anchors.md: mu 7, sigma 1, clip [16, 32768]).
+///    classic balancer benchmark input (mu 7, sigma 1, clip [16, 32768]).
 ///  * `make_multimodal_batch`: a small tri-modal global batch (text, images, audio) with the
-///    shapes of /work/shared/reference/workloads.md §1, §2, §4, §6 and §8 (`vl-sft`-like images,
-///    LibriSpeech-like audio), exposed as one `batch_layout` per training stage.
+///    shapes of the benchmark workloads (bench/support/workloads.hpp, whose file comment gives
+///    the published sources: `vl-sft`-like images, LibriSpeech-like audio), exposed as one
+///    `batch_layout` per training stage.
 ///
 /// Determinism: every number comes from std::mt19937_64 (whose output sequence the C++ standard
 /// fixes) through our own conversions — 53-bit uniforms and Box–Muller normals — never through
@@ -72,7 +73,7 @@ class random_source {
   double normal(double mean, double sd) noexcept { return mean + sd * normal(); }
   /// Lognormal exp(mu + sigma·z).
   double lognormal_mu(double mu, double sigma) noexcept { return std::exp(mu + sigma * normal()); }
-  /// Lognormal with the given median (workloads.md's LN(median, sigma)).
+  /// Lognormal with the given median (LN(median, sigma), as workloads.hpp writes its shapes).
   double lognormal_median(double median, double sigma) noexcept {
     return median * std::exp(sigma * normal());
   }
@@ -149,7 +150,7 @@ struct sample {
   }
 };
 
-/// Knobs of `make_multimodal_batch` (defaults: workloads.md).
+/// Knobs of `make_multimodal_batch` (defaults: the shapes of workloads.hpp).
 struct multimodal_spec {
   std::int64_t ranks = 2560;             ///< DP ranks d
   std::int64_t samples_per_rank = 8;     ///< samples each rank draws
@@ -202,7 +203,7 @@ inline std::pair<std::int64_t, std::int64_t> qwen2vl_smart_resize(double height,
   return {static_cast<std::int64_t>(h), static_cast<std::int64_t>(w)};
 }
 
-/// One COCO-like image (workloads.md §4): pixels LN(244K, 0.23)[40K, 640K]; h/w ratio 72 %
+/// One COCO-like image (workloads.hpp, image resolutions): pixels LN(244K, 0.23)[40K, 640K]; h/w ratio 72 %
 /// LN(0.71, 0.06), 25 % LN(1.40, 0.06), 3 % U(0.3, 3); then the Qwen2-VL resize.
 inline image_item draw_image(random_source& rng, const multimodal_spec& spec) {
   const double px = std::clamp(rng.lognormal_median(244'000.0, 0.23), 40'000.0, 640'000.0);
@@ -223,7 +224,7 @@ inline image_item draw_image(random_source& rng, const multimodal_spec& spec) {
   return im;
 }
 
-/// One LibriSpeech-like clip (workloads.md §6): 20 % U(1, 12) s + 80 % N(14.3, 1.9) s, clipped
+/// One LibriSpeech-like clip (workloads.hpp, audio): 20 % U(1, 12) s + 80 % N(14.3, 1.9) s, clipped
 /// to [1, 35] s; Whisper windows of 30 s (1500 positions each); 25 LLM tokens per second.
 inline audio_item draw_audio(random_source& rng) {
   const double s = rng.bernoulli(0.2) ? rng.uniform(1.0, 12.0) : rng.normal(14.3, 1.9);
@@ -238,7 +239,7 @@ inline audio_item draw_audio(random_source& rng) {
 
 /// One sample. With probability `audio_fraction` an ASR-style audio sample (one clip, text =
 /// 2.6 tokens per second of speech + a 20-token prompt, no image); otherwise a `vl-sft` sample
-/// (workloads.md §8.1): 6 % text-only LN(700, 0.9)[50, 2048]; 63 % one image + LN(90, 0.6)
+/// (workloads.hpp, `vl-sft`): 6 % text-only LN(700, 0.9)[50, 2048]; 63 % one image + LN(90, 0.6)
 /// [20, 1500]; 24 % one image + LN(250, 0.5)[40, 1500]; 7 % 2–8 images (uniform) + LN(150, 0.6)
 /// [20, 1500].
 inline sample draw_sample(random_source& rng, const multimodal_spec& spec) {

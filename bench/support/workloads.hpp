@@ -111,7 +111,7 @@ namespace orchmllm::bench {
 // Names, modalities, row widths, options
 // ---------------------------------------------------------------------------------------------
 
-/// The four workloads of workloads.md §8.
+/// The four benchmark workloads (see the file comment).
 enum class workload_name : std::uint8_t { vl_sft, omni_pretrain, video_heavy, audio_asr };
 
 /// "vl-sft", "omni-pretrain", "video-heavy", "audio-asr". O(1), never throws.

@@ -16,7 +16,7 @@
 // item bytes. Target (issue 4): transport at d = 2560 in under 50 ms on one core.
 //
 // Second family, the results table of docs/results.md: BM_vision/<row>/<d>, the vision stage of
-// bench/support/workload.hpp's `make_multimodal_batch` (workloads.md images: Qwen2-VL dynamic
+// bench/support/workload.hpp's `make_multimodal_batch` (COCO-like images, bench/support/workloads.hpp: Qwen2-VL dynamic
 // resolution, 8 samples per rank, seed 1; bytes = ViT patches × 1176 B of bf16 pixels; cost =
 // ViT-600M-like transformer FLOPs, packed), 8 GPUs per node. Rows:
 //   identity / transport / bottleneck:  balance(auto) + map_bins(method);
