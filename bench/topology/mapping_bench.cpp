@@ -16,13 +16,13 @@
 // item bytes. Target (issue 4): transport at d = 2560 in under 50 ms on one core.
 //
 // Second family, the results table of docs/results.md: BM_vision/<row>/<d>, the vision stage of
-// bench/support/workload.hpp's `make_multimodal_batch` (COCO-like images, bench/support/workloads.hpp: Qwen2-VL dynamic
-// resolution, 8 samples per rank, seed 1; bytes = ViT patches × 1176 B of bf16 pixels; cost =
+// bench/support/workload.hpp's `make_multimodal_batch` (COCO-like images through Qwen2-VL's
+// dynamic resolution, bench/support/workloads.hpp; 8 samples per rank, seed 1; bytes = ViT patches × 1176 B of bf16 pixels; cost =
 // ViT-600M-like transformer FLOPs, packed), 8 GPUs per node. Rows:
-//   identity / transport / bottleneck:  balance(auto) + map_bins(method);
-//   bottleneck_glpk (GLPK builds only): balance(auto) + glpk::map_bins_bottleneck (10 s limit);
+//   identity / transport / bottleneck:  balance(automatic) + map_bins(mapper);
+//   bottleneck_glpk (GLPK builds only): balance(automatic) + glpk::map_bins_bottleneck (10 s limit);
 //   locality:  balance(locality, tolerance 0.001, node map) + map_bins(transport);
-//   auction:   balance(auto) + map_bins(auction) (transport to within 1 % of U).
+//   auction:   balance(automatic) + map_bins(auction) (transport to within 1 % of U).
 // Also at d = 10,240 and 40,960 (identity / transport / auction side by side).
 // Time = the whole planner (balance + mapping), CPU time of one core. Counters: inter_node,
 // inter_lb (no mapping of auto's bins does better), worst_node (max over nodes of egress /
