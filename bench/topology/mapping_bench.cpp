@@ -13,14 +13,16 @@
 // of gathering bytes and building the plan, without the solver).
 // Counters: inter_node = inter-node bytes of the result, identity_inter = those of identity,
 // lower_bound = Σ_b (W_b − max_m w[b][m]), moved = bytes that leave their rank, total = all
-// item bytes. Target (issue 4): transport at d = 2560 in under 50 ms on one core.
+// item bytes. Target: transport at d = 2560 in under 50 ms on one core.
 //
 // Second family, the results table of docs/results.md: BM_vision/<row>/<d>, the vision stage of
 // bench/support/workload.hpp's `make_multimodal_batch` (COCO-like images through Qwen2-VL's
-// dynamic resolution, bench/support/workloads.hpp; 8 samples per rank, seed 1; bytes = ViT patches × 1176 B of bf16 pixels; cost =
-// ViT-600M-like transformer FLOPs, packed), 8 GPUs per node. Rows:
+// dynamic resolution, bench/support/workloads.hpp; 8 samples per rank, seed 1; bytes = ViT
+// patches × 1176 B of bf16 pixels; cost = ViT-600M-like transformer FLOPs, packed), 8 GPUs per
+// node. Rows:
 //   identity / transport / bottleneck:  balance(automatic) + map_bins(mapper);
-//   bottleneck_glpk (GLPK builds only): balance(automatic) + glpk::map_bins_bottleneck (10 s limit);
+//   bottleneck_glpk (GLPK builds only): balance(automatic) + glpk::map_bins_bottleneck (10 s
+//                    limit);
 //   locality:  balance(locality, tolerance 0.001, node map) + map_bins(transport);
 //   auction:   balance(automatic) + map_bins(auction) (transport to within 1 % of U).
 // Also at d = 10,240 and 40,960 (identity / transport / auction side by side).
