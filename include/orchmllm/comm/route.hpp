@@ -247,13 +247,6 @@ class route {
   std::uint64_t fingerprint_ = 0;
 };
 
-}  // namespace orchmllm
-
-// The out-of-class definitions of `route` (route::build), in their own file.
-#include "orchmllm/detail/comm/route_build.hpp"  // IWYU pragma: export
-
-namespace orchmllm {
-
 /// Optional communicator capability: `all_to_allv_gather(in, segments, send_counts,
 /// send_displs, recv, recv_counts, recv_displs)` performs the all_to_allv whose send buffer is
 /// the gather of `segments` from `in` without materialising it, and returns false (on every
@@ -278,118 +271,13 @@ concept agreed_gathering_communicator =
       { c.all_to_allv_gather(in, s, v, v, out, v, v, a) } -> std::same_as<bool>;
     };
 
-namespace detail {
-
-// Why a rank cannot run its route; agreed before anything moves (see `execute`).
-enum class route_fault : std::int64_t {
-  none = 0,
-  wrong_rank,     // the route was built for another rank or group size
-  scratch,        // the mover could not provide the scratch buffers
-  receive,        // the caller could not allocate the receive buffer (dispatch)
-  build,          // building the route failed on this rank only (out of memory)
-  buffers,        // the caller's buffers do not have the route's sizes (dispatch along a route)
-  payload,        // the caller's payload is invalid or not the route's input size
-  row_width,      // the payload's row width does not divide the items the route delivers
+/// Optional communicator capability: `mover()` returns the `byte_mover` of the
+/// communicator's payload memory (the NCCL communicators: a `cuda::device_mover` on their
+/// stream), which `agree_on_routes` and `dispatch` along a route use when given no mover.
+template <class C>
+concept mover_providing_communicator = communicator<C> && requires(C& c) {
+  requires byte_mover<std::remove_reference_t<decltype(c.mover())>>;
 };
-
-// The buffers one hop reads from and writes to: a scratch slot (0 or 1) or -1 for the caller's
-// input (send) / output (receive). `gathered`: the communicator sends straight from the
-// current buffer (`all_to_allv_gather`); otherwise a pack copy goes into the other slot unless
-// the current buffer already is grouped by peer. The receive slot is never the send slot.
-struct hop_slots {
-  int send;
-  int recv;
-};
-inline hop_slots slots_of_hop(const route& r, std::size_t i, int cur, bool gathered) noexcept {
-  const auto other = [](int s) { return s == 0 ? 1 : 0; };
-  const bool into_out = i + 1 == r.hops().size() && r.unpack_identity();
-  const int send = gathered || r.hops()[i].pack_identity ? cur : other(cur);
-  return {send, into_out ? -1 : other(send)};
-}
-
-// Bytes each scratch slot needs when every hop takes the same path (`gathered` or not).
-inline std::array<std::int64_t, 2> scratch_needs(const route& r, bool gathered) noexcept {
-  std::array<std::int64_t, 2> need{0, 0};
-  int cur = -1;
-  for (std::size_t i = 0; i < r.hops().size(); ++i) {
-    const auto& h = r.hops()[i];
-    const auto s = slots_of_hop(r, i, cur, gathered);
-    if (s.send != cur) need[static_cast<std::size_t>(s.send)] =
-        std::max(need[static_cast<std::size_t>(s.send)], h.send_bytes);
-    if (s.recv >= 0) need[static_cast<std::size_t>(s.recv)] =
-        std::max(need[static_cast<std::size_t>(s.recv)], h.recv_bytes);
-    cur = s.recv;
-  }
-  return need;
-}
-
-// What `execute` reserves per slot before its agreement. Without the datatype path: exactly
-// the packing path's needs. With it, each hop takes the datatype path or (when its counts do
-// not fit MPI's int) packs, so a single hop needs the larger of the two pure paths, and with
-// several hops, which may mix paths, either slot may hold any hop's buffer: the largest hop.
-inline std::array<std::int64_t, 2> scratch_reservation(const route& r, bool gathering) noexcept {
-  auto need = scratch_needs(r, false);
-  if (!gathering) return need;
-  if (r.hops().size() >= 2) {
-    std::int64_t largest = 0;
-    for (const auto& h : r.hops()) largest = std::max({largest, h.send_bytes, h.recv_bytes});
-    return {largest, largest};
-  }
-  const auto g = scratch_needs(r, true);
-  return {std::max(need[0], g[0]), std::max(need[1], g[1])};
-}
-
-inline std::string describe_route_fault(std::int64_t fault, std::int64_t a, std::int64_t b) {
-  switch (static_cast<route_fault>(fault)) {
-    case route_fault::wrong_rank:
-      return concat("its route was built for rank ", a, " of ", b);
-    case route_fault::scratch:
-      return concat("it could not allocate its scratch buffers (", a, " and ", b, " bytes)");
-    case route_fault::receive:
-      return concat("it could not allocate its receive buffer (", a, " bytes)");
-    case route_fault::build:
-      return "it ran out of memory building its route";
-    case route_fault::buffers:
-      return concat("its buffers hold ", a, " input and ", b,
-                    " output bytes, not what its route moves");
-    case route_fault::payload:
-      return concat("its payload is invalid or holds ", a, " bytes where its route moves ", b);
-    case route_fault::row_width:
-      return concat("its payload's row width of ", a,
-                    " bytes does not divide the items its route delivers (a route built for "
-                    "another width?)");
-    case route_fault::none: break;
-  }
-  return "?";
-}
-
-// Collective, before any payload moves: every rank learns whether some rank has a fault or
-// runs a route of another exchange (fingerprints differ), and then all raise the same
-// communication_error, naming the first rank at fault. One `all_max` of three values when all
-// is well; one all_gather of 32 bytes per rank more when it is not.
-template <communicator Comm>
-void agree_on_route(Comm& comm, std::uint64_t fingerprint, route_fault fault, std::int64_t a,
-                    std::int64_t b) {
-  const auto key = std::bit_cast<std::int64_t>(fingerprint);
-  std::array<std::int64_t, 3> v{fault == route_fault::none ? 0 : 1, key, ~key};
-  all_max(comm, std::span<std::int64_t>(v));
-  if (v[0] == 0 && v[1] == ~v[2]) return;
-  std::array<std::int64_t, 4> mine{static_cast<std::int64_t>(fault), a, b, key};
-  const auto all = orchmllm::all_gather(comm, mine);
-  for (std::size_t r = 0; r < all.size(); ++r)
-    if (all[r][0] != 0)
-      raise<communication_error>(concat("rank ", r, " cannot take part in the exchange: ",
-                                        describe_route_fault(all[r][0], all[r][1], all[r][2])));
-  for (std::size_t r = 1; r < all.size(); ++r)
-    if (all[r][3] != all[0][3])
-      raise<communication_error>(concat(
-          "ranks run routes of different exchanges: rank 0's route has fingerprint ",
-          std::bit_cast<std::uint64_t>(all[0][3]), ", rank ", r, "'s has ",
-          std::bit_cast<std::uint64_t>(all[r][3]),
-          " (built from another plan, other item sizes, nodes or schedule: a stale route?)"));
-}
-
-}  // namespace detail
 
 /// Runs `r` on this rank: `in` holds the rank's source items in slot order (`r.input_bytes()`
 /// bytes), `out` receives its destination items in slot order (`r.output_bytes()` bytes); both
@@ -411,171 +299,6 @@ void agree_on_route(Comm& comm, std::uint64_t fingerprint, route_fault fault, st
 template <communicator Comm, byte_mover Mover>
 void execute(Comm& comm, const route& r, const std::byte* in, std::byte* out, Mover& mover);
 
-namespace detail {
-
-// `execute` with a fault this rank already has (dispatch's receive allocation), agreed with the
-// rest. `agree` false (a route whose agreement was done once for the step, `agree_on_routes`):
-// no collective besides the hops' all-to-alls; a fault is raised on this rank alone.
-template <communicator Comm, byte_mover Mover>
-void execute_route(Comm& comm, const route& r, const std::byte* in, std::byte* out,
-                   Mover& mover, route_fault fault = route_fault::none, std::int64_t fault_a = 0,
-                   std::int64_t fault_b = 0, bool agree = true) {
-  constexpr bool gathering = gathering_communicator<Comm>;
-  if (fault == route_fault::none && (comm.rank() != r.rank() || comm.size() != r.num_ranks())) {
-    fault = route_fault::wrong_rank;
-    fault_a = r.rank();
-    fault_b = r.num_ranks();
-  }
-  if (fault == route_fault::none) {
-    // Reserve both slots up front for every path the hops may take, so no allocation can fail
-    // on one rank in the middle of the exchange (movers reuse a large enough buffer).
-    const auto need = scratch_reservation(r, gathering);
-    try {
-      for (int slot = 0; slot < 2; ++slot)
-        if (need[static_cast<std::size_t>(slot)] > 0)
-          (void)mover.scratch(slot, need[static_cast<std::size_t>(slot)]);
-    } catch (const std::bad_alloc&) {
-      fault = route_fault::scratch;
-    } catch (const error&) {
-      fault = route_fault::scratch;
-    }
-    if (fault != route_fault::none) {
-      fault_a = need[0];
-      fault_b = need[1];
-    }
-  }
-  if (agree) {
-    agree_on_route(comm, r.fingerprint(), fault, fault_a, fault_b);
-  } else if (fault != route_fault::none) {
-    raise<communication_error>(concat("rank ", comm.rank(), " cannot take part in the exchange: ",
-                                      describe_route_fault(static_cast<std::int64_t>(fault),
-                                                           fault_a, fault_b),
-                                      " (unchecked dispatch: its peers were not told)"));
-  }
-
-  const std::byte* cur = in;
-  int cur_slot = -1;  // -1: the caller's input
-  const auto hops = r.hops();
-  auto buffer = [&](int slot, std::int64_t bytes) -> std::byte* {
-    return slot < 0 ? out : mover.scratch(slot, bytes);
-  };
-  for (std::size_t i = 0; i < hops.size(); ++i) {
-    const auto& h = hops[i];
-    if constexpr (gathering) {
-      // The communicator sends straight from the current buffer (no pack copy) when it can.
-      // Every rank takes this call for every hop (an identity pack is one segment), so all
-      // ranks enter the same collective.
-      const auto s = slots_of_hop(r, i, cur_slot, true);
-      std::byte* recv = buffer(s.recv, h.recv_bytes);
-      bool sent = false;
-      if constexpr (agreed_gathering_communicator<Comm>) {
-        sent = agree ? comm.all_to_allv_gather(cur, h.pack, h.send_counts, h.send_displs, recv,
-                                               h.recv_counts, h.recv_displs)
-                     : comm.all_to_allv_gather(cur, h.pack, h.send_counts, h.send_displs, recv,
-                                               h.recv_counts, h.recv_displs, h.group);
-      } else {
-        sent = comm.all_to_allv_gather(cur, h.pack, h.send_counts, h.send_displs, recv,
-                                       h.recv_counts, h.recv_displs);
-      }
-      if (sent) {
-        cur = recv;
-        cur_slot = s.recv;
-        continue;
-      }
-    }
-    const auto s = slots_of_hop(r, i, cur_slot, false);
-    const std::byte* send = cur;
-    if (s.send != cur_slot) {
-      std::byte* buf = mover.scratch(s.send, h.send_bytes);
-      mover.gather(cur, buf, h.pack);
-      send = buf;
-    }
-    std::byte* recv = buffer(s.recv, h.recv_bytes);
-    if constexpr (agreed_exchange_communicator<Comm>) {
-      if (!agree) {
-        comm.all_to_allv(send, h.send_counts, h.send_displs, recv, h.recv_counts, h.recv_displs,
-                         h.group);
-      } else {
-        comm.all_to_allv(send, h.send_counts, h.send_displs, recv, h.recv_counts, h.recv_displs);
-      }
-    } else {
-      comm.all_to_allv(send, h.send_counts, h.send_displs, recv, h.recv_counts, h.recv_displs);
-    }
-    cur = recv;
-    cur_slot = s.recv;
-  }
-  if (!r.unpack_identity()) mover.gather(cur, out, r.unpack());
-}
-
-}  // namespace detail
-
-template <communicator Comm, byte_mover Mover>
-void execute(Comm& comm, const route& r, const std::byte* in, std::byte* out, Mover& mover) {
-  detail::execute_route(comm, r, in, out, mover);
-}
-
-namespace detail {
-
-// One digest of several routes' fingerprints, in order.
-inline std::uint64_t routes_digest(std::span<const route> routes) noexcept {
-  fnv digest;
-  digest.mix(static_cast<std::uint64_t>(routes.size()));
-  for (const auto& r : routes) digest.mix(r.fingerprint());
-  return digest.h;
-}
-
-// What the two scratch slots need for every one of `routes` (see `scratch_reservation`).
-inline std::array<std::int64_t, 2> scratch_reservation(std::span<const route> routes,
-                                                       bool gathering) noexcept {
-  std::array<std::int64_t, 2> need{0, 0};
-  for (const auto& r : routes) {
-    const auto n = scratch_reservation(r, gathering);
-    need = {std::max(need[0], n[0]), std::max(need[1], n[1])};
-  }
-  return need;
-}
-
-// Asks `mover` for both slots at their `need`; what it throws escapes.
-template <byte_mover Mover>
-void reserve_scratch(Mover& mover, const std::array<std::int64_t, 2>& need) {
-  for (int slot = 0; slot < 2; ++slot)
-    if (need[static_cast<std::size_t>(slot)] > 0)
-      (void)mover.scratch(slot, need[static_cast<std::size_t>(slot)]);
-}
-
-template <communicator Comm, class Mover>
-void agree_on_routes(Comm& comm, std::span<const route> routes, Mover* mover) {
-  auto fault = route_fault::none;
-  std::int64_t a = 0, b = 0;
-  for (const auto& r : routes) {
-    if (r.rank() != comm.rank() || r.num_ranks() != comm.size()) {
-      fault = route_fault::wrong_rank;
-      a = r.rank();
-      b = r.num_ranks();
-      break;
-    }
-  }
-  if constexpr (!std::is_same_v<Mover, void>) {
-    if (fault == route_fault::none && mover != nullptr) {
-      const auto need = scratch_reservation(routes, gathering_communicator<Comm>);
-      try {
-        reserve_scratch(*mover, need);
-      } catch (const std::bad_alloc&) {
-        fault = route_fault::scratch;
-      } catch (const error&) {
-        fault = route_fault::scratch;
-      }
-      if (fault == route_fault::scratch) {
-        a = need[0];
-        b = need[1];
-      }
-    }
-  }
-  agree_on_route(comm, routes_digest(routes), fault, a, b);
-}
-
-}  // namespace detail
-
 /// Collective, once per step: the ranks agree that they hold routes of the same exchanges in
 /// the same order (one digest of every route's `fingerprint()`: plan, item sizes, nodes and
 /// schedule), each built for its own rank of this group, and `mover` reserves scratch buffers
@@ -588,28 +311,19 @@ void agree_on_routes(Comm& comm, std::span<const route> routes, Mover* mover) {
 /// the digests differ (a stale route, another plan, other row widths or schedule); whatever
 /// the communicator throws.
 template <communicator Comm, byte_mover Mover>
-void agree_on_routes(Comm& comm, std::span<const route> routes, Mover& mover) {
-  detail::agree_on_routes(comm, routes, &mover);
-}
-
-/// Optional communicator capability: `mover()` returns the `byte_mover` of the
-/// communicator's payload memory (the NCCL communicators: a `cuda::device_mover` on their
-/// stream), which `agree_on_routes` and `dispatch` along a route use when given no mover.
-template <class C>
-concept mover_providing_communicator = communicator<C> && requires(C& c) {
-  requires byte_mover<std::remove_reference_t<decltype(c.mover())>>;
-};
+void agree_on_routes(Comm& comm, std::span<const route> routes, Mover& mover);
 
 /// The same with the communicator's own mover (`mover_providing_communicator`), or, for other
 /// communicators, without reserving scratch buffers (dispatches along the routes then allocate
 /// their scratch on first use; an allocation failure there is raised on that rank only).
 template <communicator Comm>
-void agree_on_routes(Comm& comm, std::span<const route> routes) {
-  if constexpr (mover_providing_communicator<Comm>) {
-    detail::agree_on_routes(comm, routes, &comm.mover());
-  } else {
-    detail::agree_on_routes<Comm, void>(comm, routes, nullptr);
-  }
-}
+void agree_on_routes(Comm& comm, std::span<const route> routes);
 
 }  // namespace orchmllm
+
+// The definitions: route::build, the scratch slots and their reservation, the agreement, the
+// execution engine.
+#include "orchmllm/detail/comm/route_build.inl"      // IWYU pragma: export
+#include "orchmllm/detail/comm/route_scratch.inl"    // IWYU pragma: export
+#include "orchmllm/detail/comm/route_agreement.inl"  // IWYU pragma: export
+#include "orchmllm/detail/comm/route_execute.inl"    // IWYU pragma: export

@@ -1,10 +1,8 @@
 #pragma once
-// The out-of-class definitions of orchmllm::route (comm/route.hpp includes this file right after
-// the class): route::build and the per-rank program it derives from the paths
-// (detail/comm/route_paths.hpp). A unit that uses the compiled library does not compile them
-// (ORCHMLLM_USE_COMPILED): they are defined there once.
-
-#include "orchmllm/comm/route.hpp"
+// The out-of-class definitions of orchmllm::route, included by comm/route.hpp at its end:
+// route::build and the per-rank program it derives from the paths (detail/comm/route_paths.hpp).
+// A unit that uses the compiled library does not compile them (ORCHMLLM_USE_COMPILED): they are
+// defined there once.
 
 namespace orchmllm {
 
