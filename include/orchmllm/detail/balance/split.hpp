@@ -1,8 +1,8 @@
 #pragma once
-// The pieces of `balance_split` (balance/split.hpp): the fewest contiguous pieces of one item
-// under a target, the smallest largest piece an item can be cut into, and the splitting-aware
-// lower bound. docs/algorithms.md ("Splitting segmented items") has the algorithm and its proof.
-// Internal: may change without notice.
+// The cutting primitives of `balance_split` (balance/split.hpp): the fewest contiguous pieces of
+// one item under a target, the smallest largest piece an item can be cut into, and the boundary
+// shifts between adjacent pieces on different ranks. docs/algorithms.md ("Splitting segmented
+// items") has the algorithm and its proof.
 
 #include <algorithm>
 #include <cstdint>
