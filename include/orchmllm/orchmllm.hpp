@@ -20,6 +20,7 @@
 #include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/cost_fit.hpp"
 #include "orchmllm/core/padding.hpp"
+#include "orchmllm/core/rank_load.hpp"
 #include "orchmllm/core/projection.hpp"
 #include "orchmllm/core/constraints.hpp"
 #include "orchmllm/core/rearrangement.hpp"

@@ -38,6 +38,7 @@
 #include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/padding.hpp"
+#include "orchmllm/core/rank_load.hpp"
 #include "orchmllm/detail/balance/input.hpp"
 
 namespace orchmllm {
@@ -93,7 +94,7 @@ class balance_problem {
   [[nodiscard]] const C& cost_model() const noexcept { return cost_; }
   /// cost(length(g)) of item g (global id), precomputed (the sum of its segment costs when it
   /// has segments). Under a padded policy an item with segments is `item_shape_of(layout(), g)`
-  /// (core/padding.hpp): its rows at its longest segment; `rank_load::add(item_shape, ...)`
+  /// (core/rank_load.hpp): its rows at its longest segment; `rank_load::add(item_shape, ...)`
   /// evaluates it, and `makespan` and `satisfies` below do.
   [[nodiscard]] cost_type cost(std::int64_t g) const noexcept {
     return in_.costs[static_cast<std::size_t>(g)];

@@ -21,6 +21,7 @@
 #include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/padding.hpp"
+#include "orchmllm/core/rank_load.hpp"
 #include "orchmllm/detail/core/nnls.hpp"
 
 namespace orchmllm {

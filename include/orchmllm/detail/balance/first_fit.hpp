@@ -38,7 +38,7 @@
 // first and one more item makes its load (count + 1) · cost(padded first length) and its token
 // footprint (count + 1) · padded first length, whatever the item; the byte footprint
 // count · max bytes needs (count + 1) · max bytes ≤ cap (a closing test) and the item's bytes
-// ≤ cap / (count + 1) (a room). Every rank is a `rank_load` (core/padding.hpp): the rooms and
+// ≤ cap / (count + 1) (a room). Every rank is a `rank_load` (core/rank_load.hpp): the rooms and
 // closing tests read its load, `load_if_added` and `fits_if_added`.
 //
 // Complexity: O(n log n) for the orders and the bound; O(n log d) per pass typically (see
@@ -55,6 +55,7 @@
 
 #include "orchmllm/core/constraints.hpp"
 #include "orchmllm/core/padding.hpp"
+#include "orchmllm/core/rank_load.hpp"
 #include "orchmllm/core/statistics.hpp"
 #include "orchmllm/detail/core/statistics_impl.hpp"
 #include "orchmllm/detail/balance/common.hpp"

@@ -11,7 +11,7 @@
 // lets a heap drive the padded greedy too. Empty ranks (whose key would depend on the item) are
 // kept aside: they are taken in increasing index order, so one cursor represents all of them.
 //
-// Per-rank state (constrained or padded): a `rank_load` per rank (core/padding.hpp), which holds
+// Per-rank state (constrained or padded): a `rank_load` per rank (core/rank_load.hpp), which holds
 // the policy's rule: a rank's heap key is its `load_if_added(max_length(), 0)`, the load after
 // one more item no longer than its longest, and the cap test is `fits_if_added`.
 //
@@ -43,6 +43,7 @@
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/constraints.hpp"
 #include "orchmllm/core/padding.hpp"
+#include "orchmllm/core/rank_load.hpp"
 #include "orchmllm/detail/balance/common.hpp"
 #include "orchmllm/detail/core/prefetch.hpp"
 

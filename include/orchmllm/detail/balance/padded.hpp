@@ -46,6 +46,7 @@
 #include "orchmllm/core/constraints.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/padding.hpp"
+#include "orchmllm/core/rank_load.hpp"
 #include "orchmllm/core/statistics.hpp"
 #include "orchmllm/detail/core/padded_search.hpp"
 #include "orchmllm/detail/core/statistics_impl.hpp"

@@ -50,6 +50,7 @@
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/constraints.hpp"
 #include "orchmllm/core/padding.hpp"
+#include "orchmllm/core/rank_load.hpp"
 #include "orchmllm/detail/balance/common.hpp"
 
 namespace orchmllm::detail {

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "orchmllm/core/rank_load.hpp"
 #include "orchmllm/detail/core/order.hpp"
 #include "orchmllm/detail/core/padded_search.hpp"
 #include "orchmllm/detail/core/statistics_impl.hpp"

@@ -14,6 +14,7 @@
 #include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/padding.hpp"
+#include "orchmllm/core/rank_load.hpp"
 
 namespace orchmllm::detail {
 

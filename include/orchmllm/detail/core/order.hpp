@@ -20,6 +20,7 @@
 
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/padding.hpp"
+#include "orchmllm/core/rank_load.hpp"
 
 namespace orchmllm::detail {
 

@@ -17,6 +17,7 @@
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/constraints.hpp"
 #include "orchmllm/core/padding.hpp"
+#include "orchmllm/core/rank_load.hpp"
 #include "orchmllm/detail/balance/input.hpp"
 
 namespace orchmllm::detail {
