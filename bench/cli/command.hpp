@@ -47,40 +47,16 @@ struct command {
 };
 
 /// "usage: orchmllm-bench NAME --flag V [--opt V] ..." (one line).
-inline std::string usage_line(const command& cmd) {
-  // Appends rather than chains operator+ (which trips GCC 12's false -Wrestrict, PR 105329).
-  std::string program(program_name);
-  program.append(" ").append(cmd.name);
-  return usage_text(program, cmd.flags);
-}
+std::string usage_line(const command& cmd);
 
 /// Full help text of one subcommand.
-inline std::string command_help(const command& cmd) {
-  std::string s = usage_line(cmd) + "\n\n" + cmd.summary + "\n\nflags:\n";
-  std::size_t width = 0;
-  for (const auto& f : cmd.flags) {
-    const std::string t = "--" + f.name + (f.value_name.empty() ? "" : " " + f.value_name);
-    width = std::max(width, t.size());
-  }
-  for (const auto& f : cmd.flags) {
-    std::string t = "--" + f.name + (f.value_name.empty() ? "" : " " + f.value_name);
-    t.resize(width, ' ');
-    s += "  " + t + "  " + f.help + (f.required ? " (required)" : "") + "\n";
-  }
-  if (!cmd.details.empty()) s += "\n" + cmd.details;
-  return s;
-}
+std::string command_help(const command& cmd);
 
 namespace detail {
 /// Messages go on one line of printable text: embedded line breaks (which would split a log
 /// record) become spaces, other control and non-ASCII bytes \xNN, and a message longer than
 /// 1000 bytes is cut (the fields it echoes are already cut by `quote_text`).
-inline std::string one_line(std::string_view text) {
-  std::string s(text);
-  for (auto& c : s)
-    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
-  return printable(s, 1000);
-}
+std::string one_line(std::string_view text);
 }  // namespace detail
 
 /// Runs `body` (returning an exit code) and maps every exception to the exit-code contract

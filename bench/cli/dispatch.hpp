@@ -24,18 +24,14 @@
 // both files and shares their text, so the other ranks need not see the same file system; every
 // rank parses the same text and so fails (or not) identically. Only rank 0 writes to stdout and
 // stderr, except for usage errors found before MPI starts (each process reports those). The
-// mpi branch is compiled only where the tool links orchmllm::mpi (ORCHMLLM_HAS_MPI); MPI is
+// mpi backend is compiled only into orchmllm-bench built with MPI (dispatch_mpi.hpp); MPI is
 // initialised only when --backend mpi is chosen.
 //
 // The parts: dispatch_settings.hpp (flags), dispatch_inputs.hpp (files), dispatch_report.hpp
 // (JSON, failures), dispatch_mpi.hpp (the MPI launcher); the measurement itself is the support
 // library's (bench/support/dispatch_driver.hpp, payload.hpp), shared with the benchmarks.
 
-#include <orchmllm/comm/local.hpp>
-#include <orchmllm/core/error.hpp>
 #include <ostream>
-#include <string>
-#include <utility>
 
 #include "bench/cli/command.hpp"
 #include "bench/cli/dispatch_inputs.hpp"
@@ -48,51 +44,10 @@
 
 namespace orchmllm::tool {
 
-// ---------------------------------------------------------------------------------------------
-// Backends
-// ---------------------------------------------------------------------------------------------
-
 /// The local backend: parse in this thread, one thread per rank, rank 0's summary printed here.
-inline int run_dispatch_local(const dispatch_settings& s, std::ostream& out, std::ostream& err) {
-  const std::string items_text = read_file(s.items_path);
-  const std::string plan_text = read_file(s.plan_path);
-  const dispatch_inputs in =
-      parse_dispatch_inputs(items_text, plan_text, s.items_path, s.plan_path, s.ranks);
-  ORCHMLLM_REQUIRE(in.ranks <= dispatch_max_local_ranks, invalid_argument_error,
-                   "the files describe ", in.ranks, " ranks; the local backend runs one thread "
-                   "per rank and stops at ", dispatch_max_local_ranks);
-  bench::dispatch_run_settings rs;
-  rs.sched = s.sched;
-  rs.repeat = s.repeat;
-  rs.gpus_per_node = s.gpus_per_node > 0 ? s.gpus_per_node : in.ranks;
-  dispatch_summary summary;
-  local::run(
-      in.ranks,
-      [&](local::communicator& comm) {
-        bench::no_alltoallv_baseline none;
-        auto result = bench::run_dispatch_rank(comm, in.layout, in.plan, rs, none);
-        if (comm.rank() == 0) summary = std::move(result);  // read after run() joins
-      },
-      local::run_options{s.gpus_per_node, s.timeout});
-  report_failures(summary, err);
-  out << dispatch_json(summary, "local", s.items_path, s.plan_path) << "\n";
-  return summary.verified ? exit_ok : exit_internal;
-}
-
+int run_dispatch_local(const dispatch_settings& s, std::ostream& out, std::ostream& err);
 
 /// Runs `dispatch`. Returns the exit code (see command.hpp; 1 also when data arrived wrong).
-inline int run_dispatch(const parsed_args& args, std::ostream& out, std::ostream& err) {
-  return guarded(dispatch_command(), err, [&] {
-    const dispatch_settings s = parse_dispatch_settings(args);
-    if (s.backend == dispatch_backend::local) return run_dispatch_local(s, out, err);
-#if ORCHMLLM_TOOL_DISPATCH_MPI
-    return run_dispatch_mpi(s, out, err);
-#else
-    ::orchmllm::detail::raise<invalid_argument_error>(
-        "--backend mpi: this orchmllm-bench was built without MPI support (configure with "
-        "-DORCHMLLM_ENABLE_MPI=ON and an MPI installation)");
-#endif
-  });
-}
+int run_dispatch(const parsed_args& args, std::ostream& out, std::ostream& err);
 
 }  // namespace orchmllm::tool

@@ -35,55 +35,18 @@ using bench::dispatch_inputs;
 /// highest `rank` or `dst_rank` in PLAN.csv (at least 1). Only a scan: fields that are not
 /// integers are skipped here and reported by the real parsers. O(size of the texts). Throws
 /// parse_error naming the file and line when a rank is not below `limit`.
-inline rank_t infer_rank_count(std::string_view items_text, std::string_view plan_text,
+rank_t infer_rank_count(std::string_view items_text, std::string_view plan_text,
                                std::string_view items_file, std::string_view plan_file,
-                               std::int64_t limit = max_ranks) {
-  std::int64_t highest = 0;
-  auto scan = [&](std::string_view text, std::string_view file, std::initializer_list<int> cols) {
-    detail::line_reader lines(text);
-    std::string_view line;
-    std::int64_t number = 0;
-    bool header = true;
-    while (lines.next(line, number)) {
-      if (detail::trim(line).empty()) continue;
-      if (header) {  // the first non-blank line is the header
-        header = false;
-        continue;
-      }
-      const auto fields = detail::split_fields(line);
-      for (const int c : cols) {
-        if (static_cast<std::size_t>(c) >= fields.size()) continue;
-        const auto f = fields[static_cast<std::size_t>(c)];
-        std::int64_t v = 0;
-        const auto [p, ec] = std::from_chars(f.data(), f.data() + f.size(), v);
-        if (ec != std::errc{} || p != f.data() + f.size() || v < 0) continue;
-        if (v >= limit)
-          ::orchmllm::detail::raise<parse_error>(
-              std::string(file) + ":" + std::to_string(number) + ": rank " + std::to_string(v) +
-              " is not below the largest rank count " + std::to_string(limit));
-        highest = std::max(highest, v + 1);
-      }
-    }
-  };
-  scan(items_text, items_file, {0});
-  scan(plan_text, plan_file, {0, 2});
-  return static_cast<rank_t>(std::max<std::int64_t>(highest, 1));
-}
+                               std::int64_t limit = max_ranks);
 
 /// Parses the two files' texts: the rank count is `ranks` or, when absent, inferred
 /// (`infer_rank_count`). Throws parse_error ("FILE:LINE: ...") for malformed files and for a
 /// plan that does not fit the items; invalid_argument_error for an inconsistent plan.
-inline dispatch_inputs parse_dispatch_inputs(std::string_view items_text,
+dispatch_inputs parse_dispatch_inputs(std::string_view items_text,
                                              std::string_view plan_text,
                                              std::string_view items_file,
                                              std::string_view plan_file,
-                                             std::optional<rank_t> ranks) {
-  dispatch_inputs in;
-  in.ranks = ranks ? *ranks : infer_rank_count(items_text, plan_text, items_file, plan_file);
-  in.layout = parse_items(items_text, in.ranks, items_file);
-  in.plan = parse_plan(plan_text, in.layout.offsets(), in.ranks, plan_file);
-  return in;
-}
+                                             std::optional<rank_t> ranks);
 
 /// Collective: rank 0 reads `path` and every rank receives its text. When rank 0 cannot read
 /// it, every rank throws the same io_error. O(file size) bytes moved.

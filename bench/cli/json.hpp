@@ -6,10 +6,8 @@
 // RFC 8259 (quote, backslash, control characters). Keys appear in insertion order, so output
 // is deterministic.
 
-#include <cmath>
 #include <concepts>
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -17,55 +15,10 @@
 namespace orchmllm::tool {
 
 /// `text` as a quoted, escaped JSON string.
-inline std::string json_quote(std::string_view text) {
-  std::string out;
-  out.reserve(text.size() + 2);
-  out += '"';
-  for (const char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-          out += buf;
-        } else {
-          out += ch;  // UTF-8 bytes pass through unchanged
-        }
-    }
-  }
-  out += '"';
-  return out;
-}
+std::string json_quote(std::string_view text);
 
 /// A double with %.17g (round-trips exactly); "null" for NaN and infinities.
-inline std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
+std::string json_number(double v);
 
 /// Builds one JSON object on one line: `{"a":1,"b":"x"}`.
 class json_object {
@@ -93,15 +46,9 @@ class json_object {
     }
   }
   /// Adds an already-encoded JSON value (a nested object or array).
-  json_object& raw(std::string_view key, std::string_view encoded) {
-    body_ += body_.empty() ? "" : ",";
-    body_ += json_quote(key);
-    body_ += ':';
-    body_ += encoded;
-    return *this;
-  }
+  json_object& raw(std::string_view key, std::string_view encoded);
   /// The object text, without a trailing newline.
-  [[nodiscard]] std::string str() const { return "{" + body_ + "}"; }
+  [[nodiscard]] std::string str() const;
 
  private:
   std::string body_;

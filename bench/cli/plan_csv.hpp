@@ -22,84 +22,21 @@
 
 #include "bench/cli/file_io.hpp"
 #include "bench/cli/items_csv.hpp"
-#include "bench/support/quote.hpp"
 
 namespace orchmllm::tool {
 
 /// PLAN.csv text of `plan` (source layout = the plan's source offsets). O(n).
-inline std::string format_plan(const rearrangement& plan) {
-  std::string out = "rank,slot,dst_rank,dst_slot\n";
-  out.reserve(out.size() + static_cast<std::size_t>(plan.num_items()) * 20);
-  const auto off = plan.src_offsets();
-  for (std::size_t r = 0; r + 1 < off.size(); ++r) {
-    for (auto g = off[r]; g < off[r + 1]; ++g) {
-      const auto dst = plan.destination_of(g);
-      out += std::to_string(r);
-      out += ',';
-      out += std::to_string(g - off[r]);
-      out += ',';
-      out += std::to_string(dst.rank);
-      out += ',';
-      out += std::to_string(dst.slot);
-      out += '\n';
-    }
-  }
-  return out;
-}
+std::string format_plan(const rearrangement& plan);
 
 /// Parses PLAN.csv text back into a plan over the source layout with `src_offsets`, onto
 /// `dst_ranks` ranks. Every (rank, slot) of the source must appear exactly once and the
 /// destinations must form a bijection with dense slots. O(n). Throws orchmllm::parse_error
 /// ("FILE:LINE: ...") for malformed rows and invalid_argument_error for an inconsistent plan.
-inline rearrangement parse_plan(std::string_view text, std::span<const std::int64_t> src_offsets,
-                                rank_t dst_ranks, std::string_view file) {
-  using ::orchmllm::detail::raise;
-  const std::string f(file);
-  detail::line_reader lines(text);
-  std::string_view line;
-  std::int64_t number = 0;
-  detail::read_header(lines, line, number, f, "the header 'rank,slot,dst_rank,dst_slot'");
-  const auto header = detail::split_fields(line);
-  if (header != std::vector<std::string_view>{"rank", "slot", "dst_rank", "dst_slot"})
-    raise<parse_error>(f + ":" + std::to_string(number) + ": header is " +
-                       quote_text(detail::trim(line)) +
-                       ", expected 'rank,slot,dst_rank,dst_slot'");
-  const auto n = src_offsets.empty() ? 0 : src_offsets.back();
-  const auto d_src = static_cast<std::int64_t>(src_offsets.size()) - 1;
-  std::vector<placement> dest(static_cast<std::size_t>(n), placement{-1, -1});
-  while (lines.next(line, number)) {
-    if (detail::trim(line).empty()) continue;
-    const auto fields = detail::split_fields(line);
-    const std::string here = f + ":" + std::to_string(number) + ": ";
-    if (fields.size() != 4)
-      raise<parse_error>(here + std::to_string(fields.size()) + " fields, expected 4");
-    const auto rank = detail::parse_count(fields[0], "rank", f, number);
-    const auto slot = detail::parse_count(fields[1], "slot", f, number);
-    const auto dst_rank = detail::parse_count(fields[2], "dst_rank", f, number);
-    const auto dst_slot = detail::parse_count(fields[3], "dst_slot", f, number);
-    if (rank >= d_src || slot >= src_offsets[static_cast<std::size_t>(rank) + 1] -
-                                     src_offsets[static_cast<std::size_t>(rank)])
-      raise<parse_error>(here + "no source item (rank " + std::to_string(rank) + ", slot " +
-                         std::to_string(slot) + ")");
-    if (dst_rank >= dst_ranks)
-      raise<parse_error>(here + "dst_rank " + std::to_string(dst_rank) +
-                         " is not below the rank count " + std::to_string(dst_ranks));
-    auto& p = dest[static_cast<std::size_t>(src_offsets[static_cast<std::size_t>(rank)] + slot)];
-    if (p.rank >= 0)
-      raise<parse_error>(here + "item (rank " + std::to_string(rank) + ", slot " +
-                         std::to_string(slot) + ") appears twice");
-    p = placement{static_cast<rank_t>(dst_rank), dst_slot};
-  }
-  for (std::int64_t g = 0; g < n; ++g)
-    if (dest[static_cast<std::size_t>(g)].rank < 0)
-      raise<parse_error>(f + ": no row for source item " + std::to_string(g));
-  return rearrangement::from_placements(src_offsets, dest, dst_ranks);
-}
+rearrangement parse_plan(std::string_view text, std::span<const std::int64_t> src_offsets,
+                                rank_t dst_ranks, std::string_view file);
 
 /// Reads a PLAN.csv file (see `parse_plan`).
-inline rearrangement read_plan_file(const std::filesystem::path& path,
-                                    std::span<const std::int64_t> src_offsets, rank_t dst_ranks) {
-  return parse_plan(read_file(path), src_offsets, dst_ranks, path.string());
-}
+rearrangement read_plan_file(const std::filesystem::path& path,
+                                    std::span<const std::int64_t> src_offsets, rank_t dst_ranks);
 
 }  // namespace orchmllm::tool

@@ -10,14 +10,17 @@
 //   orchmllm-bench demo
 //   orchmllm-bench help [SUBCOMMAND]
 //
-// `run` dispatches to one subcommand; each lives in its own header and is listed in
-// `commands()`. Adding a subcommand = one header with a `command` + an entry there.
+// `run` dispatches to one subcommand; each is declared in its own header, defined in its .cpp
+// (compiled once into the orchmllm_cli library, bench/cli/CMakeLists.txt) and listed in
+// `commands()` (tool.cpp). Adding a subcommand = one header and one .cpp with a `command` + an
+// entry there.
 // Documentation with an example session: docs/tool.md.
 
 #include <orchmllm/version.hpp>
 #include <ostream>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bench/cli/command.hpp"
@@ -33,95 +36,18 @@
 namespace orchmllm::tool {
 
 /// Every subcommand, in the order `help` lists them.
-inline const std::vector<const command*>& commands() {
-  static const std::vector<const command*> all = {&generate_command(), &workload_command(),
-                                                  &plan_command(), &compare_command(),
-                                                  &dispatch_command(), &simulate_command(),
-                                                  &demo_command()};
-  return all;
-}
+const std::vector<const command*>& commands();
 
 /// The command named `name`, or nullptr.
-inline const command* find_command(std::string_view name) {
-  for (const auto* c : commands())
-    if (c->name == name) return c;
-  return nullptr;
-}
+const command* find_command(std::string_view name);
 
 /// Help listing all subcommands.
-inline std::string general_help() {
-  std::string s = "usage: " + std::string(program_name) +
-                  " SUBCOMMAND [FLAGS]\n"
-                  "       " +
-                  std::string(program_name) +
-                  " help [SUBCOMMAND]\n\n"
-                  "Batch post-balancing for data-parallel training, on files (orchmllm " +
-                  std::string(version_string()) + ").\n\nsubcommands:\n";
-  std::size_t width = 4;
-  for (const auto* c : commands()) width = std::max(width, c->name.size());
-  for (const auto* c : commands()) {
-    std::string n = c->name;
-    n.resize(width, ' ');
-    s += "  " + n + "  " + c->summary + "\n";
-  }
-  std::string h = "help";
-  h.resize(width, ' ');
-  s += "  " + h + "  Show this text, or the flags of one subcommand.\n";
-  s += "\nExit status: 0 ok, 2 bad usage or input (one-line message on stderr), 1 internal "
-       "error.\n";
-  return s;
-}
+std::string general_help();
 
 /// Runs the tool on the arguments after the program name. Returns the exit code.
-inline int run(std::span<const std::string> args, std::ostream& out, std::ostream& err) {
-  const std::string prefix = std::string(program_name) + ": ";
-  const std::string usage = "usage: " + std::string(program_name) +
-                            " generate|workload|plan|compare|dispatch|simulate|help"
-                            " [FLAGS] (see '" +
-                            std::string(program_name) + " help')";
-  if (args.empty()) {
-    err << prefix << "missing subcommand\n" << usage << "\n";
-    return exit_error;
-  }
-  const std::string& name = args[0];
-  if (name == "help" || name == "--help" || name == "-h") {
-    if (args.size() == 1) {
-      out << general_help();
-      return exit_ok;
-    }
-    const command* c = args.size() == 2 ? find_command(args[1]) : nullptr;
-    if (!c) {
-      err << prefix << "no help for '" << args[1] << (args.size() > 2 ? " ..." : "") << "'\n"
-          << usage << "\n";
-      return exit_error;
-    }
-    out << command_help(*c);
-    return exit_ok;
-  }
-  if (name == "--version") {
-    out << program_name << " " << version_string() << "\n";
-    return exit_ok;
-  }
-  const command* cmd = find_command(name);
-  if (!cmd) {
-    err << prefix << "unknown subcommand '" << name << "'\n" << usage << "\n";
-    return exit_error;
-  }
-  const auto rest = args.subspan(1);
-  for (const auto& a : rest) {
-    if (a == "--help" || a == "-h") {
-      out << command_help(*cmd);
-      return exit_ok;
-    }
-  }
-  return guarded(*cmd, err, [&] { return cmd->run(parse_flags(cmd->flags, rest), out, err); });
-}
+int run(std::span<const std::string> args, std::ostream& out, std::ostream& err);
 
 /// `run` on main's arguments (argv[0] is the program and is skipped).
-inline int run(int argc, char** argv, std::ostream& out, std::ostream& err) {
-  std::vector<std::string> args;
-  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
-  return run(std::span<const std::string>(args), out, err);
-}
+int run(int argc, char** argv, std::ostream& out, std::ostream& err);
 
 }  // namespace orchmllm::tool

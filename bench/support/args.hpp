@@ -99,10 +99,11 @@ class parsed_args {
       throw usage_error("--" + std::string(name) + " expects an integer, got " +
                         quote_text(text));
     if (v < lo || v > hi) {
-      std::string range =
-          "[" + std::to_string(lo) + ", " +
-          (hi == std::numeric_limits<std::int64_t>::max() ? std::string("2^63)")
-                                                          : std::to_string(hi) + "]");
+      std::string range(1, '[');
+      range += std::to_string(lo);
+      range += ", ";
+      range += hi == std::numeric_limits<std::int64_t>::max() ? std::string("2^63)")
+                                                               : std::to_string(hi) + "]";
       throw usage_error("--" + std::string(name) + " is " + std::to_string(v) + ", must be in " +
                         range);
     }

@@ -1,0 +1,251 @@
+// orchmllm-bench plan: balance, map, write PLAN.csv, print the figures (plan.hpp).
+#include "bench/cli/plan.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <orchmllm/orchmllm.hpp>
+#include <ostream>
+#include <span>
+#include <string>
+#include <utility>
+#include <variant>
+
+#include "bench/cli/command.hpp"
+#include "bench/cli/file_io.hpp"
+#include "bench/cli/json.hpp"
+#include "bench/cli/plan_csv.hpp"
+#include "bench/cli/problem.hpp"
+#include "bench/support/args.hpp"
+
+namespace orchmllm::tool {
+
+const command& plan_command() {
+  static const command cmd = [] {
+    command c;
+    c.name = "plan";
+    c.summary = "Balance ITEMS.csv over D ranks; write PLAN.csv, print the figures as JSON.";
+    c.flags = problem_flags();
+    c.flags.insert(c.flags.begin() + 5,
+                   {"algorithm",
+                    "identity|lpt|karmarkar_karp|karmarkar_karp_equal|exact|padded_exact|"
+                    "automatic|locality",
+                    "balancer; default automatic (best plan found, reported as \"algorithm\"); "
+                    "karmarkar_karp is the complete Karmarkar-Karp differencing (the equal-count "
+                    "one above n*d = 2^21), karmarkar_karp_equal the equal-count one; "
+                    "locality starts from where the items are and moves only what the balance "
+                    "needs, preferring the same node (--gpus-per-node)",
+                    false});
+    c.flags.push_back({"gpus-per-node", "G",
+                       "nodes are consecutive blocks of G ranks (the last may be smaller); "
+                       "default: every rank on one node",
+                       false});
+    c.flags.push_back({"mapping", "identity|transport|bottleneck|auction",
+                       "bins -> ranks: identity (bin k on rank k), transport (fewest "
+                       "inter-node bytes), bottleneck (smallest worst node: max of bytes "
+                       "leaving / entering one node) or auction (transport to within 1% of "
+                       "the keepable bytes, for large clusters); all but identity need "
+                       "--gpus-per-node; default transport with --gpus-per-node, else identity",
+                       false});
+    c.flags.push_back({"mapping-time-limit", "SECONDS",
+                       "bottleneck with GLPK: integer program time limit; default 10 (the "
+                       "best plan found is kept); ignored by the header-only local search",
+                       false});
+    c.flags.push_back({"locality-tolerance", "X",
+                       "locality: makespan may exceed automatic's by this fraction (the knob that "
+                       "trades balance for bytes); default 0.001",
+                       false});
+    c.flags.push_back({"gap-tolerance", "X",
+                       "automatic (and locality's base): stop once the makespan is within this "
+                       "fraction of the lower bound; default 0 (only at the bound)",
+                       false});
+    c.flags.push_back(
+        {"out", "PLAN.csv", "output: rank,slot,dst_rank,dst_slot per input item", true});
+    c.details =
+        "The balancer's bins are mapped to ranks by orchmllm::map_bins (--mapping) and PLAN.csv\n"
+        "holds the mapped plan; the byte size of an item is its bytes column (else its length).\n"
+        "PLAN.csv has one row per input item in (rank, slot) order; on every destination rank the\n"
+        "items are ordered by (source rank, source slot). It is written to a temporary file and\n"
+        "renamed, so a failed run leaves no output file.\n"
+        "\n"
+        "stdout: one JSON object on one line: algorithm (the one whose plan was kept), requested,\n"
+        "items, ranks, policy, pad_multiple, cost, cap_tokens, cap_bytes, min_items, max_items,\n"
+        "makespan, makespan_before, lower_bound, ratio (makespan / lower_bound),\n"
+        "imbalance_before, imbalance_after (max / mean load), mean_load, plan_seconds (the\n"
+        "balance() call only, no file I/O), proven_optimal, items_moved, bytes_moved, max_tokens,\n"
+        "max_bytes, max_items_per_rank, min_items_per_rank, items_file, plan_file,\n"
+        "gpus_per_node (0: one node), mapping, moved_bytes, inter_node_bytes,\n"
+        "inter_node_bytes_lower_bound (no mapping moves fewer bytes across nodes),\n"
+        "max_node_egress_bytes, max_node_ingress_bytes (largest bytes leaving / entering one\n"
+        "node), predicted_comm_seconds (modelled all-to-all time, default link figures, auto\n"
+        "schedule), mapping_solver (none, flow, local-search or glpk), mapping_seconds (the\n"
+        "mapping alone), mapping_proven_optimal (the mapping is optimal for its objective:\n"
+        "transport always; bottleneck when it meets worst_node_bytes_lower_bound or GLPK proved\n"
+        "it; any method whose inter-node bytes meet their lower bound),\n"
+        "worst_node_bytes_lower_bound (no mapping has a smaller max(egress, ingress) node).\n"
+        "Figures of the plan (items_moved, bytes_moved, ...) are those of PLAN.csv.\n"
+        "\n"
+        "exit status: 0 ok; 2 bad usage (including --mapping transport or bottleneck without\n"
+        "--gpus-per-node),\n"
+        "unreadable or malformed ITEMS.csv (the message names the line and value), infeasible\n"
+        "constraints, or a bin above the mapping's overflow guard.\n";
+    c.run = &run_plan;
+    return c;
+  }();
+  return cmd;
+}
+
+std::string json_optional(std::optional<std::int64_t> v) {
+  return v ? std::to_string(*v) : std::string("null");
+}
+
+std::pair<rank_t, any_mapper> parse_mapping_flags(const parsed_args& args) {
+  const auto g = static_cast<rank_t>(args.get_int("gpus-per-node", 0, 1, max_ranks));
+  any_mapper m = g > 0 ? any_mapper(mappers::transport{}) : any_mapper(mappers::identity{});
+  if (const auto name = args.get("mapping")) {
+    try {
+      m = parse_mapper(*name);
+    } catch (const invalid_argument_error& e) {
+      throw usage_error("--mapping: " + e.message());
+    }
+    if (!m.get_if<mappers::identity>() && g == 0)
+      throw usage_error("--mapping " + std::string(m.name()) +
+                        " needs --gpus-per-node (the node size)");
+  }
+  return {g, m};
+}
+
+bottleneck_solver& glpk_bottleneck_solver() {
+  static bottleneck_solver solver = nullptr;
+  return solver;
+}
+
+mapped_plan map_for_tool(const rearrangement& binned, std::span<const std::int64_t> bytes,
+                                const topology& topo, const any_mapper& m,
+                                double time_limit) {
+  mapped_plan out;
+  const auto start = std::chrono::steady_clock::now();
+  const bool bottleneck = m.get_if<mappers::bottleneck>() != nullptr;
+  out.solver = m.get_if<mappers::identity>()    ? "none"
+               : m.get_if<mappers::transport>() ? "flow"
+               : m.get_if<mappers::auction>()   ? "auction"
+                                                : "local-search";
+  if (bottleneck && glpk_bottleneck_solver()) {
+    glpk_bottleneck_solver()(binned, bytes, topo, time_limit, out);
+    out.solver = "glpk";
+  } else {
+    out.result = map_bins(binned, bytes, topo, m);
+  }
+  // transport is exact on its objective; one node (or no inter-node bytes) is trivially optimal.
+  out.proven_optimal =
+      out.proven_optimal || m.get_if<mappers::transport>() ||
+      out.result.inter_node_bytes == out.result.inter_node_bytes_lower_bound ||
+      (bottleneck && out.result.worst_node_bytes() == out.result.worst_node_bytes_lower_bound);
+  out.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+int run_plan(const parsed_args& args, std::ostream& out, std::ostream& err) {
+  return guarded(plan_command(), err, [&] {
+    any_balancer balancer = parse_algorithm_flag(args);
+    // Plain variables, not a structured binding: the visitor lambda below captures them.
+    const auto mapping_flags = parse_mapping_flags(args);
+    const rank_t gpus_per_node = mapping_flags.first;
+    const any_mapper& mapping = mapping_flags.second;
+    const std::string out_path = args.require("out");
+    const double time_limit = args.get_double("mapping-time-limit", 10.0);
+    if (!(time_limit > 0)) throw usage_error("--mapping-time-limit must be positive");
+    const double tolerance = args.get_double("locality-tolerance", 0.001);
+    if (!(tolerance >= 0)) throw usage_error("--locality-tolerance must be >= 0");
+    const double gap = args.get_double("gap-tolerance", 0.0);
+    if (!(gap >= 0) || !std::isfinite(gap)) throw usage_error("--gap-tolerance must be >= 0");
+    const problem p = load_problem(args);
+    const topology topo = topology::uniform(p.ranks, gpus_per_node);
+    const std::span<const std::int64_t> item_bytes = p.layout.item_bytes();
+    ::orchmllm::detail::set_gap_tolerance(balancer, gap);
+    if (auto* loc = balancer.get_if<balancers::locality>()) {
+      loc->tolerance = tolerance;
+      loc->node_of_rank.assign(topo.node_map().begin(), topo.node_map().end());
+    }
+
+    std::string line;
+    std::string plan_text;
+    std::visit(
+        [&](const auto& cost) {
+          const auto start = std::chrono::steady_clock::now();
+          const auto result = balance(p.layout, cost, p.policy, balancer, p.limits);
+          const auto stop = std::chrono::steady_clock::now();
+          const double seconds = std::chrono::duration<double>(stop - start).count();
+          // Mapping permutes whole bins, so the balance figures are unchanged; the movement
+          // figures (items_moved, bytes_moved) are those of the mapped plan, the one written.
+          const auto how = map_for_tool(result.plan, item_bytes, topo, mapping, time_limit);
+          const auto& mapped = how.result;
+          const auto s = compute_statistics(p.layout, mapped.plan, cost, p.policy, p.limits);
+          // The time model's figure is the group's, identical on every rank; rank 0 asks.
+          const double comm_seconds =
+              route::build(mapped.plan, item_bytes, topo, 0, schedule::automatic)
+                  .predicted_seconds();
+          plan_text = format_plan(mapped.plan);
+
+          json_object j;
+          j.add("algorithm", std::string(result.used))
+              .add("requested", std::string(balancer.name()))
+              .add("items", s.items)
+              .add("ranks", static_cast<std::int64_t>(p.ranks))
+              .add("policy", policy_name(p.policy))
+              .add("pad_multiple", p.policy.multiple())
+              .add("cost", p.cost_name);
+          const bool tokens_cap = p.limits.cap && p.limits.cap->what == capacity::measure::tokens;
+          const bool bytes_cap = p.limits.cap && p.limits.cap->what == capacity::measure::bytes;
+          j.raw("cap_tokens",
+                json_optional(tokens_cap ? std::optional(p.limits.cap->limit) : std::nullopt))
+              .raw("cap_bytes",
+                   json_optional(bytes_cap ? std::optional(p.limits.cap->limit) : std::nullopt))
+              .add("min_items", p.limits.min_items)
+              .raw("max_items",
+                   json_optional(p.limits.max_items == std::numeric_limits<std::int64_t>::max()
+                                     ? std::nullopt
+                                     : std::optional(p.limits.max_items)))
+              .add("makespan", s.makespan)
+              .add("makespan_before", s.makespan_before)
+              .add("lower_bound", s.lower_bound)
+              .add("ratio", s.ratio)
+              .add("imbalance_before", s.imbalance_before)
+              .add("imbalance_after", s.imbalance_after)
+              .add("mean_load", s.mean_after)
+              .add("plan_seconds", seconds)
+              .add("proven_optimal", result.proven_optimal)
+              .add("items_moved", s.items_moved)
+              .add("bytes_moved", s.bytes_moved)
+              .add("max_tokens", s.max_tokens)
+              .add("max_bytes", s.max_bytes)
+              .add("max_items_per_rank", s.max_items_per_rank)
+              .add("min_items_per_rank", s.min_items_per_rank)
+              .add("items_file", p.items_path)
+              .add("plan_file", out_path)
+              .add("gpus_per_node", static_cast<std::int64_t>(gpus_per_node))
+              .add("mapping", std::string(mapping.name()))
+              .add("moved_bytes", mapped.moved_bytes)
+              .add("inter_node_bytes", mapped.inter_node_bytes)
+              .add("inter_node_bytes_lower_bound", mapped.inter_node_bytes_lower_bound)
+              .add("max_node_egress_bytes", mapped.max_node_egress_bytes)
+              .add("max_node_ingress_bytes", mapped.max_node_ingress_bytes)
+              .add("worst_node_bytes_lower_bound", mapped.worst_node_bytes_lower_bound)
+              .add("predicted_comm_seconds", comm_seconds)
+              .add("mapping_solver", how.solver)
+              .add("mapping_seconds", how.seconds)
+              .add("mapping_proven_optimal", how.proven_optimal);
+          line = j.str();
+        },
+        p.cost);
+
+    write_file_atomically(out_path, plan_text);
+    out << line << "\n";
+    return exit_ok;
+  });
+}
+
+}  // namespace orchmllm::tool

@@ -1,0 +1,210 @@
+// orchmllm-bench simulate: one simulated training step (simulate.hpp).
+#include "bench/cli/simulate.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "bench/cli/command.hpp"
+#include "bench/cli/json.hpp"
+#include "bench/cli/problem.hpp"
+#include "bench/support/args.hpp"
+#include "bench/support/simulator.hpp"
+
+namespace orchmllm::tool {
+
+const command& simulate_command() {
+  static const command cmd = [] {
+    command c;
+    c.name = "simulate";
+    c.summary = "Simulate one training step of a workload under a rearrangement scenario.";
+    c.flags = {
+        {"workload", "NAME", "vl-sft, omni-pretrain, video-heavy or audio-asr", true},
+        {"ranks", "D", "number of data-parallel ranks (GPUs)", true},
+        {"gpus-per-node", "G", "GPUs per node (nodes are consecutive blocks of G ranks)", true},
+        {"scenario", "S", "none, llm-only, per-stage, full, beyond or split", true},
+        {"model", "M", "7b (LLaMA-7B-like LLM, default) or 72b (Qwen2-72B-like)", false},
+        {"seed", "S", "random seed of the workload; default 1", false},
+        {"samples-per-rank", "K", "samples (omni-pretrain: packed sequences) per rank; default 8",
+         false},
+        {"achievable", "F", "fraction of peak FLOP/s a stage reaches, in (0, 1]; default 0.5",
+         false},
+        {"gap-tolerance", "X",
+         "balancing stops within this fraction of each stage's lower bound "
+         "(balancers::automatic::gap_tolerance); default 0",
+         false},
+        {"auction-tolerance", "X",
+         "full and split map every stage by an auction within this fraction of the keepable "
+         "bytes (mappers::auction::tolerance), in (0, 1]; default 0.01",
+         false},
+        {"peak-flops", "FLOPS", "peak FLOP/s per GPU; default 989e12 (H100 bf16 dense)", false},
+        {"intra-bandwidth", "B/S", "intra-node bytes/s per GPU per direction; default 450e9",
+         false},
+        {"inter-bandwidth", "B/S", "inter-node bytes/s per GPU NIC per direction; default 48e9",
+         false},
+        {"schedule", "direct|node-wise|auto", "all-to-all schedule; default auto", false},
+    };
+    c.details =
+        "SIMULATED figures (simulated: true): per-stage compute = transformer FLOPs (forward +\n"
+        "backward) / (peak x achievable), each stage waiting for its slowest rank; every\n"
+        "all-to-all timed by the route model (latency + bytes / bandwidth per hop, slowest rank),\n"
+        "not overlapped with compute; planning measured for real and overlapped with the\n"
+        "previous step. Scenarios: none (no balancing), llm-only (LLM balanced, 2K+1\n"
+        "all-to-alls), per-stage (every stage balanced, identity mapping, outputs via their\n"
+        "origin, 5K+1), full (plan_step: automatic + auction mapping, composed routes, 3K+1),\n"
+        "beyond "
+        "(locality balancer + bottleneck mapping, 3K+1), split (full + splitting videos at\n"
+        "temporal-group boundaries on the vision stage, 3K+1); K = encoder stages with items.\n"
+        "A video costs the sum of its temporal groups' costs (its segments).\n"
+        "stdout: one JSON object with simulated, scenario, workload, ranks, gpus_per_node,\n"
+        "nodes, model, seed, samples_per_rank, schedule, step_seconds, compute_seconds,\n"
+        "comm_seconds, plan_seconds (measured: plan_step_seconds + route_seconds),\n"
+        "metadata_seconds, unoverlapped_plan_seconds,\n"
+        "overhead_fraction, mfu, model_flops, inter_node_bytes, moved_bytes, alltoalls,\n"
+        "encoder_stages, stages [{name, imbalance, seconds}], transfers [{name, moved_bytes,\n"
+        "inter_node_bytes, seconds, schedule}] and planner (MEASURED phases: layout_seconds,\n"
+        "stages_seconds, compose_seconds, route_seconds, stages [{name, balance_seconds,\n"
+        "map_seconds, report_seconds}]).\n";
+    c.run = &run_simulate;
+    return c;
+  }();
+  return cmd;
+}
+
+std::string simulation_json(const bench::sim_result& r, const bench::sim_options& o) {
+  std::string stages = "[";
+  for (const auto& s : r.stages) {
+    json_object j;
+    j.add("name", s.name).add("imbalance", s.imbalance).add("seconds", s.seconds);
+    // Appends rather than operator+ (GCC 12's false -Wrestrict, PR 105329).
+    if (stages.size() > 1) stages += ',';
+    stages.append(j.str());
+  }
+  stages += "]";
+  std::string transfers = "[";
+  for (const auto& t : r.transfers) {
+    json_object j;
+    j.add("name", t.name)
+        .add("moved_bytes", t.moved_bytes)
+        .add("inter_node_bytes", t.inter_node_bytes)
+        .add("seconds", t.seconds)
+        .add("schedule", to_string(t.used));
+    if (transfers.size() > 1) transfers += ',';
+    transfers.append(j.str());
+  }
+  transfers += "]";
+  std::string phases = "[";
+  for (const auto& s : r.planner.stages) {
+    json_object j;
+    j.add("name", s.name)
+        .add("balance_seconds", s.balance_seconds)
+        .add("map_seconds", s.map_seconds)
+        .add("report_seconds", s.report_seconds);
+    if (phases.size() > 1) phases += ',';
+    phases.append(j.str());
+  }
+  phases += "]";
+  json_object planner;
+  planner.add("layout_seconds", r.planner.layout_seconds)
+      .add("stages_seconds", r.planner.stages_seconds)
+      .add("compose_seconds", r.planner.compose_seconds)
+      .add("route_seconds", r.route_seconds)
+      .raw("stages", phases);
+  json_object j;
+  j.add("simulated", true)
+      .add("scenario", bench::to_string(r.which))
+      .add("workload", bench::to_string(r.workload.name))
+      .add("ranks", r.ranks)
+      .add("gpus_per_node", r.gpus_per_node)
+      .add("nodes", r.nodes)
+      .add("model", r.model)
+      .add("seed", r.workload.seed)
+      .add("samples_per_rank", r.workload.samples_per_rank)
+      .add("schedule", to_string(o.sched))
+      .add("peak_flops", o.peak_flops)
+      .add("achievable", o.achievable)
+      .add("gap_tolerance", o.gap_tolerance)
+      .add("auction_tolerance", o.auction_tolerance)
+      .add("step_seconds", r.step_seconds)
+      .add("compute_seconds", r.compute_seconds)
+      .add("comm_seconds", r.comm_seconds)
+      .add("plan_seconds", r.plan_seconds)
+      .add("plan_step_seconds", r.plan_step_seconds)
+      .add("route_seconds", r.route_seconds)
+      .add("metadata_seconds", r.metadata_seconds)
+      .add("unoverlapped_plan_seconds", r.unoverlapped_plan_seconds)
+      .add("overhead_fraction", r.overhead_fraction)
+      .add("mfu", r.mfu)
+      .add("model_flops", r.model_flops)
+      .add("inter_node_bytes", r.inter_node_bytes)
+      .add("moved_bytes", r.moved_bytes)
+      .add("alltoalls", r.alltoalls)
+      .add("encoder_stages", r.encoder_stages)
+      .raw("stages", stages)
+      .raw("transfers", transfers)
+      .raw("planner", planner.str());
+  return j.str();
+}
+
+int run_simulate(const parsed_args& args, std::ostream& out, std::ostream& err) {
+  return guarded(simulate_command(), err, [&] {
+    bench::sim_options o;
+    const std::string workload = args.require("workload");
+    try {
+      o.workload.name = bench::parse_workload(workload);
+    } catch (const invalid_argument_error&) {
+      throw usage_error("--workload is '" + workload +
+                        "', expected vl-sft, omni-pretrain, video-heavy or audio-asr");
+    }
+    o.workload.ranks = args.require_int("ranks", 1, max_ranks);
+    o.gpus_per_node = static_cast<rank_t>(args.require_int("gpus-per-node", 1, max_ranks));
+    const std::string sc = args.require("scenario");
+    try {
+      o.which = bench::parse_scenario(sc);
+    } catch (const invalid_argument_error&) {
+      throw usage_error("--scenario is '" + sc +
+                        "', expected none, llm-only, per-stage, full, beyond or split");
+    }
+    if (auto m = args.get("model")) {
+      try {
+        o.model = bench::model_by_name(*m);
+      } catch (const invalid_argument_error&) {
+        throw usage_error("--model is '" + *m + "', expected 7b or 72b");
+      }
+    }
+    o.workload.seed = static_cast<std::uint64_t>(args.get_int("seed", 1, 0));
+    o.workload.samples_per_rank = args.get_int("samples-per-rank", 8, 0, simulate_max_samples);
+    if (o.workload.samples_per_rank > simulate_max_samples / o.workload.ranks)
+      throw usage_error("--ranks " + std::to_string(o.workload.ranks) + " x --samples-per-rank " +
+                        std::to_string(o.workload.samples_per_rank) + " exceeds " +
+                        std::to_string(simulate_max_samples) + " samples");
+    o.achievable = args.get_double("achievable", o.achievable);
+    if (!(o.achievable > 0 && o.achievable <= 1))
+      throw usage_error("--achievable is " + args.require("achievable") + ", must be in (0, 1]");
+    o.gap_tolerance = args.get_double("gap-tolerance", o.gap_tolerance);
+    if (!(o.gap_tolerance >= 0 && std::isfinite(o.gap_tolerance)))
+      throw usage_error("--gap-tolerance must be finite and >= 0");
+    o.auction_tolerance = args.get_double("auction-tolerance", o.auction_tolerance);
+    if (!(o.auction_tolerance > 0 && o.auction_tolerance <= 1))
+      throw usage_error("--auction-tolerance must be in (0, 1]");
+    o.peak_flops = args.get_double("peak-flops", o.peak_flops);
+    if (!(o.peak_flops > 0)) throw usage_error("--peak-flops must be positive");
+    o.links.intra_bandwidth = args.get_double("intra-bandwidth", o.links.intra_bandwidth);
+    if (!(o.links.intra_bandwidth > 0)) throw usage_error("--intra-bandwidth must be positive");
+    o.links.inter_bandwidth = args.get_double("inter-bandwidth", o.links.inter_bandwidth);
+    if (!(o.links.inter_bandwidth > 0)) throw usage_error("--inter-bandwidth must be positive");
+    if (auto s = args.get("schedule")) {
+      try {
+        o.sched = parse_schedule(*s);
+      } catch (const invalid_argument_error&) {
+        throw usage_error("--schedule is '" + *s + "', expected direct, node-wise or auto");
+      }
+    }
+    const auto r = bench::simulate(o);
+    out << simulation_json(r, o) << "\n";
+    return exit_ok;
+  });
+}
+
+}  // namespace orchmllm::tool

@@ -1,0 +1,131 @@
+// orchmllm-bench workload: the ITEMS.csv files of a benchmark workload (workload.hpp).
+#include "bench/cli/workload.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "bench/cli/command.hpp"
+#include "bench/cli/file_io.hpp"
+#include "bench/cli/items_csv.hpp"
+#include "bench/cli/json.hpp"
+#include "bench/cli/problem.hpp"
+#include "bench/support/args.hpp"
+#include "bench/support/workloads.hpp"
+
+namespace orchmllm::tool {
+
+const command& workload_command() {
+  static const command cmd = [] {
+    command c;
+    c.name = "workload";
+    c.summary = "Write the per-stage ITEMS.csv files of a benchmark workload.";
+    c.flags = {
+        {"name", "NAME", "vl-sft, omni-pretrain, video-heavy or audio-asr", true},
+        {"ranks", "D", "number of data-parallel ranks", true},
+        {"samples-per-rank", "K",
+         "samples per rank (omni-pretrain: packed 8192-token sequences); default 8", false},
+        {"seed", "S", "random seed; default 1", false},
+        {"long-form", "", "audio-asr only: add the 5% long-form (30-600 s) stress clips", false},
+        {"out-dir", "DIR", "directory for vision.csv, audio.csv, llm.csv (created if missing)",
+         true},
+    };
+    c.details =
+        "Rank r draws its samples from stream r of the seed, so rank r's samples do not depend\n"
+        "on D. Files (rank,slot,length,bytes): vision.csv = images and video clips (length ViT\n"
+        "patches, bytes 2352 per patch; a segments column = temporal groups when there are\n"
+        "videos), audio.csv = 30 s windows of audio\n"
+        "clips (length 1500 Whisper positions, bytes 256 per mel frame), llm.csv = samples (length text + encoder tokens,\n"
+        "bytes 8 per token). stdout: one JSON object with the workload, D, K, seed, samples and\n"
+        "per stage items, length, bytes (llm also text_tokens, mean/max sequence length and the\n"
+        "max/mean imbalance of the per-rank LLM tokens before balancing).\n";
+    c.run = &run_workload;
+    return c;
+  }();
+  return cmd;
+}
+
+std::vector<std::pair<std::string, std::string>> format_workload_items(
+    const bench::workload_batch& w) {
+  const auto layouts = bench::make_stage_layouts(w);
+  return {{"vision.csv", format_items(layouts.vision)},
+          {"audio.csv", format_items(layouts.audio)},
+          {"llm.csv", format_items(layouts.llm)}};
+}
+
+void write_workload_items(const bench::workload_batch& w, const std::filesystem::path& dir) {
+  const auto files = format_workload_items(w);
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  if (ec || (!dir.empty() && !std::filesystem::is_directory(dir)))
+    throw io_error("cannot create directory '" + dir.string() + "'" +
+                   (ec ? ": " + ec.message() : std::string(": not a directory")));
+  std::vector<std::pair<std::filesystem::path, std::string_view>> writes;
+  for (const auto& [name, text] : files) writes.emplace_back(dir / name, text);
+  write_files_atomically(writes);
+}
+
+int run_workload(const parsed_args& args, std::ostream& out, std::ostream& err) {
+  return guarded(workload_command(), err, [&] {
+    const std::string name_text = args.require("name");
+    bench::workload_options o;
+    try {
+      o.name = bench::parse_workload(name_text);
+    } catch (const invalid_argument_error&) {
+      throw usage_error("--name is '" + name_text +
+                        "', expected vl-sft, omni-pretrain, video-heavy or audio-asr");
+    }
+    o.ranks = args.require_int("ranks", 1, max_ranks);
+    o.samples_per_rank = args.get_int("samples-per-rank", 8, 0, workload_max_samples);
+    if (o.samples_per_rank > workload_max_samples / o.ranks)
+      throw usage_error("--ranks " + std::to_string(o.ranks) + " x --samples-per-rank " +
+                        std::to_string(o.samples_per_rank) + " exceeds " +
+                        std::to_string(workload_max_samples) + " samples");
+    o.seed = static_cast<std::uint64_t>(args.get_int("seed", 1, 0));
+    o.long_form_audio = args.has("long-form");
+    if (o.long_form_audio && o.name != bench::workload_name::audio_asr)
+      throw usage_error("--long-form applies to --name audio-asr only, not '" + name_text + "'");
+    const std::filesystem::path dir = args.require("out-dir");
+
+    const auto w = bench::make_workload(o);
+    write_workload_items(w, dir);
+    const auto s = bench::summarize(w);
+    auto encoder = [](const bench::modality_totals& m) {
+      json_object j;
+      j.add("items", m.items)
+          .add("length", m.encoder_length)
+          .add("bytes", m.input_bytes)
+          .add("llm_tokens", m.llm_tokens)
+          .add("imbalance", m.imbalance);
+      return j.str();
+    };
+    json_object llm;
+    llm.add("items", s.samples)
+        .add("length", s.llm_tokens)
+        .add("bytes", s.llm_bytes)
+        .add("text_tokens", s.text_tokens)
+        .add("mean_length", s.mean_sequence)
+        .add("max_length", s.max_sequence)
+        .add("imbalance", s.llm_imbalance);
+    json_object j;
+    j.add("workload", bench::to_string(o.name))
+        .add("ranks", o.ranks)
+        .add("samples_per_rank", o.samples_per_rank)
+        .add("seed", o.seed)
+        .add("long_form", o.long_form_audio)
+        .add("samples", s.samples)
+        .raw("vision", encoder(s.vision))
+        .raw("audio", encoder(s.audio))
+        .raw("llm", llm.str())
+        .add("out_dir", dir.string());
+    out << j.str() << "\n";
+    return exit_ok;
+  });
+}
+
+}  // namespace orchmllm::tool
