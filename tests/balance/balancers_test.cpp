@@ -28,7 +28,6 @@ namespace {
 
 using namespace orchmllm;
 using orchmllm::test::expect_invalid;
-using orchmllm::test::random_offsets;
 using orchmllm::test::uniform;
 
 static_assert(balancer<balancers::lpt, linear_cost>);
@@ -46,14 +45,9 @@ static_assert(std::is_convertible_v<balancers::lpt, any_balancer>);
 static_assert(!std::is_convertible_v<int, any_balancer>);
 static_assert(balancer_names().size() == std::variant_size_v<any_balancer::variant>);
 
+// n items on d ranks, lengths 1..2000, 1..3 bytes per token.
 batch_layout random_layout(std::mt19937_64& rng, rank_t d, std::int64_t n) {
-  const auto offsets = random_offsets(rng, d, n);
-  std::vector<std::int64_t> lengths(static_cast<std::size_t>(n)), bytes(lengths.size());
-  for (std::size_t i = 0; i < lengths.size(); ++i) {
-    lengths[i] = uniform(rng, 1, 2000);
-    bytes[i] = lengths[i] * uniform(rng, 1, 3);
-  }
-  return batch_layout(offsets, lengths, bytes);
+  return orchmllm::test::random_uniform_layout(rng, d, n, 1, 2000, std::pair{1, 3});
 }
 
 // Random knobs for the automatic balancer (also locality's base).

@@ -22,7 +22,6 @@ namespace {
 
 using namespace orchmllm;
 using orchmllm::test::expect_invalid;
-using orchmllm::test::random_offsets;
 using orchmllm::test::uniform;
 
 // cost(l) = l, returned as T. Lengths stay below 100 so every T (signed char included) holds them.
@@ -37,11 +36,9 @@ struct quadratic_in {
   T operator()(std::int64_t l) const noexcept { return static_cast<T>(3 + l + l * l / 16); }
 };
 
+// n items on d ranks, lengths 0..max_len.
 batch_layout random_layout(std::mt19937_64& rng, rank_t d, std::int64_t n, std::int64_t max_len) {
-  const auto offsets = random_offsets(rng, d, n);
-  std::vector<std::int64_t> lengths(static_cast<std::size_t>(n));
-  for (auto& l : lengths) l = uniform(rng, 0, max_len);
-  return batch_layout(offsets, lengths);
+  return orchmllm::test::random_uniform_layout(rng, d, n, 0, max_len);
 }
 
 struct setting {

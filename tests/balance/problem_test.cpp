@@ -22,7 +22,6 @@ using namespace orchmllm;
 using orchmllm::test::brute_force;
 using orchmllm::test::expect_error;
 using orchmllm::test::expect_invalid;
-using orchmllm::test::random_offsets;
 using orchmllm::test::uniform;
 
 // Items in canonical order, dealt to the ranks in turn.
@@ -80,11 +79,9 @@ struct smallest_load_after {
 static_assert(balancer<round_robin, linear_cost>);
 static_assert(balancer_for<smallest_load_after, quadratic_cost>);
 
+// n items on d ranks, lengths 1..1500.
 batch_layout random_layout(std::mt19937_64& rng, rank_t d, std::int64_t n) {
-  const auto offsets = random_offsets(rng, d, n);
-  std::vector<std::int64_t> lengths(static_cast<std::size_t>(n));
-  for (auto& l : lengths) l = uniform(rng, 1, 1500);
-  return batch_layout(offsets, lengths);
+  return orchmllm::test::random_uniform_layout(rng, d, n, 1, 1500);
 }
 
 // The invariants every plan `balance` returns must meet, checked without the balancer.

@@ -1,6 +1,6 @@
 // Tests of the four benchmark workloads (bench/support/workloads.hpp) and of the
 // `orchmllm-bench workload` subcommand (bench/cli/workload.hpp): the §1 encoder token rules
-// against the worked examples of /work/shared/reference/workloads.md, determinism and rank-count
+// against the published worked examples (docs/tool.md, `workload`), determinism and rank-count
 // independence, the §4–§8 distributions on large draws (fixed seeds, tolerances a few standard
 // errors wide or the reference's own fit tolerance), validity of every local batch, the
 // omni-pretrain packing against a reference re-implementation, and the ITEMS.csv round trip.

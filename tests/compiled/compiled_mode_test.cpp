@@ -36,7 +36,6 @@
 namespace {
 
 using namespace orchmllm;
-using orchmllm::test::random_offsets;
 using orchmllm::test::uniform;
 
 // The unit's entry templates are the compiled-mode ones.
@@ -53,15 +52,9 @@ struct long_double_cost {
   long double operator()(std::int64_t l) const { return 1.0L + static_cast<long double>(l) / 3; }
 };
 
+// n items on d ranks, lengths 0..3000, 1..4 bytes per token.
 batch_layout random_layout(std::mt19937_64& rng, rank_t d, std::int64_t n) {
-  const auto offsets = random_offsets(rng, d, n);
-  std::vector<std::int64_t> lengths(static_cast<std::size_t>(n));
-  std::vector<std::int64_t> bytes(static_cast<std::size_t>(n));
-  for (std::size_t i = 0; i < lengths.size(); ++i) {
-    lengths[i] = uniform(rng, 0, 3000);
-    bytes[i] = lengths[i] * uniform(rng, 1, 4);
-  }
-  return batch_layout(offsets, lengths, bytes);
+  return orchmllm::test::random_uniform_layout(rng, d, n, 0, 3000, std::pair{1, 4});
 }
 
 template <class C>

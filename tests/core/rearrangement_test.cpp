@@ -31,42 +31,24 @@ using orchmllm::ragged_rows;
 using orchmllm::rank_t;
 using orchmllm::rearrangement;
 using orchmllm::test::expect_invalid;
+using orchmllm::test::owner;
 using orchmllm::test::random_offsets;
 using orchmllm::test::uniform;
 using vec = std::vector<std::int64_t>;
 using ranks = std::vector<rank_t>;
 
-// Random destination ranks (d_dst > 0 unless n == 0); skewed so some ranks stay empty.
-ranks random_destinations(std::mt19937_64& rng, std::int64_t n, rank_t d_dst) {
-  ranks out(static_cast<std::size_t>(n));
+// Random destination ranks (d_dst > 0 unless n == 0); skewed so some ranks stay empty: only the
+// first 1..d_dst ranks receive.
+ranks skewed_destinations(std::mt19937_64& rng, std::int64_t n, rank_t d_dst) {
   const rank_t used = d_dst == 0 ? 0 : static_cast<rank_t>(uniform(rng, 1, d_dst));
-  for (auto& r : out) r = static_cast<rank_t>(uniform(rng, 0, used - 1));
-  return out;
+  return orchmllm::test::random_destinations(rng, n, used);
 }
 
-// A random plan from `src` offsets onto d_dst ranks with shuffled (non-canonical) slots.
+// A random plan from `src` offsets onto d_dst ranks, with shuffled (non-canonical) slots when
+// `shuffle`.
 rearrangement random_plan(std::mt19937_64& rng, const vec& src, rank_t d_dst, bool shuffle) {
-  const auto n = src.back();
-  const auto dst = random_destinations(rng, n, d_dst);
-  if (!shuffle) return rearrangement::from_destinations(src, dst, d_dst);
-  std::vector<vec> per_rank(static_cast<std::size_t>(d_dst));
-  for (std::int64_t g = 0; g < n; ++g)
-    per_rank[static_cast<std::size_t>(dst[static_cast<std::size_t>(g)])].push_back(g);
-  std::vector<placement> pl(static_cast<std::size_t>(n));
-  for (rank_t r = 0; r < d_dst; ++r) {
-    auto& items = per_rank[static_cast<std::size_t>(r)];
-    std::shuffle(items.begin(), items.end(), rng);
-    for (std::size_t s = 0; s < items.size(); ++s)
-      pl[static_cast<std::size_t>(items[s])] = placement{r, static_cast<std::int64_t>(s)};
-  }
-  return rearrangement::from_placements(src, pl, d_dst);
-}
-
-// Source rank of global id g under offsets (linear scan: independent of the library).
-rank_t owner(const vec& off, std::int64_t g) {
-  rank_t r = 0;
-  while (off[static_cast<std::size_t>(r) + 1] <= g) ++r;
-  return r;
+  const auto dst = skewed_destinations(rng, src.back(), d_dst);
+  return orchmllm::test::plan_with_destinations(rng, src, dst, d_dst, shuffle);
 }
 
 vec to_vec(std::span<const std::int64_t> s) { return vec(s.begin(), s.end()); }
@@ -140,7 +122,7 @@ TEST_CASE("rearrangement: from_destinations slots follow increasing source id pe
     const auto d_dst = static_cast<rank_t>(uniform(rng, 1, 7));
     const auto n = uniform(rng, 0, 40);
     const auto src = random_offsets(rng, d_src, n);
-    const auto dst = random_destinations(rng, n, d_dst);
+    const auto dst = skewed_destinations(rng, n, d_dst);
     const auto p = rearrangement::from_destinations(src, dst, d_dst);
     check_consistent(p);
     // sizes per destination rank

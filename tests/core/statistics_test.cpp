@@ -314,9 +314,8 @@ TEST_CASE("statistics: compute_statistics recomputed independently on random ins
     const auto layout = random_layout(rng, d, n, 500, iter % 2 == 0);
     // destination rank count usually d (balancing), sometimes different
     const auto d_dst = iter % 5 == 0 ? static_cast<rank_t>(uniform(rng, 1, 8)) : d;
-    std::vector<rank_t> dst(static_cast<std::size_t>(n));
-    for (auto& r : dst) r = static_cast<rank_t>(uniform(rng, 0, d_dst - 1));
-    const auto plan = rearrangement::from_destinations(layout.offsets(), dst, d_dst);
+    const auto plan = rearrangement::from_destinations(
+        layout.offsets(), orchmllm::test::random_destinations(rng, n, d_dst), d_dst);
     const auto limits = with_min(uniform(rng, 0, 2));
     const auto policy = policies[static_cast<std::size_t>(iter) % policies.size()];
     INFO("iteration ", iter);

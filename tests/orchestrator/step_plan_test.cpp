@@ -1,5 +1,5 @@
 // Tests for include/orchmllm/orchestrator/step_plan.hpp with segmented sub-items and splitting
-// (issue 14): `encoder_routes::pieces` / `units()`, `step_plan::encoder_view`, and `llm_view`
+// (segments cut across ranks): `encoder_routes::pieces` / `units()`, `step_plan::encoder_view`, and `llm_view`
 // over a stage whose plan moves pieces; with the segment fields of stages.hpp / samples.hpp
 // that feed them.
 //

@@ -1,5 +1,5 @@
 #pragma once
-// Helpers of the fault tests (tests/comm/dispatch_test.cpp on the in-process backend,
+// Helpers of the fault tests (tests/comm/dispatch_faults_test.cpp on the in-process backend,
 // tests/backend/mpi/fault_test.cpp over MPI): a mover that cannot allocate, and an `execute`
 // that proves nothing arrived before a failure.
 

@@ -1,10 +1,13 @@
 #pragma once
 // Brute-force references for the mapping tests (tests/topology/mapping_test.cpp and
-// tests/backend/glpk/mapping_test.cpp): the bin × rank byte matrix of a binned plan and the
-// worst node of a bijection, computed the slow, obvious way.
+// tests/backend/glpk/mapping_test.cpp): the bin × rank byte matrix of a binned plan, the worst
+// node of a bijection and the best worst node over every bijection, computed the slow, obvious
+// way.
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <numeric>
 #include <span>
 #include <vector>
 
@@ -44,6 +47,18 @@ inline std::int64_t worst_node_of(const std::vector<std::int64_t>& w,
   std::int64_t worst = 0;
   for (std::size_t m = 0; m < egress.size(); ++m) worst = std::max({worst, egress[m], ingress[m]});
   return worst;
+}
+
+// The smallest worst node bytes (worst_node_of) over all d! bijections of the d bins onto the d
+// ranks of `topo`, from the bin × rank matrix w (by enumeration: d ≤ 8 or so).
+inline std::int64_t best_worst_node(const std::vector<std::int64_t>& w, const topology& topo) {
+  std::vector<rank_t> perm(static_cast<std::size_t>(topo.num_ranks()));
+  std::iota(perm.begin(), perm.end(), rank_t{0});
+  std::int64_t best = std::numeric_limits<std::int64_t>::max();
+  do {
+    best = std::min(best, worst_node_of(w, perm, topo));
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  return best;
 }
 
 }  // namespace orchmllm::test

@@ -1,7 +1,8 @@
 #pragma once
 // Helpers shared by the doctest suites under tests/ (included as "support/test_support.hpp";
 // tests/CMakeLists.txt puts tests/ on the include path; only *_test.cpp files become tests):
-//  - fixed-seed random numbers from the raw engine (the same numbers on every platform);
+//  - fixed-seed random numbers from the raw engine (the same numbers on every platform), and
+//    random layouts and plans built from them;
 //  - expect_error / expect_invalid: "throws this error type, naming these values";
 //  - for the balancer suites, oracles independent of the library: the per-rank figures of an
 //    assignment, and a brute-force optimum over every assignment.
@@ -46,6 +47,23 @@ inline std::vector<std::int64_t> random_offsets(std::mt19937_64& rng, rank_t d, 
   off.insert(off.end(), cuts.begin(), cuts.end());
   if (d > 0) off.push_back(n);
   return off;
+}
+
+/// A random layout of n items on d ranks (random_offsets), lengths uniform in [min_len,
+/// max_len]; with `bytes_per_token` = {lo, hi}, item g's bytes are its length times a factor
+/// uniform in [lo, hi], drawn right after its length.
+inline batch_layout random_uniform_layout(
+    std::mt19937_64& rng, rank_t d, std::int64_t n, std::int64_t min_len, std::int64_t max_len,
+    std::optional<std::pair<std::int64_t, std::int64_t>> bytes_per_token = std::nullopt) {
+  auto offsets = random_offsets(rng, d, n);
+  std::vector<std::int64_t> lengths(static_cast<std::size_t>(n)), bytes;
+  if (bytes_per_token) bytes.resize(lengths.size());
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    lengths[i] = uniform(rng, min_len, max_len);
+    if (bytes_per_token)
+      bytes[i] = lengths[i] * uniform(rng, bytes_per_token->first, bytes_per_token->second);
+  }
+  return batch_layout(std::move(offsets), std::move(lengths), std::move(bytes));
 }
 
 /// A random layout of n items on d ranks, item g made of 1..max_segments segments of length
@@ -261,21 +279,23 @@ struct prepared {
 
 namespace orchmllm::test {
 
-/// A random plan from `src` offsets onto `d_dst` ranks. Each item stays on its source rank with
-/// probability stay_percent / 100 (when that rank exists among the destinations), otherwise it
-/// goes to a uniformly random rank. `shuffle`: slots are a random permutation on every
-/// destination rank (built with from_placements), otherwise the canonical order.
-inline rearrangement random_rearrangement(std::mt19937_64& rng, std::span<const std::int64_t> src,
-                                          rank_t d_dst, bool shuffle, int stay_percent = 0) {
-  const auto n = src.back();
+/// Destination ranks of n items, each drawn uniformly from [0, ranks) (ranks > 0 unless n = 0).
+inline std::vector<rank_t> random_destinations(std::mt19937_64& rng, std::int64_t n,
+                                               rank_t ranks) {
   std::vector<rank_t> dst(static_cast<std::size_t>(n));
-  for (std::size_t r = 0; r + 1 < src.size(); ++r)
-    for (auto g = src[r]; g < src[r + 1]; ++g) {
-      const bool stay = static_cast<rank_t>(r) < d_dst && uniform(rng, 0, 99) < stay_percent;
-      dst[static_cast<std::size_t>(g)] =
-          stay ? static_cast<rank_t>(r) : static_cast<rank_t>(uniform(rng, 0, d_dst - 1));
-    }
+  for (auto& r : dst) r = static_cast<rank_t>(uniform(rng, 0, ranks - 1));
+  return dst;
+}
+
+/// The plan from `src` offsets onto `d_dst` ranks that sends item g to rank dst[g]. `shuffle`:
+/// slots are a random permutation on every destination rank (built with from_placements; the
+/// only use of `rng`), otherwise the canonical order.
+inline rearrangement plan_with_destinations(std::mt19937_64& rng,
+                                            std::span<const std::int64_t> src,
+                                            std::span<const rank_t> dst, rank_t d_dst,
+                                            bool shuffle) {
   if (!shuffle) return rearrangement::from_destinations(src, dst, d_dst);
+  const auto n = src.back();
   std::vector<std::vector<std::int64_t>> per_rank(static_cast<std::size_t>(d_dst));
   for (std::int64_t g = 0; g < n; ++g)
     per_rank[static_cast<std::size_t>(dst[static_cast<std::size_t>(g)])].push_back(g);
@@ -287,6 +307,30 @@ inline rearrangement random_rearrangement(std::mt19937_64& rng, std::span<const 
       pl[static_cast<std::size_t>(items[s])] = placement{r, static_cast<std::int64_t>(s)};
   }
   return rearrangement::from_placements(src, pl, d_dst);
+}
+
+/// A random plan from `src` offsets onto `d_dst` ranks. Each item stays on its source rank with
+/// probability stay_percent / 100 (when that rank exists among the destinations), otherwise it
+/// goes to a uniformly random rank. `shuffle`: slots are a random permutation on every
+/// destination rank (built with from_placements), otherwise the canonical order.
+inline rearrangement random_rearrangement(std::mt19937_64& rng, std::span<const std::int64_t> src,
+                                          rank_t d_dst, bool shuffle, int stay_percent = 0) {
+  std::vector<rank_t> dst(static_cast<std::size_t>(src.back()));
+  for (std::size_t r = 0; r + 1 < src.size(); ++r)
+    for (auto g = src[r]; g < src[r + 1]; ++g) {
+      const bool stay = static_cast<rank_t>(r) < d_dst && uniform(rng, 0, 99) < stay_percent;
+      dst[static_cast<std::size_t>(g)] =
+          stay ? static_cast<rank_t>(r) : static_cast<rank_t>(uniform(rng, 0, d_dst - 1));
+    }
+  return plan_with_destinations(rng, src, dst, d_dst, shuffle);
+}
+
+/// Source rank of global id g under CSR offsets `off` (a linear scan, independent of the
+/// library).
+inline rank_t owner(std::span<const std::int64_t> off, std::int64_t g) {
+  rank_t r = 0;
+  while (off[static_cast<std::size_t>(r) + 1] <= g) ++r;
+  return r;
 }
 
 /// A random valid node map of d ranks (nodes numbered in order of their lowest rank, usually

@@ -153,7 +153,7 @@ elseif(CASE STREQUAL "bad_input")
   bad("rank >= D" "${_h}0,0,5\n4,0,6\n" "items.csv:3: rank 4 is not below the rank count 4")
   bad("single item above cap" "${_h}1,0,5\n0,0,99\n" "items.csv:3: .*99 tokens.*cap of 50" --cap 50)
   bad("total above cap" "${_h}0,0,40\n1,0,40\n2,0,40\n3,0,40\n0,1,40\n" "cap" --cap 45)
-  # Sizes near 2^63: exact figures or a clear error, never a wrapped one (issue 18; these run
+  # Sizes near 2^63: exact figures or a clear error, never a wrapped one (these run
   # under UBSan in the asan preset).
   bad("padded tokens past 2^63" "${_h}0,0,1\n1,0,1\n"
       "2 items padded to 9223372036854775807 tokens exceed 2\\^63 - 1 tokens"

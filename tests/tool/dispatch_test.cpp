@@ -28,6 +28,7 @@
 
 #include "support/scratch_dir.hpp"
 #include "support/test_support.hpp"
+#include "support/tool_fixtures.hpp"
 #include "bench/cli/tool.hpp"
 
 namespace fs = std::filesystem;
@@ -45,21 +46,8 @@ struct scratch_dir : orchmllm::test::scratch_dir {
   scratch_dir() : orchmllm::test::scratch_dir("orchmllm_dispatch_test_") {}
 };
 
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-}
-
-struct tool_result {
-  int rc;
-  std::string out, err;
-};
-
-tool_result run_tool(const std::vector<std::string>& args) {
-  std::ostringstream out, err;
-  const int rc = tool::run(std::span<const std::string>(args), out, err);
-  return {rc, out.str(), err.str()};
-}
+using orchmllm::test::tool_fixtures::run_tool;  // support/tool_fixtures.hpp
+using orchmllm::test::tool_fixtures::write_text;
 
 /// The raw text of one value of the flat JSON object `json` ("" when absent).
 std::string json_field(const std::string& json, const std::string& key) {

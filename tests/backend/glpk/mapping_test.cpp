@@ -119,12 +119,7 @@ TEST_CASE("the bottleneck integer program is optimal against brute force (d <= 8
       const auto in = random_instance(rng, std::move(topo), rep % 3 == 0 ? 5 : 1000);
       INFO("d = ", d, ", rep = ", rep, ", nodes = ", in.topo.num_nodes());
       const auto w = test::bin_rank_bytes(in.binned, in.bytes);
-      std::vector<rank_t> perm(static_cast<std::size_t>(d));
-      std::iota(perm.begin(), perm.end(), rank_t{0});
-      std::int64_t best = std::numeric_limits<std::int64_t>::max();
-      do {
-        best = std::min(best, test::worst_node_of(w, perm, in.topo));
-      } while (std::next_permutation(perm.begin(), perm.end()));
+      const std::int64_t best = test::best_worst_node(w, in.topo);
 
       glpk::bottleneck_options opt;
       opt.warm_start = rep % 4 != 2;  // also cold starts
