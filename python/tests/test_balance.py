@@ -1,4 +1,4 @@
-"""orchmllm.balance: the contract of issue 15, the options, callable costs, and bad inputs
+"""orchmllm.balance: its contract (docs/python.md), the options, callable costs, and bad inputs
 raising the right Python exceptions with the library's messages."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """orchmllm.fit_quadratic_cost and orchmllm.CostCalibration: a stage's cost model from profiled
-items or from the per-rank stage times of warmup steps (issue 15, part 3)."""
+items or from the per-rank stage times of warmup steps."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ using rank_t = std::int32_t;
 /// All counts are 64-bit. A rank may hold no items; an item may have length 0.
 ///
 /// Segments. An item may consist of S ≥ 1 *segments* that its encoder processes independently
-/// (a video's temporal patch groups, an audio clip's 30 s windows; docs/workloads and issue 14):
+/// (a video's temporal patch groups, an audio clip's 30 s windows; docs/algorithms.md):
 /// its cost under a cost model is the sum of its segments' costs (`item_cost`), and a balancer
 /// that may split items (balance/split.hpp) cuts it only at segment boundaries. Segments are
 /// stored CSR-style: `segment_offsets` (n + 1 entries, `segment_offsets[g + 1] −
