@@ -1,24 +1,10 @@
 #pragma once
 /// @file rearrangement.hpp
-/// A rearrangement (plan): where every item of a source layout goes, and the algebra on plans.
-///
-/// A plan maps every item of a source layout with `d_src` ranks (global ids 0..n-1 in the
-/// source's CSR order) to a destination rank and slot among `d_dst` ranks, bijectively: each
-/// destination slot receives exactly one item. It keeps both directions, so `destination_of(g)`
-/// and `source_of(h)` (h a destination global id) are O(1).
-///
-/// Destination slot order. Plans built by `from_destinations` (all balancers) order the items on
-/// each destination rank by increasing source global id, i.e. by (source rank, source slot):
-/// exactly the order in which an all-to-all(v) delivers them. `inverse` and `compose` keep the
-/// slots they are given, so the algebra is exact: `compose(p.inverse(), p)` is the identity of
-/// the source layout, `compose(p, p.inverse())` that of the destination layout, and
-/// `compose(b, a).inverse() == compose(a.inverse(), b.inverse())`.
-///
-/// Composition: `compose(second, first)` is "first, then second" (second ∘ first); `first`'s
-/// destination layout must be `second`'s source layout (same rank count and per-rank sizes).
-///
-/// Thread-safety: immutable after construction. Memory: O(n + d_src + d_dst); the dense
-/// count matrix is never stored (see `send_counts`, `count_matrix`).
+/// A rearrangement (plan): `rearrangement`, where every item of a source layout goes (both
+/// directions, O(1) each way), and the algebra on plans: `inverse`, `compose`, `validate`, the
+/// per-rank send and receive counts, and `apply` / `apply_by_rank` to move host data (any
+/// random-access range, items held per rank, ragged rows) along a plan. See docs/design.md,
+/// "Core nouns".
 
 #include <algorithm>
 #include <cstdint>
@@ -45,6 +31,23 @@ namespace detail {
 struct rearrangement_parts;
 }  // namespace detail
 
+/// A plan: every item of a source layout with `d_src` ranks (global ids 0..n-1 in the source's
+/// CSR order) mapped to a destination rank and slot among `d_dst` ranks, bijectively: each
+/// destination slot receives exactly one item. It keeps both directions, so `destination_of(g)`
+/// and `source_of(h)` (h a destination global id) are O(1).
+///
+/// Destination slot order. Plans built by `from_destinations` (all balancers) order the items on
+/// each destination rank by increasing source global id, i.e. by (source rank, source slot):
+/// exactly the order in which an all-to-all(v) delivers them. `inverse` and `compose` keep the
+/// slots they are given, so the algebra is exact: `compose(p.inverse(), p)` is the identity of
+/// the source layout, `compose(p, p.inverse())` that of the destination layout, and
+/// `compose(b, a).inverse() == compose(a.inverse(), b.inverse())`.
+///
+/// Composition: `compose(second, first)` is "first, then second" (second ∘ first); `first`'s
+/// destination layout must be `second`'s source layout (same rank count and per-rank sizes).
+///
+/// Thread-safety: immutable after construction. Memory: O(n + d_src + d_dst); the dense
+/// count matrix is never stored (see `send_counts`, `count_matrix`).
 class rearrangement {
  public:
   /// The empty plan (no ranks, no items).
@@ -401,45 +404,7 @@ template <std::ranges::random_access_range R>
            std::ranges::random_access_range<std::ranges::range_reference_t<R>> &&
            std::ranges::sized_range<std::ranges::range_reference_t<R>>
 std::vector<std::vector<std::ranges::range_value_t<std::ranges::range_reference_t<R>>>>
-apply_by_rank(const rearrangement& plan, R&& ranks) {
-  using inner = std::ranges::range_reference_t<R>;
-  ORCHMLLM_REQUIRE(static_cast<std::int64_t>(std::ranges::size(ranks)) == plan.num_src_ranks(),
-                   invalid_argument_error, "apply_by_rank: ", std::ranges::size(ranks),
-                   " ranks for a plan from ", plan.num_src_ranks());
-  const auto rank_at = [&](rank_t r) -> inner { return std::ranges::begin(ranks)[r]; };
-  for (rank_t r = 0; r < plan.num_src_ranks(); ++r)
-    ORCHMLLM_REQUIRE(static_cast<std::int64_t>(std::ranges::size(rank_at(r))) ==
-                         plan.src_offsets()[static_cast<std::size_t>(r) + 1] -
-                             plan.src_offsets()[static_cast<std::size_t>(r)],
-                     invalid_argument_error, "apply_by_rank: rank ", r, " holds ",
-                     std::ranges::size(rank_at(r)), " items, the plan expects ",
-                     plan.src_offsets()[static_cast<std::size_t>(r) + 1] -
-                         plan.src_offsets()[static_cast<std::size_t>(r)]);
-  // The outer range owns its inner ranges unless they are views (spans): move only then.
-  constexpr bool move =
-      detail::owns_elements_v<R> && !std::ranges::view<std::remove_cvref_t<inner>>;
-  std::vector<std::vector<std::ranges::range_value_t<inner>>> out(
-      static_cast<std::size_t>(plan.num_dst_ranks()));
-  const std::vector<rank_t> src_rank = detail::ranks_of_items(plan.src_offsets());
-  for (rank_t r = 0; r < plan.num_dst_ranks(); ++r) {
-    auto& dst = out[static_cast<std::size_t>(r)];
-    const auto begin = plan.dst_offsets()[static_cast<std::size_t>(r)];
-    const auto end = plan.dst_offsets()[static_cast<std::size_t>(r) + 1];
-    dst.reserve(static_cast<std::size_t>(end - begin));
-    for (auto h = begin; h < end; ++h) {
-      const auto g = plan.source_of(h);
-      const rank_t s = src_rank[static_cast<std::size_t>(g)];
-      const auto it = std::ranges::begin(rank_at(s)) +
-                      (g - plan.src_offsets()[static_cast<std::size_t>(s)]);
-      if constexpr (move) {
-        dst.push_back(std::ranges::iter_move(it));
-      } else {
-        dst.push_back(*it);
-      }
-    }
-  }
-  return out;
-}
+apply_by_rank(const rearrangement& plan, R&& ranks);
 
 /// Ragged rows: item g owns rows [row_offsets[g], row_offsets[g+1]) of `rows`, each row
 /// `row_width` elements. Returns the rows in destination order and their new row offsets.
@@ -453,41 +418,9 @@ struct ragged_rows {
 /// Moves ragged rows into destination order. O(total elements + n). Throws
 /// `invalid_argument_error` when offsets are inconsistent with the plan or the data size.
 template <class T>
-ragged_rows<T> apply(const rearrangement& plan, const ragged_rows<T>& in) {
-  const auto n = plan.num_items();
-  ORCHMLLM_REQUIRE(in.row_width >= 0, invalid_argument_error, "row width ", in.row_width,
-                   " is negative");
-  ORCHMLLM_REQUIRE(
-      static_cast<std::int64_t>(in.row_offsets.size()) == n + 1 && in.row_offsets.front() == 0,
-      invalid_argument_error, "apply: ", in.row_offsets.size(), " row offsets for a plan of ", n,
-      " items (need n + 1 starting at 0)");
-  for (std::int64_t g = 0; g < n; ++g)
-    ORCHMLLM_REQUIRE(in.row_offsets[static_cast<std::size_t>(g) + 1] >=
-                         in.row_offsets[static_cast<std::size_t>(g)],
-                     invalid_argument_error, "row offsets decrease at item ", g);
-  // rows.size() == back · width, checked by division (the product may pass 2^63 − 1).
-  const auto elements = static_cast<std::int64_t>(in.rows.size());
-  ORCHMLLM_REQUIRE(in.row_width == 0 ? elements == 0
-                                     : elements % in.row_width == 0 &&
-                                           elements / in.row_width == in.row_offsets.back(),
-                   invalid_argument_error, "apply: ", in.rows.size(),
-                   " elements but offsets give ", in.row_offsets.back(), " rows of width ",
-                   in.row_width);
-  ragged_rows<T> out;
-  out.row_width = in.row_width;
-  out.row_offsets.resize(static_cast<std::size_t>(n) + 1, 0);
-  out.rows.reserve(in.rows.size());
-  const auto w = static_cast<std::size_t>(in.row_width);
-  for (std::int64_t h = 0; h < n; ++h) {
-    const auto g = static_cast<std::size_t>(plan.source_of(h));
-    const auto b = static_cast<std::size_t>(in.row_offsets[g]) * w;
-    const auto e = static_cast<std::size_t>(in.row_offsets[g + 1]) * w;
-    out.rows.insert(out.rows.end(), in.rows.begin() + static_cast<std::ptrdiff_t>(b),
-                    in.rows.begin() + static_cast<std::ptrdiff_t>(e));
-    out.row_offsets[static_cast<std::size_t>(h) + 1] =
-        out.row_offsets[static_cast<std::size_t>(h)] + (in.row_offsets[g + 1] - in.row_offsets[g]);
-  }
-  return out;
-}
+ragged_rows<T> apply(const rearrangement& plan, const ragged_rows<T>& in);
 
 }  // namespace orchmllm
+
+// The definitions of the templates declared only above.
+#include "orchmllm/detail/core/rearrangement.inl"  // IWYU pragma: export
