@@ -1,41 +1,10 @@
 #pragma once
 /// @file local.hpp
-/// The in-process `local` communicator backend: N ranks as N threads of one process.
-///
-/// Used by the tests, by single-process programs and as the demo's default transport. It models
-/// `orchmllm::communicator` (comm/communicator.hpp) with host payload memory.
-///
-/// @code
-///   orchmllm::local::run(4, [](orchmllm::local::communicator& comm) {
-///     std::int64_t mine = comm.rank(), all[4];
-///     comm.all_gather(reinterpret_cast<const std::byte*>(&mine), sizeof mine,
-///                     reinterpret_cast<std::byte*>(all));
-///   }, {.ranks_per_node = 2});
-/// @endcode
-///
-/// How it works: every collective is one or two rendezvous of all ranks (mutex + condition
-/// variable + generation counter). Data collectives publish their arguments, meet, copy
-/// (memcpy) the blocks addressed to them straight out of their peers' send buffers, and meet
-/// again so no send buffer is released while a peer still reads it. The last rank to arrive at
-/// the first rendezvous checks, once for everyone, that all ranks called the same collective
-/// with valid arguments and counts that match pairwise; so a disagreement fails on every rank at
-/// the same point and the group stays usable afterwards.
-///
-/// Failure model (no hang, ever):
-/// - a rank whose function throws aborts the group: every rank blocked in a collective, and
-///   every rank entering one later, gets `communication_error` naming the failed rank; `run`
-///   rethrows the first rank's original exception;
-/// - a rank whose function returns while others still call collectives counts as gone: their
-///   collectives raise `communication_error` ("rank 3 left the group");
-/// - with `run_options::timeout`, a rank waiting longer than that for its peers aborts the group
-///   (`communication_error` on every rank, naming the ranks that did not arrive);
-/// - ranks calling different collectives, `all_gather` sizes that differ, `all_gatherv` counts
-///   that disagree with the contributions, `all_to_allv` counts that do not match pairwise:
-///   `communication_error` on every rank, naming the ranks and values;
-/// - arguments that fail the local checks (span lengths, negative counts or displacements, null
-///   buffers with non-zero sizes, overlapping send and receive buffers): `invalid_argument_error`
-///   on the ranks that passed them and `communication_error` naming the first such rank on the
-///   others, raised after one rendezvous (so no rank is left waiting) and before any byte moves.
+/// The in-process `local` communicator backend: N ranks as N threads of one process, used by the
+/// tests, by single-process programs and as the demo's default transport. `local::run` starts the
+/// group and gives each thread a `local::communicator`, a model of `orchmllm::communicator`
+/// (comm/communicator.hpp) with host payload memory whose collectives never hang: a failure or a
+/// disagreement raises on every rank. See docs/communication.md, "Communicator concept".
 
 #include <chrono>
 #include <cstddef>
@@ -76,6 +45,30 @@ void run(rank_t ranks, F&& f, run_options options = {});
 /// One rank's handle on a `run` group. Created by `run` (one per rank), not copyable nor
 /// movable, and used only by the thread `run` gave it to.
 ///
+/// Every collective is one or two rendezvous of all ranks (mutex + condition variable +
+/// generation counter). Data collectives publish their arguments, meet, copy (memcpy) the blocks
+/// addressed to them straight out of their peers' send buffers, and meet again so no send
+/// buffer is released while a peer still reads it. The last rank to arrive at the first
+/// rendezvous checks, once for everyone, that all ranks called the same collective with valid
+/// arguments and counts that match pairwise; so a disagreement fails on every rank at the same
+/// point and the group stays usable afterwards.
+///
+/// Failure model (no hang, ever):
+/// - a rank whose function throws aborts the group: every rank blocked in a collective, and
+///   every rank entering one later, gets `communication_error` naming the failed rank; `run`
+///   rethrows the first rank's original exception;
+/// - a rank whose function returns while others still call collectives counts as gone: their
+///   collectives raise `communication_error` ("rank 3 left the group");
+/// - with `run_options::timeout`, a rank waiting longer than that for its peers aborts the group
+///   (`communication_error` on every rank, naming the ranks that did not arrive);
+/// - ranks calling different collectives, `all_gather` sizes that differ, `all_gatherv` counts
+///   that disagree with the contributions, `all_to_allv` counts that do not match pairwise:
+///   `communication_error` on every rank, naming the ranks and values;
+/// - arguments that fail the local checks (span lengths, negative counts or displacements, null
+///   buffers with non-zero sizes, overlapping send and receive buffers): `invalid_argument_error`
+///   on the ranks that passed them and `communication_error` naming the first such rank on the
+///   others, raised after one rendezvous (so no rank is left waiting) and before any byte moves.
+///
 /// Queries are O(1) and never throw. Collectives follow comm/communicator.hpp; each costs two
 /// rendezvous of all ranks (one for `barrier`), O(size()) work per rank plus the copies, and an
 /// O(size()²) agreement check done once by the last rank to arrive (for `all_gatherv` and
@@ -110,7 +103,7 @@ class communicator {
     return size() - first < ranks_per_node_ ? size() - first : ranks_per_node_;
   }
 
-  /// Waits until every rank has called `barrier`. Throws `communication_error` (see the file
+  /// Waits until every rank has called `barrier`. Throws `communication_error` (see the class
   /// comment).
   void barrier() {
     auto& a = group_->args(rank_);
@@ -122,33 +115,7 @@ class communicator {
   /// receives size()·bytes bytes, rank r's at r·bytes. Throws `invalid_argument_error` for a
   /// negative `bytes`, size()·bytes overflowing 64 bits, null buffers with non-zero sizes or
   /// overlapping buffers; `communication_error` when ranks disagree on `bytes`.
-  void all_gather(const std::byte* send, std::int64_t bytes, std::byte* recv) {
-    using detail::concat;
-    std::string problem;
-    if (bytes < 0) {
-      problem = concat("all_gather: bytes = ", bytes, " is negative");
-    } else if (bytes > std::numeric_limits<std::int64_t>::max() / size()) {
-      problem =
-          concat("all_gather: size() * bytes = ", size(), " * ", bytes, " does not fit in 64 bits");
-    } else if (bytes > 0 && (send == nullptr || recv == nullptr)) {
-      problem = concat("all_gather: null ", send == nullptr ? "send" : "recv",
-                       " buffer with bytes = ", bytes);
-    } else if (overlap(send, bytes, recv, bytes * size())) {
-      problem = concat("all_gather: send buffer (", bytes, " bytes) overlaps recv buffer (",
-                       bytes * size(), " bytes)");
-    }
-    auto& a = group_->args(rank_);
-    a = {};
-    a.valid = problem.empty();
-    a.send = send;
-    a.bytes = bytes;
-    publish(detail::local::collective::all_gather, problem);
-    for (rank_t i = 0; i < size(); ++i) {
-      const rank_t p = (rank_ + i) % size();  // start with self: spreads reads over peers
-      copy(recv, static_cast<std::int64_t>(p) * bytes, group_->args(p).send, 0, bytes);
-    }
-    release(detail::local::collective::all_gather);
-  }
+  void all_gather(const std::byte* send, std::int64_t bytes, std::byte* recv);
 
   /// Rank r contributes counts[r] bytes, written at recv + displs[r] on every rank; `bytes`
   /// must equal counts[rank()]. Throws `invalid_argument_error` when `counts`/`displs` do not
@@ -156,39 +123,7 @@ class communicator {
   /// from counts[rank()], buffers are null with non-zero sizes or overlap;
   /// `communication_error` when a rank's counts[r] differs from what rank r contributes.
   void all_gatherv(const std::byte* send, std::int64_t bytes, std::byte* recv,
-                   std::span<const std::int64_t> counts, std::span<const std::int64_t> displs) {
-    using detail::concat;
-    std::string problem = check_vector("all_gatherv", "counts", counts, "displs", displs);
-    std::int64_t recv_extent = 0;
-    if (problem.empty()) {
-      recv_extent = extent(counts, displs);
-      if (bytes != counts[static_cast<std::size_t>(rank_)]) {
-        problem = concat("all_gatherv: bytes = ", bytes, " but counts[", rank_,
-                         "] = ", counts[static_cast<std::size_t>(rank_)], " (must be equal)");
-      } else if (bytes > 0 && send == nullptr) {
-        problem = concat("all_gatherv: null send buffer with bytes = ", bytes);
-      } else if (recv_extent > 0 && recv == nullptr) {
-        problem = concat("all_gatherv: null recv buffer with ", recv_extent, " bytes to receive");
-      } else if (overlap(send, bytes, recv, recv_extent)) {
-        problem = concat("all_gatherv: send buffer (", bytes, " bytes) overlaps recv buffer (",
-                         recv_extent, " bytes)");
-      }
-    }
-    auto& a = group_->args(rank_);
-    a = {};
-    a.valid = problem.empty();
-    a.send = send;
-    a.bytes = bytes;
-    a.send_counts = counts.data();
-    a.send_displs = displs.data();
-    publish(detail::local::collective::all_gatherv, problem);
-    for (rank_t i = 0; i < size(); ++i) {
-      const rank_t p = (rank_ + i) % size();
-      const auto pi = static_cast<std::size_t>(p);
-      copy(recv, displs[pi], group_->args(p).send, 0, counts[pi]);
-    }
-    release(detail::local::collective::all_gatherv);
-  }
+                   std::span<const std::int64_t> counts, std::span<const std::int64_t> displs);
 
   /// Sends send_counts[p] bytes from send + send_displs[p] to every rank p and receives
   /// recv_counts[p] bytes from p at recv + recv_displs[p]. Send buffers must stay valid until
@@ -201,44 +136,7 @@ class communicator {
   void all_to_allv(const std::byte* send, std::span<const std::int64_t> send_counts,
                    std::span<const std::int64_t> send_displs, std::byte* recv,
                    std::span<const std::int64_t> recv_counts,
-                   std::span<const std::int64_t> recv_displs) {
-    using detail::concat;
-    std::string problem =
-        check_vector("all_to_allv", "send_counts", send_counts, "send_displs", send_displs);
-    if (problem.empty()) {
-      problem = check_vector("all_to_allv", "recv_counts", recv_counts, "recv_displs", recv_displs);
-    }
-    if (problem.empty()) {
-      const std::int64_t send_extent = extent(send_counts, send_displs);
-      const std::int64_t recv_extent = extent(recv_counts, recv_displs);
-      if (send_extent > 0 && send == nullptr) {
-        problem = concat("all_to_allv: null send buffer with ", send_extent, " bytes to send");
-      } else if (recv_extent > 0 && recv == nullptr) {
-        problem = concat("all_to_allv: null recv buffer with ", recv_extent, " bytes to receive");
-      } else if (overlap(send, send_extent, recv, recv_extent)) {
-        problem = concat("all_to_allv: send extent (", send_extent,
-                         " bytes) overlaps recv extent (", recv_extent, " bytes)");
-      }
-    }
-    auto& a = group_->args(rank_);
-    a = {};
-    a.valid = problem.empty();
-    a.send = send;
-    a.send_counts = send_counts.data();
-    a.send_displs = send_displs.data();
-    a.recv_counts = recv_counts.data();
-    a.recv_displs = recv_displs.data();
-    publish(detail::local::collective::all_to_allv, problem);
-    const auto me = static_cast<std::size_t>(rank_);
-    for (rank_t i = 0; i < size(); ++i) {
-      const rank_t p = (rank_ + i) % size();
-      const auto pi = static_cast<std::size_t>(p);
-      const auto& peer = group_->args(p);
-      // recv_counts[p] == peer.send_counts[me]: the publish verdict checked it.
-      copy(recv, recv_displs[pi], peer.send, peer.send_displs[me], recv_counts[pi]);
-    }
-    release(detail::local::collective::all_to_allv);
-  }
+                   std::span<const std::int64_t> recv_displs);
 
  private:
   template <class F>
@@ -274,27 +172,7 @@ class communicator {
   // Span sizes, signs and overflow of displs + counts; empty string when fine.
   std::string check_vector(const char* op, const char* counts_name,
                            std::span<const std::int64_t> counts, const char* displs_name,
-                           std::span<const std::int64_t> displs) const {
-    using detail::concat;
-    const auto n = static_cast<std::size_t>(size());
-    if (counts.size() != n) {
-      return concat(op, ": ", counts_name, " has ", counts.size(),
-                    " entries, expected size() = ", n);
-    }
-    if (displs.size() != n) {
-      return concat(op, ": ", displs_name, " has ", displs.size(),
-                    " entries, expected size() = ", n);
-    }
-    for (std::size_t p = 0; p < n; ++p) {
-      if (counts[p] < 0) return concat(op, ": ", counts_name, "[", p, "] = ", counts[p], " < 0");
-      if (displs[p] < 0) return concat(op, ": ", displs_name, "[", p, "] = ", displs[p], " < 0");
-      if (displs[p] > std::numeric_limits<std::int64_t>::max() - counts[p]) {
-        return concat(op, ": ", displs_name, "[", p, "] + ", counts_name, "[", p, "] = ", displs[p],
-                      " + ", counts[p], " overflows 64 bits");
-      }
-    }
-    return {};
-  }
+                           std::span<const std::int64_t> displs) const;
 
   // Bytes from the buffer start to the end of its last non-empty block (validated spans).
   static std::int64_t extent(std::span<const std::int64_t> counts,
@@ -330,44 +208,16 @@ static_assert(orchmllm::communicator<communicator>);
 ///
 /// Throws `invalid_argument_error` before starting anything when `ranks` < 1,
 /// `options.ranks_per_node` < 0 or `options.timeout` < 0. When any rank's `f` throws, the group
-/// is aborted (see the file comment), every thread is joined, and the exception of the rank
+/// is aborted (see `communicator`), every thread is joined, and the exception of the rank
 /// that failed first is rethrown unchanged (the `communication_error`s the abort causes on the
 /// other ranks are dropped). A `std::system_error` from starting a thread aborts the group,
 /// joins the started threads and is rethrown.
 ///
 /// Costs `ranks` thread starts; the group state is O(ranks) and allocated once.
 template <class F>
-void run(rank_t ranks, F&& f, run_options options) {
-  ORCHMLLM_REQUIRE(ranks >= 1, invalid_argument_error, "local::run: ranks = ", ranks,
-                   " must be at least 1");
-  ORCHMLLM_REQUIRE(options.ranks_per_node >= 0, invalid_argument_error,
-                   "local::run: ranks_per_node = ", options.ranks_per_node,
-                   " must be >= 0 (0: one node)");
-  ORCHMLLM_REQUIRE(options.timeout.count() >= 0, invalid_argument_error,
-                   "local::run: timeout = ", options.timeout.count(),
-                   " ms must be >= 0 (0: wait forever)");
-  detail::local::group g(ranks, options.timeout);
-  auto body = [&g, &f, rpn = options.ranks_per_node](rank_t r) noexcept {
-    try {
-      communicator comm(g, r, rpn);
-      std::invoke(f, comm);
-      g.leave(r);
-    } catch (...) {
-      g.fail(r, std::current_exception());
-    }
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<std::size_t>(ranks));
-  try {
-    for (rank_t r = 0; r < ranks; ++r) threads.emplace_back(body, r);
-  } catch (...) {
-    g.abort(
-        detail::concat("could not start the thread of rank ", static_cast<rank_t>(threads.size())));
-    for (auto& t : threads) t.join();
-    throw;
-  }
-  for (auto& t : threads) t.join();
-  if (auto e = g.first_error()) std::rethrow_exception(e);
-}
+void run(rank_t ranks, F&& f, run_options options);
 
 }  // namespace orchmllm::local
+
+// The definitions of the members and of `run` declared only above.
+#include "orchmllm/detail/comm/local.inl"  // IWYU pragma: export
