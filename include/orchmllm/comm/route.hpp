@@ -1,43 +1,12 @@
 #pragma once
 /// @file route.hpp
-/// Routes: one rank's precomputed program for moving ragged bytes along a plan, and `execute`.
-///
-/// A route is the plan/execute split of the data movement. From the global view (the plan,
-/// every item's byte size, the topology), identical on every rank, each rank builds its own
-/// route without communicating: a sequence of hops, each one pack (a gather of byte segments
-/// into a send buffer grouped by peer) and one all-to-all(v), followed by one unpack into
-/// destination slot order. `execute` runs it with any `communicator` and any `byte_mover`, so
-/// the same route moves host payloads over MPI or the local backend and device payloads over
-/// NCCL. Build once per plan and reuse it for every tensor that follows the same plan with the
-/// same per-item byte sizes (e.g. activations and gradients of equal width).
-///
-/// Schedules (see docs/communication.md for the model and the proofs of delivery):
-/// - `direct`: one hop, every item straight from its source rank to its destination rank.
-/// - `node_wise`: three hops. (1) Inside the source node, items bound for another node are
-///   regrouped onto "rails": the bytes each (source node, destination node) pair exchanges are
-///   split evenly over min(G_src, G_dst) rails, walking items in (source local rank, destination
-///   id) order so items mostly keep their own GPU's rail; items whose destination is in the
-///   same node go straight there. (2) Rail l of the source node sends to rail l of the
-///   destination node: only GPUs of the same local index talk across nodes, every NIC of a node
-///   carries about 1/G of the node's traffic, and a rank exchanges one message per node instead
-///   of one per rank. (3) Inside the destination node, rails scatter to the final ranks.
-///   Inter-node bytes are the same as `direct`; intra-node bytes grow by the forwarding hops.
-/// - `automatic`: keeps the schedule the time model predicts faster (ties: direct). It builds
-///   direct, then node-wise unless a lower bound of node-wise's modelled time (its inter-node
-///   hop, summed per node pair without building the paths; O(n + d)) already reaches
-///   direct's, when node-wise could not win: the same choice as building both, at a fraction
-///   of the cost (direct wins at scale when each rank's traffic goes to a few peers).
-///   Hops in which no item changes rank anywhere are dropped (e.g. all of node-wise on one node).
-///
-/// Order on the wire: in every hop, the bytes for one peer are in increasing destination global
-/// id; a receive buffer holds the peers' blocks in increasing rank. Both sides derive this from
-/// the same global data, so no offsets travel with the payload.
-///
-/// Time model (`predicted_seconds`): per hop, each rank's send time and receive time are
-/// Σ messages · latency + bytes / bandwidth over intra- and inter-node links (`link_params`;
-/// a message is a non-empty block to another rank);
-/// a hop takes as long as its slowest rank in either direction, and hops add up. Self copies
-/// are free. Deterministic: every rank computes the same value and so the same choice.
+/// Routes: `route`, one rank's precomputed program for moving ragged bytes along a plan, built
+/// from global data alone (the plan, every item's byte size, the topology) without
+/// communicating, and `execute`, which runs it with any `communicator` and any `byte_mover`
+/// (host payloads over MPI or the local backend, device payloads over NCCL). A route is a
+/// sequence of hops, each one pack and one all-to-all(v), then one unpack into destination slot
+/// order, under a `schedule`: `direct`, `node_wise` (rails between nodes) or `automatic` (the
+/// one the time model predicts faster). See docs/communication.md, "Routes" and "Schedules".
 
 #include <algorithm>
 #include <cmath>
@@ -69,7 +38,24 @@
 
 namespace orchmllm {
 
-/// How a route moves data between nodes (see the file comment).
+/// How a route moves data between nodes (docs/communication.md, "Schedules", has the model and
+/// the proofs of delivery).
+/// - `direct`: one hop, every item straight from its source rank to its destination rank.
+/// - `node_wise`: three hops. (1) Inside the source node, items bound for another node are
+///   regrouped onto "rails": the bytes each (source node, destination node) pair exchanges are
+///   split evenly over min(G_src, G_dst) rails, walking items in (source local rank, destination
+///   id) order so items mostly keep their own GPU's rail; items whose destination is in the
+///   same node go straight there. (2) Rail l of the source node sends to rail l of the
+///   destination node: only GPUs of the same local index talk across nodes, every NIC of a node
+///   carries about 1/G of the node's traffic, and a rank exchanges one message per node instead
+///   of one per rank. (3) Inside the destination node, rails scatter to the final ranks.
+///   Inter-node bytes are the same as `direct`; intra-node bytes grow by the forwarding hops.
+/// - `automatic`: keeps the schedule the time model predicts faster (ties: direct). It builds
+///   direct, then node-wise unless a lower bound of node-wise's modelled time (its inter-node
+///   hop, summed per node pair without building the paths; O(n + d)) already reaches
+///   direct's, when node-wise could not win: the same choice as building both, at a fraction
+///   of the cost (direct wins at scale when each rank's traffic goes to a few peers).
+/// Hops in which no item changes rank anywhere are dropped (e.g. all of node-wise on one node).
 enum class schedule { direct, node_wise, automatic };
 
 /// "direct", "node-wise", "auto" (null-terminated, as every `to_string` of the library's enums).
@@ -154,7 +140,20 @@ struct traffic_stats {
   return out;
 }
 
-/// One rank's program for moving ragged bytes along a plan (see the file comment).
+/// One rank's program for moving ragged bytes along a plan: the plan/execute split of the data
+/// movement. Each rank builds its own from the same global data; build once per plan and reuse
+/// it for every tensor that follows the same plan with the same per-item byte sizes (e.g.
+/// activations and gradients of equal width).
+///
+/// Order on the wire: in every hop, the bytes for one peer are in increasing destination global
+/// id; a receive buffer holds the peers' blocks in increasing rank. Both sides derive this from
+/// the same global data, so no offsets travel with the payload.
+///
+/// Time model (`predicted_seconds`): per hop, each rank's send time and receive time are
+/// Σ messages · latency + bytes / bandwidth over intra- and inter-node links (`link_params`;
+/// a message is a non-empty block to another rank); a hop takes as long as its slowest rank in
+/// either direction, and hops add up. Self copies are free. Deterministic: every rank computes
+/// the same value and so the same choice.
 class route {
  public:
   /// One pack + all-to-all(v). Counts and displacements are in bytes, one entry per rank.
