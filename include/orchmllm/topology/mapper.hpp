@@ -1,34 +1,14 @@
 #pragma once
 /// @file mapper.hpp
 /// The bin → rank mapping as a customisation point: the problem as a public read-only view
-/// (`bin_mapping_problem`), the `mapper` concept, the built-in mappers as types
-/// (`mappers::identity`, `mappers::transport`, `mappers::bottleneck`, `mappers::auction`),
-/// `any_mapper` (one of them chosen at run time, `parse_mapper`); `map_bins(binned,
-/// item_bytes, topo, mapper)` (topology/mapping.hpp, included at the end) runs one. The GLPK
-/// integer program is a mapper too (`glpk::bottleneck_ilp`, backend/glpk/mapping.hpp, opt-in).
-///
-/// A mapper is any callable that takes a `const bin_mapping_problem&` and returns the rank of
-/// every bin (a `std::vector<rank_t>` of d entries, a permutation of 0..d-1). `map_bins` checks
-/// it and builds the remapped plan and its figures (`mapping_result`) exactly as for the
-/// built-ins, which are mappers of this kind. Writing one, in a few lines:
-///
-///     // Bins in decreasing size to ranks in decreasing bytes already held on them.
-///     struct keep_big_bins {
-///       std::vector<orchmllm::rank_t> operator()(const orchmllm::bin_mapping_problem& p) const {
-///         // ... any deterministic rule; p.evaluate(ranks) gives the figures of a candidate.
-///         return orchmllm::mappers::transport{}(p);
-///       }
-///     };
-///
-/// Determinism: `plan_step` runs the stage's mapper on every rank and relies on every rank
-/// getting the same answer from the same problem. A mapper used in a stage declaration must
-/// therefore be a pure function of the problem: no randomness without a fixed seed, no wall-clock
-/// limits, no iteration over unordered containers, no dependence on the rank it runs on. The
-/// built-ins are (integer arithmetic, fixed tie-breaks); so is `glpk::bottleneck_ilp` for one
-/// GLPK build (it counts branch-and-bound nodes, not seconds).
-///
-/// Thread-safety: the view is read-only; `plan_step` may call the mappers of several stages
-/// concurrently, so a mapper object must be safe to call from several threads.
+/// (`bin_mapping_problem`), the `mapper` concept (any callable that takes the problem and
+/// returns the rank of every bin, a permutation of 0..d-1, checked by `map_bins`), the built-in
+/// mappers as types (`mappers::identity`, `mappers::transport`, `mappers::bottleneck`,
+/// `mappers::auction`) and `any_mapper` (one of them chosen at run time, `parse_mapper`);
+/// `map_bins(binned, item_bytes, topo, mapper)` (topology/mapping.hpp, included at the end) runs
+/// one. A mapper must be a pure function of the problem (every rank runs it and must get the
+/// same answer) and safe to call from several threads. See docs/algorithms.md, "Choosing a
+/// mapper, and writing your own".
 
 #include <algorithm>
 #include <array>
@@ -160,15 +140,30 @@ struct identity {
   std::vector<rank_t> operator()(const bin_mapping_problem& p) const;
 };
 
-/// Minimum total inter-node bytes, then per-node GPU placement (the default). Complexity: see
-/// `map_bins`.
+/// Minimum total inter-node bytes, then per-node GPU placement (the default). With w[b][m] the
+/// bytes of bin b already on node m, sending bin b to node m costs W_b − w[b][m] inter-node
+/// bytes; bins → nodes with node m taking exactly node_size(m) bins is a transportation problem,
+/// solved by a min-cost flow (detail/topology/min_cost_flow.hpp). Then, inside each node, a
+/// G × G Hungarian assignment (detail/topology/hungarian.hpp) places the node's bins on its
+/// GPUs maximising the bytes that are already on their final GPU. A node of more than 512 GPUs
+/// (`detail::dense_assignment_limit`; G² memory and G³ time would take tens of GB and hours at
+/// 30,000) uses a sparse greedy assignment instead, which keeps at least half of those bytes.
+/// Guarantees: (1) `inter_node_bytes` is the minimum over all d! bijections; (2) given the
+/// bin → node assignment it chose, `moved_bytes` is the minimum over all bijections with that
+/// node assignment (for nodes of up to 512 GPUs). It does not promise the minimum
+/// `moved_bytes` among all bijections of minimum inter-node bytes: when several node
+/// assignments tie on inter-node bytes, the one the flow returns need not be the best for
+/// intra-node moves. Complexity: see `map_bins`.
 struct transport {
   static constexpr std::string_view name = "transport";
   std::vector<rank_t> operator()(const bin_mapping_problem& p) const;
 };
 
-/// `transport` improved by swaps on the worst node, at most `step_budget` swaps of
-/// O(G·(d + N)) each.
+/// Minimises the worst node, F = max over nodes of max(inter-node egress, ingress), what an
+/// all-to-all's inter-node time follows: `transport` improved by swapping bins between nodes
+/// (detail/topology/bottleneck.hpp), at most `step_budget` swaps of O(G·(d + N)) each. Never
+/// worse than `transport` on F; a local optimum, not a proven one (the exact integer program
+/// with a node limit is `glpk::bottleneck_ilp`, backend/glpk/mapping.hpp, opt-in).
 struct bottleneck {
   static constexpr std::string_view name = "bottleneck";
   /// Swap steps of the local search; -1 = 2·d + 64. Values below -1 are read as 0.

@@ -1,42 +1,13 @@
 #pragma once
 /// @file mapping.hpp
-/// Mapping balanced bins to ranks so that data moves as little as possible across nodes.
-///
-/// A balancer decides which items share a bin; any bijection from bins to ranks keeps the
-/// balance. `map_bins` picks one:
-///  * `identity`: bin k → rank k (what existing systems do; the baseline).
-///  * `transport`: minimises the total inter-node bytes exactly. With w[b][m] the bytes of bin
-///    b already on node m, sending bin b to node m costs W_b − w[b][m] inter-node bytes; bins →
-///    nodes with node m taking exactly node_size(m) bins is a transportation problem, solved by
-///    our own min-cost flow (detail/topology/min_cost_flow.hpp). Then, inside each node, a
-///    G × G Hungarian assignment (detail/topology/hungarian.hpp) places the node's bins on its
-///    GPUs maximising the bytes that are already on their final GPU. A node of more than 512
-///    GPUs (`detail::dense_assignment_limit`; G² memory and G³ time would take tens of GB and
-///    hours at 30,000) uses a sparse greedy assignment instead, which keeps at least half of
-///    those bytes.
-///  * `bottleneck`: minimises the worst node, F = max over nodes of max(inter-node egress,
-///    ingress) — what an all-to-all's inter-node time follows. Starts from `transport` and
-///    improves it by swapping bins between nodes (detail/topology/bottleneck.hpp): never worse
-///    than `transport` on F, a local optimum, not a proven one. The exact integer program with
-///    a time limit lives in the opt-in GLPK backend (backend/glpk/mapping.hpp).
-///  * `auction`: the `transport` problem solved to within a tolerance by an auction
-///    (detail/topology/auction.hpp), for large clusters: inter-node bytes at most the minimum
-///    + 1 % of U, U = Σ_b max_m w[b][m] = total − `inter_node_bytes_lower_bound` (the bytes any
-///    mapping can keep; `mappers::auction{.tolerance = t}` sets the fraction), measured
-///    0.005–0.014 % of U above the minimum on the benchmark workloads, 8–53 times faster than
-///    `transport` from 10,240 ranks (docs/results.md). Then the same per-node GPU placement.
-///
-/// What `transport` guarantees: (1) `inter_node_bytes` is the minimum over all d! bijections;
-/// (2) given the bin → node assignment it chose, `moved_bytes` is the minimum over all
-/// bijections with that node assignment (for nodes of up to 512 GPUs). It does NOT promise the minimum `moved_bytes` among
-/// all bijections of minimum inter-node bytes: when several node assignments tie on inter-node
-/// bytes, the one the flow returns need not be the best for intra-node moves.
-///
-/// `mapping_result` (the figures every method reports) is declared in topology/mapping_result.hpp.
-/// A mapper of the application's own (or the GLPK one) plugs in through topology/mapper.hpp.
-///
-/// Thread-safety: pure functions. Determinism: integer arithmetic and fixed tie-breaks; the
-/// same input gives the same result on every platform, so every rank can plan locally.
+/// Mapping balanced bins to ranks so that data moves as little as possible across nodes:
+/// `map_bins` picks the bijection bins → ranks (any one keeps the balance) with a mapper
+/// (topology/mapper.hpp: `identity`, the baseline; `transport`, the exact minimum of
+/// inter-node bytes, the default; `bottleneck`, the worst node; `auction`, `transport` to within
+/// a tolerance for large clusters; or the application's own) and reports the remapped plan and
+/// its byte figures (`mapping_result`, topology/mapping_result.hpp). Pure functions;
+/// integer arithmetic and fixed tie-breaks, so every rank plans the same mapping locally. See
+/// docs/algorithms.md, "Mapping balanced bins to ranks".
 
 #include <algorithm>
 #include <cstdint>
