@@ -1,6 +1,27 @@
 #pragma once
 /// @file async_planner.hpp
-/// Planning step t+1 on a background thread while step t trains.
+/// Planning step t+1 on a background thread while step t trains: `async_planner` runs
+/// `plan_step` on one worker thread on the metadata the trainer submits, and hands the plans
+/// back in submission order, identical on every rank to inline planning. See
+/// docs/orchestrator.md, "Asynchronous planning".
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <variant>
+
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/orchestrator/orchestrator.hpp"
+#include "orchmllm/orchestrator/stages.hpp"
+#include "orchmllm/topology/topology.hpp"
+
+namespace orchmllm {
+
+/// Plans submitted steps on one worker thread, in submission order.
 ///
 /// @code
 ///   orchmllm::async_planner planner(decl, topo);               // one worker thread
@@ -31,23 +52,6 @@
 /// Thread-safety: submit, next and in_flight may be called from any threads (one mutex); plans
 /// come back in submission order whichever thread asks.
 /// Destruction stops the worker after the step it is planning, dropping queued steps.
-
-#include <condition_variable>
-#include <cstddef>
-#include <deque>
-#include <exception>
-#include <mutex>
-#include <thread>
-#include <utility>
-#include <variant>
-
-#include "orchmllm/core/error.hpp"
-#include "orchmllm/orchestrator/orchestrator.hpp"
-#include "orchmllm/orchestrator/stages.hpp"
-#include "orchmllm/topology/topology.hpp"
-
-namespace orchmllm {
-
 class async_planner {
  public:
   /// Starts the worker; every step is planned with `options` (e.g. `routes_for` = this rank,
