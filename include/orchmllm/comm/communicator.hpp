@@ -1,7 +1,24 @@
 #pragma once
 /// @file communicator.hpp
-/// The `communicator` concept: what the data-movement layer needs from a transport.
-///
+/// The `communicator` concept: what the data-movement layer needs from a transport (rank,
+/// size, node shape, barrier, all-gather(v) of host metadata, all-to-all(v) of bytes in the
+/// backend's payload memory), and the refinements the dispatch uses when a backend offers more.
+/// Models: `local::communicator` (comm/local.hpp), `mpi::communicator` and
+/// `mpi::communicator_ref` (backend/mpi/communicator.hpp), `nccl::communicator` and
+/// `nccl::communicator_ref` (backend/nccl/). See docs/communication.md, "Communicator concept".
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "orchmllm/core/batch_layout.hpp"
+
+namespace orchmllm {
+
+/// Where a communicator's `all_to_allv` buffers live.
+enum class memory_kind { host, device };
+
 /// A communicator is one rank's handle on a group of `size()` ranks. Ranks are grouped into
 /// nodes (`node()`, `num_nodes()`, `local_rank()`, `local_size()`); node indices run over
 /// 0..num_nodes-1 in order of each node's lowest rank, and local ranks in increasing rank order
@@ -25,25 +42,6 @@
 /// Errors: a backend failure, a peer that failed or aborted, or a timeout raises
 /// `communication_error` on every rank that observes it; backends document which. Arguments
 /// of the wrong size raise `invalid_argument_error` before anything is sent.
-///
-/// Models: `orchmllm::local::communicator` (threads in one process, comm/local.hpp),
-/// `orchmllm::mpi::communicator` and `mpi::communicator_ref` (the caller's MPI_Comm,
-/// backend/mpi/communicator.hpp), `orchmllm::nccl::communicator` (backend/nccl/communicator.cuh)
-/// and `nccl::communicator_ref` (the caller's ncclComm_t, backend/nccl/communicator_ref.cuh).
-
-#include <concepts>
-#include <cstddef>
-#include <cstdint>
-#include <span>
-
-#include "orchmllm/core/batch_layout.hpp"
-
-namespace orchmllm {
-
-/// Where a communicator's `all_to_allv` buffers live.
-enum class memory_kind { host, device };
-
-/// See the file comment for the semantics each operation must have.
 template <class C>
 concept communicator = requires(C& c, const C& cc, const std::byte* in, std::byte* out,
                                 std::int64_t bytes, std::span<const std::int64_t> v) {
