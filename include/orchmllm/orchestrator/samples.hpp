@@ -1,32 +1,12 @@
 #pragma once
 /// @file samples.hpp
-/// The orchestrator's `local_batch` straight from the trainer's own sample type, through
-/// projections (in the style of std::ranges) or a traits specialisation, without a hand-written
-/// adapter.
-///
-/// Projections: one for the text tokens, and per encoder stage k (in declaration order) a
-/// `modality(items, size)`: `items` reads a sample's sub-items of that modality (a member
-/// pointer or a callable returning a range, a `std::optional`, a pointer or one object) and
-/// `size` reads one sub-item's `sub_item_size`.
-///
-///   struct Sample { std::int64_t text; std::vector<Image> images; std::optional<Audio> audio; };
-///   auto batch = orchmllm::make_local_batch(samples, &Sample::text,
-///       orchmllm::modality(&Sample::images, [](const Image& i) { return i.size(); }),
-///       orchmllm::modality(&Sample::audio, [](const Audio& a) { return a.size(); }));
-///
-/// A sample's sub-items then come modality by modality (its images, then its audio), each
-/// modality in its own order; that is the order `step_plan::llm_view` hands them back in, and
-/// the order of the per-modality payloads the trainer sends (for modality k: every sample's
-/// modality-k sub-items, sample by sample).
-///
-/// Traits: specialise `orchmllm::sample_traits<Sample>` with `text_tokens(const Sample&)` and
-/// `sub_items(const Sample&, emit)` calling `emit(modality, sub_item_size)` for every sub-item in
-/// the sample's own order (modalities may interleave), then call `make_local_batch(samples)`.
-///
-/// Nothing is validated here; `gather_step_metadata` and `make_step_metadata` check the batch
-/// (negative sizes, a modality outside [0, K)) on every rank alike.
-///
-/// Thread-safety: pure functions. Determinism: the batch follows the samples' iteration order.
+/// The orchestrator's `local_batch` straight from the trainer's own sample type, without a
+/// hand-written adapter: `make_local_batch` through projections (one for the text tokens, one
+/// `modality(items, size)` per encoder stage, in the style of std::ranges) or through a
+/// `sample_traits` specialisation (for samples whose modalities interleave). Nothing is
+/// validated here; `gather_step_metadata` and `make_step_metadata` check the batch on every
+/// rank alike. Pure functions; the batch follows the samples' iteration order. See
+/// docs/orchestrator.md, "Walkthrough: one step of a trainer".
 
 #include <concepts>
 #include <cstdint>
@@ -106,8 +86,20 @@ concept has_sample_traits = requires(const S& s, const detail::sub_item_sink& si
 };
 
 /// The local batch of a range of the trainer's samples through projections: `text(sample)` its
-/// text token count, `modalities[k]` its modality-k sub-items (see the file comment). A sample's
-/// sub-items come modality by modality. O(samples + sub-items) projection calls.
+/// text token count, `modalities[k]` its modality-k sub-items (`modality(items, size)`:
+/// `items` reads a sample's sub-items of that modality, a member pointer or a callable returning
+/// a range, a `std::optional`, a pointer or one object; `size` reads one sub-item's
+/// `sub_item_size`), in declaration order:
+///
+///   struct Sample { std::int64_t text; std::vector<Image> images; std::optional<Audio> audio; };
+///   auto batch = orchmllm::make_local_batch(samples, &Sample::text,
+///       orchmllm::modality(&Sample::images, [](const Image& i) { return i.size(); }),
+///       orchmllm::modality(&Sample::audio, [](const Audio& a) { return a.size(); }));
+///
+/// A sample's sub-items come modality by modality (its images, then its audio), each modality in
+/// its own order; that is the order `step_plan::llm_view` hands them back in, and the order of
+/// the per-modality payloads the trainer sends (for modality k: every sample's modality-k
+/// sub-items, sample by sample). O(samples + sub-items) projection calls. Deterministic.
 /// Throws what the projections throw.
 template <std::ranges::input_range Samples, class Text, class... Items, class... Size>
   requires std::invocable<const Text&, std::ranges::range_reference_t<Samples>>
