@@ -1,27 +1,10 @@
 #pragma once
 /// @file topology.hpp
-/// Cluster shape (nodes × GPUs, uneven nodes allowed) and the link figures of the time model.
-///
-/// A topology assigns every rank 0..d-1 to a node. Nodes are numbered 0..N-1 in order of their
-/// lowest rank; inside a node, ranks have local indices 0..size-1 in increasing rank order.
-/// Nodes need not be consecutive blocks of ranks (MPI may place ranks round-robin), but
-/// `uniform` builds the common case: consecutive blocks of G ranks.
-///
-/// What the library reads of a cluster is the `topology_model` concept: the rank count, every
-/// rank's node, and the link figures. `topology` is the shipped model, and every entry point
-/// (plan_step, map_bins, the mappers, route building, gather_step_metadata) takes it; a
-/// trainer's own model (its launcher's host list, a SLURM node list, a rail-optimised layout
-/// with its own link figures) converts to it implicitly, once, in O(d):
-///
-///     struct hosts_topology {                       // the trainer's own model
-///       std::vector<std::string> host_of_rank;      // identical on every rank
-///       orchmllm::rank_t num_ranks() const { return host_of_rank.size(); }
-///       std::int64_t node_of(orchmllm::rank_t r) const;  // any non-negative id per host
-///       orchmllm::link_params links() const { return {.inter_bandwidth = 24e9}; }  // optional
-///     };
-///     auto step = orchmllm::plan_step(decl, meta, hosts_topology{...});
-///
-/// Thread-safety: immutable after construction except `links`, a plain settable field.
+/// Cluster shape (nodes × GPUs, uneven nodes allowed) and the link figures of the time model:
+/// `topology` (every rank's node, `link_params`), the shipped model of the `topology_model`
+/// concept that every entry point reads, and to which a trainer's own cluster description (its
+/// launcher's host list, a SLURM node list) converts implicitly, once, in O(d). See
+/// docs/orchestrator.md, "A topology from the trainer's launcher".
 
 #include <algorithm>
 #include <concepts>
@@ -65,7 +48,17 @@ struct link_params {
 /// (any non-negative integer id; equal ids are one node), and optionally its link figures as a
 /// `links` data member or `links()` function returning `link_params` (else the defaults). The
 /// model must be identical on every rank. `topology` models it; any other model converts to
-/// `topology` implicitly (nodes renumbered in order of their lowest rank).
+/// `topology` implicitly (nodes renumbered in order of their lowest rank), once, in O(d),
+/// wherever an entry point (plan_step, map_bins, the mappers, route building,
+/// gather_step_metadata) takes a topology:
+///
+///     struct hosts_topology {                       // the trainer's own model
+///       std::vector<std::string> host_of_rank;      // identical on every rank
+///       orchmllm::rank_t num_ranks() const { return host_of_rank.size(); }
+///       std::int64_t node_of(orchmllm::rank_t r) const;  // any non-negative id per host
+///       orchmllm::link_params links() const { return {.inter_bandwidth = 24e9}; }  // optional
+///     };
+///     auto step = orchmllm::plan_step(decl, meta, hosts_topology{...});
 template <class T>
 concept topology_model = requires(const T& t, rank_t r) {
   { t.num_ranks() } -> std::convertible_to<std::int64_t>;
@@ -84,6 +77,11 @@ template <topology_model T>
   }
 }
 
+/// A topology: every rank 0..d-1 assigned to a node. Nodes are numbered 0..N-1 in order of their
+/// lowest rank; inside a node, ranks have local indices 0..size-1 in increasing rank order.
+/// Nodes need not be consecutive blocks of ranks (MPI may place ranks round-robin), but
+/// `uniform` builds the common case: consecutive blocks of G ranks. Thread-safety: immutable
+/// after construction except `links`, a plain settable field.
 class topology {
  public:
   /// One rank on one node.
