@@ -1,26 +1,11 @@
 #pragma once
 /// @file problem.hpp
-/// The balancing problem as a public type, and the `balancer` concept: the customisation point
-/// of `balance`. A balancer is any callable that takes a `balance_problem` and returns a
-/// destination rank for every item; `balance(layout, cost, policy, my_balancer, limits)` runs it
-/// with the same checks, constrained fallback, figures and guarantees as the built-in ones
-/// (balance/balancers.hpp), which are balancers of exactly this kind.
-///
-/// Writing one, in a few lines:
-///
-///     struct round_robin {
-///       template <class C>
-///       std::vector<orchmllm::rank_t> operator()(const orchmllm::balance_problem<C>& p) const {
-///         std::vector<orchmllm::rank_t> dst(static_cast<std::size_t>(p.num_items()));
-///         orchmllm::rank_t r = 0;
-///         for (auto g : p.order()) dst[static_cast<std::size_t>(g)] = r++ % p.num_ranks();
-///         return dst;
-///       }
-///     };
-///
-/// Write the call operator as a template over the problem's model type C (or a generic
-/// lambda): C is the trainer's cost model in header-only mode and a type-erased one in compiled
-/// mode (orchmllm/config.hpp), so the same balancer works in both.
+/// The balancing problem as a public type (`balance_problem`), and the `balancer` concept: the
+/// customisation point of `balance`. A balancer is any callable that takes a `balance_problem`
+/// and returns a destination rank for every item; `balance(layout, cost, policy, my_balancer,
+/// limits)` runs it with the same checks, constrained fallback, figures and guarantees as the
+/// built-in ones (balance/balancers.hpp), which are balancers of exactly this kind. See
+/// docs/algorithms.md, "Choosing a balancer, and writing your own".
 
 #include <concepts>
 #include <cstddef>
@@ -165,6 +150,22 @@ using problem_model_t =
 /// A balancer for problems over model C: callable as `b(problem)` on a
 /// `const balance_problem<C>&`, returning `balancer_plan`, `std::vector<rank_t>` or
 /// `std::optional<std::vector<rank_t>>`.
+///
+/// Writing one, in a few lines:
+///
+///     struct round_robin {
+///       template <class C>
+///       std::vector<orchmllm::rank_t> operator()(const orchmllm::balance_problem<C>& p) const {
+///         std::vector<orchmllm::rank_t> dst(static_cast<std::size_t>(p.num_items()));
+///         orchmllm::rank_t r = 0;
+///         for (auto g : p.order()) dst[static_cast<std::size_t>(g)] = r++ % p.num_ranks();
+///         return dst;
+///       }
+///     };
+///
+/// Write the call operator as a template over the problem's model type C (or a generic
+/// lambda): C is the trainer's cost model in header-only mode and a type-erased one in compiled
+/// mode (orchmllm/config.hpp), so the same balancer works in both.
 template <class B, class C>
 concept balancer = requires(const B& b, const balance_problem<C>& p) {
   { b(p) } -> detail::balancer_return;
