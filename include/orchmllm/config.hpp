@@ -1,27 +1,14 @@
 #pragma once
 /// @file config.hpp
 /// Build mode: header-only (the default, target `orchmllm::orchmllm`) or compiled (target
-/// `orchmllm::compiled`, a static library that holds the heavy code once).
-///
-/// `ORCHMLLM_COMPILED` is defined by the `orchmllm::compiled` target for every translation unit
-/// that links it. In such a unit
-///   * `balance` and the statistics (`rank_loads`, `makespan_lower_bound`,
-///     `compute_statistics`) are thin templates that pass the cost model, type-erased
-///     (`detail::cost_ref`), to entry points in the library, one per computation type
-///     (std::int64_t, double, long double): no algorithm is instantiated in the unit, for the
-///     shipped cost models and the trainer's own alike;
-///   * `map_bins`, `plan_step`, `route::build`, `batch_layout::from_ranks`, the built-in
-///     mappers' calls, `bin_mapping_problem::evaluate` and the error message formatting are
-///     declarations only; `map_bins` with the trainer's own mapper passes it to the library
-///     behind a std::function;
-///   * the algorithm headers (detail/balance/, detail/topology/) are not included.
-/// Plans are the same in both modes: the library runs the same code on the same values in the
-/// same computation type. Every translation unit of one program must use the same mode (link
-/// `orchmllm::compiled` to all targets that include the library, or to none); the thin
-/// templates live in an inline namespace of their own, so mixing modes fails to link rather than
-/// silently breaking the one-definition rule.
-///
-/// `ORCHMLLM_COMPILED_BUILD` is defined only inside the library's own translation unit.
+/// `orchmllm::compiled`, a static library that holds the heavy code once). `ORCHMLLM_COMPILED`
+/// is defined by the `orchmllm::compiled` target for every translation unit that links it; in
+/// such a unit `balance` and the statistics forward the cost model, type-erased, to entry
+/// points in the library, the heavy non-template functions (`ORCHMLLM_FUNC`) are declarations
+/// only and the algorithm headers are not included. Plans are the same in both modes; every
+/// translation unit of one program must use the same mode (mixing them fails to link).
+/// `ORCHMLLM_COMPILED_BUILD` is defined only inside the library's own translation unit. See
+/// docs/design.md, "Build targets".
 
 #if defined(ORCHMLLM_COMPILED) && !defined(ORCHMLLM_COMPILED_BUILD)
 /// 1 when this unit uses the compiled library (declarations only for what it holds).
