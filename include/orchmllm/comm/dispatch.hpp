@@ -13,11 +13,9 @@
 ///   auto balanced = orchmllm::dispatch(comm, plan, my_pixels);          // agrees by itself
 ///   auto grads = orchmllm::combine(comm, plan, grads_at_destination);   // back where they came
 /// @endcode
-/// Along a plan, every call agrees before any byte moves (one record per rank: plan, row width,
-/// item counts, schedule, link figures), so a disagreement raises the same
-/// `communication_error` on every rank. Along a route the step's one agreement
-/// (`agree_on_routes`, or the collective `plan_step`) protects the transfers, and
-/// `dispatch_options::verify` adds the per-transfer check. See docs/communication.md.
+/// Along a plan every call agrees before any byte moves; along a route the step's one agreement
+/// (`agree_on_routes`, or the collective `plan_step`) protects the transfers. See
+/// docs/communication.md, "The agreement check".
 
 #include <cstddef>
 #include <cstdint>

@@ -1,7 +1,20 @@
 #pragma once
 /// @file mover.hpp
-/// The `byte_mover` concept: scratch buffers and the segment gather in a payload memory space.
-///
+/// The `byte_mover` concept: scratch buffers and the segment gather in a payload memory space,
+/// what a route's pack and unpack run on. Models: `host_mover` (below, memcpy), `thrust_mover`
+/// (backend/thrust/gather.hpp: any Thrust system, CPU or GPU), `cuda::device_mover`
+/// (backend/cuda/mover.cuh: CUB batched memcpy on a stream). See docs/communication.md,
+/// "Routes".
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "orchmllm/detail/comm/segments.hpp"
+
+namespace orchmllm {
+
 /// Routes (comm/route.hpp) pack items into send buffers grouped by peer and unpack received
 /// bytes into destination slot order; both are gathers of byte segments
 /// (`detail::segment_list`: copy bytes[i] bytes from in + src[i] to out + dst[i]). A mover does
@@ -14,20 +27,6 @@
 /// - `gather(in, out, segments)`: performs the copies. It may run asynchronously to the host
 ///   as long as it is ordered before the next communicator operation that reads `out` (device
 ///   movers enqueue on the stream the communicator uses).
-///
-/// Models: `host_mover` (below, memcpy), `thrust_mover` (backend/thrust/gather.hpp: any Thrust
-/// system, CPU or GPU), `cuda::device_mover` (backend/cuda/mover.cuh: CUB batched memcpy on a
-/// stream).
-
-#include <concepts>
-#include <cstddef>
-#include <cstdint>
-#include <vector>
-
-#include "orchmllm/detail/comm/segments.hpp"
-
-namespace orchmllm {
-
 template <class M>
 concept byte_mover = requires(M& m, const std::byte* in, std::byte* out,
                               const detail::segment_list& segments, std::int64_t bytes, int slot) {

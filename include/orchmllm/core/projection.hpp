@@ -1,8 +1,9 @@
 #pragma once
 /// @file projection.hpp
-/// The trainer's own item types: projections in the style of std::ranges that read an item's
-/// size (length, and optionally payload bytes) from any type, so a batch of the trainer's own
-/// samples becomes a `batch_layout` without a hand-written adapter.
+/// The trainer's own item types: projections in the style of std::ranges (a pointer to a data
+/// member or a member function, a lambda: anything `std::invoke` can call with `const T&`) that
+/// read an item's length, or an `item_size` with its length and payload bytes, so a batch of
+/// the trainer's own samples becomes a `batch_layout` without a hand-written adapter:
 ///
 ///   struct Sample { std::int64_t tokens; std::vector<float> pixels; };
 ///   auto layout = orchmllm::make_layout(samples_by_rank, &Sample::tokens);
@@ -10,15 +11,9 @@
 ///     return orchmllm::item_size{s.tokens, std::int64_t(s.pixels.size() * sizeof(float))};
 ///   });
 ///
-/// A projection is anything `std::invoke` can call with `const T&`: a pointer to a data member,
-/// a pointer to a member function, a lambda. It returns the item's length as an integer, or an
-/// `item_size` with its length and its payload bytes.
-///
-/// `balance` (balance/balancer.hpp) and `gather_layout` (comm/metadata.hpp) take the same
-/// projections; `apply` and `apply_by_rank` (core/rearrangement.hpp) move the trainer's own
-/// items along a plan.
-///
-/// Thread-safety: pure functions. Determinism: the layout follows the ranges' iteration order.
+/// `balance` and `gather_layout` take the same projections; `apply` and `apply_by_rank`
+/// (core/rearrangement.hpp) move the items along a plan. Pure functions; the layout follows the
+/// ranges' iteration order. See docs/algorithms.md, "Balancing the trainer's own items".
 
 #include <concepts>
 #include <cstdint>
