@@ -13,6 +13,7 @@
 /// from here. A unit that needs one capability compiles faster with its façade alone
 /// (orchmllm/balance/balancer.hpp, orchmllm/orchestrator/orchestrator.hpp, ...): this header
 /// also brings the in-process backend and the asynchronous planner with <thread> and <future>.
+/// See docs/design.md, "Layers".
 
 #include "orchmllm/version.hpp"
 #include "orchmllm/core/error.hpp"

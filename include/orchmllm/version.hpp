@@ -1,6 +1,7 @@
 #pragma once
 /// @file version.hpp
-/// Library version. Header-only: the macros and the function are all there is.
+/// Library version. Header-only: the macros and the function are all there is. See
+/// docs/design.md, "Build targets".
 
 #define ORCHMLLM_VERSION_MAJOR 0
 #define ORCHMLLM_VERSION_MINOR 1

@@ -12,7 +12,8 @@
 /// All functions are collective: every rank of the group calls them in the same order with
 /// the same template arguments. Deterministic: every rank receives the same values in rank
 /// order. They throw what the communicator throws (`communication_error`), and
-/// `invalid_argument_error` for arguments of the wrong size before anything is sent.
+/// `invalid_argument_error` for arguments of the wrong size before anything is sent. See
+/// docs/communication.md, "Typed collectives".
 
 #include <concepts>
 #include <cstddef>

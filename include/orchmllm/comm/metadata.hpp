@@ -5,7 +5,8 @@
 ///
 /// Step 1 of batch post-balancing: each rank publishes the lengths (and optionally payload
 /// bytes) of the items it sampled; afterwards every rank holds the same `batch_layout` and can
-/// compute the same plan without further communication.
+/// compute the same plan without further communication. See docs/communication.md, "Metadata
+/// and payloads".
 
 #include <cstddef>
 #include <cstdint>

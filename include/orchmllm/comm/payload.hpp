@@ -6,6 +6,7 @@
 /// frames, token ids, embeddings or their gradients. Item i owns rows
 /// [row_offset(i), row_offset(i) + rows[i]) of `data`, i.e. bytes
 /// [row_offset(i)·row_bytes, (row_offset(i) + rows[i])·row_bytes). Items are in local slot order.
+/// See docs/communication.md, "Metadata and payloads".
 
 #include <cstddef>
 #include <cstdint>

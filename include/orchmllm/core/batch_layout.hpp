@@ -1,6 +1,7 @@
 #pragma once
 /// @file batch_layout.hpp
-/// The global view of one training stage: which items every data-parallel rank holds.
+/// The global view of one training stage: which items every data-parallel rank holds. See
+/// docs/design.md, "Core nouns".
 
 #include <algorithm>
 #include <cstdint>

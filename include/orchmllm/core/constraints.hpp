@@ -1,6 +1,7 @@
 #pragma once
 /// @file constraints.hpp
 /// Per-rank constraints a balanced plan must satisfy: a memory capacity and item-count limits.
+/// See docs/algorithms.md, "Constraints and the first-fit fallback (`first_fit.hpp`)".
 
 #include <cstdint>
 #include <limits>

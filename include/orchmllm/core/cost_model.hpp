@@ -7,15 +7,13 @@
 /// compute in that value type: integral costs give exact arithmetic and integer lower bounds,
 /// floating costs are evaluated once per item and combined in a fixed order, with every product
 /// rounded before it is added (`rounded_mul`), so every rank gets bit-identical plans whatever
-/// its compiler flags.
-///
-/// Provided models:
+/// its compiler flags. Provided models:
 ///   linear_cost            c(l) = w·l (integral; a product past 2^63 - 1 is an error)
 ///   quadratic_cost         c(l) = a + b·l + c·l² (attention-aware)
 ///   transformer_flops_cost FLOPs of a decoder/encoder stack from its configuration
 ///
-/// Fitting a model to measured times (`fit_quadratic_cost`, `cost_calibration`) is in
-/// core/cost_fit.hpp.
+/// Fitting a model to measured times is in core/cost_fit.hpp. See docs/cost_models.md, "The
+/// `cost_model` concept" and "Provided models".
 
 #include <cmath>
 #include <concepts>

@@ -10,6 +10,8 @@
 ///   ├── invalid_argument_error malformed input: negative length, wrong sizes, bad option
 ///   │   └── parse_error        malformed text input (CSV), names the line
 ///   └── infeasible_error       well-formed input that no plan can satisfy (caps, counts)
+///
+/// See docs/design.md, "Invariants".
 
 #include <charconv>
 #include <cstdint>

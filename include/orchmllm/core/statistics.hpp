@@ -1,7 +1,8 @@
 #pragma once
 /// @file statistics.hpp
 /// Quality figures of a plan: per-rank loads before and after, makespan, imbalance, lower
-/// bounds on the optimal makespan and the ratio to them, items and bytes that change rank.
+/// bounds on the optimal makespan and the ratio to them, items and bytes that change rank. See
+/// docs/algorithms.md, "Lower bounds (`makespan_lower_bound`, core/statistics.hpp)".
 
 #include <cstdint>
 #include <optional>

@@ -11,10 +11,8 @@
 ///           padded                  `padded_to_multiple(pad_multiple)` (pad_multiple >= 1)
 ///           bucketed:B1,B2,...      `bucketed({B1, B2, ...})` (strictly increasing, >= 1)
 ///
-/// Parsing and printing round-trip: `parse_cost_model(to_text(c)) == c` for every cost with a
-/// text form, and likewise for policies (the pad multiple of a padded policy travels beside its
-/// text, as `--pad-multiple` does). Messages start with the noun ("cost ...", "policy ...") so a
-/// caller can prefix its own name for the value (the tool writes "--cost ...").
+/// Parsing and printing round-trip (the pad multiple of a padded policy travels beside its
+/// text, as `--pad-multiple` does). See docs/cost_models.md, "Text forms".
 
 #include <charconv>
 #include <cmath>

@@ -2,7 +2,7 @@
 /// @file step_plan.hpp
 /// What `plan_step` (orchestrator/orchestrator.hpp) returns and takes: the per-stage reports,
 /// the encoders' plans and routes, an LLM rank's view, one rank's prebuilt routes of a step,
-/// the step plan itself and `plan_options`. See orchestrator.hpp's file comment for the model.
+/// the step plan itself and `plan_options`. See docs/orchestrator.md, "Per step".
 
 #include <algorithm>
 #include <array>

@@ -6,7 +6,8 @@
 /// it can be named without the mapping algorithms (compiled mode, orchmllm/config.hpp).
 ///
 /// Thread-safety: a plain value. Determinism: every figure is an exact integer computed from
-/// the mapping, so equal mappings give equal results on every platform.
+/// the mapping, so equal mappings give equal results on every platform. See
+/// docs/algorithms.md, "Mapping balanced bins to ranks".
 
 #include <algorithm>
 #include <cstdint>
