@@ -66,11 +66,11 @@ struct dispatch_report {
 /// Collective: builds this rank's route for moving items of the given byte sizes along `plan`.
 /// `local_item_bytes` has one entry per item this rank holds (slot order). Exchanges one
 /// record per rank and every item's size (an all-gather and an all-gatherv: O(n) bytes), checks
-/// agreement (see the file comment), takes the node structure from `comm`, then builds the
-/// route locally (`route::build`). Use it to move device payloads (`dispatch` with a device
-/// mover) or to reuse one route for several tensors. Deterministic. Throws
-/// `communication_error` on every rank when the ranks disagree or one of them has bad input or
-/// runs out of memory building; what `route::build` throws.
+/// agreement (docs/communication.md, "The agreement check"), takes the node structure from
+/// `comm`, then builds the route locally (`route::build`). Use it to move device payloads
+/// (`dispatch` with a device mover) or to reuse one route for several tensors. Deterministic.
+/// Throws `communication_error` on every rank when the ranks disagree or one of them has bad
+/// input or runs out of memory building; what `route::build` throws.
 template <communicator Comm>
 route build_route(Comm& comm, const rearrangement& plan,
                   std::span<const std::int64_t> local_item_bytes,

@@ -80,9 +80,9 @@ inline bool nodes_contiguous(const topology& topo) noexcept {
   return std::is_sorted(m.begin(), m.end());
 }
 
-// Node-wise paths [s, rail in source node, same rail in destination node, t]; see route.hpp's
-// file comment. Rails split each node pair's bytes evenly, walking its items in (source local
-// rank, destination id) order.
+// Node-wise paths [s, rail in source node, same rail in destination node, t]; see the
+// `schedule` enum (comm/route.hpp). Rails split each node pair's bytes evenly, walking its items
+// in (source local rank, destination id) order.
 inline item_paths node_wise_paths(const rearrangement& plan, std::span<const std::int64_t> bytes,
                                   const topology& topo, std::span<const rank_t> src) {
   item_paths p;
@@ -324,7 +324,7 @@ inline item_paths drop_idle_hops(item_paths p, std::int64_t n) {
   return q;
 }
 
-// Time model of a set of paths (see route.hpp's file comment). Per hop, the bandwidth terms are
+// Time model of a set of paths (see `route`, comm/route.hpp). Per hop, the bandwidth terms are
 // added in item order and the latency terms in increasing (sender, receiver) order, so the
 // floating-point sums (and with them `automatic`'s choice) are the same on every rank and
 // platform. O(hops · (n + d)) with nodes of consecutive ranks, plus Σ distinct receivers of a
