@@ -85,7 +85,8 @@ struct encoder_unit {
   friend bool operator==(const encoder_unit&, const encoder_unit&) = default;
 };
 
-/// What an LLM rank needs to assemble its sequences (see the file comment).
+/// What an LLM rank needs to assemble its sequences (docs/orchestrator.md, "Where encoder outputs
+/// land (the placement contract)").
 struct llm_rank_view {
   std::vector<std::int64_t> samples;  ///< global sample id of every LLM slot, in slot order
   /// Per modality k: received items [item_offsets[k][s], item_offsets[k][s+1]) belong to slot s.
