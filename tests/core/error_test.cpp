@@ -129,20 +129,22 @@ TEST_CASE("error: message, what() and location") {
       CHECK(ends_with(what, "error_test.cpp:" + std::to_string(line) + "]"));
     }
   }
-  SUBCASE("an error raised inside a library header names orchmllm/<layer>/<file>:line") {
+  SUBCASE("an error raised inside a library header names orchmllm/<path>/<file>:line") {
     try {
       (void)orchmllm::batch_layout({0, 2}, {3, -5});
       FAIL("no throw");
     } catch (const invalid_argument_error& e) {
       const std::string what = e.what();
       CHECK(contains(what, "-5"));
-      CHECK(contains(what, "[orchmllm/core/batch_layout.hpp:"));
+      // The layout's checks live in detail/core/batch_layout.inl (core/batch_layout.hpp's bodies).
+      CHECK(contains(what, "[orchmllm/detail/core/batch_layout.inl:"));
       CHECK(ends_with(what, ":" + std::to_string(e.line()) + "]"));
       CHECK(e.line() > 0);
-      CHECK(ends_with(e.file(), "batch_layout.hpp"));
+      CHECK(ends_with(e.file(), "batch_layout.inl"));
       // message() is what() without the prefix and the location.
       CHECK(what == "orchmllm: " + e.message() +
-                        " [orchmllm/core/batch_layout.hpp:" + std::to_string(e.line()) + "]");
+                        " [orchmllm/detail/core/batch_layout.inl:" + std::to_string(e.line()) +
+                        "]");
     }
   }
   SUBCASE("detail::raise records its caller") {
