@@ -46,7 +46,7 @@ static_assert(!std::is_convertible_v<int, any_balancer>);
 static_assert(balancer_names().size() == std::variant_size_v<any_balancer::variant>);
 
 // n items on d ranks, lengths 1..2000, 1..3 bytes per token.
-batch_layout random_layout(std::mt19937_64& rng, rank_t d, std::int64_t n) {
+batch_layout random_byte_layout(std::mt19937_64& rng, rank_t d, std::int64_t n) {
   return orchmllm::test::random_uniform_layout(rng, d, n, 1, 2000, std::pair{1, 3});
 }
 
@@ -81,7 +81,7 @@ any_balancer random_balancer(std::mt19937_64& rng, std::string_view name, rank_t
 }
 
 // Random constraints (often none) that leave room for a plan.
-constraints random_limits(std::mt19937_64& rng, const batch_layout& layout, padding_policy policy) {
+constraints random_room_limits(std::mt19937_64& rng, const batch_layout& layout, padding_policy policy) {
   constraints limits;
   if (uniform(rng, 0, 2) != 0) return limits;
   const rank_t d = layout.num_ranks();
@@ -161,12 +161,12 @@ TEST_CASE("balancers: every built-in type plans exactly like an any_balancer hol
       balancers::padded_exact::name, balancers::automatic::name, balancers::locality::name};
   for (int trial = 0; trial < 120; ++trial) {
     const rank_t d = static_cast<rank_t>(uniform(rng, 1, 9));
-    const auto layout = random_layout(rng, d, uniform(rng, 0, trial % 3 == 0 ? 11 : 120));
+    const auto layout = random_byte_layout(rng, d, uniform(rng, 0, trial % 3 == 0 ? 11 : 120));
     for (const padding_policy policy : {packed, padded, padded_to_multiple(64)}) {
       for (const std::string_view name : policy.is_padded() ? padded_names : packed_names) {
         if (name == balancers::exact::name && layout.num_items() > 11) continue;
         const any_balancer b = random_balancer(rng, name, d);
-        const constraints limits = random_limits(rng, layout, policy);
+        const constraints limits = random_room_limits(rng, layout, policy);
         CAPTURE(trial);
         CAPTURE(name);
         CAPTURE(policy.is_padded());
@@ -184,7 +184,7 @@ TEST_CASE("balancers: the default balancer is automatic with its default knobs")
   CHECK(any_balancer{}.get_if<balancers::lpt>() == nullptr);
   for (int trial = 0; trial < 20; ++trial) {
     const auto layout =
-        random_layout(rng, static_cast<rank_t>(uniform(rng, 1, 8)), uniform(rng, 0, 60));
+        random_byte_layout(rng, static_cast<rank_t>(uniform(rng, 1, 8)), uniform(rng, 0, 60));
     const auto by_default = balance(layout, quadratic_cost{1.0, 0.5, 1.0 / 512});
     const auto automatic =
         balance(layout, quadratic_cost{1.0, 0.5, 1.0 / 512}, packed, balancers::automatic{});
@@ -241,7 +241,7 @@ TEST_CASE("balancers: gap_tolerance gives a plan within the gap or the plan of g
   int differed = 0;
   for (int trial = 0; trial < 150; ++trial) {
     const rank_t d = static_cast<rank_t>(uniform(rng, 1, 12));
-    const auto layout = random_layout(rng, d, uniform(rng, 0, trial % 4 == 0 ? 12 : 300));
+    const auto layout = random_byte_layout(rng, d, uniform(rng, 0, trial % 4 == 0 ? 12 : 300));
     const double gap = uniform(rng, 1, 40) * 0.001;
     constraints limits;
     if (uniform(rng, 0, 3) == 0) limits.max_items = (layout.num_items() + d - 1) / d + 1;
@@ -367,7 +367,7 @@ TEST_CASE("balancers: parse_balancer gives back every name and rejects any other
 
 TEST_CASE("balancers: an any_balancer's knobs can be set through get_if") {
   std::mt19937_64 rng(0x6e7);
-  const auto layout = random_layout(rng, 6, 200);
+  const auto layout = random_byte_layout(rng, 6, 200);
   any_balancer b = parse_balancer("lpt");
   REQUIRE(b.get_if<balancers::lpt>() != nullptr);
   b.get_if<balancers::lpt>()->refine = true;

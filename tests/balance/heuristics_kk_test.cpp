@@ -46,7 +46,7 @@ TEST_CASE_TEMPLATE(
     const auto res = balance(layout, cost, packed, balancers::karmarkar_karp_equal{});
     const auto dst = check_result(layout, cost, packed, {}, res);
     CHECK(res.used == "karmarkar_karp_equal");
-    CHECK(at_least(res.makespan, *opt));
+    CHECK(cost_at_least(res.makespan, *opt));
     CHECK(within(res.makespan, 2.0, *opt));
     Cost p1{}, total{};
     for (std::int64_t g = 0; g < n; ++g) {
@@ -66,9 +66,9 @@ TEST_CASE_TEMPLATE(
         balance(layout, cost, packed, balancers::karmarkar_karp_equal{.refine = true});
     check_result(layout, cost, packed, {}, refined);
     CHECK(refined.makespan <= res.makespan);
-    CHECK(at_least(refined.makespan, *opt));
-    optimal += at_least(*opt, res.makespan);
-    refined_optimal += at_least(*opt, refined.makespan);
+    CHECK(cost_at_least(refined.makespan, *opt));
+    optimal += cost_at_least(*opt, res.makespan);
+    refined_optimal += cost_at_least(*opt, refined.makespan);
     worst = std::max(worst, static_cast<double>(res.makespan) / static_cast<double>(*opt));
   }
   MESSAGE("karmarkar_karp_equal optimal on " << optimal << ", karmarkar_karp_equal+refine on "
@@ -280,11 +280,11 @@ TEST_CASE_TEMPLATE("karmarkar_karp reaches the brute-force optimum at least as o
     const auto opt = brute_force(layout, d, cost, packed);
     REQUIRE(opt.has_value());
     const auto kk = balance(layout, cost, packed, balancers::karmarkar_karp{});
-    CHECK(at_least(kk.makespan, *opt));
-    kk_optimal += at_least(*opt, kk.makespan);
-    lpt_optimal += at_least(*opt, balance(layout, cost, packed, balancers::lpt{}).makespan);
+    CHECK(cost_at_least(kk.makespan, *opt));
+    kk_optimal += cost_at_least(*opt, kk.makespan);
+    lpt_optimal += cost_at_least(*opt, balance(layout, cost, packed, balancers::lpt{}).makespan);
     equal_optimal +=
-        at_least(*opt, balance(layout, cost, packed, balancers::karmarkar_karp_equal{}).makespan);
+        cost_at_least(*opt, balance(layout, cost, packed, balancers::karmarkar_karp_equal{}).makespan);
     // auto is never worse than any of them.
     const auto a = balance(layout, cost, packed, balancers::automatic{});
     CHECK(a.makespan <= kk.makespan);

@@ -152,17 +152,17 @@ TEST_CASE_TEMPLATE("lpt within 4/3 - 1/(3d) of the brute-force optimum (packed)"
     const auto res = balance(layout, cost, packed, balancers::lpt{});
     check_result(layout, cost, packed, {}, res);
     CHECK(res.used == "lpt");
-    CHECK(at_least(res.makespan, *opt));
+    CHECK(cost_at_least(res.makespan, *opt));
     const double bound = 4.0 / 3.0 - 1.0 / (3.0 * d);
     CHECK(within(res.makespan, bound, *opt));
     if constexpr (std::is_integral_v<cost_type_t<C>>)
       CHECK(3 * d * res.makespan <= (4 * d - 1) * *opt);
-    optimal += at_least(*opt, res.makespan);
+    optimal += cost_at_least(*opt, res.makespan);
     // Refinement never makes lpt worse, and stays above the optimum.
     const auto refined = balance(layout, cost, packed, balancers::lpt{.refine = true});
     check_result(layout, cost, packed, {}, refined);
     CHECK(refined.makespan <= res.makespan);
-    CHECK(at_least(refined.makespan, *opt));
+    CHECK(cost_at_least(refined.makespan, *opt));
   }
   MESSAGE("lpt optimal on " << optimal << " of " << instances << " instances");
   CHECK(optimal > instances / 2);

@@ -30,7 +30,7 @@ using namespace orchmllm::test;  // support/test_support.hpp
 
 // d ranks with 0..max_per_rank items each; lognormal-ish lengths 0..~400 and bytes ≈ 2·length
 // plus noise (so bytes per unit of cost varies between items).
-batch_layout random_layout(std::mt19937_64& rng, rank_t d, std::int64_t max_per_rank) {
+batch_layout random_locality_layout(std::mt19937_64& rng, rank_t d, std::int64_t max_per_rank) {
   std::vector<std::vector<std::int64_t>> lengths(static_cast<std::size_t>(d));
   std::vector<std::vector<std::int64_t>> bytes(static_cast<std::size_t>(d));
   for (std::size_t r = 0; r < lengths.size(); ++r) {
@@ -159,7 +159,7 @@ TEST_CASE("locality: invariants and makespan <= T on random layouts (packed, pad
   int used = 0, runs = 0;
   for (int trial = 0; trial < 160; ++trial) {
     const rank_t d = static_cast<rank_t>(uniform(rng, 1, 24));
-    const auto layout = random_layout(rng, d, uniform(rng, 0, 10));
+    const auto layout = random_locality_layout(rng, d, uniform(rng, 0, 10));
     const double tol = std::array{0.0, 0.001, 0.01, 0.05, 0.3}[static_cast<std::size_t>(trial % 5)];
     const auto nodes = trial % 2 == 0 ? blocks(d, static_cast<rank_t>(uniform(rng, 1, 8)))
                                       : std::vector<rank_t>{};
@@ -179,7 +179,7 @@ TEST_CASE("locality: caps and item counts are respected, infeasible inputs raise
   std::mt19937_64 rng(77);
   for (int trial = 0; trial < 120; ++trial) {
     const rank_t d = static_cast<rank_t>(uniform(rng, 2, 16));
-    const auto layout = random_layout(rng, d, 8);
+    const auto layout = random_locality_layout(rng, d, 8);
     const auto n = layout.num_items();
     if (n == 0) continue;
     constraints lim;
@@ -276,7 +276,7 @@ TEST_CASE("locality: tolerance 0 never exceeds automatic; moved bytes against th
   std::vector<std::int64_t> bytes(tols.size(), 0);
   for (int trial = 0; trial < 40; ++trial) {
     const rank_t d = static_cast<rank_t>(uniform(rng, 4, 32));
-    const auto layout = random_layout(rng, d, 10);
+    const auto layout = random_locality_layout(rng, d, 10);
     const auto base = balance(layout, linear_cost{}, packed);
     for (std::size_t t = 0; t < tols.size(); ++t) {
       const auto r = balance(layout, linear_cost{}, packed, locality_options(tols[t]));

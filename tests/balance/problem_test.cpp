@@ -80,7 +80,7 @@ static_assert(balancer<round_robin, linear_cost>);
 static_assert(balancer_for<smallest_load_after, quadratic_cost>);
 
 // n items on d ranks, lengths 1..1500.
-batch_layout random_layout(std::mt19937_64& rng, rank_t d, std::int64_t n) {
+batch_layout random_problem_layout(std::mt19937_64& rng, rank_t d, std::int64_t n) {
   return orchmllm::test::random_uniform_layout(rng, d, n, 1, 1500);
 }
 
@@ -110,7 +110,7 @@ TEST_CASE("problem: the application's balancer runs through balance with every i
   std::mt19937_64 rng(0xc057);
   for (int trial = 0; trial < 300; ++trial) {
     const rank_t d = static_cast<rank_t>(uniform(rng, 1, trial % 2 == 0 ? 3 : 12));
-    const auto layout = random_layout(rng, d, uniform(rng, 0, trial % 2 == 0 ? 8 : 150));
+    const auto layout = random_problem_layout(rng, d, uniform(rng, 0, trial % 2 == 0 ? 8 : 150));
     constraints limits;
     if (trial % 3 == 1 && layout.num_items() > 0)
       limits.max_items = (layout.num_items() + d - 1) / d + 1;

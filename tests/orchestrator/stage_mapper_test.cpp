@@ -39,7 +39,7 @@ using namespace orchmllm;
 using orchmllm::test::uniform;
 
 // Two encoders and the LLM, with built-in mappers other than the default on two stages.
-stage_declarations two_encoders() {
+stage_declarations mapped_two_encoders() {
   stage_declarations decl;
   decl.encoders.push_back({.name = "vision",
                            .cost = quadratic_cost{0.0, 1.0, 1e-3},
@@ -171,9 +171,9 @@ TEST_CASE("stage_mapper: default, built-in and custom holders and their names") 
 }
 
 TEST_CASE("fingerprint: built-in mappers by name and knobs, custom ones by name") {
-  const auto base = two_encoders();
+  const auto base = mapped_two_encoders();
   const auto h = fingerprint(base);
-  CHECK(fingerprint(two_encoders()) == h);
+  CHECK(fingerprint(mapped_two_encoders()) == h);
   // The same built-in, spelled as an object, an any_mapper or a parsed name.
   auto same = base;
   same.encoders[0].mapper = any_mapper(mappers::bottleneck{});
@@ -269,7 +269,7 @@ std::vector<step_input> mapper_steps(std::mt19937_64& rng, int trials) {
 }
 
 // Two plans of the same step that must agree: the same plans, hence the same bytes moved.
-void check_same_plans(const step_plan& a, const step_plan& b) {
+void check_same_mapped_plans(const step_plan& a, const step_plan& b) {
   CHECK(a.llm == b.llm);
   CHECK(a.encoders[0].input == b.encoders[0].input);
   CHECK(a.encoders[0].output == b.encoders[0].output);
@@ -304,7 +304,7 @@ TEST_CASE("plan_step: a built-in mapper with its own knob plans like the object 
       REQUIRE(wrapper.custom());
       wrapped.encoders[0].mapper = wrapper;
       wrapped.llm.mapper = wrapper;
-      check_same_plans(plan_step(fast, in.meta, in.topo, plan_options{.routes_for = 0}),
+      check_same_mapped_plans(plan_step(fast, in.meta, in.topo, plan_options{.routes_for = 0}),
                        plan_step(wrapped, in.meta, in.topo, plan_options{.routes_for = 0}));
     }
   }
@@ -334,7 +334,7 @@ TEST_CASE("plan_step: every built-in mapper plans like its object behind a wrapp
       });
       for (const bool parallel : {false, true}) {
         const plan_options opt{.parallel_stages = parallel, .routes_for = 0};
-        check_same_plans(plan_step(by_builtin, in.meta, in.topo, opt),
+        check_same_mapped_plans(plan_step(by_builtin, in.meta, in.topo, opt),
                          plan_step(wrapped, in.meta, in.topo, opt));
       }
     }

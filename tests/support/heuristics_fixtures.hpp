@@ -79,7 +79,7 @@ inline constexpr std::array<std::string_view, 3> heuristics{
 // a >= b, up to a few ulps of summation order for floating costs (the brute force, the façade
 // and the lower bound add the same costs in different orders).
 template <class Cost>
-bool at_least(Cost a, Cost b) {
+bool cost_at_least(Cost a, Cost b) {
   if constexpr (std::is_integral_v<Cost>) {
     return a >= b;
   } else {
@@ -117,7 +117,7 @@ std::vector<rank_t> check_result(const batch_layout& layout, const C& cost, padd
   const auto stats = compute_statistics(layout, res.plan, cost, policy, lim);
   CHECK(stats.makespan == res.makespan);
   CHECK(stats.lower_bound == res.lower_bound);
-  CHECK(at_least(res.makespan, res.lower_bound));
+  CHECK(cost_at_least(res.makespan, res.lower_bound));
   return dst;
 }
 

@@ -42,8 +42,8 @@ using orchmllm::rearrangement;
 namespace {
 
 // A fresh directory per test case, named after this test.
-struct scratch_dir : orchmllm::test::scratch_dir {
-  scratch_dir() : orchmllm::test::scratch_dir("orchmllm_dispatch_test_") {}
+struct dispatch_scratch_dir : orchmllm::test::scratch_dir {
+  dispatch_scratch_dir() : orchmllm::test::scratch_dir("orchmllm_dispatch_test_") {}
 };
 
 using orchmllm::test::tool_fixtures::run_tool;  // support/tool_fixtures.hpp
@@ -353,7 +353,7 @@ TEST_CASE("median") {
 }
 
 TEST_CASE("collective helpers on the local backend: problems, shared files, maxima") {
-  scratch_dir dir;
+  dispatch_scratch_dir dir;
   write_text(dir.file("f.txt"), "hello, ranks");
   constexpr rank_t d = 5;
   std::vector<std::vector<std::pair<rank_t, std::string>>> problems(d), none(d);
@@ -502,7 +502,7 @@ TEST_CASE("driver: empty batches and plans that move nothing") {
 }
 
 TEST_CASE("dispatch subcommand in-process: JSON, exit codes, no MPI in this build") {
-  scratch_dir dir;
+  dispatch_scratch_dir dir;
   const auto layout = orchmllm::bench::lognormal_layout(6, 7, {}, 3);
   const auto plan = orchmllm::balance(layout, orchmllm::linear_cost{}).plan;
   write_text(dir.file("items.csv"), tool::format_items(layout));

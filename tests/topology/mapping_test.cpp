@@ -75,14 +75,14 @@ figures plan_figures(const rearrangement& p, std::span<const std::int64_t> bytes
   return f;
 }
 
-struct instance {
+struct mapping_instance {
   topology topo;
   rearrangement binned;
   std::vector<std::int64_t> bytes;
 };
 
 // `max_bytes` small (e.g. 3) makes many ties, which is where a wrong search shows up.
-instance random_instance(std::mt19937_64& rng, rank_t d, bool uneven,
+mapping_instance random_instance(std::mt19937_64& rng, rank_t d, bool uneven,
                          std::int64_t max_bytes = 1000) {
   topology topo = uneven ? topology(test::random_node_map(rng, d, 1 + static_cast<rank_t>(
                                                                           uniform(rng, 0, d - 1))))
@@ -97,7 +97,7 @@ instance random_instance(std::mt19937_64& rng, rank_t d, bool uneven,
 }
 
 // Common checks of any result: bijection, plan valid and consistent, figures right.
-void check_result(const mapping_result& res, const instance& in) {
+void check_result(const mapping_result& res, const mapping_instance& in) {
   const auto d = static_cast<std::size_t>(in.topo.num_ranks());
   REQUIRE(res.rank_of_bin.size() == d);
   std::vector<rank_t> sorted = res.rank_of_bin;
@@ -268,7 +268,7 @@ TEST_CASE("worst-node bound: the documented formula, computed the obvious way (d
   for (int rep = 0; rep < 60; ++rep) {
     const auto d = static_cast<rank_t>(uniform(rng, 64, 600));
     const auto g = static_cast<rank_t>(uniform(rng, 1, 8));
-    instance in = random_instance(rng, d, false, rep % 3 == 0 ? 3 : 1000);
+    mapping_instance in = random_instance(rng, d, false, rep % 3 == 0 ? 3 : 1000);
     in.topo = topology::uniform(d, g);
     INFO("d = ", d, ", G = ", g, ", rep = ", rep);
     const auto p = detail::build_mapping_problem(in.binned, in.bytes, in.topo);
