@@ -184,9 +184,9 @@ void BM_cub_kernel(benchmark::State& state) {
   const auto n = static_cast<std::int64_t>(w.segments.size());
   const auto first = thrust::counting_iterator<std::int64_t>(0);
   const auto srcs = thrust::make_transform_iterator(
-      first, orchmllm::cuda::detail::source_pointer{w.d_in, w.d_table});
+      first, orchmllm::detail::cuda_backend::source_pointer{w.d_in, w.d_table});
   const auto dsts = thrust::make_transform_iterator(
-      first, orchmllm::cuda::detail::destination_pointer{w.d_out, w.d_table + n});
+      first, orchmllm::detail::cuda_backend::destination_pointer{w.d_out, w.d_table + n});
   const std::int64_t* sizes = w.d_table + 2 * n;
   std::size_t temp_bytes = 0;
   ORCHMLLM_CUDA_CHECK(cub::DeviceMemcpy::Batched(nullptr, temp_bytes, srcs, dsts, sizes, n));

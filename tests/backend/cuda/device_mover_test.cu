@@ -27,14 +27,14 @@ using orchmllm::test::test_stream;
 using orchmllm::test::upload;
 
 // The warp-interleaved path must be chosen for every CUDA policy the library passes.
-static_assert(orchmllm::detail::thrust_gather::lanes_for<
+static_assert(orchmllm::detail::thrust_backend::lanes_for<
                   std::decay_t<decltype(thrust::cuda::par_nosync.on(cudaStream_t{}))>>() == 32);
-static_assert(orchmllm::detail::thrust_gather::lanes_for<
+static_assert(orchmllm::detail::thrust_backend::lanes_for<
                   std::decay_t<decltype(thrust::cuda::par.on(cudaStream_t{}))>>() == 32);
-static_assert(orchmllm::detail::thrust_gather::lanes_for<thrust::cuda::tag>() == 32);
+static_assert(orchmllm::detail::thrust_backend::lanes_for<thrust::cuda::tag>() == 32);
 static_assert(
-    orchmllm::detail::thrust_gather::lanes_for<std::decay_t<decltype(thrust::device)>>() == 32);
-static_assert(orchmllm::detail::thrust_gather::lanes_for<std::decay_t<decltype(thrust::host)>>() ==
+    orchmllm::detail::thrust_backend::lanes_for<std::decay_t<decltype(thrust::device)>>() == 32);
+static_assert(orchmllm::detail::thrust_backend::lanes_for<std::decay_t<decltype(thrust::host)>>() ==
               1);
 static_assert(orchmllm::byte_mover<orchmllm::thrust_mover<thrust::cuda::tag>>);
 
@@ -129,7 +129,7 @@ TEST_CASE("device_mover: empty and zero-byte lists enqueue nothing; bad lists th
       {"chunk_bytes = 40"});
   // A CUDA failure becomes cuda_error, a communication_error naming the call.
   orchmllm::test::expect_error<orchmllm::communication_error>(
-      [] { orchmllm::cuda::detail::cuda_check(cudaErrorInvalidValue, "cudaFake(1)"); },
+      [] { orchmllm::detail::cuda_backend::cuda_check(cudaErrorInvalidValue, "cudaFake(1)"); },
       {"cudaFake(1) failed", "cudaErrorInvalidValue"});
 }
 

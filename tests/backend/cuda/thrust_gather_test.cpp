@@ -85,7 +85,7 @@ TEST_CASE("thrust gather [" ORCHMLLM_TEST_SYSTEM "]: copy_lane covers every byte
           alignas(16) std::byte in[kBuffer];
           std::memcpy(in, src.data(), sizeof in);
           for (std::int64_t lane = 0; lane < lanes; ++lane)
-            orchmllm::detail::thrust_gather::copy_lane(out + dof, in + so, n, lane, lanes);
+            orchmllm::detail::thrust_backend::copy_lane(out + dof, in + so, n, lane, lanes);
           for (std::int64_t i = 0; i < kBuffer; ++i) {
             const bool inside = i >= dof && i < dof + n;
             const std::byte want = inside ? in[so + i - dof] : std::byte{0xA5};

@@ -1,50 +1,19 @@
 #pragma once
 /// @file communicator.hpp
 /// MPI backend of the `orchmllm::communicator` concept (CMake target `orchmllm::mpi`, option
-/// `ORCHMLLM_ENABLE_MPI`, macro `ORCHMLLM_HAS_MPI`).
+/// `ORCHMLLM_ENABLE_MPI`, macro `ORCHMLLM_HAS_MPI`):
 ///
-/// - `orchmllm::mpi::environment`: RAII MPI_Init_thread / MPI_Finalize.
-/// - `orchmllm::mpi::communicator`: one rank's handle on a duplicate of an MPI communicator, with
-///   node groups (real ones from MPI_Comm_split_type, or faked blocks of G ranks for tests) and
+/// - `mpi::communicator`: one rank's handle on a duplicate of an MPI communicator, with node
+///   groups (real ones from MPI_Comm_split_type, or faked blocks of G ranks for tests) and
 ///   all-gather(v) / all-to-all(v) of host bytes with 64-bit counts, chunked where MPI counts in
-///   `int`.
-/// - `orchmllm::mpi::communicator_ref`: the same over the caller's MPI communicator itself
-///   (non-owning: no duplicate, nothing freed).
+///   `int`; `mpi::communicator_ref`: the same over the caller's communicator itself.
+/// - `mpi::environment` (backend/mpi/environment.hpp, included): MPI_Init_thread / MPI_Finalize.
 ///
-/// Failure model. all_gather, all_gatherv and all_to_allv first agree on their arguments with
-/// one small MPI_Allreduce, so a rank with bad arguments (wrong span sizes, negative counts, a
-/// `bytes` that differs between ranks) makes *every* rank throw `invalid_argument_error` before
-/// any payload moves, and the communicator stays usable. After a chunked (point-to-point)
-/// transfer a second small MPI_Allreduce agrees on the outcome, so an MPI error or a short
-/// message seen by one rank raises `communication_error` on every rank; a single MPI
-/// collective (the fast path) needs no second round trip: a failure there raises
-/// `communication_error` on the ranks MPI reports it to, after which MPI leaves the
-/// communicator undefined. Ranks that disagree on pairwise counts
-/// (send_counts[p] on r != recv_counts[r] on p) break the contract of the concept;
-/// `communicator_options::verify_counts` makes all_to_allv check this (one extra MPI_Alltoall
-/// of the counts) and raise `communication_error` on every rank instead. A rank that dies,
-/// returns early, takes another path through the collectives, or an MPI failure in the middle
-/// of a point-to-point transfer, leaves its peers blocked inside MPI, which offers no portable
-/// way to cancel a collective. So every wait has a deadline (`communicator_options::timeout`,
-/// by default ORCHMLLM_TIMEOUT_MS or 5 minutes): past it the waiting rank prints which
-/// operation on which rank did not complete and aborts the job (MPI_Abort on MPI_COMM_WORLD).
-/// The calls stay MPI's blocking ones; a watchdog thread per communicator enforces the deadline
-/// (backend/mpi/detail/error_and_wait.hpp). `mpi::environment` completes the picture at exit:
-/// it finalises MPI only once every rank has reached it.
-///
-/// Environment variables, read by the constructor (a malformed value raises
-/// invalid_argument_error on every rank; the resolved values are agreed across ranks):
-/// - `ORCHMLLM_RANKS_PER_NODE=G` (G >= 1) fakes nodes as consecutive blocks of G ranks whenever
-///   `communicator_options::ranks_per_node` is 0; unset, empty or "0" means real nodes.
-/// - `ORCHMLLM_TIMEOUT_MS=T` is the deadline in milliseconds when `communicator_options::timeout`
-///   is not set in code; "0" means no deadline; unset or empty means 5 minutes.
-///
-/// Headers (this one includes them all): backend/mpi/environment.hpp (`mpi::environment`,
-/// ORCHMLLM_RANKS_PER_NODE), detail/comm/deadline.hpp (ORCHMLLM_TIMEOUT_MS, the default
-/// deadline) and, under backend/mpi/detail/, error_and_wait.hpp (MPI error checks, the
-/// deadline watchdog), agreement.hpp (argument and outcome agreement), exchange.hpp (the
-/// transfers: one MPI collective or the chunked point-to-point path), gather_datatypes.hpp
-/// (all_to_allv_gather's datatype path), comm_handle.hpp (the MPI_Comm's owner).
+/// Ranks agree on every call's arguments and, after a chunked transfer, on its outcome, so a bad
+/// argument or a failure on one rank raises on all; every wait has a deadline (5 minutes,
+/// ORCHMLLM_TIMEOUT_MS, `communicator_options::timeout`) past which the job aborts. The failure
+/// model, the environment variables and the deadline: docs/communication.md, "Communicator
+/// concept" and "Deadlines". Internals: backend/mpi/detail/.
 
 #include <mpi.h>
 
@@ -164,80 +133,7 @@ class communicator : public ::orchmllm::detail::node_shape {
   communicator(adopt_t, MPI_Comm comm, options opts) : opts_(opts) { init(comm, false); }
 
  private:
-  void init(MPI_Comm comm, bool own) {
-    namespace impl = ::orchmllm::detail::mpi_backend;
-    int initialized = 0;
-    impl::check(MPI_Initialized(&initialized), "MPI_Initialized");
-    ORCHMLLM_REQUIRE(initialized, invalid_argument_error,
-                     "MPI is not initialised: create an orchmllm::mpi::environment (or call "
-                     "MPI_Init) before an orchmllm::mpi::communicator");
-    ORCHMLLM_REQUIRE(comm != MPI_COMM_NULL, invalid_argument_error,
-                     "mpi::communicator: the MPI communicator is MPI_COMM_NULL");
-    int r = 0;
-    impl::check(MPI_Comm_rank(comm, &r), "MPI_Comm_rank");
-    rank_ = r;
-
-    // Resolve and validate the options locally, then agree, so that a bad option on one rank
-    // fails every rank here instead of hanging the first collective.
-    std::optional<invalid_argument_error> local;
-    std::int64_t per_node = opts_.ranks_per_node;
-    std::chrono::milliseconds timeout = default_timeout;
-    try {
-      ORCHMLLM_REQUIRE(opts_.ranks_per_node >= 0, invalid_argument_error,
-                       "mpi::communicator: ranks_per_node = ", opts_.ranks_per_node,
-                       " is negative (0 means real nodes)");
-      ORCHMLLM_REQUIRE(opts_.max_chunk_bytes >= 1 && opts_.max_chunk_bytes <= INT_MAX,
-                       invalid_argument_error,
-                       "mpi::communicator: max_chunk_bytes = ", opts_.max_chunk_bytes,
-                       " is outside [1, ", INT_MAX, "]");
-      timeout = ::orchmllm::detail::resolve_comm_timeout("mpi::communicator", opts_.timeout);
-      if (per_node == 0) {
-        if (auto env = impl::ranks_per_node_from_env()) per_node = *env;
-      }
-    } catch (const invalid_argument_error& e) {
-      local = e;
-    }
-    // Every wait from here on has the deadline, the constructor's own collectives included (a
-    // peer that never constructs its communicator leaves this one in MPI_Comm_dup).
-    watch_ = std::make_unique<impl::watchdog>("mpi::communicator", timeout, r);
-    MPI_Comm used = comm;
-    if (own) {
-      const int rc = collective("mpi::communicator construction (MPI_Comm_dup)",
-                                [&] { return MPI_Comm_dup(comm, &used); });
-      impl::check(rc, "MPI_Comm_dup");
-      handle_.comm = used;  // owned from here on: freed if anything below throws
-      impl::check(MPI_Comm_set_errhandler(used, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-    } else {
-      handle_.comm = used;
-      handle_.owned = false;
-    }
-    int s = 0;
-    impl::check(MPI_Comm_size(used, &s), "MPI_Comm_size");
-    size_ = s;
-
-    const std::array<std::int64_t, 4> keys{per_node, opts_.max_chunk_bytes,
-                                           opts_.verify_counts ? 1 : 0,
-                                           static_cast<std::int64_t>(timeout.count())};
-    const agreement a =
-        agree("mpi::communicator construction", local.has_value(), keys, false, false);
-    if (local) throw *local;
-    throw_if_invalid("mpi::communicator", a);
-    const char* names[] = {"ranks_per_node (after ORCHMLLM_RANKS_PER_NODE)", "max_chunk_bytes",
-                           "verify_counts", "timeout (ms, after ORCHMLLM_TIMEOUT_MS)"};
-    for (std::size_t k = 0; k < keys.size(); ++k) {
-      ORCHMLLM_REQUIRE(a.key_min[k] == a.key_max[k], invalid_argument_error,
-                       "mpi::communicator: ranks pass different ", names[k], ": from ",
-                       a.key_min[k], " to ", a.key_max[k]);
-    }
-    opts_.ranks_per_node = static_cast<rank_t>(per_node);
-    opts_.timeout = timeout;
-
-    if (per_node > 0) {
-      assign_blocks(opts_.ranks_per_node);
-    } else {
-      real_nodes();
-    }
-  }
+  void init(MPI_Comm comm, bool own);
 
  public:
   communicator(const communicator&) = delete;
@@ -344,38 +240,7 @@ class communicator : public ::orchmllm::detail::node_shape {
   /// count overflowing 64 bits, bytes != counts[rank()], null buffers with data, or counts that
   /// differ from the other ranks'; communication_error on every rank when the transfer fails.
   void all_gatherv(const std::byte* send, std::int64_t bytes, std::byte* recv,
-                   std::span<const std::int64_t> counts, std::span<const std::int64_t> displs) {
-    static constexpr const char* op = "all_gatherv";
-    namespace d = ::orchmllm::detail;
-    const auto p = static_cast<std::size_t>(size_);
-    const auto me = static_cast<std::size_t>(rank_);
-    std::optional<invalid_argument_error> local;
-    try {
-      d::validate_counts_displs(counts, displs, p, "all_gatherv: recv");
-      ORCHMLLM_REQUIRE(bytes == counts[me], invalid_argument_error, op, ": bytes = ", bytes,
-                       " but counts[", rank_, "] = ", counts[me]);
-      ORCHMLLM_REQUIRE(bytes == 0 || send != nullptr, invalid_argument_error, op,
-                       ": null send buffer with bytes = ", bytes);
-      for (std::size_t q = 0; q < p; ++q) {
-        ORCHMLLM_REQUIRE(counts[q] == 0 || recv != nullptr, invalid_argument_error, op,
-                         ": null recv buffer with counts[", q, "] = ", counts[q]);
-      }
-    } catch (const invalid_argument_error& e) {
-      local = e;
-    }
-    const bool fits = !local && d::fits_in_int_call(counts, displs, limit());
-    const std::int64_t key = local ? 0 : ::orchmllm::detail::mpi_backend::digest(counts);
-    const agreement a =
-        agree(op, local.has_value(), std::array<std::int64_t, 1>{key}, !fits, false);
-    if (local) throw *local;
-    throw_if_invalid(op, a);
-    ORCHMLLM_REQUIRE(a.key_min[0] == a.key_max[0], invalid_argument_error, op,
-                     ": ranks pass different counts (all_gatherv needs the same counts on "
-                     "every rank)");
-    if (a.chunked) ++chunked_calls_;
-    d::mpi_backend::move_all_gatherv(comm(), rank_, size_, limit(), watch_.get(), op, send, bytes,
-                                     recv, counts, displs, a.chunked);
-  }
+                   std::span<const std::int64_t> counts, std::span<const std::int64_t> displs);
 
   /// Optional capability used by `orchmllm::execute`: an all_to_allv whose send buffer is the
   /// gather of `segments` from `in` (a route hop's pack: segment destinations address the
@@ -616,3 +481,6 @@ class communicator_ref : public communicator {
 static_assert(::orchmllm::communicator<communicator_ref>);
 
 }  // namespace orchmllm::mpi
+
+// The out-of-line members.
+#include "orchmllm/backend/mpi/detail/communicator.inl"  // IWYU pragma: export

@@ -4,26 +4,13 @@
 /// all_to_allv payloads in device memory (CMake target orchmllm::nccl, option
 /// ORCHMLLM_ENABLE_NCCL, macro ORCHMLLM_HAS_NCCL). Needs NCCL >= 2.14, CUDA and MPI.
 ///
-/// Bootstrap and metadata go over MPI: the communicator holds an `orchmllm::mpi::communicator`
-/// (a duplicate of the bootstrap MPI communicator) that provides rank, size and node shape,
-/// carries rank 0's ncclUniqueId to everybody (MPI_Bcast), runs the host-memory collectives
-/// (barrier, all_gather, all_gatherv) and the small agreements that keep ranks failing together.
-/// The payload exchange (all_to_allv) is one NCCL group of ncclSend/ncclRecv of bytes on the
-/// CUDA stream given at construction.
-///
-/// Failure model (after the MPI backend's): before each exchange the ranks agree on their
-/// arguments with one MPI_Allreduce, so bad arguments on any rank raise invalid_argument_error
-/// on every rank and nothing is sent. NCCL runs non-blocking (ncclConfig_t::blocking = 0): the
-/// host polls ncclCommGetAsyncError and cudaStreamQuery, so an NCCL error, a CUDA error or a
-/// transfer that outlasts `options::timeout` (a dead or diverged peer) aborts the NCCL
-/// communicator (ncclCommAbort) instead of hanging. The deadline is ORCHMLLM_TIMEOUT_MS by
-/// default, else 5 minutes (`default_timeout`), 0 meaning none; it also bounds every MPI wait,
-/// where the internal mpi::communicator aborts the job past it, as in the MPI backend. Then the
-/// ranks agree on the outcome (one more MPI_Allreduce) and every rank raises
-/// communication_error; an aborted communicator raises communication_error from every later
-/// all_to_allv. Ranks that disagree on pairwise counts break the concept's contract: with
-/// `options::verify_counts` this is detected before sending (communication_error on every
-/// rank), otherwise the mismatched transfer times out.
+/// Bootstrap and metadata go over an internal `mpi::communicator` (rank, size, node shape, the
+/// ncclUniqueId broadcast, the host collectives and the agreements that keep ranks failing
+/// together); all_to_allv is one NCCL group of ncclSend/ncclRecv on the stream given at
+/// construction. NCCL runs non-blocking and the host polls it, so an NCCL or CUDA error or a
+/// transfer past the deadline (ORCHMLLM_TIMEOUT_MS, else 5 minutes: `default_timeout`) aborts
+/// the NCCL communicator instead of hanging, and after an MPI agreement every rank raises
+/// `communication_error`. See docs/communication.md, "Communicator concept" and "Deadlines".
 
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -42,7 +29,7 @@
 
 #include "orchmllm/backend/mpi/communicator.hpp"
 #include "orchmllm/backend/cuda/mover.cuh"
-#include "orchmllm/backend/nccl/transfer.cuh"
+#include "orchmllm/backend/nccl/detail/transfer.cuh"
 #include "orchmllm/comm/communicator.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
@@ -98,75 +85,7 @@ class communicator {
   /// MPI_COMM_NULL);
   /// communication_error on every rank when ncclGetUniqueId or the NCCL initialisation fails
   /// or times out on any rank.
-  communicator(MPI_Comm bootstrap, cudaStream_t stream, options opts = {})
-      : mpi_(bootstrap, mpi_options(opts)), stream_(stream), opts_(opts) {
-    namespace od = ::orchmllm::detail;
-    // The timeout was resolved (options, ORCHMLLM_TIMEOUT_MS, default), checked and agreed by
-    // mpi_'s constructor; the verify flag is agreed here.
-    opts_.timeout = mpi_.timeout();
-    const std::int64_t keys[2] = {static_cast<std::int64_t>(mpi_.timeout().count()),
-                                  opts_.verify_counts ? 1 : 0};
-    const auto a = agree(false, keys);
-    ORCHMLLM_REQUIRE(
-        a.key_min[0] == a.key_max[0] && a.key_min[1] == a.key_max[1], invalid_argument_error,
-        "nccl::communicator: ranks pass different options (timeout from ", a.key_min[0], " to ",
-        a.key_max[0], " ms, verify_counts from ", a.key_min[1], " to ", a.key_max[1], ")");
-
-    // Rank 0's id, with a status word so a failed ncclGetUniqueId fails everyone.
-    struct {
-      std::int64_t status;
-      ncclUniqueId id;
-    } message{};
-    std::string root_error;
-    if (mpi_.rank() == 0) {
-      const ncclResult_t rc = ncclGetUniqueId(&message.id);
-      message.status = rc;
-      if (rc != ncclSuccess) root_error = detail::nccl_message("ncclGetUniqueId", rc, nullptr);
-    }
-    od::mpi_backend::check(
-        mpi_.with_deadline("nccl::communicator construction (MPI_Bcast)",
-                           [&] {
-                             return MPI_Bcast(&message, static_cast<int>(sizeof message),
-                                              MPI_BYTE, 0, mpi_.native_handle());
-                           }),
-        "MPI_Bcast (ncclUniqueId)");
-    if (message.status != ncclSuccess) {
-      throw communication_error(
-          mpi_.rank() == 0
-              ? root_error
-              : od::concat("nccl::communicator: ncclGetUniqueId failed on rank 0: ",
-                           ncclGetErrorString(static_cast<ncclResult_t>(message.status))));
-    }
-
-    std::string failure;
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;  // every call returns at once; we poll with a deadline
-    const ncclResult_t rc =
-        ncclCommInitRankConfig(&comm_, mpi_.size(), message.id, mpi_.rank(), &config);
-    if (rc != ncclSuccess && rc != ncclInProgress) {
-      failure = detail::nccl_message("ncclCommInitRankConfig", rc, nullptr);
-    } else {
-      failure = wait_ready("ncclCommInitRankConfig");
-    }
-    if (!failure.empty()) abort();
-    std::int64_t failed_rank = -1;
-    try {
-      failed_rank = agree_outcome(!failure.empty());
-    } catch (...) {
-      abort();  // no destructor runs for a throwing constructor: release the NCCL side here
-      throw;
-    }
-    if (!failure.empty()) {
-      throw communication_error(
-          od::concat("nccl::communicator on rank ", mpi_.rank(), ": ", failure));
-    }
-    if (failed_rank >= 0) {
-      abort();  // the group is incomplete: this rank's communicator can never be used
-      throw communication_error(
-          od::concat("nccl::communicator: NCCL initialisation failed on rank ", failed_rank,
-                     " (its own error names the cause)"));
-    }
-  }
+  communicator(MPI_Comm bootstrap, cudaStream_t stream, options opts = {});
 
   communicator(const communicator&) = delete;
   communicator& operator=(const communicator&) = delete;
@@ -225,7 +144,7 @@ class communicator {
     int v = 0;
     const ncclResult_t rc = ncclGetVersion(&v);
     if (rc != ncclSuccess)
-      throw communication_error(detail::nccl_message("ncclGetVersion", rc, nullptr));
+      throw communication_error(detail::nccl_backend::nccl_message("ncclGetVersion", rc, nullptr));
     return v;
   }
 
@@ -264,46 +183,7 @@ class communicator {
   void all_to_allv(const std::byte* send, std::span<const std::int64_t> send_counts,
                    std::span<const std::int64_t> send_displs, std::byte* recv,
                    std::span<const std::int64_t> recv_counts,
-                   std::span<const std::int64_t> recv_displs) {
-    namespace od = ::orchmllm::detail;
-    static constexpr const char* op = "nccl all_to_allv";
-    // After an abort every rank is aborted (outcomes are agreed), so all throw here together.
-    ORCHMLLM_REQUIRE(!aborted_, communication_error, op,
-                     ": the NCCL communicator was aborted after an earlier failure");
-    const auto p = static_cast<std::size_t>(mpi_.size());
-    std::optional<invalid_argument_error> local = od::check_all_to_allv_args(
-        op, p, send, send_counts, send_displs, recv, recv_counts, recv_displs);
-    std::optional<communication_error> mismatch;
-    if (opts_.verify_counts)
-      mismatch = mpi_.with_deadline("nccl all_to_allv count check", [&] {
-        return od::mpi_backend::exchange_and_compare_counts(
-            mpi_.native_handle(), op, mpi_.rank(), local.has_value(), send_counts, recv_counts,
-            p, nullptr);
-      });
-    const std::int64_t none[2] = {0, 0};
-    const auto a = agree(local.has_value(), none, mismatch.has_value());
-    if (local) throw *local;
-    ORCHMLLM_REQUIRE(a.bad_rank < 0, invalid_argument_error, op, ": rank ", a.bad_rank,
-                     " passed invalid arguments (its own error names them); nothing was sent");
-    if (mismatch) throw *mismatch;
-    ORCHMLLM_REQUIRE(a.mismatch_rank < 0, communication_error, op,
-                     ": send and receive counts disagree between ranks (rank ", a.mismatch_rank,
-                     " detected it); nothing was sent");
-
-    std::string failure = exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs);
-    if (!failure.empty()) abort();
-    const std::int64_t failed_rank = agree_outcome(!failure.empty());
-    if (!failure.empty()) {
-      throw communication_error(od::concat(op, " on rank ", mpi_.rank(), ": ", failure,
-                                           "; the NCCL communicator was aborted"));
-    }
-    if (failed_rank >= 0) {
-      abort();  // a peer aborted: this communicator can never complete another exchange
-      throw communication_error(od::concat(op, ": the exchange failed on rank ", failed_rank,
-                                           " (its own error names the cause); the NCCL "
-                                           "communicator was aborted"));
-    }
-  }
+                   std::span<const std::int64_t> recv_displs);
 
   /// `orchmllm::agreed_exchange_communicator`: the same for a hop of an agreed route (routes
   /// whose fingerprints the ranks compared once per step, `agree_on_routes`): only the NCCL
@@ -392,9 +272,9 @@ class communicator {
   }
 
   // Polls until the non-blocking communicator has no operation in progress (see
-  // nccl/transfer.cuh). Returns "" on success, else the failure.
+  // nccl/detail/transfer.cuh). Returns "" on success, else the failure.
   std::string wait_ready(const char* what) {
-    return detail::wait_ready(comm_, mpi_.timeout(), what);
+    return detail::nccl_backend::wait_ready(comm_, mpi_.timeout(), what);
   }
 
   // Posts the group and waits for the stream. Returns "" on success, else the failure.
@@ -402,7 +282,7 @@ class communicator {
                        std::span<const std::int64_t> send_displs, std::byte* recv,
                        std::span<const std::int64_t> recv_counts,
                        std::span<const std::int64_t> recv_displs) {
-    return detail::exchange(comm_, stream_, mpi_.timeout(), send, send_counts, send_displs, recv,
+    return detail::nccl_backend::exchange(comm_, stream_, mpi_.timeout(), send, send_counts, send_displs, recv,
                             recv_counts, recv_displs);
   }
 
@@ -423,3 +303,6 @@ static_assert(::orchmllm::communicator<communicator>);
 static_assert(::orchmllm::agreed_exchange_communicator<communicator>);
 
 }  // namespace orchmllm::nccl
+
+// The out-of-line members.
+#include "orchmllm/backend/nccl/detail/communicator.inl"  // IWYU pragma: export

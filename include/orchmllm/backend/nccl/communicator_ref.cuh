@@ -1,31 +1,16 @@
 #pragma once
 /// @file communicator_ref.cuh
-/// `orchmllm::nccl::communicator_ref`: the NCCL backend over the trainer's own NCCL
-/// communicator and CUDA stream, non-owning (the way CCCL's cudax takes a stream reference),
-/// with no MPI. For jobs whose framework already created the NCCL communicator (every
-/// torchrun-launched PyTorch or Megatron job: the process group's `ncclComm_t`).
+/// `orchmllm::nccl::communicator_ref`: the NCCL backend over the trainer's own NCCL communicator
+/// and CUDA stream, non-owning and with no MPI, for jobs whose framework already created the
+/// NCCL communicator (a torchrun-launched PyTorch or Megatron job's process group).
 ///
-/// Everything travels over NCCL: the payload all_to_allv is one group of ncclSend/ncclRecv on
-/// the stream (nccl/transfer.cuh, shared with `nccl::communicator`), and the small host
-/// metadata collectives (barrier, all_gather, all_gatherv, all_max) are staged through a device
-/// buffer owned by this object (cudaMemcpyAsync on the stream, ncclAllGather / ncclAllReduce,
-/// copy back, wait). Every wait has the options' deadline: by default ORCHMLLM_TIMEOUT_MS, else
-/// 5 minutes (`default_timeout`); 0 means none.
-///
-/// Node shape: with `ranks_per_node` = G > 0, consecutive blocks of G ranks (as the MPI
-/// backend fakes nodes); with 0 (the default), the hosts: the constructor all-gathers every
-/// rank's host name (`gethostname`, first 63 bytes) and numbers nodes in order of their lowest
-/// rank, local ranks in increasing rank order (the communicator concept's numbering).
-///
-/// Failure model. The metadata collectives and all_to_allv first agree on their arguments with
-/// one small ncclAllReduce, so bad arguments on one rank raise `invalid_argument_error` on
-/// every rank and nothing is sent; `all_to_allv(..., agreed_exchange)` (a hop of an agreed
-/// route) skips that agreement. An NCCL or CUDA error or a wait past the deadline on a rank
-/// aborts the NCCL communicator there (`ncclCommAbort`: the trainer's communicator is unusable
-/// afterwards, as it would be after any NCCL failure) and raises `communication_error`; its
-/// peers' collectives then fail or time out and raise too, each by its own deadline. There is
-/// no out-of-band channel (no MPI) to agree on the outcome, so a job that must fail as one
-/// catches the error on every rank and ends itself.
+/// Everything travels over NCCL: all_to_allv as one group of ncclSend/ncclRecv on the stream
+/// (shared with `nccl::communicator`: nccl/detail/transfer.cuh), the small host metadata
+/// collectives staged through a device buffer. Nodes are the hosts (or blocks of
+/// `ranks_per_node`). Arguments are agreed before every collective; every wait has a deadline
+/// (ORCHMLLM_TIMEOUT_MS, else 5 minutes), and an error or the deadline aborts the NCCL
+/// communicator and raises `communication_error` there (no out-of-band channel agrees on the
+/// outcome). See docs/communication.md, "Communicator concept" and "Deadlines".
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -44,7 +29,7 @@
 #include <vector>
 
 #include "orchmllm/backend/cuda/mover.cuh"
-#include "orchmllm/backend/nccl/transfer.cuh"
+#include "orchmllm/backend/nccl/detail/transfer.cuh"
 #include "orchmllm/comm/communicator.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
@@ -90,53 +75,7 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
   /// `invalid_argument_error` locally for a null `comm`, and on every rank for options that
   /// are invalid or differ between ranks; `communication_error` when NCCL or CUDA fail or a
   /// wait passes the deadline (the communicator is then aborted).
-  communicator_ref(ncclComm_t comm, cudaStream_t stream, options opts = {})
-      : comm_(comm), stream_(stream), opts_(opts) {
-    ORCHMLLM_REQUIRE(comm_ != nullptr, invalid_argument_error,
-                     "nccl::communicator_ref: the NCCL communicator is null");
-    int n = 0;
-    int r = 0;
-    check(ncclCommCount(comm_, &n), "ncclCommCount");
-    check(ncclCommUserRank(comm_, &r), "ncclCommUserRank");
-    size_ = n;
-    rank_ = r;
-    // Resolved locally (options, ORCHMLLM_TIMEOUT_MS, default), then agreed; until then the
-    // waits use the local value, or the default when it is invalid.
-    std::optional<invalid_argument_error> local;
-    try {
-      timeout_ = ::orchmllm::detail::resolve_comm_timeout("nccl::communicator_ref", opts_.timeout);
-      ORCHMLLM_REQUIRE(opts_.ranks_per_node >= 0, invalid_argument_error,
-                       "nccl::communicator_ref: ranks_per_node = ", opts_.ranks_per_node,
-                       " is negative (0 means the hosts)");
-    } catch (const invalid_argument_error& e) {
-      local = e;
-    }
-    // [bad, t, ~t, g, ~g]: max(~x) = ~min(x), so one reduction gives both extremes.
-    const std::int64_t t = timeout_.count(), g = opts_.ranks_per_node;
-    std::array<std::int64_t, 5> v{local ? rank_ + 1 : 0, t, ~t, g, ~g};
-    reduce_max(v.data(), v.size(), "nccl::communicator_ref options");
-    if (local) throw *local;
-    opts_.timeout = timeout_;
-    ORCHMLLM_REQUIRE(v[0] == 0, invalid_argument_error, "nccl::communicator_ref: rank ",
-                     v[0] - 1, " passed invalid options (its own error names them)");
-    ORCHMLLM_REQUIRE(v[1] == ~v[2] && v[3] == ~v[4], invalid_argument_error,
-                     "nccl::communicator_ref: ranks pass different options (timeout from ",
-                     ~v[2], " to ", v[1], " ms, ranks_per_node from ", ~v[4], " to ", v[3], ")");
-
-    if (opts_.ranks_per_node > 0) {
-      assign_blocks(opts_.ranks_per_node);
-    } else {
-      std::array<char, host_name_bytes> mine{};
-      if (gethostname(mine.data(), mine.size() - 1) != 0) std::strcpy(mine.data(), "?");
-      std::vector<char> names(host_name_bytes * static_cast<std::size_t>(size_));
-      all_gather(reinterpret_cast<const std::byte*>(mine.data()), host_name_bytes,
-                 reinterpret_cast<std::byte*>(names.data()));
-      std::vector<std::string> hosts;
-      for (rank_t q = 0; q < size_; ++q)
-        hosts.emplace_back(names.data() + static_cast<std::size_t>(q) * host_name_bytes);
-      assign_by_keys(std::span<const std::string>(hosts));
-    }
-  }
+  communicator_ref(ncclComm_t comm, cudaStream_t stream, options opts = {});
 
   communicator_ref(const communicator_ref&) = delete;
   communicator_ref& operator=(const communicator_ref&) = delete;
@@ -214,41 +153,7 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
   /// `invalid_argument_error` on every rank for bad or differing arguments;
   /// `communication_error`.
   void all_gatherv(const std::byte* send, std::int64_t bytes, std::byte* recv,
-                   std::span<const std::int64_t> counts, std::span<const std::int64_t> displs) {
-    namespace od = ::orchmllm::detail;
-    bool bad = false;
-    std::int64_t widest = 0;
-    try {
-      od::validate_counts_displs(counts, displs, static_cast<std::size_t>(size_),
-                                 "all_gatherv: recv");
-      bad = bytes != counts[static_cast<std::size_t>(rank_)] ||
-            (bytes > 0 && send == nullptr);
-      for (std::size_t q = 0; q < counts.size(); ++q) {
-        widest = std::max(widest, counts[q]);
-        bad = bad || (counts[q] > 0 && recv == nullptr);
-      }
-    } catch (const invalid_argument_error&) {
-      bad = true;
-    }
-    od::fnv digest;
-    if (!bad) digest.mix_all(counts);
-    const auto key = bad ? std::int64_t{0} : static_cast<std::int64_t>(digest.h >> 1);
-    std::array<std::int64_t, 3> v{bad ? rank_ + 1 : 0, key, ~key};
-    reduce_max(v.data(), v.size(), "all_gatherv agreement");
-    ORCHMLLM_REQUIRE(v[0] == 0, invalid_argument_error, "all_gatherv: rank ", v[0] - 1,
-                     " passed invalid counts, displacements or buffers");
-    ORCHMLLM_REQUIRE(v[1] == ~v[2], invalid_argument_error,
-                     "all_gatherv: ranks pass different counts");
-    std::vector<std::byte> padded(static_cast<std::size_t>(widest) *
-                                  static_cast<std::size_t>(size_));
-    std::vector<std::byte> mine(static_cast<std::size_t>(widest));
-    if (bytes > 0) std::memcpy(mine.data(), send, static_cast<std::size_t>(bytes));
-    gather_padded(mine.data(), widest, padded.data());
-    for (std::size_t q = 0; q < counts.size(); ++q)
-      if (counts[q] > 0)
-        std::memcpy(recv + displs[q], padded.data() + q * static_cast<std::size_t>(widest),
-                    static_cast<std::size_t>(counts[q]));
-  }
+                   std::span<const std::int64_t> counts, std::span<const std::int64_t> displs);
 
   /// Rank r sends send_counts[q] bytes from send + send_displs[q] to every rank q and receives
   /// recv_counts[q] bytes from q at recv + recv_displs[q] (device memory); counts must match
@@ -308,7 +213,7 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
 
   void check(ncclResult_t rc, const char* call) {
     if (rc != ncclSuccess)
-      throw communication_error(detail::nccl_message(call, rc, comm_));
+      throw communication_error(detail::nccl_backend::nccl_message(call, rc, comm_));
   }
 
   // A device buffer of at least `bytes` bytes (grows after waiting for the stream).
@@ -316,14 +221,14 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
     if (bytes <= staging_bytes_) return staging_;
     if (staging_ != nullptr) {
       const cudaError_t e = cudaStreamSynchronize(stream_);
-      if (e != cudaSuccess) fail(what, detail::cuda_message("cudaStreamSynchronize", e));
+      if (e != cudaSuccess) fail(what, detail::nccl_backend::cuda_message("cudaStreamSynchronize", e));
       cudaFree(staging_);
       staging_ = nullptr;
       staging_bytes_ = 0;
     }
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes);
-    if (e != cudaSuccess) fail(what, detail::cuda_message("cudaMalloc", e));
+    if (e != cudaSuccess) fail(what, detail::nccl_backend::cuda_message("cudaMalloc", e));
     staging_ = static_cast<std::byte*>(p);
     staging_bytes_ = bytes;
     return staging_;
@@ -338,16 +243,16 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
     cudaError_t e = cudaSuccess;
     if (in_bytes > 0)
       e = cudaMemcpyAsync(dev, host_in, in_bytes, cudaMemcpyHostToDevice, stream_);
-    if (e != cudaSuccess) fail(what, detail::cuda_message("cudaMemcpyAsync", e));
+    if (e != cudaSuccess) fail(what, detail::nccl_backend::cuda_message("cudaMemcpyAsync", e));
     const ncclResult_t rc = post(dev);
-    if (detail::failed(rc)) fail(what, detail::nccl_message(what, rc, comm_));
-    std::string failure = detail::wait_stream(comm_, stream_, timeout_, what);
+    if (detail::nccl_backend::failed(rc)) fail(what, detail::nccl_backend::nccl_message(what, rc, comm_));
+    std::string failure = detail::nccl_backend::wait_stream(comm_, stream_, timeout_, what);
     if (!failure.empty()) fail(what, failure);
     if (out_bytes > 0) {
       e = cudaMemcpyAsync(host_out, dev, out_bytes, cudaMemcpyDeviceToHost, stream_);
-      if (e != cudaSuccess) fail(what, detail::cuda_message("cudaMemcpyAsync", e));
+      if (e != cudaSuccess) fail(what, detail::nccl_backend::cuda_message("cudaMemcpyAsync", e));
       e = cudaStreamSynchronize(stream_);
-      if (e != cudaSuccess) fail(what, detail::cuda_message("cudaStreamSynchronize", e));
+      if (e != cudaSuccess) fail(what, detail::nccl_backend::cuda_message("cudaStreamSynchronize", e));
     }
   }
 
@@ -369,7 +274,7 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
     std::byte* dev = staging(total, "all_gather");
     const cudaError_t e =
         cudaMemcpyAsync(dev + at, send, b, cudaMemcpyHostToDevice, stream_);
-    if (e != cudaSuccess) fail("all_gather", detail::cuda_message("cudaMemcpyAsync", e));
+    if (e != cudaSuccess) fail("all_gather", detail::nccl_backend::cuda_message("cudaMemcpyAsync", e));
     staged("all_gather", nullptr, 0, recv, total, total, [&](std::byte* d) {
       return ncclAllGather(d + at, d, b, ncclUint8, comm_, stream_);
     });
@@ -378,7 +283,7 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
   void move(const char* op, const std::byte* send, std::span<const std::int64_t> send_counts,
             std::span<const std::int64_t> send_displs, std::byte* recv,
             std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs) {
-    const std::string failure = detail::exchange(comm_, stream_, timeout_, send, send_counts,
+    const std::string failure = detail::nccl_backend::exchange(comm_, stream_, timeout_, send, send_counts,
                                                  send_displs, recv, recv_counts, recv_displs);
     if (!failure.empty()) fail(op, failure);
   }
@@ -398,3 +303,6 @@ static_assert(::orchmllm::max_reducing_communicator<communicator_ref>);
 static_assert(::orchmllm::agreed_exchange_communicator<communicator_ref>);
 
 }  // namespace orchmllm::nccl
+
+// The out-of-line members.
+#include "orchmllm/backend/nccl/detail/communicator_ref.inl"  // IWYU pragma: export

@@ -18,201 +18,20 @@
 /// on the include path). Compiles as plain .hpp: the CUDA-only parts are behind __CUDACC__.
 /// Macro ORCHMLLM_HOST_DEVICE expands to `__host__ __device__` under nvcc, to nothing elsewhere.
 
-#include <thrust/execution_policy.h>
-#include <thrust/for_each.h>
-#include <thrust/functional.h>
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/iterator/transform_iterator.h>
-#include <thrust/memory.h>
-#include <thrust/system/cpp/vector.h>
-#include <thrust/transform_reduce.h>
-#include <thrust/transform_scan.h>
-
-#if defined(_OPENMP)
-#include <thrust/system/omp/vector.h>
-#endif
-#if defined(__CUDACC__)
-#include <thrust/system/cuda/execution_policy.h>
-#include <thrust/system/cuda/vector.h>
-#endif
-
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-#include <type_traits>
 #include <vector>
 
+#include "orchmllm/backend/thrust/detail/gather.hpp"
 #include "orchmllm/comm/mover.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/detail/comm/segments.hpp"
-
-#if !defined(ORCHMLLM_HOST_DEVICE)
-#if defined(__CUDACC__)
-#define ORCHMLLM_HOST_DEVICE __host__ __device__
-#else
-#define ORCHMLLM_HOST_DEVICE
-#endif
-#endif
 
 namespace orchmllm {
 
 /// Default chunk size of the Thrust gather: large enough that the per-chunk binary search is
 /// noise, small enough that a multi-megabyte segment spreads over many workers.
 inline constexpr std::int64_t default_gather_chunk_bytes = 4096;
-
-namespace detail::thrust_gather {
-
-// Words the copy moves; memcpy on the host (no aliasing questions; compilers emit one move),
-// a direct vector load/store on the device (ld/st.global.v2.u64 for 16 bytes).
-struct alignas(16) word16 {
-  std::uint64_t lo, hi;
-};
-
-template <class Word>
-ORCHMLLM_HOST_DEVICE inline void copy_word(std::byte* d, const std::byte* s) {
-#if defined(__CUDA_ARCH__)
-  *reinterpret_cast<Word*>(d) = *reinterpret_cast<const Word*>(s);
-#else
-  std::memcpy(d, s, sizeof(Word));
-#endif
-}
-
-// Lane `lane` of `lanes` copies its share of [s, s + n) to d: bytes lane, lane + lanes, ... of
-// the head (up to the first Word boundary of s), words lane, lane + lanes, ... of the body, bytes
-// likewise of the tail. Requires s and d to have the same address modulo sizeof(Word).
-template <class Word>
-ORCHMLLM_HOST_DEVICE inline void copy_lane_words(std::byte* d, const std::byte* s, std::int64_t n,
-                                                 std::int64_t lane, std::int64_t lanes) {
-  constexpr std::int64_t w = sizeof(Word);
-  const auto mis = static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(s) & (w - 1));
-  std::int64_t head = (w - mis) & (w - 1);
-  if (head > n) head = n;
-  for (std::int64_t i = lane; i < head; i += lanes) d[i] = s[i];
-  const std::int64_t words = (n - head) / w;
-  std::byte* dw = d + head;
-  const std::byte* sw = s + head;
-  for (std::int64_t k = lane; k < words; k += lanes) copy_word<Word>(dw + k * w, sw + k * w);
-  for (std::int64_t i = head + words * w + lane; i < n; i += lanes) d[i] = s[i];
-}
-
-/// Copies lane `lane`'s share (of `lanes`) of n bytes from s to d with the widest word both
-/// addresses allow. All lanes together copy every byte exactly once. O(n / lanes) per lane.
-ORCHMLLM_HOST_DEVICE inline void copy_lane(std::byte* d, const std::byte* s, std::int64_t n,
-                                           std::int64_t lane, std::int64_t lanes) {
-  const auto diff = reinterpret_cast<std::uintptr_t>(s) ^ reinterpret_cast<std::uintptr_t>(d);
-  if ((diff & 15u) == 0) {
-    copy_lane_words<word16>(d, s, n, lane, lanes);
-  } else if ((diff & 7u) == 0) {
-    copy_lane_words<std::uint64_t>(d, s, n, lane, lanes);
-  } else if ((diff & 3u) == 0) {
-    copy_lane_words<std::uint32_t>(d, s, n, lane, lanes);
-  } else {
-    for (std::int64_t i = lane; i < n; i += lanes) d[i] = s[i];
-  }
-}
-
-// ceil(bytes / chunk): the number of chunks of one segment (0 for an empty segment).
-struct chunk_count {
-  std::int64_t chunk;
-  ORCHMLLM_HOST_DEVICE std::int64_t operator()(std::int64_t bytes) const {
-    return bytes <= 0 ? 0 : (bytes + chunk - 1) / chunk;
-  }
-};
-
-// One work item: lane (item % lanes) of chunk (item / lanes). `ends` is the inclusive scan of
-// the per-segment chunk counts, so chunk c belongs to the first segment whose end exceeds c.
-struct copy_chunk {
-  const std::byte* in;
-  std::byte* out;
-  const std::int64_t* src;
-  const std::int64_t* dst;
-  const std::int64_t* bytes;
-  const std::int64_t* ends;
-  std::int64_t num_segments;
-  std::int64_t chunk;
-  std::int64_t lanes;
-
-  ORCHMLLM_HOST_DEVICE void operator()(std::int64_t item) const {
-    const std::int64_t c = item / lanes;
-    const std::int64_t lane = item - c * lanes;
-    std::int64_t lo = 0, hi = num_segments;  // upper_bound(ends, c)
-    while (lo < hi) {
-      const std::int64_t mid = lo + (hi - lo) / 2;
-      if (ends[mid] <= c) {
-        lo = mid + 1;
-      } else {
-        hi = mid;
-      }
-    }
-    const std::int64_t seg = lo;
-    const std::int64_t first = seg == 0 ? 0 : ends[seg - 1];
-    const std::int64_t offset = (c - first) * chunk;
-    std::int64_t n = bytes[seg] - offset;
-    if (n > chunk) n = chunk;
-    copy_lane(out + dst[seg] + offset, in + src[seg] + offset, n, lane, lanes);
-  }
-};
-
-/// Work items per chunk for a policy: 32 (a warp) on the CUDA system, 1 on host systems (every
-/// other system: CPP, OMP, TBB, whose memory the host reads directly).
-template <class ExecutionPolicy>
-constexpr std::int64_t lanes_for() {
-#if defined(__CUDACC__)
-  if constexpr (std::is_base_of_v<thrust::cuda_cub::execution_policy<ExecutionPolicy>,
-                                  ExecutionPolicy>) {
-    return 32;
-  }
-#endif
-  return 1;
-}
-
-// Checks a host segment list before a mover stages it: the three arrays of one size, every
-// entry >= 0; else invalid_argument_error naming `who` and the first bad segment. O(n).
-inline void check_segment_list(const segment_list& segments, const char* who) {
-  ORCHMLLM_REQUIRE(
-      segments.dst.size() == segments.src.size() && segments.bytes.size() == segments.src.size(),
-      invalid_argument_error, who, ": segment arrays differ in size (src ", segments.src.size(),
-      ", dst ", segments.dst.size(), ", bytes ", segments.bytes.size(), ")");
-  for (std::size_t k = 0; k < segments.size(); ++k)
-    ORCHMLLM_REQUIRE(segments.src[k] >= 0 && segments.dst[k] >= 0 && segments.bytes[k] >= 0,
-                     invalid_argument_error, who, ": segment ", k, " has src ", segments.src[k],
-                     ", dst ", segments.dst[k], ", bytes ", segments.bytes[k],
-                     " (all must be >= 0)");
-}
-
-inline void check_chunk(std::int64_t chunk_bytes) {
-  ORCHMLLM_REQUIRE(chunk_bytes >= 16 && chunk_bytes % 16 == 0, invalid_argument_error,
-                   "gather_segments: chunk_bytes = ", chunk_bytes,
-                   " must be a positive multiple of 16 (so chunks keep 16-byte alignment)");
-}
-
-/// The gather once the chunk scan `ends` (in the policy's system) and its last value
-/// `total_chunks` are known: one for_each over total_chunks * lanes work items.
-template <class ExecutionPolicy>
-void gather_with_ends(const ExecutionPolicy& policy, const std::byte* in, std::byte* out,
-                      const std::int64_t* src, const std::int64_t* dst, const std::int64_t* bytes,
-                      const std::int64_t* ends, std::int64_t num_segments,
-                      std::int64_t total_chunks, std::int64_t chunk_bytes) {
-  if (total_chunks <= 0) return;
-  constexpr std::int64_t lanes = lanes_for<ExecutionPolicy>();
-  thrust::for_each_n(policy, thrust::counting_iterator<std::int64_t>(0), total_chunks * lanes,
-                     copy_chunk{in, out, src, dst, bytes, ends, num_segments, chunk_bytes, lanes});
-}
-
-// Returns a temporary buffer to its system on scope exit (also when an algorithm throws).
-template <class ExecutionPolicy, class Pointer>
-struct temporary_guard {
-  const ExecutionPolicy& policy;
-  Pointer ptr;
-  std::ptrdiff_t n;
-  temporary_guard(const ExecutionPolicy& p, Pointer q, std::ptrdiff_t m)
-      : policy(p), ptr(q), n(m) {}
-  temporary_guard(const temporary_guard&) = delete;
-  temporary_guard& operator=(const temporary_guard&) = delete;
-  ~temporary_guard() { thrust::return_temporary_buffer(policy, ptr, n); }
-};
-
-}  // namespace detail::thrust_gather
 
 /// Gathers `num_segments` byte segments: for every i, copies bytes[i] bytes from in + src[i] to
 /// out + dst[i]. `in`, `out` and the three int64 arrays must be accessible in the policy's
@@ -240,7 +59,7 @@ void gather_segments(const ExecutionPolicy& policy, const std::byte* in, std::by
                      const std::int64_t* src, const std::int64_t* dst, const std::int64_t* bytes,
                      std::int64_t num_segments,
                      std::int64_t chunk_bytes = default_gather_chunk_bytes) {
-  namespace tg = detail::thrust_gather;
+  namespace tg = detail::thrust_backend;
   ORCHMLLM_REQUIRE(num_segments >= 0, invalid_argument_error,
                    "gather_segments: num_segments = ", num_segments, " must be >= 0");
   tg::check_chunk(chunk_bytes);
@@ -271,38 +90,6 @@ void gather_segments(const ExecutionPolicy& policy, const std::byte* in, std::by
                        chunk_bytes);
 }
 
-namespace detail {
-
-/// Vector type of a Thrust system tag: thrust::cpp::tag; thrust::omp::tag when compiling with
-/// OpenMP (Thrust's OMP algorithms refuse to build without it); thrust::cuda::tag under nvcc.
-/// The device system's tag (thrust::device_system_tag) is one of these.
-template <class System>
-struct thrust_system_traits;  // unsupported system: no definition
-
-template <>
-struct thrust_system_traits<thrust::system::cpp::tag> {
-  template <class T>
-  using vector = thrust::system::cpp::vector<T>;
-};
-
-#if defined(_OPENMP)
-template <>
-struct thrust_system_traits<thrust::system::omp::tag> {
-  template <class T>
-  using vector = thrust::system::omp::vector<T>;
-};
-#endif
-
-#if defined(__CUDACC__)
-template <>
-struct thrust_system_traits<thrust::system::cuda::tag> {
-  template <class T>
-  using vector = thrust::system::cuda::vector<T>;
-};
-#endif
-
-}  // namespace detail
-
 /// `byte_mover` for any Thrust system `System` (a system tag: thrust::cpp::tag,
 /// thrust::omp::tag with OpenMP, thrust::cuda::tag with nvcc, or thrust::device_system_tag).
 /// Scratch buffers are vectors of that system; `gather` computes the chunk scan of the host segment
@@ -316,12 +103,12 @@ class thrust_mover {
  public:
   /// The vector type of the system, e.g. thrust::cpp::vector<T>.
   template <class T>
-  using vector = typename detail::thrust_system_traits<System>::template vector<T>;
+  using vector = typename detail::thrust_backend::thrust_system_traits<System>::template vector<T>;
 
   /// Throws `invalid_argument_error` if chunk_bytes is not a positive multiple of 16.
   explicit thrust_mover(std::int64_t chunk_bytes = default_gather_chunk_bytes)
       : chunk_bytes_(chunk_bytes) {
-    detail::thrust_gather::check_chunk(chunk_bytes);
+    detail::thrust_backend::check_chunk(chunk_bytes);
   }
 
   /// A buffer of at least `bytes` bytes in the system's memory, valid until the next scratch
@@ -345,10 +132,10 @@ class thrust_mover {
   /// Throws `invalid_argument_error` for a malformed list (arrays of different sizes, a
   /// negative offset or size), naming the segment; the system's errors.
   void gather(const std::byte* in, std::byte* out, const detail::segment_list& segments) {
-    detail::thrust_gather::check_segment_list(segments, "thrust_mover::gather");
+    detail::thrust_backend::check_segment_list(segments, "thrust_mover::gather");
     const auto n = static_cast<std::int64_t>(segments.size());
     if (n == 0) return;
-    const detail::thrust_gather::chunk_count count{chunk_bytes_};
+    const detail::thrust_backend::chunk_count count{chunk_bytes_};
     host_.resize(static_cast<std::size_t>(4 * n));
     std::int64_t total = 0;
     for (std::int64_t i = 0; i < n; ++i) {
@@ -363,7 +150,7 @@ class thrust_mover {
     table_.resize(host_.size());
     thrust::copy(host_.begin(), host_.end(), table_.begin());
     const std::int64_t* t = thrust::raw_pointer_cast(table_.data());
-    detail::thrust_gather::gather_with_ends(System{}, in, out, t, t + n, t + 2 * n, t + 3 * n, n,
+    detail::thrust_backend::gather_with_ends(System{}, in, out, t, t + n, t + 2 * n, t + 3 * n, n,
                                             total, chunk_bytes_);
   }
 

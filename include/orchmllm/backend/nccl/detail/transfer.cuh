@@ -1,10 +1,10 @@
 #pragma once
-/// @file transfer.cuh
-/// What the two NCCL communicators (`nccl::communicator`, which owns its NCCL communicator,
-/// and `nccl::communicator_ref`, which adopts the trainer's) share, in `orchmllm::nccl::detail`:
-/// error messages, the default deadline, waiting for an NCCL communicator and a CUDA stream with
-/// a deadline (0: none, the waits are unbounded), and one all_to_allv as a group of
-/// ncclSend/ncclRecv. Needs NCCL >= 2.14 and CUDA; no MPI.
+// What the two NCCL communicators (backend/nccl/communicator.cuh, which owns its NCCL
+// communicator, and backend/nccl/communicator_ref.cuh, which adopts the trainer's) share: their
+// default deadline (`orchmllm::nccl::default_timeout`, documented with them) and, in
+// `orchmllm::detail::nccl_backend`, error messages, waiting for an NCCL communicator and a CUDA
+// stream with a deadline (0: none, the waits are unbounded), and one all_to_allv as a group of
+// ncclSend/ncclRecv. Needs NCCL >= 2.14 and CUDA; no MPI. See docs/communication.md.
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -36,7 +36,7 @@ inline constexpr std::chrono::milliseconds default_timeout =
 
 }  // namespace orchmllm::nccl
 
-namespace orchmllm::nccl::detail {
+namespace orchmllm::detail::nccl_backend {
 
 // "ncclXxx failed: <error string> (<last error detail>)".
 inline std::string nccl_message(const char* call, ncclResult_t rc, ncclComm_t comm) {
@@ -145,4 +145,4 @@ inline std::string exchange(ncclComm_t comm, cudaStream_t stream,
   return wait_stream(comm, stream, timeout, "the ncclSend/ncclRecv group");
 }
 
-}  // namespace orchmllm::nccl::detail
+}  // namespace orchmllm::detail::nccl_backend
