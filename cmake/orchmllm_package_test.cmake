@@ -64,7 +64,13 @@ else()
 endif()
 
 run_step("configure" "${CMAKE_COMMAND}" ${_configure_args})
-run_step("build" "${CMAKE_COMMAND}" --build "${_build}" --config "${CONFIG}")
+# add_subdirectory: only what the consumer links (the vendored project's own targets, such as the
+# compiled library, are the main build's to check).
+set(_build_targets "")
+if(MODE STREQUAL "add_subdirectory")
+  set(_build_targets --target consumer)
+endif()
+run_step("build" "${CMAKE_COMMAND}" --build "${_build}" --config "${CONFIG}" ${_build_targets})
 
 # Locate and run the consumer executables (find_package builds a second one against
 # orchmllm::compiled).

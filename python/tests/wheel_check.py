@@ -2,7 +2,7 @@
 and the installed wheel imports and balances (away from the build tree).
 
 usage: python wheel_check.py SOURCE_DIR WORK_DIR
-Runs `pip wheel SOURCE_DIR --no-deps --no-build-isolation` (the running Python needs
+Runs `pip wheel SOURCE_DIR --no-deps --no-build-isolation` (a Debug build; the running Python needs
 scikit-build-core, nanobind and numpy: .ci/install-deps puts them in .venv). Not a pytest file.
 """
 
@@ -36,9 +36,11 @@ def main() -> int:
     source, work = Path(sys.argv[1]), Path(sys.argv[2])
     shutil.rmtree(work, ignore_errors=True)
     dist, site = work / "dist", work / "site"
+    # Unoptimised: what is checked is the wheel's layout and that it imports and runs; the
+    # module's code is python.pytest's (about half the compile time of a Release build).
     subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps",
-                    "--no-build-isolation", "--disable-pip-version-check", "-q", "-w",
-                    str(dist)], check=True)
+                    "--no-build-isolation", "--disable-pip-version-check", "-q",
+                    "--config-settings=cmake.build-type=Debug", "-w", str(dist)], check=True)
     wheels = sorted(dist.glob("orchmllm-*.whl"))
     assert len(wheels) == 1, f"expected one orchmllm wheel in {dist}, got {wheels}"
     names = zipfile.ZipFile(wheels[0]).namelist()
