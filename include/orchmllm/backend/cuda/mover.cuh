@@ -19,7 +19,6 @@
 #include <cstdint>
 #include <cstring>
 #include <cub/device/device_memcpy.cuh>
-#include <string>
 #include <utility>
 
 #include "orchmllm/backend/cuda/detail/mover.cuh"

@@ -1,22 +1,17 @@
 #pragma once
 /// @file gather.hpp
-/// Byte-segment gather with Thrust: one source for every Thrust system (CPP and OMP on the host
-/// with any C++20 compiler; CUDA with nvcc), and `thrust_mover`, the `byte_mover` built on it.
+/// Byte-segment gather with Thrust: `gather_segments`, one source for every Thrust system (CPP
+/// and OMP on the host with any C++20 compiler; CUDA with nvcc), and `thrust_mover`, the
+/// `byte_mover` built on it.
 ///
-/// A gather copies segment i from in + src[i] to out + dst[i], bytes[i] bytes (see
-/// detail/comm/segments.hpp; `detail::gather_segments_host` is the reference). Segments are
-/// skewed in practice (an image is megabytes, a caption a few hundred bytes), so one work item
-/// per segment would leave most workers idle behind the largest one. Here every segment is cut
-/// into chunks of at most `chunk_bytes` bytes; an inclusive scan of the per-segment chunk counts
-/// numbers all chunks globally, and each work item finds its segment by binary search in that
-/// scan. Inside a chunk the copy uses the widest word (16, 8 or 4 bytes) that the source and
-/// destination addresses allow together, with byte copies for the unaligned head and tail.
-/// On the CUDA system each chunk is shared by 32 consecutive work items (one warp) that copy
-/// interleaved words, so a warp's loads and stores are contiguous.
+/// A gather copies segment i from in + src[i] to out + dst[i], bytes[i] bytes
+/// (`detail::gather_segments_host` is the reference). Segments are cut into chunks so that skewed
+/// sizes spread over all workers; each chunk copies with the widest aligned word.
 ///
 /// Requirements: C++20; the CCCL headers (Thrust 2.x or newer; target orchmllm::thrust puts them
 /// on the include path). Compiles as plain .hpp: the CUDA-only parts are behind __CUDACC__.
 /// Macro ORCHMLLM_HOST_DEVICE expands to `__host__ __device__` under nvcc, to nothing elsewhere.
+/// The algorithm: docs/communication.md, "The chunked gather".
 
 #include <cstddef>
 #include <cstdint>
@@ -59,35 +54,7 @@ void gather_segments(const ExecutionPolicy& policy, const std::byte* in, std::by
                      const std::int64_t* src, const std::int64_t* dst, const std::int64_t* bytes,
                      std::int64_t num_segments,
                      std::int64_t chunk_bytes = default_gather_chunk_bytes) {
-  namespace tg = detail::thrust_backend;
-  ORCHMLLM_REQUIRE(num_segments >= 0, invalid_argument_error,
-                   "gather_segments: num_segments = ", num_segments, " must be >= 0");
-  tg::check_chunk(chunk_bytes);
-  if (num_segments == 0) return;
-  const tg::chunk_count count{chunk_bytes};
-  constexpr bool host_memory = tg::lanes_for<ExecutionPolicy>() == 1;
-  std::int64_t total_chunks = 0;
-  if constexpr (!host_memory) {
-    // Device memory: the total comes back to the host through a reduction, before anything is
-    // allocated (an all-empty gather allocates nothing).
-    total_chunks = thrust::transform_reduce(policy, bytes, bytes + num_segments, count,
-                                            std::int64_t{0}, thrust::plus<std::int64_t>());
-    if (total_chunks == 0) return;
-  }
-  auto buffer = thrust::get_temporary_buffer<std::int64_t>(policy, num_segments);
-  const tg::temporary_guard<ExecutionPolicy, decltype(buffer.first)> guard(policy, buffer.first,
-                                                                           buffer.second);
-  std::int64_t* ends = thrust::raw_pointer_cast(buffer.first);
-  thrust::transform_inclusive_scan(policy, bytes, bytes + num_segments, ends, count,
-                                   thrust::plus<std::int64_t>());
-  if constexpr (host_memory) {
-    // Host systems: the scan's last value is readable directly (and OMP's reduce trips UBSan
-    // inside Thrust: a null-reference idiom in thrust::reference).
-    total_chunks = ends[num_segments - 1];
-    if (total_chunks == 0) return;
-  }
-  tg::gather_with_ends(policy, in, out, src, dst, bytes, ends, num_segments, total_chunks,
-                       chunk_bytes);
+  detail::thrust_backend::gather_chunked(policy, in, out, src, dst, bytes, num_segments, chunk_bytes);
 }
 
 /// `byte_mover` for any Thrust system `System` (a system tag: thrust::cpp::tag,

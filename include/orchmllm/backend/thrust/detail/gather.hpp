@@ -219,4 +219,39 @@ struct thrust_system_traits<thrust::system::cuda::tag> {
 };
 #endif
 
+/// gather_segments (backend/thrust/gather.hpp): checks, the chunk scan, then the gather.
+template <class ExecutionPolicy>
+void gather_chunked(const ExecutionPolicy& policy, const std::byte* in, std::byte* out,
+                    const std::int64_t* src, const std::int64_t* dst, const std::int64_t* bytes,
+            std::int64_t num_segments, std::int64_t chunk_bytes) {
+  ORCHMLLM_REQUIRE(num_segments >= 0, invalid_argument_error,
+                   "gather_segments: num_segments = ", num_segments, " must be >= 0");
+  check_chunk(chunk_bytes);
+  if (num_segments == 0) return;
+  const chunk_count count{chunk_bytes};
+  constexpr bool host_memory = lanes_for<ExecutionPolicy>() == 1;
+  std::int64_t total_chunks = 0;
+  if constexpr (!host_memory) {
+    // Device memory: the total comes back to the host through a reduction, before anything is
+    // allocated (an all-empty gather allocates nothing).
+    total_chunks = thrust::transform_reduce(policy, bytes, bytes + num_segments, count,
+                                            std::int64_t{0}, thrust::plus<std::int64_t>());
+    if (total_chunks == 0) return;
+  }
+  auto buffer = thrust::get_temporary_buffer<std::int64_t>(policy, num_segments);
+  const temporary_guard<ExecutionPolicy, decltype(buffer.first)> guard(policy, buffer.first,
+                                                                           buffer.second);
+  std::int64_t* ends = thrust::raw_pointer_cast(buffer.first);
+  thrust::transform_inclusive_scan(policy, bytes, bytes + num_segments, ends, count,
+                                   thrust::plus<std::int64_t>());
+  if constexpr (host_memory) {
+    // Host systems: the scan's last value is readable directly (and OMP's reduce trips UBSan
+    // inside Thrust: a null-reference idiom in thrust::reference).
+    total_chunks = ends[num_segments - 1];
+    if (total_chunks == 0) return;
+  }
+  gather_with_ends(policy, in, out, src, dst, bytes, ends, num_segments, total_chunks,
+                       chunk_bytes);
+}
+
 }  // namespace orchmllm::detail::thrust_backend
