@@ -182,18 +182,19 @@ int run_compare(const parsed_args& args, std::ostream& out, std::ostream& err) {
                 if (automatic) row.note = "used " + std::string(result.used);
                 if (result.proven_optimal)
                   row.note += (row.note.empty() ? "" : ", ") + std::string("proven optimal");
+                using ::orchmllm::detail::statistic;
+                const auto figures = ::orchmllm::detail::statistic_fields(s);
                 j.add("status", "ok")
                     .add("used", std::string(result.used))
                     .add("items", s.items)
-                    .add("ranks", static_cast<std::int64_t>(p.ranks))
-                    .add("makespan", s.makespan)
-                    .add("lower_bound", s.lower_bound)
-                    .add("ratio", s.ratio)
-                    .add("imbalance", s.imbalance_after)
-                    .add("imbalance_before", s.imbalance_before)
-                    .add("seconds", seconds)
-                    .add("proven_optimal", result.proven_optimal)
-                    .add("items_moved", s.items_moved);
+                    .add("ranks", static_cast<std::int64_t>(p.ranks));
+                add_statistics(j, figures,
+                               {statistic::makespan, statistic::lower_bound, statistic::ratio});
+                // The table's column name for imbalance_after.
+                j.add("imbalance", figures[statistic::imbalance_after].value);
+                add_statistics(j, figures, {statistic::imbalance_before});
+                j.add("seconds", seconds).add("proven_optimal", result.proven_optimal);
+                add_statistics(j, figures, {statistic::items_moved});
               } catch (const orchmllm::error& e) {
                 if (automatic) auto_failure = std::current_exception();
                 row.cells = {v.name, "failed"};

@@ -1,5 +1,6 @@
 #pragma once
-// orchmllm-bench: a tiny writer for one-line JSON objects (the tool's machine-readable output).
+// orchmllm-bench: a tiny writer for one-line JSON objects (the tool's machine-readable output),
+// and `add_statistics` for the plan figures under their shared keys.
 //
 // Numbers: integers are printed exactly; doubles with %.17g, enough digits to read back the
 // identical double; non-finite doubles (JSON has none) become null. Strings are escaped per
@@ -8,9 +9,12 @@
 
 #include <concepts>
 #include <cstdint>
+#include <initializer_list>
+#include <orchmllm/detail/core/statistics_fields.hpp>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <variant>
 
 namespace orchmllm::tool {
 
@@ -45,6 +49,10 @@ class json_object {
       return raw(key, std::to_string(static_cast<unsigned long long>(value)));
     }
   }
+  /// An int64 or a double, as the overload above prints it.
+  json_object& add(std::string_view key, const std::variant<std::int64_t, double>& value) {
+    return std::visit([&](auto v) -> json_object& { return add(key, v); }, value);
+  }
   /// Adds an already-encoded JSON value (a nested object or array).
   json_object& raw(std::string_view key, std::string_view encoded);
   /// The object text, without a trailing newline.
@@ -53,5 +61,14 @@ class json_object {
  private:
   std::string body_;
 };
+
+/// Adds the plan figures `ids` of `figures` to `j` in that order, each under its key
+/// (`orchmllm::detail::statistic_key`). O(ids).
+inline json_object& add_statistics(json_object& j,
+                                   const ::orchmllm::detail::statistic_table& figures,
+                                   std::initializer_list<::orchmllm::detail::statistic> ids) {
+  for (const auto id : ids) j.add(figures[id].key, figures[id].value);
+  return j;
+}
 
 }  // namespace orchmllm::tool

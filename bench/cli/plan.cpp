@@ -208,23 +208,19 @@ int run_plan(const parsed_args& args, std::ostream& out, std::ostream& err) {
               .raw("max_items",
                    json_optional(p.limits.max_items == std::numeric_limits<std::int64_t>::max()
                                      ? std::nullopt
-                                     : std::optional(p.limits.max_items)))
-              .add("makespan", s.makespan)
-              .add("makespan_before", s.makespan_before)
-              .add("lower_bound", s.lower_bound)
-              .add("ratio", s.ratio)
-              .add("imbalance_before", s.imbalance_before)
-              .add("imbalance_after", s.imbalance_after)
-              .add("mean_load", s.mean_after)
-              .add("plan_seconds", seconds)
-              .add("proven_optimal", result.proven_optimal)
-              .add("items_moved", s.items_moved)
-              .add("bytes_moved", s.bytes_moved)
-              .add("max_tokens", s.max_tokens)
-              .add("max_bytes", s.max_bytes)
-              .add("max_items_per_rank", s.max_items_per_rank)
-              .add("min_items_per_rank", s.min_items_per_rank)
-              .add("items_file", p.items_path)
+                                     : std::optional(p.limits.max_items)));
+          using ::orchmllm::detail::statistic;
+          const auto figures = ::orchmllm::detail::statistic_fields(s);
+          add_statistics(j, figures,
+                         {statistic::makespan, statistic::makespan_before, statistic::lower_bound,
+                          statistic::ratio, statistic::imbalance_before, statistic::imbalance_after,
+                          statistic::mean_load});
+          j.add("plan_seconds", seconds).add("proven_optimal", result.proven_optimal);
+          add_statistics(
+              j, figures,
+              {statistic::items_moved, statistic::bytes_moved, statistic::max_tokens,
+               statistic::max_bytes, statistic::max_items_per_rank, statistic::min_items_per_rank});
+          j.add("items_file", p.items_path)
               .add("plan_file", out_path)
               .add("gpus_per_node", static_cast<std::int64_t>(gpus_per_node))
               .add("mapping", std::string(mapping.name()))

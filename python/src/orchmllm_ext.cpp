@@ -34,6 +34,7 @@
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/statistics.hpp"
 #include "orchmllm/core/text_forms.hpp"
+#include "orchmllm/detail/core/statistics_fields.hpp"
 #include "orchmllm/topology/topology.hpp"
 #include "orchmllm/version.hpp"
 
@@ -50,8 +51,9 @@ namespace {
 
 using namespace orchmllm_py;
 
-// The figures of `compute_statistics`, as Python floats and ints (makespans in the cost's
-// value type converted to float, as the CLI's JSON prints them).
+// The figures of `compute_statistics`, as Python floats and ints: the shared ones under their
+// shared keys (detail/core/statistics_fields.hpp), those in the cost's unit (makespans, the
+// bound, the smallest load) always as float, whatever the cost's value type.
 nb::dict statistics(const py_plan& p) {
   nb::dict out;
   out["algorithm"] = p.algorithm;
@@ -71,23 +73,14 @@ nb::dict statistics(const py_plan& p) {
         }();
         std::vector<double> before(s.load_before.begin(), s.load_before.end());
         std::vector<double> after(s.load_after.begin(), s.load_after.end());
-        out["makespan"] = static_cast<double>(s.makespan);
-        out["makespan_before"] = static_cast<double>(s.makespan_before);
-        out["lower_bound"] = static_cast<double>(s.lower_bound);
-        out["ratio"] = s.ratio;
-        out["imbalance_before"] = s.imbalance_before;
-        out["imbalance_after"] = s.imbalance_after;
-        out["mean_load"] = s.mean_after;
-        out["mean_load_before"] = s.mean_before;
-        out["min_load"] = static_cast<double>(s.min_load);
-        out["items_moved"] = s.items_moved;
-        out["bytes_moved"] = s.bytes_moved;
-        out["max_tokens"] = s.max_tokens;
-        out["max_bytes"] = s.max_bytes;
-        out["max_tokens_before"] = s.max_tokens_before;
-        out["max_bytes_before"] = s.max_bytes_before;
-        out["max_items_per_rank"] = s.max_items_per_rank;
-        out["min_items_per_rank"] = s.min_items_per_rank;
+        for (const auto& f : orchmllm::detail::statistic_fields(s)) {
+          const nb::str key(f.key.data(), f.key.size());
+          if (f.in_cost_unit) {
+            out[key] = f.as_double();
+          } else {
+            std::visit([&](auto v) { out[key] = v; }, f.value);
+          }
+        }
         out["load_before"] = to_numpy(std::move(before));
         out["load_after"] = to_numpy(std::move(after));
       },
