@@ -12,13 +12,12 @@
 //
 // Usage: balance_user_samples [--ranks D] (default 8). Exit status 0 when every check holds.
 
-#include <orchmllm/orchmllm.hpp>
-
 #include <bit>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <orchmllm/orchmllm.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -102,8 +101,8 @@ int main(int argc, char** argv) {
     for (const auto& v : images) num_images += static_cast<std::int64_t>(v.size());
     const orchmllm::quadratic_cost vit{0.0, 1.0, 1.0 / 1024};  // full attention inside an image
     const orchmllm::padding_policy pow2 = next_pow2{};
-    const auto vision = orchmllm::balance(images, vit, &Image::patches, pow2,
-                                          orchmllm::balancers::padded_exact{});
+    const auto vision =
+        orchmllm::balance(images, vit, &Image::patches, pow2, orchmllm::balancers::padded_exact{});
     const auto vision_stats = orchmllm::compute_statistics(
         orchmllm::make_layout(images, &Image::patches), vision.plan, vit, pow2);
     const auto images_after = orchmllm::apply_by_rank(vision.plan, images);
@@ -117,9 +116,8 @@ int main(int argc, char** argv) {
       return orchmllm::item_size{s.tokens(), s.tokens() * 4096 * 2};
     };
     const auto lm = orchmllm::balance(batch, llm, size);
-    const auto lm_stats =
-        orchmllm::compute_statistics(orchmllm::make_layout(batch, size), lm.plan, llm,
-                                     orchmllm::packed);
+    const auto lm_stats = orchmllm::compute_statistics(orchmllm::make_layout(batch, size), lm.plan,
+                                                       llm, orchmllm::packed);
     const std::int64_t num_samples = static_cast<std::int64_t>(batch.size()) * 6;
     const auto samples_after = orchmllm::apply_by_rank(lm.plan, std::move(batch));
     ok = ok && each_once(samples_after, num_samples) &&
@@ -131,8 +129,7 @@ int main(int argc, char** argv) {
                 vision_stats.imbalance_before, vision_stats.imbalance_after,
                 std::string(vision.used).c_str());
     std::printf("%-7s %8lld %15.3f %15.3f %10s\n", "llm", static_cast<long long>(num_samples),
-                lm_stats.imbalance_before, lm_stats.imbalance_after,
-                std::string(lm.used).c_str());
+                lm_stats.imbalance_before, lm_stats.imbalance_after, std::string(lm.used).c_str());
     std::printf(ok ? "every sample and image placed once, no stage worse\n" : "CHECK FAILED\n");
     return ok ? 0 : 1;
   } catch (const orchmllm::error& e) {

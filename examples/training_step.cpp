@@ -25,8 +25,12 @@
 #include <string>
 #include <vector>
 
-struct Image { std::int64_t patches; };
-struct Audio { std::int64_t frames; };
+struct Image {
+  std::int64_t patches;
+};
+struct Audio {
+  std::int64_t frames;
+};
 struct Sample {
   std::int64_t key;  // rank · 100 + index: what every row of the sample carries
   std::int64_t text_tokens;
@@ -48,10 +52,14 @@ std::vector<Sample> my_samples(int r) {
 
 orchmllm::stage_declarations declarations() {
   orchmllm::stage_declarations decl;
-  decl.encoders.push_back({.name = "vision", .cost = orchmllm::quadratic_cost{0, 1, 1.0 / 1024},
-                           .input_row_bytes = 8, .output_row_bytes = 8});
-  decl.encoders.push_back({.name = "audio", .cost = orchmllm::linear_cost{},
-                           .policy = orchmllm::padded, .input_row_bytes = 8,
+  decl.encoders.push_back({.name = "vision",
+                           .cost = orchmllm::quadratic_cost{0, 1, 1.0 / 1024},
+                           .input_row_bytes = 8,
+                           .output_row_bytes = 8});
+  decl.encoders.push_back({.name = "audio",
+                           .cost = orchmllm::linear_cost{},
+                           .policy = orchmllm::padded,
+                           .input_row_bytes = 8,
                            .output_row_bytes = 8});
   decl.llm.cost = orchmllm::quadratic_cost{0, 1, 1.0 / 4096};
   decl.llm.text_row_bytes = 8;
@@ -168,11 +176,11 @@ int main(int argc, char** argv) {
   return train_step(comm) ? 0 : 1;
 #else
   bool ok = true;  // rank 0 writes it; every rank computes the same value
-  orchmllm::local::run(
-      ranks, [&](orchmllm::local::communicator& comm) {
-        if (const bool mine = train_step(comm); comm.rank() == 0) ok = mine;
-      },
-      {.ranks_per_node = per_node});
+  orchmllm::local::run(ranks,
+                       [&](orchmllm::local::communicator& comm) {
+                         if (const bool mine = train_step(comm); comm.rank() == 0) ok = mine;
+                       },
+                       {.ranks_per_node = per_node});
   return ok ? 0 : 1;
 #endif
 }

@@ -151,8 +151,8 @@ capacity token_cap(const batch_layout& layout, double slack, std::int64_t ranks)
     total += layout.length(g);
     longest = std::max(longest, layout.length(g));
   }
-  const auto limit = static_cast<std::int64_t>(slack * static_cast<double>(total) /
-                                               static_cast<double>(ranks));
+  const auto limit =
+      static_cast<std::int64_t>(slack * static_cast<double>(total) / static_cast<double>(ranks));
   return capacity{capacity::measure::tokens, std::max(limit, longest)};
 }
 

@@ -77,8 +77,9 @@ int guarded(const command& cmd, std::ostream& err, Body&& body) {
     err << prefix << detail::one_line(e.what()) << "\n";
   } catch (const std::bad_alloc&) {
     // An input too large for this machine's memory is the input's problem, not a tool bug.
-    err << prefix << "out of memory: the input (ranks, items or nodes) is too large for this "
-                     "machine\n";
+    err << prefix
+        << "out of memory: the input (ranks, items or nodes) is too large for this "
+           "machine\n";
   } catch (const std::exception& e) {
     err << prefix << "internal error: " << detail::one_line(e.what()) << "\n";
     return exit_internal;

@@ -54,8 +54,8 @@ std::string demo_row(const char* stage, const char* cost_name, const batch_layou
   char line[160];
   std::snprintf(line, sizeof line, "%-7s %-6s %-11s %8lld %9.3f %9.4f %10.6f %7.2fx %-20s %8.1f\n",
                 stage, policy.is_padded() ? "padded" : "packed", cost_name,
-                static_cast<long long>(layout.num_items()), s.imbalance_before,
-                s.imbalance_after, s.ratio, speedup, std::string(r.used).c_str(), ms);
+                static_cast<long long>(layout.num_items()), s.imbalance_before, s.imbalance_after,
+                s.ratio, speedup, std::string(r.used).c_str(), ms);
   return line;
 }
 
@@ -69,8 +69,7 @@ int run_demo(const parsed_args& args, std::ostream& out, std::ostream& err) {
     spec.samples_per_rank = args.get_int("samples-per-rank", 8, 1, 100'000);
     spec.seed = static_cast<std::uint64_t>(args.get_int("seed", 1, 0));
     if (spec.ranks * spec.samples_per_rank > demo_max_samples)
-      throw usage_error("--ranks x --samples-per-rank above " +
-                        std::to_string(demo_max_samples));
+      throw usage_error("--ranks x --samples-per-rank above " + std::to_string(demo_max_samples));
     const auto batch = bench::make_multimodal_batch(spec);
 
     // Qwen2-VL ViT-600M-like: width 1280, 32 blocks, 16 heads, MLP 5120 (not gated), full
@@ -85,19 +84,17 @@ int run_demo(const parsed_args& args, std::ostream& out, std::ostream& err) {
     std::int64_t tokens = 0;
     for (const auto l : batch.llm.lengths()) tokens += l;
     char head[400];
-    std::snprintf(head, sizeof head,
-                  "OrchMLLM demo: batch post-balancing of one synthetic multimodal global batch\n"
-                  "%lld DP ranks x %lld samples = %lld samples (seed %llu): %lld images, "
-                  "%lld audio clips, %.2fM LLM tokens\n\n"
-                  "%-7s %-6s %-11s %8s %9s %9s %10s %8s %-20s %8s\n",
-                  static_cast<long long>(spec.ranks),
-                  static_cast<long long>(spec.samples_per_rank),
-                  static_cast<long long>(batch.samples.size()),
-                  static_cast<unsigned long long>(spec.seed),
-                  static_cast<long long>(batch.vision.num_items()),
-                  static_cast<long long>(batch.audio.num_items()),
-                  static_cast<double>(tokens) / 1e6, "stage", "policy", "cost", "items",
-                  "imb.bef", "imb.aft", "ratio/LB", "speedup", "algo", "plan ms");
+    std::snprintf(
+        head, sizeof head,
+        "OrchMLLM demo: batch post-balancing of one synthetic multimodal global batch\n"
+        "%lld DP ranks x %lld samples = %lld samples (seed %llu): %lld images, "
+        "%lld audio clips, %.2fM LLM tokens\n\n"
+        "%-7s %-6s %-11s %8s %9s %9s %10s %8s %-20s %8s\n",
+        static_cast<long long>(spec.ranks), static_cast<long long>(spec.samples_per_rank),
+        static_cast<long long>(batch.samples.size()), static_cast<unsigned long long>(spec.seed),
+        static_cast<long long>(batch.vision.num_items()),
+        static_cast<long long>(batch.audio.num_items()), static_cast<double>(tokens) / 1e6, "stage",
+        "policy", "cost", "items", "imb.bef", "imb.aft", "ratio/LB", "speedup", "algo", "plan ms");
     out << head << detail::demo_row("vision", "ViT FLOPs", batch.vision, vit_cost, packed)
         << detail::demo_row("audio", "linear", batch.audio, audio_cost, padded)
         << detail::demo_row("llm", "7B FLOPs", batch.llm, llm_cost, packed)

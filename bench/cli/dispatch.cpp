@@ -33,8 +33,10 @@ int run_dispatch_local(const dispatch_settings& s, std::ostream& out, std::ostre
   const dispatch_inputs in =
       parse_dispatch_inputs(items_text, plan_text, s.items_path, s.plan_path, s.ranks);
   ORCHMLLM_REQUIRE(in.ranks <= dispatch_max_local_ranks, invalid_argument_error,
-                   "the files describe ", in.ranks, " ranks; the local backend runs one thread "
-                   "per rank and stops at ", dispatch_max_local_ranks);
+                   "the files describe ", in.ranks,
+                   " ranks; the local backend runs one thread "
+                   "per rank and stops at ",
+                   dispatch_max_local_ranks);
   bench::dispatch_run_settings rs;
   rs.sched = s.sched;
   rs.repeat = s.repeat;
@@ -52,7 +54,6 @@ int run_dispatch_local(const dispatch_settings& s, std::ostream& out, std::ostre
   out << dispatch_json(summary, "local", s.items_path, s.plan_path) << "\n";
   return summary.verified ? exit_ok : exit_internal;
 }
-
 
 int run_dispatch(const parsed_args& args, std::ostream& out, std::ostream& err) {
   return guarded(dispatch_command(), err, [&] {

@@ -19,8 +19,8 @@
 namespace orchmllm::tool {
 
 rank_t infer_rank_count(std::string_view items_text, std::string_view plan_text,
-                               std::string_view items_file, std::string_view plan_file,
-                               std::int64_t limit) {
+                        std::string_view items_file, std::string_view plan_file,
+                        std::int64_t limit) {
   std::int64_t highest = 0;
   auto scan = [&](std::string_view text, std::string_view file, std::initializer_list<int> cols) {
     detail::line_reader lines(text);
@@ -53,11 +53,9 @@ rank_t infer_rank_count(std::string_view items_text, std::string_view plan_text,
   return static_cast<rank_t>(std::max<std::int64_t>(highest, 1));
 }
 
-dispatch_inputs parse_dispatch_inputs(std::string_view items_text,
-                                             std::string_view plan_text,
-                                             std::string_view items_file,
-                                             std::string_view plan_file,
-                                             std::optional<rank_t> ranks) {
+dispatch_inputs parse_dispatch_inputs(std::string_view items_text, std::string_view plan_text,
+                                      std::string_view items_file, std::string_view plan_file,
+                                      std::optional<rank_t> ranks) {
   dispatch_inputs in;
   in.ranks = ranks ? *ranks : infer_rank_count(items_text, plan_text, items_file, plan_file);
   in.layout = parse_items(items_text, in.ranks, items_file);

@@ -36,17 +36,15 @@ using bench::dispatch_inputs;
 /// integers are skipped here and reported by the real parsers. O(size of the texts). Throws
 /// parse_error naming the file and line when a rank is not below `limit`.
 rank_t infer_rank_count(std::string_view items_text, std::string_view plan_text,
-                               std::string_view items_file, std::string_view plan_file,
-                               std::int64_t limit = max_ranks);
+                        std::string_view items_file, std::string_view plan_file,
+                        std::int64_t limit = max_ranks);
 
 /// Parses the two files' texts: the rank count is `ranks` or, when absent, inferred
 /// (`infer_rank_count`). Throws parse_error ("FILE:LINE: ...") for malformed files and for a
 /// plan that does not fit the items; invalid_argument_error for an inconsistent plan.
-dispatch_inputs parse_dispatch_inputs(std::string_view items_text,
-                                             std::string_view plan_text,
-                                             std::string_view items_file,
-                                             std::string_view plan_file,
-                                             std::optional<rank_t> ranks);
+dispatch_inputs parse_dispatch_inputs(std::string_view items_text, std::string_view plan_text,
+                                      std::string_view items_file, std::string_view plan_file,
+                                      std::optional<rank_t> ranks);
 
 /// Collective: rank 0 reads `path` and every rank receives its text. When rank 0 cannot read
 /// it, every rank throws the same io_error. O(file size) bytes moved.

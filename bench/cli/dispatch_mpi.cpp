@@ -62,8 +62,8 @@ void agree_on_settings(MPI_Comm world, const dispatch_settings& s) {
   ::orchmllm::detail::mpi_backend::check(
       MPI_Allgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, world), "MPI_Allgather");
   for (int r = 1; r < size; ++r)
-    ORCHMLLM_REQUIRE(all[static_cast<std::size_t>(r)] == all[0], invalid_argument_error, "rank ",
-                     r, " was started with other dispatch flags than rank 0 (", text,
+    ORCHMLLM_REQUIRE(all[static_cast<std::size_t>(r)] == all[0], invalid_argument_error, "rank ", r,
+                     " was started with other dispatch flags than rank 0 (", text,
                      " on rank 0): every rank must run the same command line");
 }
 
@@ -122,9 +122,9 @@ int run_dispatch_mpi(const dispatch_settings& s, std::ostream& out, std::ostream
     const std::string plan_text = share_file(comm, s.plan_path);
     const dispatch_inputs in =
         parse_dispatch_inputs(items_text, plan_text, s.items_path, s.plan_path, s.ranks);
-    ORCHMLLM_REQUIRE(in.ranks == comm.size(), invalid_argument_error,
-                     "the MPI world has ", comm.size(), " ranks but the files describe ",
-                     in.ranks, s.ranks ? " (--ranks)" : " (highest rank + 1; or pass --ranks)",
+    ORCHMLLM_REQUIRE(in.ranks == comm.size(), invalid_argument_error, "the MPI world has ",
+                     comm.size(), " ranks but the files describe ", in.ranks,
+                     s.ranks ? " (--ranks)" : " (highest rank + 1; or pass --ranks)",
                      ": run it under mpirun -np ", in.ranks);
     bench::dispatch_run_settings rs;
     rs.sched = s.sched;

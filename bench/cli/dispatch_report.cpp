@@ -15,7 +15,7 @@
 namespace orchmllm::tool {
 
 std::string dispatch_json(const dispatch_summary& s, std::string_view backend,
-                                 std::string_view items_file, std::string_view plan_file) {
+                          std::string_view items_file, std::string_view plan_file) {
   auto ratio = [](double a, const std::optional<double>& b) {
     return b && *b > 0 ? json_number(a / *b) : std::string("null");
   };

@@ -34,8 +34,8 @@ struct dispatch_settings {
   dispatch_backend backend = dispatch_backend::local;
   std::string items_path;
   std::string plan_path;
-  std::optional<rank_t> ranks;       ///< --ranks; nullopt: inferred from the files
-  rank_t gpus_per_node = 0;          ///< --gpus-per-node; 0: default (see the flag)
+  std::optional<rank_t> ranks;  ///< --ranks; nullopt: inferred from the files
+  rank_t gpus_per_node = 0;     ///< --gpus-per-node; 0: default (see the flag)
   schedule sched = schedule::automatic;
   int repeat = 5;
   std::chrono::milliseconds timeout{0};  ///< --timeout; 0: none

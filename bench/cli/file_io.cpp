@@ -48,12 +48,18 @@ std::filesystem::path output_target(const std::filesystem::path& path) {
   namespace fs = std::filesystem;
   auto kind = [](fs::file_type t) -> std::string {
     switch (t) {
-      case fs::file_type::directory: return "a directory";
-      case fs::file_type::fifo: return "a FIFO";
-      case fs::file_type::character: return "a character device";
-      case fs::file_type::block: return "a block device";
-      case fs::file_type::socket: return "a socket";
-      default: return "not a regular file";
+      case fs::file_type::directory:
+        return "a directory";
+      case fs::file_type::fifo:
+        return "a FIFO";
+      case fs::file_type::character:
+        return "a character device";
+      case fs::file_type::block:
+        return "a block device";
+      case fs::file_type::socket:
+        return "a socket";
+      default:
+        return "not a regular file";
     }
   };
   std::error_code ec;
@@ -148,8 +154,8 @@ void write_files_atomically(
     out.write(files[i].second.data(), static_cast<std::streamsize>(files[i].second.size()));
     out.flush();
     if (!out)
-      throw io_error("error while writing '" + tmp.string() + "' (for '" +
-                     files[i].first.string() + "')");
+      throw io_error("error while writing '" + tmp.string() + "' (for '" + files[i].first.string() +
+                     "')");
     out.close();
     std::error_code ec;
     const auto old = fs::status(target, ec);

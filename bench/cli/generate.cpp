@@ -45,9 +45,9 @@ const command& generate_command() {
   return cmd;
 }
 
-batch_layout generate_layout(std::int64_t ranks, std::int64_t items_per_rank,
-                                    std::uint64_t seed, double mu, double sigma, std::int64_t lo,
-                                    std::int64_t hi, std::int64_t bytes_per_token) {
+batch_layout generate_layout(std::int64_t ranks, std::int64_t items_per_rank, std::uint64_t seed,
+                             double mu, double sigma, std::int64_t lo, std::int64_t hi,
+                             std::int64_t bytes_per_token) {
   lognormal_lengths gen(seed, mu, sigma, lo, hi);
   const auto n = ranks * items_per_rank;
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(ranks) + 1);

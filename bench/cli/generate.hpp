@@ -78,9 +78,9 @@ class lognormal_lengths {
 
 /// The synthetic layout `generate` writes (rank-major: rank 0's K items, then rank 1's, ...).
 /// `bytes_per_token` 0 = no bytes column.
-batch_layout generate_layout(std::int64_t ranks, std::int64_t items_per_rank,
-                                    std::uint64_t seed, double mu, double sigma, std::int64_t lo,
-                                    std::int64_t hi, std::int64_t bytes_per_token = 0);
+batch_layout generate_layout(std::int64_t ranks, std::int64_t items_per_rank, std::uint64_t seed,
+                             double mu, double sigma, std::int64_t lo, std::int64_t hi,
+                             std::int64_t bytes_per_token = 0);
 
 /// Runs `generate`. Returns the exit code (see command.hpp).
 int run_generate(const parsed_args& args, std::ostream& out, std::ostream& err);

@@ -40,25 +40,25 @@ std::vector<std::string_view> split_fields(std::string_view line) {
 }
 
 void read_header(line_reader& lines, std::string_view& line, std::int64_t& number,
-                        const std::string& file, std::string_view header) {
+                 const std::string& file, std::string_view header) {
   while (lines.next(line, number))
     if (!trim(line).empty()) return;
   ::orchmllm::detail::raise<parse_error>(file + ": empty file (expected " + std::string(header) +
                                          ")");
 }
 
-std::int64_t parse_count(std::string_view text, std::string_view column,
-                                std::string_view file, std::int64_t line) {
+std::int64_t parse_count(std::string_view text, std::string_view column, std::string_view file,
+                         std::int64_t line) {
   std::int64_t v = 0;
   const auto* end = text.data() + text.size();
   auto [p, ec] = std::from_chars(text.data(), end, v);
   auto where = [&] { return std::string(file) + ":" + std::to_string(line) + ": "; };
   if (ec == std::errc::result_out_of_range)
-    ::orchmllm::detail::raise<parse_error>(where() + std::string(column) + " " +
-                                           quote_text(text) + " is outside the 64-bit range");
+    ::orchmllm::detail::raise<parse_error>(where() + std::string(column) + " " + quote_text(text) +
+                                           " is outside the 64-bit range");
   if (text.empty() || ec != std::errc{} || p != end)
-    ::orchmllm::detail::raise<parse_error>(where() + std::string(column) + " " +
-                                           quote_text(text) + " is not an integer");
+    ::orchmllm::detail::raise<parse_error>(where() + std::string(column) + " " + quote_text(text) +
+                                           " is not an integer");
   if (v < 0)
     ::orchmllm::detail::raise<parse_error>(where() + "negative " + std::string(column) + " " +
                                            std::to_string(v) + " (must be >= 0)");
@@ -68,7 +68,7 @@ std::int64_t parse_count(std::string_view text, std::string_view column,
 }  // namespace detail
 
 batch_layout parse_items(std::string_view text, std::int64_t ranks, std::string_view file,
-                                std::vector<std::int64_t>* item_lines) {
+                         std::vector<std::int64_t>* item_lines) {
   using ::orchmllm::detail::raise;
   const std::string f(file);
   ORCHMLLM_REQUIRE(ranks >= 1 && ranks <= INT32_MAX, invalid_argument_error, "rank count ", ranks,
@@ -186,7 +186,7 @@ batch_layout parse_items(std::string_view text, std::int64_t ranks, std::string_
 }
 
 batch_layout read_items_file(const std::filesystem::path& path, std::int64_t ranks,
-                                    std::vector<std::int64_t>* item_lines) {
+                             std::vector<std::int64_t>* item_lines) {
   return parse_items(read_file(path), ranks, path.string(), item_lines);
 }
 

@@ -66,11 +66,11 @@ class line_reader {
 /// Moves `lines` to the header, the first non-blank line (into `line` and `number`); a file
 /// without one raises parse_error "FILE: empty file (expected <header>)".
 void read_header(line_reader& lines, std::string_view& line, std::int64_t& number,
-                        const std::string& file, std::string_view header);
+                 const std::string& file, std::string_view header);
 
 /// A non-negative 64-bit integer field, or parse_error "FILE:LINE: <column> '<text>' ...".
-std::int64_t parse_count(std::string_view text, std::string_view column,
-                                std::string_view file, std::int64_t line);
+std::int64_t parse_count(std::string_view text, std::string_view column, std::string_view file,
+                         std::int64_t line);
 
 }  // namespace detail
 
@@ -80,12 +80,12 @@ std::int64_t parse_count(std::string_view text, std::string_view column,
 /// deterministic. Throws orchmllm::parse_error ("FILE:LINE: ...") on any violation of the
 /// format described above.
 batch_layout parse_items(std::string_view text, std::int64_t ranks, std::string_view file,
-                                std::vector<std::int64_t>* item_lines = nullptr);
+                         std::vector<std::int64_t>* item_lines = nullptr);
 
 /// Reads and parses an ITEMS.csv file (see `parse_items`). Throws io_error when the file cannot
 /// be read and orchmllm::parse_error when its content is malformed.
 batch_layout read_items_file(const std::filesystem::path& path, std::int64_t ranks,
-                                    std::vector<std::int64_t>* item_lines = nullptr);
+                             std::vector<std::int64_t>* item_lines = nullptr);
 
 /// Formats a layout as ITEMS.csv text, rows in (rank, slot) order; the bytes column is written
 /// when the layout has explicit byte sizes, the segments column (segment counts) when it has

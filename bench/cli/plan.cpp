@@ -123,8 +123,7 @@ bottleneck_solver& glpk_bottleneck_solver() {
 }
 
 mapped_plan map_for_tool(const rearrangement& binned, std::span<const std::int64_t> bytes,
-                                const topology& topo, const any_mapper& m,
-                                double time_limit) {
+                         const topology& topo, const any_mapper& m, double time_limit) {
   mapped_plan out;
   const auto start = std::chrono::steady_clock::now();
   const bool bottleneck = m.get_if<mappers::bottleneck>() != nullptr;
@@ -143,8 +142,7 @@ mapped_plan map_for_tool(const rearrangement& binned, std::span<const std::int64
       out.proven_optimal || m.get_if<mappers::transport>() ||
       out.result.inter_node_bytes == out.result.inter_node_bytes_lower_bound ||
       (bottleneck && out.result.worst_node_bytes() == out.result.worst_node_bytes_lower_bound);
-  out.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
 

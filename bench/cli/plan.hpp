@@ -45,9 +45,8 @@ struct mapped_plan {
 
 /// The exact `bottleneck` mapping (GLPK's integer program within `time_limit` seconds): fills
 /// `result` and `proven_optimal` of a mapped_plan.
-using bottleneck_solver = void (*)(const rearrangement& binned,
-                                   std::span<const std::int64_t> bytes, const topology& topo,
-                                   double time_limit, mapped_plan& out);
+using bottleneck_solver = void (*)(const rearrangement& binned, std::span<const std::int64_t> bytes,
+                                   const topology& topo, double time_limit, mapped_plan& out);
 
 /// The solver `--mapping bottleneck` uses instead of the header-only local search: null unless
 /// the program links bench/cli/plan_glpk.cpp (orchmllm-bench built with ORCHMLLM_ENABLE_GLPK),

@@ -38,7 +38,7 @@ std::string format_plan(const rearrangement& plan) {
 }
 
 rearrangement parse_plan(std::string_view text, std::span<const std::int64_t> src_offsets,
-                                rank_t dst_ranks, std::string_view file) {
+                         rank_t dst_ranks, std::string_view file) {
   using ::orchmllm::detail::raise;
   const std::string f(file);
   detail::line_reader lines(text);
@@ -48,8 +48,7 @@ rearrangement parse_plan(std::string_view text, std::span<const std::int64_t> sr
   const auto header = detail::split_fields(line);
   if (header != std::vector<std::string_view>{"rank", "slot", "dst_rank", "dst_slot"})
     raise<parse_error>(f + ":" + std::to_string(number) + ": header is " +
-                       quote_text(detail::trim(line)) +
-                       ", expected 'rank,slot,dst_rank,dst_slot'");
+                       quote_text(detail::trim(line)) + ", expected 'rank,slot,dst_rank,dst_slot'");
   const auto n = src_offsets.empty() ? 0 : src_offsets.back();
   const auto d_src = static_cast<std::int64_t>(src_offsets.size()) - 1;
   std::vector<placement> dest(static_cast<std::size_t>(n), placement{-1, -1});
@@ -83,7 +82,7 @@ rearrangement parse_plan(std::string_view text, std::span<const std::int64_t> sr
 }
 
 rearrangement read_plan_file(const std::filesystem::path& path,
-                                    std::span<const std::int64_t> src_offsets, rank_t dst_ranks) {
+                             std::span<const std::int64_t> src_offsets, rank_t dst_ranks) {
   return parse_plan(read_file(path), src_offsets, dst_ranks, path.string());
 }
 

@@ -33,10 +33,10 @@ std::string format_plan(const rearrangement& plan);
 /// destinations must form a bijection with dense slots. O(n). Throws orchmllm::parse_error
 /// ("FILE:LINE: ...") for malformed rows and invalid_argument_error for an inconsistent plan.
 rearrangement parse_plan(std::string_view text, std::span<const std::int64_t> src_offsets,
-                                rank_t dst_ranks, std::string_view file);
+                         rank_t dst_ranks, std::string_view file);
 
 /// Reads a PLAN.csv file (see `parse_plan`).
 rearrangement read_plan_file(const std::filesystem::path& path,
-                                    std::span<const std::int64_t> src_offsets, rank_t dst_ranks);
+                             std::span<const std::int64_t> src_offsets, rank_t dst_ranks);
 
 }  // namespace orchmllm::tool

@@ -22,10 +22,9 @@
 namespace orchmllm::tool {
 
 const std::vector<const command*>& commands() {
-  static const std::vector<const command*> all = {&generate_command(), &workload_command(),
-                                                  &plan_command(), &compare_command(),
-                                                  &dispatch_command(), &simulate_command(),
-                                                  &demo_command()};
+  static const std::vector<const command*> all = {
+      &generate_command(), &workload_command(), &plan_command(), &compare_command(),
+      &dispatch_command(), &simulate_command(), &demo_command()};
   return all;
 }
 

@@ -40,7 +40,8 @@ const command& workload_command() {
         "on D. Files (rank,slot,length,bytes): vision.csv = images and video clips (length ViT\n"
         "patches, bytes 2352 per patch; a segments column = temporal groups when there are\n"
         "videos), audio.csv = 30 s windows of audio\n"
-        "clips (length 1500 Whisper positions, bytes 256 per mel frame), llm.csv = samples (length text + encoder tokens,\n"
+        "clips (length 1500 Whisper positions, bytes 256 per mel frame), llm.csv = samples (length "
+        "text + encoder tokens,\n"
         "bytes 8 per token). stdout: one JSON object with the workload, D, K, seed, samples and\n"
         "per stage items, length, bytes (llm also text_tokens, mean/max sequence length and the\n"
         "max/mean imbalance of the per-rank LLM tokens before balancing).\n";

@@ -21,9 +21,9 @@
 //    predicted_node_wise_seconds, sent_intra_node_bytes, sent_inter_node_bytes, execute_seconds.
 //
 // Every run's output is checked (bench/support/payload.hpp's content checks); a wrong byte
-// aborts the benchmark with an error. Times are measured inside one `local::run` per benchmark (thread
-// start-up is not timed) and replayed into Google Benchmark with UseManualTime, one iteration
-// per run. Results: docs/results.md.
+// aborts the benchmark with an error. Times are measured inside one `local::run` per benchmark
+// (thread start-up is not timed) and replayed into Google Benchmark with UseManualTime, one
+// iteration per run. Results: docs/results.md.
 
 #include <benchmark/benchmark.h>
 
@@ -37,12 +37,12 @@
 #include <string>
 #include <vector>
 
-#include "orchmllm/comm/collectives.hpp"
-#include "orchmllm/comm/dispatch.hpp"
-#include "orchmllm/comm/local.hpp"
 #include "bench/support/collectives.hpp"
 #include "bench/support/dispatch_driver.hpp"
 #include "bench/support/payload.hpp"
+#include "orchmllm/comm/collectives.hpp"
+#include "orchmllm/comm/dispatch.hpp"
+#include "orchmllm/comm/local.hpp"
 
 namespace {
 
@@ -81,8 +81,7 @@ measurement measure(const orchmllm::bench::dispatch_inputs& c, rank_t d, rank_t 
         orchmllm::host_mover mover, route_scratch;
         std::vector<std::byte> executed(static_cast<std::size_t>(route.output_bytes()));
         std::vector<std::byte> routed(executed.size());
-        orchmllm::agree_on_routes(comm, std::span<const orchmllm::route>(&route, 1),
-                                  route_scratch);
+        orchmllm::agree_on_routes(comm, std::span<const orchmllm::route>(&route, 1), route_scratch);
         std::vector<std::byte> copy(mine.data.size());
         std::vector<double> td, te, tr, tm;
         std::optional<std::string> failure;
@@ -98,8 +97,7 @@ measurement measure(const orchmllm::bench::dispatch_inputs& c, rank_t d, rank_t 
           t0 = std::chrono::steady_clock::now();
           orchmllm::execute(comm, route, mine.data.data(), executed.data(), mover);
           const double e_s = seconds_since(t0);
-          if (!failure && executed != moved.data)
-            failure = "execute: bytes differ from dispatch's";
+          if (!failure && executed != moved.data) failure = "execute: bytes differ from dispatch's";
 
           comm.barrier();
           t0 = std::chrono::steady_clock::now();
@@ -132,8 +130,8 @@ measurement measure(const orchmllm::bench::dispatch_inputs& c, rank_t d, rank_t 
         const auto sent_all = orchmllm::all_gather(comm, std::span<const std::int64_t>(sent));
         if (me != 0) return;
         if (!problems.empty())
-          m.error = "rank " + std::to_string(problems.front().first) + ": " +
-                    problems.front().second;
+          m.error =
+              "rank " + std::to_string(problems.front().first) + ": " + problems.front().second;
         m.dispatch = all_d;
         m.execute = bench::median(all_e);
         m.routed = bench::median(all_r);
@@ -212,8 +210,8 @@ void BM_local_memcpy(benchmark::State& state) {
 }
 
 void BM_schedule(benchmark::State& state) {
-  const auto sched = state.range(0) == 0 ? orchmllm::schedule::direct
-                                         : orchmllm::schedule::node_wise;
+  const auto sched =
+      state.range(0) == 0 ? orchmllm::schedule::direct : orchmllm::schedule::node_wise;
   const std::int64_t per_rank = state.range(1);
   constexpr rank_t d = 16;
   const auto c = uniform_all_to_all(d, per_rank);

@@ -83,8 +83,8 @@ std::string parse(int argc, char** argv, options& o) {
       while (true) {
         const auto comma = list.find(',', start);
         const auto part = list.substr(start, comma == list.npos ? list.npos : comma - start);
-        o.sizes.push_back(orchmllm::tool::parsed_args::to_int("sizes", part, 0,
-                                                              std::int64_t{1} << 34));
+        o.sizes.push_back(
+            orchmllm::tool::parsed_args::to_int("sizes", part, 0, std::int64_t{1} << 34));
         if (comma == list.npos) break;
         start = comma + 1;
       }
@@ -142,9 +142,10 @@ int main(int argc, char** argv) {
     orchmllm::mpi::communicator comm(MPI_COMM_WORLD, copts);
     const rank_t d = comm.size();
     if (world_rank == 0) {
-      std::printf("orchmllm::dispatch vs MPI_Alltoallv: %d ranks on %d nodes, schedule %s, "
-                  "median of %d runs (slowest rank per run)\n",
-                  d, comm.num_nodes(), orchmllm::to_string(o.sched).data(), o.repeat);
+      std::printf(
+          "orchmllm::dispatch vs MPI_Alltoallv: %d ranks on %d nodes, schedule %s, "
+          "median of %d runs (slowest rank per run)\n",
+          d, comm.num_nodes(), orchmllm::to_string(o.sched).data(), o.repeat);
       std::printf("%-10s %-9s %11s %11s %11s %11s %11s %9s %9s %9s %s\n", "per rank", "used",
                   "dispatch ms", "execute ms", "route ms", "combine ms", "a2av ms", "disp/a2av",
                   "exec/a2av", "route/a2av", "verified");
@@ -164,8 +165,8 @@ int main(int argc, char** argv) {
                     human_bytes(size).c_str(), orchmllm::to_string(s.used).data(),
                     1e3 * s.dispatch_seconds, 1e3 * s.execute_seconds, 1e3 * s.route_seconds,
                     1e3 * s.combine_seconds, 1e3 * a2a, a2a > 0 ? s.dispatch_seconds / a2a : 0.0,
-                    a2a > 0 ? s.execute_seconds / a2a : 0.0,
-                    a2a > 0 ? s.route_seconds / a2a : 0.0, s.verified ? "yes" : "NO");
+                    a2a > 0 ? s.execute_seconds / a2a : 0.0, a2a > 0 ? s.route_seconds / a2a : 0.0,
+                    s.verified ? "yes" : "NO");
         for (const auto& [r, what] : s.failures)
           std::fprintf(stderr, "comm_mpi_dispatch_bench: rank %d: %s\n", r, what.c_str());
         std::fflush(stdout);

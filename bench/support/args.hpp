@@ -96,14 +96,13 @@ class parsed_args {
     const auto* end = text.data() + text.size();
     auto [p, ec] = std::from_chars(text.data(), end, v);
     if (text.empty() || ec != std::errc{} || p != end)
-      throw usage_error("--" + std::string(name) + " expects an integer, got " +
-                        quote_text(text));
+      throw usage_error("--" + std::string(name) + " expects an integer, got " + quote_text(text));
     if (v < lo || v > hi) {
       std::string range(1, '[');
       range += std::to_string(lo);
       range += ", ";
       range += hi == std::numeric_limits<std::int64_t>::max() ? std::string("2^63)")
-                                                               : std::to_string(hi) + "]";
+                                                              : std::to_string(hi) + "]";
       throw usage_error("--" + std::string(name) + " is " + std::to_string(v) + ", must be in " +
                         range);
     }

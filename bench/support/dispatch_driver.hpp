@@ -170,9 +170,8 @@ dispatch_summary run_dispatch_rank(Comm& comm, const batch_layout& layout,
 
   host_mover dispatch_scratch;  // reused by dispatch/combine, as a trainer would
   const dispatch_options opts{s.sched, s.links, &dispatch_scratch};
-  const auto my_bytes = item_bytes.subspan(
-      static_cast<std::size_t>(layout.offset(me)),
-      static_cast<std::size_t>(layout.rank_size(me)));
+  const auto my_bytes = item_bytes.subspan(static_cast<std::size_t>(layout.offset(me)),
+                                           static_cast<std::size_t>(layout.rank_size(me)));
   const route r = build_route(comm, plan, my_bytes, opts);
   host_mover mover;
   std::vector<std::byte> executed(static_cast<std::size_t>(r.output_bytes()));
@@ -199,7 +198,7 @@ dispatch_summary run_dispatch_rank(Comm& comm, const batch_layout& layout,
   };
   std::vector<double> t_dispatch, t_execute, t_route, t_combine, t_baseline;
   dispatch_report report;
-  ragged_payload moved, back;  // reused across steps, as a trainer would
+  ragged_payload moved, back;            // reused across steps, as a trainer would
   for (int k = -1; k < s.repeat; ++k) {  // k = -1: untimed warm-up (first-touch, caches)
     comm.barrier();
     auto t0 = clock::now();
@@ -260,8 +259,8 @@ dispatch_summary run_dispatch_rank(Comm& comm, const batch_layout& layout,
                                 report.sent.inter_node_messages};
   const auto all = orchmllm::all_gather(comm, std::span<const std::int64_t>(sent));
   for (std::size_t q = 0; q < static_cast<std::size_t>(d); ++q)
-    sum.sent += traffic_stats{all[q * 5], all[q * 5 + 1], all[q * 5 + 2], all[q * 5 + 3],
-                              all[q * 5 + 4]};
+    sum.sent +=
+        traffic_stats{all[q * 5], all[q * 5 + 1], all[q * 5 + 2], all[q * 5 + 3], all[q * 5 + 4]};
   return sum;
 }
 

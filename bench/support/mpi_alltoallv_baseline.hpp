@@ -28,8 +28,8 @@ class mpi_alltoallv_baseline {
   bool prepare(Comm&, std::span<const std::int64_t> send, std::span<const std::int64_t> recv) {
     int fits = convert(send, sc_, sd_) && convert(recv, rc_, rd_) ? 1 : 0;
     int all = 0;
-    ::orchmllm::detail::mpi_backend::check(
-        MPI_Allreduce(&fits, &all, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
+    ::orchmllm::detail::mpi_backend::check(MPI_Allreduce(&fits, &all, 1, MPI_INT, MPI_MIN, comm_),
+                                           "MPI_Allreduce");
     return all == 1;
   }
 

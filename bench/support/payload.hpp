@@ -28,7 +28,7 @@ namespace orchmllm::bench {
 /// Seed of item (source rank, slot): every item's bytes differ from every other item's.
 inline std::uint64_t content_key(rank_t src, std::int64_t slot) noexcept {
   return splitmix64(splitmix64(static_cast<std::uint64_t>(src)) ^
-                           (static_cast<std::uint64_t>(slot) * 0x9e3779b97f4a7c15ULL));
+                    (static_cast<std::uint64_t>(slot) * 0x9e3779b97f4a7c15ULL));
 }
 
 /// Byte `i` of item (src, slot): byte i % 8 of splitmix64(key + i / 8) (little-endian order,
@@ -99,8 +99,7 @@ inline std::optional<std::string> check_delivered(const ragged_payload& got,
   const auto doff = plan.dst_offsets();
   const auto first = doff[static_cast<std::size_t>(rank)];
   const auto count = doff[static_cast<std::size_t>(rank) + 1] - first;
-  if (got.row_bytes != 1)
-    return concat(step, ": row width ", got.row_bytes, " bytes, expected 1");
+  if (got.row_bytes != 1) return concat(step, ": row width ", got.row_bytes, " bytes, expected 1");
   if (got.num_items() != count)
     return concat(step, ": received ", got.num_items(), " items, the plan sends ", count);
   std::int64_t at = 0;
@@ -115,13 +114,13 @@ inline std::optional<std::string> check_delivered(const ragged_payload& got,
                     " bytes, expected ", want);
     if (at + have > static_cast<std::int64_t>(got.data.size()))
       return concat(step, ": payload holds ", got.data.size(), " bytes, fewer than its rows");
-    const auto bad = first_wrong_byte(
-        src, src_slot,
-        std::span<const std::byte>(got.data).subspan(static_cast<std::size_t>(at),
-                                                     static_cast<std::size_t>(have)));
+    const auto bad =
+        first_wrong_byte(src, src_slot,
+                         std::span<const std::byte>(got.data).subspan(
+                             static_cast<std::size_t>(at), static_cast<std::size_t>(have)));
     if (bad >= 0)
-      return concat(step, ": slot ", s, " (item rank ", src, " slot ", src_slot,
-                    "): byte ", bad, " of ", have, " is wrong");
+      return concat(step, ": slot ", s, " (item rank ", src, " slot ", src_slot, "): byte ", bad,
+                    " of ", have, " is wrong");
     at += have;
   }
   if (at != static_cast<std::int64_t>(got.data.size()))
@@ -135,8 +134,8 @@ inline std::optional<std::string> check_same_payload(const ragged_payload& got,
                                                      std::string_view step) {
   using ::orchmllm::detail::concat;
   if (got.row_bytes != original.row_bytes || got.rows != original.rows)
-    return concat(step, ": item sizes differ from the original (", got.num_items(),
-                  " items vs ", original.num_items(), ")");
+    return concat(step, ": item sizes differ from the original (", got.num_items(), " items vs ",
+                  original.num_items(), ")");
   if (got.data.size() != original.data.size())
     return concat(step, ": ", got.data.size(), " bytes instead of ", original.data.size());
   const auto mismatch = std::mismatch(got.data.begin(), got.data.end(), original.data.begin());

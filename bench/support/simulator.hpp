@@ -55,7 +55,8 @@
 ///    `plan_step` may cut segmented sub-items (videos) at segment boundaries into pieces encoded
 ///    on different ranks; the vision routes move pieces (input rows and LLM tokens pro rata to
 ///    their segments): 3K + 1. The audio stage does not split: its sub-items are single 30 s
-///    windows already (workloads.hpp), so there is nothing to cut. Listed last so the five earlier scenarios keep their positions.
+///    windows already (workloads.hpp), so there is nothing to cut. Listed last so the five earlier
+///    scenarios keep their positions.
 ///
 /// Determinism: every figure but `plan_seconds` (and what depends on it, only when planning does
 /// not fit under the compute) is a deterministic function of the options and the batch.
@@ -138,9 +139,9 @@ inline model_config model_by_name(std::string_view name) {
 enum class scenario : std::uint8_t { none, llm_only, per_stage, full, beyond, split };
 
 /// The six scenarios in report order (`split` last: the earlier five keep their positions).
-inline constexpr std::array<scenario, 6> all_scenarios = {scenario::none,   scenario::llm_only,
+inline constexpr std::array<scenario, 6> all_scenarios = {scenario::none,      scenario::llm_only,
                                                           scenario::per_stage, scenario::full,
-                                                          scenario::beyond, scenario::split};
+                                                          scenario::beyond,    scenario::split};
 
 /// "none", "llm-only", "per-stage", "full", "beyond", "split". O(1), never throws.
 constexpr std::string_view to_string(scenario s) noexcept {
@@ -329,8 +330,8 @@ class transfer_log {
   }
 
   /// A transfer whose route (rank 0's) was built already, e.g. by `plan_step`.
-  void add_built(std::string name, const rearrangement& plan,
-                 std::span<const std::int64_t> bytes, const route& rt) {
+  void add_built(std::string name, const rearrangement& plan, std::span<const std::int64_t> bytes,
+                 const route& rt) {
     transfer_figures t;
     t.name = std::move(name);
     const auto src = plan.src_offsets();
@@ -514,8 +515,7 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
       if (er.pieces) {  // bytes per piece: its share of its sub-item's segments
         const auto& pc = *er.pieces;
         const auto& m = meta.modalities[k];
-        std::vector<std::int64_t> pin(static_cast<std::size_t>(pc.num_pieces())),
-            pout(pin.size());
+        std::vector<std::int64_t> pin(static_cast<std::size_t>(pc.num_pieces())), pout(pin.size());
         for (std::int64_t p = 0; p < pc.num_pieces(); ++p) {
           const auto g = static_cast<std::size_t>(pc.item_of(p));
           const auto segs = pc.last_segment(p) - pc.first_segment(p);
@@ -562,8 +562,8 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
     res.planner.stages_seconds = step.stages_seconds;
     res.planner.compose_seconds = step.compose_seconds;
     for (const auto& st : step.stages)
-      res.planner.stages.push_back({st.name, st.balance_seconds, st.map_seconds,
-                                    st.report_seconds});
+      res.planner.stages.push_back(
+          {st.name, st.balance_seconds, st.map_seconds, st.report_seconds});
     res.plan_seconds = plan_step_seconds + res.route_seconds;
     for (std::size_t k = 0; k < 2; ++k) {
       if (step.encoders[k].pieces) unit_layouts[k] = step.encoders[k].units();

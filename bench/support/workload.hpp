@@ -203,8 +203,8 @@ inline std::pair<std::int64_t, std::int64_t> qwen2vl_smart_resize(double height,
   return {static_cast<std::int64_t>(h), static_cast<std::int64_t>(w)};
 }
 
-/// One COCO-like image (workloads.hpp, image resolutions): pixels LN(244K, 0.23)[40K, 640K]; h/w ratio 72 %
-/// LN(0.71, 0.06), 25 % LN(1.40, 0.06), 3 % U(0.3, 3); then the Qwen2-VL resize.
+/// One COCO-like image (workloads.hpp, image resolutions): pixels LN(244K, 0.23)[40K, 640K]; h/w
+/// ratio 72 % LN(0.71, 0.06), 25 % LN(1.40, 0.06), 3 % U(0.3, 3); then the Qwen2-VL resize.
 inline image_item draw_image(random_source& rng, const multimodal_spec& spec) {
   const double px = std::clamp(rng.lognormal_median(244'000.0, 0.23), 40'000.0, 640'000.0);
   const double u = rng.uniform01();

@@ -263,14 +263,14 @@ inline sub_item audio_sub_item(const audio_item& a) noexcept {
 /// (`whisper_audio` of 30 s, the last one of the remainder), in order. Whisper encodes every
 /// window independently as a padded row of 1500 positions, so a window is the unit of encoder
 /// work; the windows are separate sub-items rather than segments of one because the last
-/// window is shorter in input rows and LLM tokens (a sub-item's segments share them equally). A clip of ≤ 30 s is one sub-item, as before. O(windows).
+/// window is shorter in input rows and LLM tokens (a sub-item's segments share them equally). A
+/// clip of ≤ 30 s is one sub-item, as before. O(windows).
 inline void append_audio_windows(std::vector<sub_item>& out, double seconds) {
   const auto windows =
       std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(seconds / 30.0)));
   for (std::int64_t c = 0; c < windows; ++c)
-    out.push_back(audio_sub_item(
-        whisper_audio(windows == 1 ? seconds
-                                   : std::min(30.0, seconds - 30.0 * static_cast<double>(c)))));
+    out.push_back(audio_sub_item(whisper_audio(
+        windows == 1 ? seconds : std::min(30.0, seconds - 30.0 * static_cast<double>(c)))));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -9,11 +9,11 @@
 //          random rank (seed 1): a plan with much locality for the mapping to find.
 // Grid: d ∈ {64, 512, 2560}, plus d = 10240 (1,280 nodes) for transport_lpt, transport_local,
 // identity_lpt, vision_identity and vision_transport (the exact solver at scale; the vision
-// rows have ~8 items per bin, vision_transport − vision_identity ≈ the solver's time). Rows: BM_transport/<kind>/<d>, BM_identity/<kind>/<d> (the cost
-// of gathering bytes and building the plan, without the solver).
-// Counters: inter_node = inter-node bytes of the result, identity_inter = those of identity,
-// lower_bound = Σ_b (W_b − max_m w[b][m]), moved = bytes that leave their rank, total = all
-// item bytes. Target: transport at d = 2560 in under 50 ms on one core.
+// rows have ~8 items per bin, vision_transport − vision_identity ≈ the solver's time). Rows:
+// BM_transport/<kind>/<d>, BM_identity/<kind>/<d> (the cost of gathering bytes and building the
+// plan, without the solver). Counters: inter_node = inter-node bytes of the result, identity_inter
+// = those of identity, lower_bound = Σ_b (W_b − max_m w[b][m]), moved = bytes that leave their
+// rank, total = all item bytes. Target: transport at d = 2560 in under 50 ms on one core.
 //
 // Second family, the results table of docs/results.md: BM_vision/<row>/<d>, the vision stage of
 // bench/support/workload.hpp's `make_multimodal_batch` (COCO-like images through Qwen2-VL's
@@ -43,8 +43,8 @@
 
 #include "bench/support/models.hpp"
 #include "bench/support/workload.hpp"
-#include "orchmllm/comm/route.hpp"
 #include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/comm/route.hpp"
 #include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/topology/mapping.hpp"
@@ -149,12 +149,13 @@ any_balancer row_balancer(const vision_input& in, row r) {
 
 mapping_result map_row(const vision_input& in, const rearrangement& binned, row r) {
 #if defined(ORCHMLLM_HAS_GLPK)
-  if (r == row::bottleneck_glpk) return glpk::map_bins_bottleneck(binned, in.bytes, in.topo).mapping;
+  if (r == row::bottleneck_glpk)
+    return glpk::map_bins_bottleneck(binned, in.bytes, in.topo).mapping;
 #endif
   const any_mapper m = r == row::identity     ? any_mapper(mappers::identity{})
-                      : r == row::bottleneck ? any_mapper(mappers::bottleneck{})
-                      : r == row::auction    ? any_mapper(mappers::auction{})
-                                             : any_mapper(mappers::transport{});
+                       : r == row::bottleneck ? any_mapper(mappers::bottleneck{})
+                       : r == row::auction    ? any_mapper(mappers::auction{})
+                                              : any_mapper(mappers::transport{});
   return map_bins(binned, in.bytes, in.topo, m);
 }
 

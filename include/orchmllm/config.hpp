@@ -40,4 +40,3 @@
   X(std::int64_t)                         \
   X(double)                               \
   X(long double)
-

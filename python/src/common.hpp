@@ -114,7 +114,7 @@ struct py_plan {
 // receive buffer by source rank, exactly as all_to_all_single delivers it.
 struct all_to_all_arrays {
   np_array<i64> send_splits, recv_splits, send_order, recv_order;
-  np_array<i64> output_items;  // global ids of the items the rank holds after, in slot order
+  np_array<i64> output_items;     // global ids of the items the rank holds after, in slot order
   std::uint64_t fingerprint = 0;  // the route's: equal on every rank of the same exchange
   i64 rank = 0;                   // the rank it was built for
 };
@@ -189,9 +189,13 @@ inline route_vectors route_rows(const orchmllm::route& route, i64 width) {
 
 // The Python object of a rank's exchange; `output_items`: the destination items' global ids.
 inline all_to_all_arrays to_python(route_vectors&& v, std::vector<i64>&& output_items) {
-  return {to_numpy(std::move(v.send_splits)), to_numpy(std::move(v.recv_splits)),
-          to_numpy(std::move(v.send_order)), to_numpy(std::move(v.recv_order)),
-          to_numpy(std::move(output_items)), v.fingerprint, v.rank};
+  return {to_numpy(std::move(v.send_splits)),
+          to_numpy(std::move(v.recv_splits)),
+          to_numpy(std::move(v.send_order)),
+          to_numpy(std::move(v.recv_order)),
+          to_numpy(std::move(output_items)),
+          v.fingerprint,
+          v.rank};
 }
 
 // The global ids of the items `plan` puts on rank r, in destination slot order.

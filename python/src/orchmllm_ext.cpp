@@ -28,6 +28,7 @@
 #include <variant>
 #include <vector>
 
+#include "common.hpp"
 #include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/comm/route.hpp"
 #include "orchmllm/core/cost_fit.hpp"
@@ -37,8 +38,6 @@
 #include "orchmllm/detail/core/statistics_fields.hpp"
 #include "orchmllm/topology/topology.hpp"
 #include "orchmllm/version.hpp"
-
-#include "common.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -97,8 +96,8 @@ all_to_all_arrays all_to_all_impl(const py_plan& p, i64 rank, std::optional<i64_
                    ", must be in [0, ", d, ")");
   std::vector<i64> sizes = rows ? to_vector(*rows) : std::vector<i64>();
   for (std::size_t g = 0; g < sizes.size(); ++g)
-    ORCHMLLM_REQUIRE(sizes[g] >= 0, orchmllm::invalid_argument_error, "rows[", g, "] is ",
-                     sizes[g], ", must be >= 0");
+    ORCHMLLM_REQUIRE(sizes[g] >= 0, orchmllm::invalid_argument_error, "rows[", g, "] is ", sizes[g],
+                     ", must be >= 0");
   route_vectors v;
   std::vector<i64> items;
   {
@@ -106,8 +105,8 @@ all_to_all_arrays all_to_all_impl(const py_plan& p, i64 rank, std::optional<i64_
     if (!rows) sizes.assign(static_cast<std::size_t>(p.plan.num_items()), 1);
     const auto r = static_cast<orchmllm::rank_t>(rank);
     const auto one_node = orchmllm::topology::uniform(static_cast<orchmllm::rank_t>(d), 0);
-    v = route_rows(
-        orchmllm::route::build(p.plan, sizes, one_node, r, orchmllm::schedule::direct), 1);
+    v = route_rows(orchmllm::route::build(p.plan, sizes, one_node, r, orchmllm::schedule::direct),
+                   1);
     items = output_items(p.plan, r);
   }
   return to_python(std::move(v), std::move(items));
@@ -117,8 +116,8 @@ all_to_all_arrays all_to_all_impl(const py_plan& p, i64 rank, std::optional<i64_
 // checks its arrays.
 all_to_all_arrays all_to_all(const py_plan& p, i64 rank, nb::object rows) {
   if (rows.is_none()) return all_to_all_impl(p, rank, std::nullopt);
-  nb::object checked = nb::module_::import_("orchmllm").attr("_int64_vector")(
-      "rows", rows, p.plan.num_items());
+  nb::object checked =
+      nb::module_::import_("orchmllm").attr("_int64_vector")("rows", rows, p.plan.num_items());
   return all_to_all_impl(p, rank, nb::cast<i64_in>(checked));
 }
 
@@ -143,8 +142,8 @@ std::unique_ptr<py_plan> balance(const i64_in& offsets, const i64_in& lengths,
     else
       p.cost = std::get<orchmllm::linear_cost>(parsed);
   } else if (const auto* lin = std::get_if<orchmllm::linear_cost>(&cost)) {
-    ORCHMLLM_REQUIRE(lin->weight >= 1, orchmllm::invalid_argument_error,
-                     "LinearCost weight is ", lin->weight, ", must be >= 1");
+    ORCHMLLM_REQUIRE(lin->weight >= 1, orchmllm::invalid_argument_error, "LinearCost weight is ",
+                     lin->weight, ", must be >= 1");
     p.cost = *lin;
     if (lin->weight == 1) p.cost_text = "linear";
   } else if (const auto* q = std::get_if<orchmllm::quadratic_cost>(&cost)) {
@@ -243,12 +242,11 @@ orchmllm::quadratic_cost fit_quadratic(const i64_in& lengths, const f64_in& seco
   const int d = fit_degree(degree);
   nb::gil_scoped_release unlocked;
   return orchmllm::fit_quadratic_cost(std::span<const i64>(lengths.data(), lengths.shape(0)),
-                                      std::span<const double>(seconds.data(), seconds.shape(0)),
-                                      d);
+                                      std::span<const double>(seconds.data(), seconds.shape(0)), d);
 }
 
-orchmllm::cost_calibration make_calibration(const std::string& policy, i64 pad_multiple,
-                                            i64 degree, bool fit_overhead) {
+orchmllm::cost_calibration make_calibration(const std::string& policy, i64 pad_multiple, i64 degree,
+                                            bool fit_overhead) {
   return orchmllm::cost_calibration(orchmllm::parse_padding_policy(policy, pad_multiple),
                                     fit_degree(degree), fit_overhead);
 }
@@ -320,15 +318,13 @@ NB_MODULE(_orchmllm, m) {
   exceptions.invalid_argument = make_exception(
       m, "InvalidArgumentError", nb::make_tuple(exceptions.error, nb::handle(PyExc_ValueError)),
       "Malformed input: a value outside its domain, sizes that do not match, a bad option.");
-  exceptions.parse =
-      make_exception(m, "ParseError", nb::make_tuple(exceptions.invalid_argument),
-                     "Malformed text input; the message names the line at fault.");
+  exceptions.parse = make_exception(m, "ParseError", nb::make_tuple(exceptions.invalid_argument),
+                                    "Malformed text input; the message names the line at fault.");
   exceptions.infeasible = make_exception(
       m, "InfeasibleError", nb::make_tuple(exceptions.error),
       "Well-formed input for which no plan satisfies the constraints (caps, item counts).");
-  exceptions.communication = make_exception(m, "CommunicationError",
-                                            nb::make_tuple(exceptions.error),
-                                            "A collective operation failed.");
+  exceptions.communication = make_exception(
+      m, "CommunicationError", nb::make_tuple(exceptions.error), "A collective operation failed.");
   nb::register_exception_translator([](const std::exception_ptr& e, void*) {
     try {
       std::rethrow_exception(e);
@@ -348,11 +344,10 @@ NB_MODULE(_orchmllm, m) {
   nb::class_<orchmllm::linear_cost>(m, "LinearCost",
                                     "cost(l) = weight * l, in exact 64-bit integers.")
       .def(nb::init<>())
-      .def("__init__",
-           [](orchmllm::linear_cost* self, i64 weight) {
-             new (self) orchmllm::linear_cost{weight};
-           },
-           "weight"_a)
+      .def(
+          "__init__",
+          [](orchmllm::linear_cost* self, i64 weight) { new (self) orchmllm::linear_cost{weight}; },
+          "weight"_a)
       .def_rw("weight", &orchmllm::linear_cost::weight)
       .def("__call__", &orchmllm::linear_cost::operator(), "length"_a)
       .def("__eq__", &equal<orchmllm::linear_cost>, nb::arg("other").none(),
@@ -363,12 +358,13 @@ NB_MODULE(_orchmllm, m) {
 
   nb::class_<orchmllm::quadratic_cost>(
       m, "QuadraticCost", "cost(l) = constant + linear * l + quadratic * l**2 (coefficients >= 0).")
-      .def("__init__",
-           [](orchmllm::quadratic_cost* self, double constant, double linear, double quadratic) {
-             new (self) orchmllm::quadratic_cost{
-                 orchmllm::quadratic_cost{constant, linear, quadratic}.validated()};
-           },
-           "constant"_a = 0.0, "linear"_a = 1.0, "quadratic"_a = 0.0)
+      .def(
+          "__init__",
+          [](orchmllm::quadratic_cost* self, double constant, double linear, double quadratic) {
+            new (self) orchmllm::quadratic_cost{
+                orchmllm::quadratic_cost{constant, linear, quadratic}.validated()};
+          },
+          "constant"_a = 0.0, "linear"_a = 1.0, "quadratic"_a = 0.0)
       .def_ro("constant", &orchmllm::quadratic_cost::constant)
       .def_ro("linear", &orchmllm::quadratic_cost::linear)
       .def_ro("quadratic", &orchmllm::quadratic_cost::quadratic)
@@ -386,25 +382,34 @@ NB_MODULE(_orchmllm, m) {
         ORCHMLLM_REQUIRE(lengths.shape(0) == values.shape(0), orchmllm::invalid_argument_error,
                          "cost table: ", lengths.shape(0), " lengths but ", values.shape(0),
                          " values");
-        new (self) cost_table{to_vector(lengths),
-                              {values.data(), values.data() + values.shape(0)}};
+        new (self) cost_table{to_vector(lengths), {values.data(), values.data() + values.shape(0)}};
       });
 
   nb::class_<all_to_all_arrays>(
       m, "AllToAll",
       "One rank's exchange along a plan or a step's route, in rows: what it passes to\n"
       "torch.distributed.all_to_all_single (int64 numpy arrays, writable).")
-      .def_prop_ro("send_splits", [](const all_to_all_arrays& a) { return a.send_splits; }, nb::rv_policy::reference,
-                   "int64[D]: rows this rank sends to every rank (input_split_sizes).")
-      .def_prop_ro("recv_splits", [](const all_to_all_arrays& a) { return a.recv_splits; }, nb::rv_policy::reference,
-                   "int64[D]: rows this rank receives from every rank (output_split_sizes).")
-      .def_prop_ro("send_order", [](const all_to_all_arrays& a) { return a.send_order; }, nb::rv_policy::reference,
-                   "Indices of the rank's local rows in wire order: send = local[send_order].")
-      .def_prop_ro("recv_order", [](const all_to_all_arrays& a) { return a.recv_order; }, nb::rv_policy::reference,
-                   "Indices of the received rows in destination-slot order: out = received[recv_order].")
-      .def_prop_ro("output_items", [](const all_to_all_arrays& a) { return a.output_items; }, nb::rv_policy::reference,
-                   "Global ids (source order of the plan or route) of the items the rank holds\n"
-                   "after the exchange, in destination slot order.")
+      .def_prop_ro(
+          "send_splits", [](const all_to_all_arrays& a) { return a.send_splits; },
+          nb::rv_policy::reference,
+          "int64[D]: rows this rank sends to every rank (input_split_sizes).")
+      .def_prop_ro(
+          "recv_splits", [](const all_to_all_arrays& a) { return a.recv_splits; },
+          nb::rv_policy::reference,
+          "int64[D]: rows this rank receives from every rank (output_split_sizes).")
+      .def_prop_ro(
+          "send_order", [](const all_to_all_arrays& a) { return a.send_order; },
+          nb::rv_policy::reference,
+          "Indices of the rank's local rows in wire order: send = local[send_order].")
+      .def_prop_ro(
+          "recv_order", [](const all_to_all_arrays& a) { return a.recv_order; },
+          nb::rv_policy::reference,
+          "Indices of the received rows in destination-slot order: out = received[recv_order].")
+      .def_prop_ro(
+          "output_items", [](const all_to_all_arrays& a) { return a.output_items; },
+          nb::rv_policy::reference,
+          "Global ids (source order of the plan or route) of the items the rank holds\n"
+          "after the exchange, in destination slot order.")
       .def_ro("fingerprint", &all_to_all_arrays::fingerprint,
               "64-bit digest of the exchange every rank's AllToAll of it shares (the plan, every\n"
               "item's rows, the nodes, the schedule): equal on every rank that holds the same\n"
@@ -416,20 +421,32 @@ NB_MODULE(_orchmllm, m) {
       "Where every item goes (orchmllm.balance, orchmllm.map_bins): dst_rank / dst_slot by\n"
       "global id, the problem's figures, statistics() and all_to_all(rank, rows). Immutable;\n"
       "identical on every rank for the same input.")
-      .def_prop_ro("dst_rank", [](nb::handle_t<py_plan> self) {
-        return view(nb::cast<const py_plan&>(self).dst_rank, self);
-      }, nb::rv_policy::reference)
-      .def_prop_ro("dst_slot", [](nb::handle_t<py_plan> self) {
-        return view(nb::cast<const py_plan&>(self).dst_slot, self);
-      }, nb::rv_policy::reference)
-      .def_prop_ro("dst_offsets", [](const py_plan& p) {
-        const auto o = p.plan.dst_offsets();
-        return to_numpy(std::vector<i64>(o.begin(), o.end()));
-      }, nb::rv_policy::reference)
-      .def_prop_ro("sources", [](const py_plan& p) {
-        const auto s = p.plan.sources();
-        return to_numpy(std::vector<i64>(s.begin(), s.end()));
-      }, nb::rv_policy::reference)
+      .def_prop_ro(
+          "dst_rank",
+          [](nb::handle_t<py_plan> self) {
+            return view(nb::cast<const py_plan&>(self).dst_rank, self);
+          },
+          nb::rv_policy::reference)
+      .def_prop_ro(
+          "dst_slot",
+          [](nb::handle_t<py_plan> self) {
+            return view(nb::cast<const py_plan&>(self).dst_slot, self);
+          },
+          nb::rv_policy::reference)
+      .def_prop_ro(
+          "dst_offsets",
+          [](const py_plan& p) {
+            const auto o = p.plan.dst_offsets();
+            return to_numpy(std::vector<i64>(o.begin(), o.end()));
+          },
+          nb::rv_policy::reference)
+      .def_prop_ro(
+          "sources",
+          [](const py_plan& p) {
+            const auto s = p.plan.sources();
+            return to_numpy(std::vector<i64>(s.begin(), s.end()));
+          },
+          nb::rv_policy::reference)
       .def_prop_ro("num_ranks", [](const py_plan& p) { return p.plan.num_src_ranks(); })
       .def_prop_ro("num_items", [](const py_plan& p) { return p.plan.num_items(); })
       .def_ro("makespan", &py_plan::makespan)
@@ -484,18 +501,20 @@ NB_MODULE(_orchmllm, m) {
       });
 
   nb::class_<orchmllm::cost_calibration>(m, "_CostCalibration")
-      .def("__init__",
-           [](orchmllm::cost_calibration* self, const std::string& policy, i64 pad_multiple,
-              i64 degree, bool fit_overhead) {
-             new (self) orchmllm::cost_calibration(
-                 make_calibration(policy, pad_multiple, degree, fit_overhead));
-           },
-           "policy"_a, "pad_multiple"_a, "degree"_a, "fit_overhead"_a)
-      .def("add_rank",
-           [](orchmllm::cost_calibration& c, const i64_in& lengths, double seconds) {
-             c.add_rank(std::span<const i64>(lengths.data(), lengths.shape(0)), seconds);
-           },
-           "lengths"_a, "seconds"_a)
+      .def(
+          "__init__",
+          [](orchmllm::cost_calibration* self, const std::string& policy, i64 pad_multiple,
+             i64 degree, bool fit_overhead) {
+            new (self) orchmllm::cost_calibration(
+                make_calibration(policy, pad_multiple, degree, fit_overhead));
+          },
+          "policy"_a, "pad_multiple"_a, "degree"_a, "fit_overhead"_a)
+      .def(
+          "add_rank",
+          [](orchmllm::cost_calibration& c, const i64_in& lengths, double seconds) {
+            c.add_rank(std::span<const i64>(lengths.data(), lengths.shape(0)), seconds);
+          },
+          "lengths"_a, "seconds"_a)
       .def("add_step", &calibration_add_step, "offsets"_a, "lengths"_a, "seconds"_a)
       .def_prop_ro("observations", &orchmllm::cost_calibration::observations)
       .def("fit", &orchmllm::cost_calibration::fit, nb::call_guard<nb::gil_scoped_release>());

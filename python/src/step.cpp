@@ -56,8 +56,8 @@ orchmllm::stage_cost to_stage_cost(const text_or_cost& cost) {
 }
 
 // The limits balance() takes, as a stage's constraints.
-orchmllm::constraints to_limits(std::optional<i64> cap, std::optional<i64> cap_bytes,
-                                i64 min_items, std::optional<i64> max_items) {
+orchmllm::constraints to_limits(std::optional<i64> cap, std::optional<i64> cap_bytes, i64 min_items,
+                                std::optional<i64> max_items) {
   orchmllm::constraints c;
   ORCHMLLM_REQUIRE(!(cap && cap_bytes), orchmllm::invalid_argument_error,
                    "give cap or cap_bytes, not both");
@@ -100,10 +100,10 @@ struct py_declarations {
       const auto& [min_piece, max_pieces, rounds, tolerance] = *split;
       // split_options holds an int: past it, refused here by name (the library checks the
       // rest, rounds >= 1, when the declarations are validated).
-      ORCHMLLM_REQUIRE(rounds >= std::numeric_limits<int>::min() &&
-                           rounds <= std::numeric_limits<int>::max(),
-                       orchmllm::invalid_argument_error, "stage '", name, "': rounds is ", rounds,
-                       ", must be in [1, ", std::numeric_limits<int>::max(), "]");
+      ORCHMLLM_REQUIRE(
+          rounds >= std::numeric_limits<int>::min() && rounds <= std::numeric_limits<int>::max(),
+          orchmllm::invalid_argument_error, "stage '", name, "': rounds is ", rounds,
+          ", must be in [1, ", std::numeric_limits<int>::max(), "]");
       e.split = orchmllm::split_options{.min_piece_segments = min_piece,
                                         .max_pieces = max_pieces,
                                         .rounds = static_cast<int>(rounds),

@@ -2,8 +2,6 @@
 // (upper bound, budget, completeness, symmetry breaking), padded_optimal with a bytes cap, and
 // constrained_first_fit, against brute force on small instances and on large tight inputs.
 
-#include "orchmllm/balance/balancer.hpp"
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -13,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/detail/balance/exact.hpp"
 #include "orchmllm/detail/balance/first_fit.hpp"
 #include "orchmllm/detail/balance/padded.hpp"
@@ -22,7 +21,7 @@
 namespace {
 
 using namespace orchmllm;
-using namespace orchmllm::test;  // support/test_support.hpp
+using namespace orchmllm::test;                     // support/test_support.hpp
 using namespace orchmllm::test::balancer_fixtures;  // support/balancer_fixtures.hpp
 
 }  // namespace

@@ -2,8 +2,6 @@
 // infeasible constraints raise infeasible_error naming the numbers, edge cases (zero lengths,
 // empty ranks, one rank), sizes near 2^63 are exact or a clear error, locality's node ids.
 
-#include "orchmllm/balance/balancer.hpp"
-
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -11,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/core/statistics.hpp"
 #include "orchmllm/detail/balance/exact.hpp"
 #include "orchmllm/detail/balance/padded.hpp"
@@ -38,8 +37,11 @@ TEST_CASE("balance: bad options raise invalid_argument_error") {
        {any_balancer(balancers::automatic{}), any_balancer(balancers::lpt{}),
         any_balancer(balancers::exact{}), any_balancer(balancers::padded_exact{}),
         any_balancer(balancers::identity{})})
-    expect_invalid([&] { (void)balance(layout, lin, bucketed({2, 6}), method); },
-                   {"length 8", "largest bucket 6"});
+    expect_invalid(
+        [&] {
+          (void)balance(layout, lin, bucketed({2, 6}), method);
+        },
+        {"length 8", "largest bucket 6"});
   CHECK_THROWS_AS(balance(layout, lin, packed, balancers::automatic{.refine_budget = -2}),
                   invalid_argument_error);
   CHECK_THROWS_AS(balance(layout, lin, packed, balancers::automatic{.exact_node_budget = -1}),
@@ -184,9 +186,11 @@ TEST_CASE("balance: sizes near 2^63 are exact or a clear error, never a wrapped 
   const batch_layout growing({0, 3}, {1, 2, 3});
   expect_invalid([&] { (void)balance(growing, inf_cost, packed, lpt); },
                  {"cost of item 1 (length 2) is inf", "must be finite"});
-  expect_invalid([&] { (void)compute_statistics(growing, rearrangement::identity(growing),
-                                                inf_cost, packed); },
-                 {"must be finite"});
+  expect_invalid(
+      [&] {
+        (void)compute_statistics(growing, rearrangement::identity(growing), inf_cost, packed);
+      },
+      {"must be finite"});
   const auto big_double = [](std::int64_t) { return 1e308; };
   expect_invalid([&] { (void)balance(three, big_double, packed, lpt); },
                  {"total cost of 3 items is not finite"});

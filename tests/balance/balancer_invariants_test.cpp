@@ -3,8 +3,6 @@
 // worse than lpt or karmarkar_karp, the plan algebra), a trainer's padding rule through every
 // balancer and its contract, and padded on a large batch.
 
-#include "orchmllm/balance/balancer.hpp"
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -14,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/core/statistics.hpp"
 #include "support/balancer_fixtures.hpp"
 #include "support/test_support.hpp"
@@ -21,7 +20,7 @@
 namespace {
 
 using namespace orchmllm;
-using namespace orchmllm::test;  // support/test_support.hpp
+using namespace orchmllm::test;                     // support/test_support.hpp
 using namespace orchmllm::test::balancer_fixtures;  // support/balancer_fixtures.hpp
 
 }  // namespace
@@ -192,9 +191,9 @@ TEST_CASE("balance: a trainer's padding rule through every balancer, and its con
   const auto layout = batch_layout::from_ranks({{5, 7}, {2}});
   expect_invalid([&] { (void)balance(layout, linear_cost{1}, padding_policy(shrinks{})); },
                  {"padding rule 'custom' pads length 2 to 1"});
-  expect_invalid([&] { (void)balance(layout, linear_cost{1}, padding_policy(bumpy{})); },
-                 {"padding rule 'bumpy' is not non-decreasing", "length 5 to 50",
-                  "the longer 7 to 7"});
+  expect_invalid(
+      [&] { (void)balance(layout, linear_cost{1}, padding_policy(bumpy{})); },
+      {"padding rule 'bumpy' is not non-decreasing", "length 5 to 50", "the longer 7 to 7"});
   expect_invalid(
       [&] { (void)makespan_lower_bound(layout, 2, linear_cost{1}, padding_policy(bumpy{})); },
       {"'bumpy' is not non-decreasing"});

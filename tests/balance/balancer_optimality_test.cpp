@@ -4,8 +4,6 @@
 // ties, zero lengths, multiples and buckets, and its reported lower bound is the optimum without
 // a cap.
 
-#include "orchmllm/balance/balancer.hpp"
-
 #include <doctest/doctest.h>
 
 #include <array>
@@ -15,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/core/statistics.hpp"
 #include "support/balancer_fixtures.hpp"
 #include "support/test_support.hpp"
@@ -22,7 +21,7 @@
 namespace {
 
 using namespace orchmllm;
-using namespace orchmllm::test;  // support/test_support.hpp
+using namespace orchmllm::test;                     // support/test_support.hpp
 using namespace orchmllm::test::balancer_fixtures;  // support/balancer_fixtures.hpp
 
 template <class Cost>
@@ -149,9 +148,9 @@ TEST_CASE("balance: padded is optimal with ties, zero lengths, multiples and buc
     CAPTURE(inst);
     const auto d = static_cast<rank_t>(uniform(rng, 1, 4));
     const batch_layout layout = random_layout(rng, d, uniform(rng, 1, 9), 0, 5);  // many ties
-    for (const padding_policy policy : {padded, padded_to_multiple(2), padded_to_multiple(4),
-                                        bucketed({1, 3, 5}), bucketed({5}),
-                                        random_buckets(rng, layout)}) {
+    for (const padding_policy policy :
+         {padded, padded_to_multiple(2), padded_to_multiple(4), bucketed({1, 3, 5}), bucketed({5}),
+          random_buckets(rng, layout)}) {
       CAPTURE(policy.multiple());
       CAPTURE(policy.buckets().size());
       const linear_cost lin{1};

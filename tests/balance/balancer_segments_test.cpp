@@ -3,8 +3,6 @@
 // row)); item-count limits count items. Against brute force over every assignment, S = 1
 // against the layout without segments, and a worked example with limits.
 
-#include "orchmllm/balance/balancer.hpp"
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -16,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/core/statistics.hpp"
 #include "support/test_support.hpp"
 

@@ -81,7 +81,8 @@ any_balancer random_balancer(std::mt19937_64& rng, std::string_view name, rank_t
 }
 
 // Random constraints (often none) that leave room for a plan.
-constraints random_room_limits(std::mt19937_64& rng, const batch_layout& layout, padding_policy policy) {
+constraints random_room_limits(std::mt19937_64& rng, const batch_layout& layout,
+                               padding_policy policy) {
   constraints limits;
   if (uniform(rng, 0, 2) != 0) return limits;
   const rank_t d = layout.num_ranks();

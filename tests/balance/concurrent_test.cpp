@@ -9,8 +9,6 @@
 //    call returns, and can be destroyed unused.
 // Also run under ThreadSanitizer (the tsan preset).
 
-#include "orchmllm/balance/balancer.hpp"
-
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -19,6 +17,7 @@
 #include <random>
 #include <vector>
 
+#include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/balance/balancers.hpp"
 #include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/detail/balance/kk.hpp"
@@ -34,8 +33,7 @@ using orchmllm::test::uniform;
 // near-uniform (`narrow`), so lpt meets the bound on some inputs and misses it on others.
 batch_layout large_layout(std::mt19937_64& rng, rank_t d, std::int64_t n, bool narrow) {
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(d) + 1, 0);
-  for (rank_t r = 0; r < d; ++r)
-    offsets[static_cast<std::size_t>(r) + 1] = n * (r + 1) / d;
+  for (rank_t r = 0; r < d; ++r) offsets[static_cast<std::size_t>(r) + 1] = n * (r + 1) / d;
   std::vector<std::int64_t> lengths(static_cast<std::size_t>(n));
   for (auto& l : lengths)
     l = narrow ? uniform(rng, 900, 1100)
@@ -94,7 +92,8 @@ TEST_CASE("automatic with concurrent kk: the same plans as serial") {
   CHECK(kept_kk > 0);
 }
 
-TEST_CASE("karmarkar_karp: stopped runs return nothing; the thread beside returns the serial result") {
+TEST_CASE(
+    "karmarkar_karp: stopped runs return nothing; the thread beside returns the serial result") {
   std::mt19937_64 rng(7);
   const auto layout = large_layout(rng, 256, 4096, false);
   std::vector<double> costs(static_cast<std::size_t>(layout.num_items()));

@@ -3,8 +3,6 @@
 // types of any width and signedness plan as std::int64_t, float as double. Signed and unsigned
 // models of the same costs give identical plans on random inputs.
 
-#include "orchmllm/balance/balancer.hpp"
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -15,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/core/statistics.hpp"
 #include "support/test_support.hpp"
 

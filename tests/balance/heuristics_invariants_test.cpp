@@ -24,7 +24,7 @@
 namespace {
 
 using namespace orchmllm;
-using namespace orchmllm::test;  // support/test_support.hpp
+using namespace orchmllm::test;                       // support/test_support.hpp
 using namespace orchmllm::test::heuristics_fixtures;  // support/heuristics_fixtures.hpp
 
 // Lognormal(mu, sigma) lengths clipped to [lo, hi] (Box–Muller on the fixed-seed engine).
@@ -72,8 +72,8 @@ TEST_CASE("canonical order: (cost desc, length desc, id asc), also for costs fla
       return a < b;
     });
     INFO("rep = ", rep, ", n = ", n, ", cost shape = ", shape);
-    const auto got = detail::canonical_order<std::int64_t>(
-        layout, std::span<const std::int64_t>(costs), packed);
+    const auto got =
+        detail::canonical_order<std::int64_t>(layout, std::span<const std::int64_t>(costs), packed);
     CHECK(got == want);
     // Padded: by (row length desc, id asc), the row length being the longest segment.
     std::vector<std::int64_t> segments(static_cast<std::size_t>(n));

@@ -23,7 +23,7 @@
 namespace {
 
 using namespace orchmllm;
-using namespace orchmllm::test;  // support/test_support.hpp
+using namespace orchmllm::test;                       // support/test_support.hpp
 using namespace orchmllm::test::heuristics_fixtures;  // support/heuristics_fixtures.hpp
 
 }  // namespace
@@ -169,7 +169,9 @@ std::vector<rank_t> reference_ldm(const batch_layout& layout, rank_t d,
   }
   auto take = [&] {
     std::size_t best = 0;
-    auto spread = [&](std::size_t i) { return live[i].parts.front().sum - live[i].parts.back().sum; };
+    auto spread = [&](std::size_t i) {
+      return live[i].parts.front().sum - live[i].parts.back().sum;
+    };
     for (std::size_t i = 1; i < live.size(); ++i)
       if (spread(i) > spread(best) ||
           (spread(i) == spread(best) && live[i].creation < live[best].creation))
@@ -283,8 +285,8 @@ TEST_CASE_TEMPLATE("karmarkar_karp reaches the brute-force optimum at least as o
     CHECK(cost_at_least(kk.makespan, *opt));
     kk_optimal += cost_at_least(*opt, kk.makespan);
     lpt_optimal += cost_at_least(*opt, balance(layout, cost, packed, balancers::lpt{}).makespan);
-    equal_optimal +=
-        cost_at_least(*opt, balance(layout, cost, packed, balancers::karmarkar_karp_equal{}).makespan);
+    equal_optimal += cost_at_least(
+        *opt, balance(layout, cost, packed, balancers::karmarkar_karp_equal{}).makespan);
     // auto is never worse than any of them.
     const auto a = balance(layout, cost, packed, balancers::automatic{});
     CHECK(a.makespan <= kk.makespan);

@@ -24,7 +24,7 @@
 namespace {
 
 using namespace orchmllm;
-using namespace orchmllm::test;  // support/test_support.hpp
+using namespace orchmllm::test;                       // support/test_support.hpp
 using namespace orchmllm::test::heuristics_fixtures;  // support/heuristics_fixtures.hpp
 
 // ---------------------------------------------------------------------------------------------

@@ -3,8 +3,6 @@
 // determinism, "move only what is needed", same-node preference, the fallback to automatic, and
 // knob errors. A last case measures bytes moved against automatic + transport mapping.
 
-#include "orchmllm/balance/balancer.hpp"
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -18,6 +16,7 @@
 #include <vector>
 
 #include "bench/support/workload.hpp"
+#include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/core/statistics.hpp"
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"
@@ -37,7 +36,8 @@ batch_layout random_locality_layout(std::mt19937_64& rng, rank_t d, std::int64_t
     const auto k = uniform(rng, 0, max_per_rank);
     for (std::int64_t i = 0; i < k; ++i) {
       const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-      const auto l = std::max<std::int64_t>(0, static_cast<std::int64_t>(std::exp(1.0 + 5.0 * u)) - 2);
+      const auto l =
+          std::max<std::int64_t>(0, static_cast<std::int64_t>(std::exp(1.0 + 5.0 * u)) - 2);
       lengths[r].push_back(l);
       bytes[r].push_back(2 * l + uniform(rng, 0, 64));
     }
@@ -154,15 +154,16 @@ TEST_CASE("locality: target rounding") {
   CHECK(detail::locality_target<double>(2.0, 0.5) == 3.0);
 }
 
-TEST_CASE("locality: invariants and makespan <= T on random layouts (packed, padded, int, double)") {
+TEST_CASE(
+    "locality: invariants and makespan <= T on random layouts (packed, padded, int, double)") {
   std::mt19937_64 rng(4242);
   int used = 0, runs = 0;
   for (int trial = 0; trial < 160; ++trial) {
     const rank_t d = static_cast<rank_t>(uniform(rng, 1, 24));
     const auto layout = random_locality_layout(rng, d, uniform(rng, 0, 10));
     const double tol = std::array{0.0, 0.001, 0.01, 0.05, 0.3}[static_cast<std::size_t>(trial % 5)];
-    const auto nodes = trial % 2 == 0 ? blocks(d, static_cast<rank_t>(uniform(rng, 1, 8)))
-                                      : std::vector<rank_t>{};
+    const auto nodes =
+        trial % 2 == 0 ? blocks(d, static_cast<rank_t>(uniform(rng, 1, 8))) : std::vector<rank_t>{};
     const auto o = locality_options(tol, nodes);
     INFO("trial ", trial, " d ", d, " n ", layout.num_items(), " tol ", tol);
     used += check_locality(layout, linear_cost{}, packed, o);
@@ -191,10 +192,20 @@ TEST_CASE("locality: caps and item counts are respected, infeasible inputs raise
       widest = std::max(widest, layout.bytes(g));
     }
     switch (trial % 4) {
-      case 0: lim.cap = capacity{capacity::measure::tokens, std::max(longest, tokens / d + tokens / (2 * d) + 1)}; break;
-      case 1: lim.cap = capacity{capacity::measure::bytes, std::max(widest, bytes / d + bytes / (2 * d) + 1)}; break;
-      case 2: lim.min_items = std::min<std::int64_t>(1, n / d); break;
-      default: lim.max_items = (n + d - 1) / d + 1; break;
+      case 0:
+        lim.cap = capacity{capacity::measure::tokens,
+                           std::max(longest, tokens / d + tokens / (2 * d) + 1)};
+        break;
+      case 1:
+        lim.cap =
+            capacity{capacity::measure::bytes, std::max(widest, bytes / d + bytes / (2 * d) + 1)};
+        break;
+      case 2:
+        lim.min_items = std::min<std::int64_t>(1, n / d);
+        break;
+      default:
+        lim.max_items = (n + d - 1) / d + 1;
+        break;
     }
     const auto o = locality_options(trial % 3 == 0 ? 0.0 : 0.01, blocks(d, 4));
     INFO("trial ", trial, " d ", d, " n ", n);
@@ -242,8 +253,8 @@ TEST_CASE("locality: a balanced layout moves nothing; a full rank sheds only wha
   SUBCASE("the excess is covered with the fewest bytes") {
     // T = 40 (the largest item); rank 0 (80) is 40 above it. Its items: 40 (400 bytes) and
     // 20 + 20 (20 bytes each): shedding the two small ones moves 40 bytes instead of 400.
-    const auto layout = batch_layout::from_ranks({{40, 20, 20}, {}, {20}, {20}},
-                                                 {{400, 20, 20}, {}, {20}, {20}});
+    const auto layout =
+        batch_layout::from_ranks({{40, 20, 20}, {}, {20}, {20}}, {{400, 20, 20}, {}, {20}, {20}});
     const auto r = balance(layout, linear_cost{}, packed, locality_options(0.0));
     CHECK(r.used == "locality");
     CHECK(r.makespan == 40);
@@ -257,7 +268,8 @@ TEST_CASE("locality: a same-node receiver with room is preferred over a better f
   // somewhere); rank 0 (30) sheds one 10. Rank 2 fits it exactly (room 10) but is on the other
   // node; rank 1 (room 15) is on rank 0's node.
   const auto layout = batch_layout::from_ranks({{10, 10, 10}, {5}, {10}, {10, 5}});
-  const auto with_nodes = balance(layout, linear_cost{}, packed, locality_options(0.0, {0, 0, 1, 1}));
+  const auto with_nodes =
+      balance(layout, linear_cost{}, packed, locality_options(0.0, {0, 0, 1, 1}));
   REQUIRE(with_nodes.used == "locality");
   CHECK(with_nodes.makespan == 20);
   const auto dst = with_nodes.plan.dst_ranks();

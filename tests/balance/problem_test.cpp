@@ -156,9 +156,8 @@ TEST_CASE("problem: the return forms, the fallback and the claims") {
     CHECK(r.makespan == 1750);
   }
   SUBCASE("no plan: the constrained fallback plans instead, under the custom name") {
-    const auto r = balance(layout, cost, packed, [](const auto&) {
-      return std::optional<std::vector<rank_t>>{};
-    });
+    const auto r = balance(layout, cost, packed,
+                           [](const auto&) { return std::optional<std::vector<rank_t>>{}; });
     CHECK(r.fallback);
     CHECK(r.used == "custom");
     CHECK(r.makespan == 900);
@@ -168,7 +167,9 @@ TEST_CASE("problem: the return forms, the fallback and the claims") {
     const constraints cap{.cap = capacity{capacity::measure::tokens, 1000}};
     const auto r = balance(
         layout, cost, packed,
-        [](const auto& p) { return std::vector<rank_t>(static_cast<std::size_t>(p.num_items()), 0); },
+        [](const auto& p) {
+          return std::vector<rank_t>(static_cast<std::size_t>(p.num_items()), 0);
+        },
         cap);
     CHECK(r.fallback);
     const auto s = compute_statistics(layout, r.plan, cost, packed, cap);
@@ -198,27 +199,26 @@ TEST_CASE("problem: the return forms, the fallback and the claims") {
         {"no placement of 5 items on 3 ranks"});
   }
   SUBCASE("the problem holds what balance computed") {
-    (void)balance(layout, quadratic_cost{0.0, 1.0, 0.001}, padded,
-                  [&](const auto& p) {
-                    CHECK(p.num_ranks() == 3);
-                    CHECK(p.num_items() == 5);
-                    CHECK(&p.layout() == &layout);
-                    CHECK(p.policy() == padded);
-                    CHECK(p.costs().size() == 5);
-                    CHECK(p.cost(0) == doctest::Approx(900 + 0.001 * 900 * 900));
-                    // Padded canonical order: length descending.
-                    CHECK(std::vector<std::int64_t>(p.order().begin(), p.order().end()) ==
-                          std::vector<std::int64_t>{0, 3, 4, 1, 2});
-                    // The structural bound; the reported one may be tighter.
-                    CHECK(p.lower_bound() <=
-                          makespan_lower_bound(layout, 3, quadratic_cost{0.0, 1.0, 0.001}, padded));
-                    std::vector<rank_t> dst{0, 1, 1, 2, 2};
-                    CHECK(p.satisfies(dst));
-                    CHECK_FALSE(p.satisfies(std::vector<rank_t>{0, 1}));
-                    CHECK(p.makespan(dst) == doctest::Approx(std::max(
-                                                 {900 + 0.001 * 810000, 2 * (100 + 0.001 * 10000),
-                                                  2 * (400 + 0.001 * 160000)})));
-                    return dst;
-                  });
+    (void)balance(layout, quadratic_cost{0.0, 1.0, 0.001}, padded, [&](const auto& p) {
+      CHECK(p.num_ranks() == 3);
+      CHECK(p.num_items() == 5);
+      CHECK(&p.layout() == &layout);
+      CHECK(p.policy() == padded);
+      CHECK(p.costs().size() == 5);
+      CHECK(p.cost(0) == doctest::Approx(900 + 0.001 * 900 * 900));
+      // Padded canonical order: length descending.
+      CHECK(std::vector<std::int64_t>(p.order().begin(), p.order().end()) ==
+            std::vector<std::int64_t>{0, 3, 4, 1, 2});
+      // The structural bound; the reported one may be tighter.
+      CHECK(p.lower_bound() <=
+            makespan_lower_bound(layout, 3, quadratic_cost{0.0, 1.0, 0.001}, padded));
+      std::vector<rank_t> dst{0, 1, 1, 2, 2};
+      CHECK(p.satisfies(dst));
+      CHECK_FALSE(p.satisfies(std::vector<rank_t>{0, 1}));
+      CHECK(p.makespan(dst) ==
+            doctest::Approx(std::max(
+                {900 + 0.001 * 810000, 2 * (100 + 0.001 * 10000), 2 * (400 + 0.001 * 160000)})));
+      return dst;
+    });
   }
 }

@@ -342,8 +342,7 @@ TEST_CASE("scenarios keep the guarantees of their balancers and mappings") {
     const auto bottlenecked = make_declarations(o.model, scenario::beyond, 0, 0.2);
     REQUIRE(bottlenecked.llm.mapper.builtin() != nullptr);
     CHECK(bottlenecked.llm.mapper.builtin()->get_if<mappers::bottleneck>() != nullptr);
-    CHECK(fingerprint(bottlenecked) ==
-          fingerprint(make_declarations(o.model, scenario::beyond)));
+    CHECK(fingerprint(bottlenecked) == fingerprint(make_declarations(o.model, scenario::beyond)));
   }
   // per-stage moves encoder outputs and gradients twice: more all-to-alls than full.
   CHECK(per_stage.alltoalls == 11);
@@ -479,10 +478,28 @@ TEST_CASE("orchmllm-bench simulate: JSON keys and exit codes") {
   // The message line (the usage line after it names every flag).
   auto first_line = [](const std::string& text) { return text.substr(0, text.find('\n')); };
   std::string out, err;
-  REQUIRE(run({"--workload", "omni-pretrain", "--ranks", "16", "--gpus-per-node", "8", "--scenario",
-               "full", "--samples-per-rank", "2", "--seed", "5", "--model", "72b", "--schedule",
-               "node-wise", "--achievable", "0.4", "--gap-tolerance", "0.002",
-               "--auction-tolerance", "0.2"},
+  REQUIRE(run({"--workload",
+               "omni-pretrain",
+               "--ranks",
+               "16",
+               "--gpus-per-node",
+               "8",
+               "--scenario",
+               "full",
+               "--samples-per-rank",
+               "2",
+               "--seed",
+               "5",
+               "--model",
+               "72b",
+               "--schedule",
+               "node-wise",
+               "--achievable",
+               "0.4",
+               "--gap-tolerance",
+               "0.002",
+               "--auction-tolerance",
+               "0.2"},
               out, err) == 0);
   CHECK(err.empty());
   CHECK(std::count(out.begin(), out.end(), '\n') == 1);

@@ -2,11 +2,11 @@
 // against the worked examples of the workload reference, determinism, and the consistency of
 // the per-stage layouts with the samples they come from.
 
+#include "bench/support/workload.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cstdint>
-
-#include "bench/support/workload.hpp"
 
 using namespace orchmllm;
 using namespace orchmllm::bench;

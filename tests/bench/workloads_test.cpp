@@ -20,10 +20,10 @@
 #include <utility>
 #include <vector>
 
-#include "support/scratch_dir.hpp"
-#include "support/test_support.hpp"
 #include "bench/cli/items_csv.hpp"
 #include "bench/cli/workload.hpp"
+#include "support/scratch_dir.hpp"
+#include "support/test_support.hpp"
 
 using namespace orchmllm;
 using namespace orchmllm::bench;
@@ -33,7 +33,6 @@ namespace {
 
 constexpr workload_name all_names[] = {workload_name::vl_sft, workload_name::omni_pretrain,
                                        workload_name::video_heavy, workload_name::audio_asr};
-
 
 double quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());

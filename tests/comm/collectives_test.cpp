@@ -96,36 +96,37 @@ TEST_CASE("collectives: all_gather and all_gatherv deliver every rank's values i
 TEST_CASE("collectives: wrong counts are invalid_argument_error before anything is sent") {
   std::vector<std::string> errors(3);
   std::vector<int> after(3, 0);
-  orchmllm::local::run(
-      3,
-      [&](communicator& comm) {
-        const auto r = static_cast<std::size_t>(comm.rank());
-        const std::vector<std::int64_t> mine{1, 2};
-        // Every rank passes the same wrong arguments, so every rank throws and none waits.
-        try {
-          const std::vector<std::int64_t> two{2, 2};
-          (void)orchmllm::all_gatherv(comm, std::span<const std::int64_t>(mine),
-                                      std::span<const std::int64_t>(two));
-        } catch (const orchmllm::invalid_argument_error& e) {
-          errors[r] += e.what();
-        }
-        try {
-          const std::vector<std::int64_t> wrong{1, 1, 1};
-          (void)orchmllm::all_gatherv(comm, std::span<const std::int64_t>(mine),
-                                      std::span<const std::int64_t>(wrong));
-        } catch (const orchmllm::invalid_argument_error& e) {
-          errors[r] += e.what();
-        }
-        try {
-          const std::vector<std::int64_t> negative{2, -1, 2};
-          (void)orchmllm::all_gatherv(comm, std::span<const std::int64_t>(mine),
-                                      std::span<const std::int64_t>(negative));
-        } catch (const orchmllm::invalid_argument_error& e) {
-          errors[r] += e.what();
-        }
-        after[r] = static_cast<int>(orchmllm::all_gather(comm, comm.rank()).size());
-      },
-      {.timeout = 30s});
+  orchmllm::local::run(3,
+                       [&](communicator& comm) {
+                         const auto r = static_cast<std::size_t>(comm.rank());
+                         const std::vector<std::int64_t> mine{1, 2};
+                         // Every rank passes the same wrong arguments, so every rank throws and
+                         // none waits.
+                         try {
+                           const std::vector<std::int64_t> two{2, 2};
+                           (void)orchmllm::all_gatherv(comm, std::span<const std::int64_t>(mine),
+                                                       std::span<const std::int64_t>(two));
+                         } catch (const orchmllm::invalid_argument_error& e) {
+                           errors[r] += e.what();
+                         }
+                         try {
+                           const std::vector<std::int64_t> wrong{1, 1, 1};
+                           (void)orchmllm::all_gatherv(comm, std::span<const std::int64_t>(mine),
+                                                       std::span<const std::int64_t>(wrong));
+                         } catch (const orchmllm::invalid_argument_error& e) {
+                           errors[r] += e.what();
+                         }
+                         try {
+                           const std::vector<std::int64_t> negative{2, -1, 2};
+                           (void)orchmllm::all_gatherv(comm, std::span<const std::int64_t>(mine),
+                                                       std::span<const std::int64_t>(negative));
+                         } catch (const orchmllm::invalid_argument_error& e) {
+                           errors[r] += e.what();
+                         }
+                         after[r] =
+                             static_cast<int>(orchmllm::all_gather(comm, comm.rank()).size());
+                       },
+                       {.timeout = 30s});
   for (std::size_t r = 0; r < 3; ++r) {
     CHECK(errors[r].find("2 counts for a group of 3") != std::string::npos);
     CHECK(errors[r].find("passes 2 values but counts say 1") != std::string::npos);
@@ -138,26 +139,26 @@ TEST_CASE("collectives: exchange_checked raises the same error on every rank") {
   const rank_t d = 4;
   std::vector<std::string> errors(static_cast<std::size_t>(d));
   std::vector<std::vector<std::int64_t>> passed(static_cast<std::size_t>(d));
-  orchmllm::local::run(
-      d,
-      [&](communicator& comm) {
-        const auto r = static_cast<std::size_t>(comm.rank());
-        auto check = [](std::span<const std::int64_t> all) {
-          for (std::size_t q = 0; q < all.size(); ++q)
-            ORCHMLLM_REQUIRE(all[q] >= 0, orchmllm::communication_error, "rank ", q,
-                             " reports fault ", all[q]);
-        };
-        // Rank 2 alone has a local fault: every rank raises its error.
-        try {
-          (void)orchmllm::exchange_checked(comm, r == 2 ? std::int64_t{-7} : std::int64_t{1},
-                                           check);
-        } catch (const orchmllm::communication_error& e) {
-          errors[r] = e.what();
-        }
-        // The group is still usable, and a passing check returns every record.
-        passed[r] = orchmllm::exchange_checked(comm, static_cast<std::int64_t>(10 * r), check);
-      },
-      {.timeout = 30s});
+  orchmllm::local::run(d,
+                       [&](communicator& comm) {
+                         const auto r = static_cast<std::size_t>(comm.rank());
+                         auto check = [](std::span<const std::int64_t> all) {
+                           for (std::size_t q = 0; q < all.size(); ++q)
+                             ORCHMLLM_REQUIRE(all[q] >= 0, orchmllm::communication_error, "rank ",
+                                              q, " reports fault ", all[q]);
+                         };
+                         // Rank 2 alone has a local fault: every rank raises its error.
+                         try {
+                           (void)orchmllm::exchange_checked(
+                               comm, r == 2 ? std::int64_t{-7} : std::int64_t{1}, check);
+                         } catch (const orchmllm::communication_error& e) {
+                           errors[r] = e.what();
+                         }
+                         // The group is still usable, and a passing check returns every record.
+                         passed[r] = orchmllm::exchange_checked(
+                             comm, static_cast<std::int64_t>(10 * r), check);
+                       },
+                       {.timeout = 30s});
   for (std::size_t r = 0; r < errors.size(); ++r) {
     CHECK(errors[r] == errors[0]);
     CHECK(errors[r].find("rank 2 reports fault -7") != std::string::npos);

@@ -10,8 +10,6 @@
 // doctest macros are not thread-safe: rank functions only record results (one slot per rank)
 // and every CHECK runs on the main thread after `run` returns.
 
-#include "orchmllm/comm/dispatch.hpp"
-
 #include <doctest/doctest.h>
 
 #include <cstddef>
@@ -23,6 +21,7 @@
 #include <vector>
 
 #include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/comm/dispatch.hpp"
 #include "orchmllm/comm/local.hpp"
 #include "orchmllm/comm/route.hpp"
 #include "orchmllm/core/batch_layout.hpp"
@@ -198,8 +197,9 @@ TEST_CASE("dispatch: ranks that disagree fail together with communication_error,
   }
 }
 
-TEST_CASE("execute: a stale route, a route of another rank or a failed allocation on one rank "
-          "fail together before anything moves") {
+TEST_CASE(
+    "execute: a stale route, a route of another rank or a failed allocation on one rank "
+    "fail together before anything moves") {
   const auto c = fault_case::make();
   const rank_t d = fault_case::d;
   const auto& rows = c.rows;
@@ -253,15 +253,15 @@ TEST_CASE("execute: a stale route, a route of another rank or a failed allocatio
     vec all_bytes(rows.size());
     for (std::size_t g = 0; g < rows.size(); ++g) all_bytes[g] = rows[g] * row_bytes;
     const auto topo = topology::uniform(d, rpn);
-    expect_collective_failure(
-        d, rpn, plan, rows,
-        [&](communicator& comm) {
-          const auto mine = payload_of(comm.rank());
-          const route r = route::build(plan, all_bytes, topo, comm.rank() == 3 ? 0 : comm.rank());
-          orchmllm::host_mover mover;
-          orchmllm::test::execute_untouched(comm, r, mine.data.data(), mover);
-        },
-        {"rank 3 cannot take part", "its route was built for rank 0 of 4"});
+    expect_collective_failure(d, rpn, plan, rows,
+                              [&](communicator& comm) {
+                                const auto mine = payload_of(comm.rank());
+                                const route r = route::build(plan, all_bytes, topo,
+                                                             comm.rank() == 3 ? 0 : comm.rank());
+                                orchmllm::host_mover mover;
+                                orchmllm::test::execute_untouched(comm, r, mine.data.data(), mover);
+                              },
+                              {"rank 3 cannot take part", "its route was built for rank 0 of 4"});
     // Rank 1's mover cannot allocate its scratch buffers (the shuffled plan needs a pack and
     // an unpack on every rank that sends and receives).
     REQUIRE(orchmllm::detail::scratch_needs(
@@ -270,8 +270,8 @@ TEST_CASE("execute: a stale route, a route of another rank or a failed allocatio
         d, rpn, plan, rows,
         [&](communicator& comm) {
           const auto mine = payload_of(comm.rank());
-          const route r = orchmllm::build_route(comm, other, bytes_of(mine),
-                                                {.sched = schedule::direct});
+          const route r =
+              orchmllm::build_route(comm, other, bytes_of(mine), {.sched = schedule::direct});
           orchmllm::test::failing_mover mover;
           mover.fail = comm.rank() == 1;
           orchmllm::test::execute_untouched(comm, r, mine.data.data(), mover);
@@ -315,21 +315,21 @@ TEST_CASE("routes: the step's agreement and verified dispatches fail together, n
                                 route::build(p.inverse(), orchmllm::apply(p, bytes), topo, me)};
     };
     // Rank 2 kept a route of an earlier plan.
-    expect_collective_failure(
-        d, rpn, plan, rows,
-        [&](communicator& comm) {
-          const auto routes = routes_of(comm.rank(), comm.rank() == 2 ? other : plan);
-          orchmllm::agree_on_routes(comm, std::span<const route>(routes));
-        },
-        {"routes of different exchanges", "rank 2's has"});
+    expect_collective_failure(d, rpn, plan, rows,
+                              [&](communicator& comm) {
+                                const auto routes =
+                                    routes_of(comm.rank(), comm.rank() == 2 ? other : plan);
+                                orchmllm::agree_on_routes(comm, std::span<const route>(routes));
+                              },
+                              {"routes of different exchanges", "rank 2's has"});
     // Rank 3 holds the routes built for rank 0.
-    expect_collective_failure(
-        d, rpn, plan, rows,
-        [&](communicator& comm) {
-          const auto routes = routes_of(comm.rank() == 3 ? 0 : comm.rank(), plan);
-          orchmllm::agree_on_routes(comm, std::span<const route>(routes));
-        },
-        {"rank 3 cannot take part", "its route was built for rank 0 of 4"});
+    expect_collective_failure(d, rpn, plan, rows,
+                              [&](communicator& comm) {
+                                const auto routes =
+                                    routes_of(comm.rank() == 3 ? 0 : comm.rank(), plan);
+                                orchmllm::agree_on_routes(comm, std::span<const route>(routes));
+                              },
+                              {"rank 3 cannot take part", "its route was built for rank 0 of 4"});
     // Rank 1's mover cannot reserve the scratch buffers of the shuffled plan.
     expect_collective_failure(
         d, rpn, plan, rows,

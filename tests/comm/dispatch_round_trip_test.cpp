@@ -11,8 +11,6 @@
 // doctest macros are not thread-safe: rank functions only record results (one slot per rank)
 // and every CHECK runs on the main thread after `run` returns.
 
-#include "orchmllm/comm/dispatch.hpp"
-
 #include <doctest/doctest.h>
 
 #include <cstddef>
@@ -22,6 +20,7 @@
 #include <vector>
 
 #include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/comm/dispatch.hpp"
 #include "orchmllm/comm/local.hpp"
 #include "orchmllm/comm/route.hpp"
 #include "orchmllm/core/batch_layout.hpp"

@@ -9,8 +9,6 @@
 // doctest macros are not thread-safe: rank functions only record results (one slot per rank)
 // and every CHECK runs on the main thread after `run` returns.
 
-#include "orchmllm/comm/dispatch.hpp"
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -22,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "orchmllm/comm/dispatch.hpp"
 #include "orchmllm/comm/local.hpp"
 #include "orchmllm/comm/route.hpp"
 #include "orchmllm/core/rearrangement.hpp"

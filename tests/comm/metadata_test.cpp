@@ -197,12 +197,12 @@ TEST_CASE("gather_topology: the communicator's nodes, the same topology on every
     const rank_t d = 7;
     std::vector<std::optional<orchmllm::topology>> got(static_cast<std::size_t>(d));
     const orchmllm::link_params links{.inter_bandwidth = 25e9};
-    orchmllm::local::run(
-        d,
-        [&](communicator& comm) {
-          got[static_cast<std::size_t>(comm.rank())] = orchmllm::gather_topology(comm, links);
-        },
-        {.ranks_per_node = rpn, .timeout = 60s});
+    orchmllm::local::run(d,
+                         [&](communicator& comm) {
+                           got[static_cast<std::size_t>(comm.rank())] =
+                               orchmllm::gather_topology(comm, links);
+                         },
+                         {.ranks_per_node = rpn, .timeout = 60s});
     const auto want = orchmllm::topology::uniform(d, rpn, links);
     for (const auto& t : got) {
       REQUIRE(t.has_value());

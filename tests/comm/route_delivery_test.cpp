@@ -8,8 +8,6 @@
 // of one exchange, 64-bit counts above 2^31 and 2^32 (built, not executed), and plan_traffic on
 // a hand example.
 
-#include "orchmllm/comm/route.hpp"
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -20,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "orchmllm/comm/route.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/topology/topology.hpp"
 #include "support/route_fixtures.hpp"

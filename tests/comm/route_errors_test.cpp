@@ -2,8 +2,6 @@
 // topologies, plans), item sizes whose total overflows 2^63 - 1 (an error on every rank), and
 // schedule names.
 
-#include "orchmllm/comm/route.hpp"
-
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -11,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "orchmllm/comm/route.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/topology/topology.hpp"

@@ -5,8 +5,6 @@
 // (support/route_fixtures.hpp) on larger groups, contiguous and scattered node maps; the rails
 // bound of automatic's node-wise lower bound holds for every item order.
 
-#include "orchmllm/comm/route.hpp"
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -16,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "orchmllm/comm/route.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/topology/topology.hpp"
 #include "support/route_fixtures.hpp"
@@ -83,7 +82,8 @@ TEST_CASE("route: node-wise balances NIC bytes when one GPU per node holds all r
   }
 }
 
-TEST_CASE("route: node-wise paths, the time model and hop figures are the reference's on larger groups") {
+TEST_CASE(
+    "route: node-wise paths, the time model and hop figures are the reference's on larger groups") {
   std::mt19937_64 rng(2718);
   int contiguous = 0, scattered = 0, bounded = 0;
   for (int it = 0; it < 400; ++it) {
@@ -120,8 +120,8 @@ TEST_CASE("route: node-wise paths, the time model and hop figures are the refere
     // And every hop's group figures.
     for (const auto* paths : {&direct, &nw})
       for (int k = 1; k <= paths->hops; ++k) {
-        const auto got = orchmllm::detail::hop_group_figures(*paths, c.bytes, k,
-                                                             c.topo.num_ranks());
+        const auto got =
+            orchmllm::detail::hop_group_figures(*paths, c.bytes, k, c.topo.num_ranks());
         const auto want = reference_group(*paths, c.bytes, k, c.topo.num_ranks());
         CHECK(got.max_block == want.max_block);
         CHECK(got.max_buffer == want.max_buffer);
@@ -147,8 +147,8 @@ TEST_CASE("route: the rails bound of automatic's node-wise bound holds for every
     vec bytes;
     for (std::int64_t i = 0; i < n; ++i)
       bytes.push_back(uniform(rng, 0, 5) == 0 ? 0
-                      : two_sizes            ? (uniform(rng, 0, 4) == 0 ? top : 1)
-                                             : uniform(rng, 1, top));
+                      : two_sizes             ? (uniform(rng, 0, 4) == 0 ? top : 1)
+                                              : uniform(rng, 1, top));
     std::int64_t total = 0, largest = 0, count = 0;
     for (const auto b : bytes) {
       total += b;
@@ -159,8 +159,8 @@ TEST_CASE("route: the rails bound of automatic's node-wise bound holds for every
     std::vector<char> hit(static_cast<std::size_t>(rails), 0);
     std::int64_t cum = 0;
     for (const auto b : bytes) {
-      const double mid = (static_cast<double>(cum) + 0.5 * static_cast<double>(b)) /
-                         static_cast<double>(total);
+      const double mid =
+          (static_cast<double>(cum) + 0.5 * static_cast<double>(b)) / static_cast<double>(total);
       const auto rail =
           static_cast<std::size_t>(std::min<double>(rails - 1, std::floor(mid * rails)));
       if (b > 0) hit[rail] = 1;

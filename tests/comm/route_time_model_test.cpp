@@ -6,8 +6,6 @@
 // that was not built, and the exact doubles of a reference (support/route_fixtures.hpp) on
 // random plans.
 
-#include "orchmllm/comm/route.hpp"
-
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -15,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "orchmllm/comm/route.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/topology/topology.hpp"
 #include "support/route_fixtures.hpp"

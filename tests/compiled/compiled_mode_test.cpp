@@ -14,13 +14,12 @@
 #include <orchmllm/topology/mapping.hpp>
 
 // The header-only bodies, for the reference results.
-#include <orchmllm/detail/balance/balance_impl.hpp>
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <orchmllm/detail/balance/balance_impl.hpp>
 #include <random>
 #include <string>
 #include <string_view>
@@ -109,8 +108,8 @@ void check_model(const C& cost, const char* name) {
 TEST_CASE("compiled mode: balance and statistics equal the header-only algorithms") {
   check_model(linear_cost{3}, "linear_cost");
   check_model(quadratic_cost{1.0, 1.0, 1.0 / 1024}, "quadratic_cost");
-  check_model(transformer_flops_cost(transformer_config{.hidden = 256, .layers = 2, .heads = 4,
-                                                        .ffn_hidden = 512}),
+  check_model(transformer_flops_cost(
+                  transformer_config{.hidden = 256, .layers = 2, .heads = 4, .ffn_hidden = 512}),
               "transformer_flops_cost");
   check_model(unsigned_cost{}, "a trainer's unsigned model");
   check_model(float_cost{}, "a trainer's float model");
@@ -166,15 +165,15 @@ TEST_CASE("compiled mode: typed and user balancers run in the library with the s
           detail::balance_with(layout, detail::cost_ref<double>(cost), policy, tweak_lpt, limits);
       // And the tweak by hand on lpt's plan.
       const auto lpt_plan = balance(layout, cost, policy, balancers::lpt{}, limits).plan;
-      if (layout.num_items() > 0 && !got.fallback)
-        CHECK(got.plan.destination_of(0).rank == d - 1);
+      if (layout.num_items() > 0 && !got.fallback) CHECK(got.plan.destination_of(0).rank == d - 1);
       CHECK(lpt_plan.num_items() == got.plan.num_items());
       CHECK(got.plan == want.plan);
       CHECK(got.makespan == want.makespan);
       CHECK(got.used == want.used);
       CHECK(got.fallback == want.fallback);
       const auto typed = balance(layout, cost, policy, balancers::automatic{}, limits);
-      const auto typed_want = detail::balance_with(layout, cost, policy, balancers::automatic{}, limits);
+      const auto typed_want =
+          detail::balance_with(layout, cost, policy, balancers::automatic{}, limits);
       CHECK(typed.plan == typed_want.plan);
       CHECK(typed.used == typed_want.used);
     }
@@ -290,9 +289,10 @@ TEST_CASE("compiled mode: mappers, built-in and the application's, run through t
     CHECK(got.rank_of_bin == evaluated.rank_of_bin);
     CHECK(got.plan == evaluated.plan);
     CHECK(got.moved_bytes == evaluated.moved_bytes);
-    CHECK_THROWS_AS((void)map_bins(balanced.plan, bytes, topo,
-                                   [](const bin_mapping_problem&) { return std::vector<rank_t>{}; }),
-                    invalid_argument_error);
+    CHECK_THROWS_AS(
+        (void)map_bins(balanced.plan, bytes, topo,
+                       [](const bin_mapping_problem&) { return std::vector<rank_t>{}; }),
+        invalid_argument_error);
   }
 
   // In a stage declaration: plan_step (in the library) calls the trainer's mapper.

@@ -327,31 +327,54 @@ TEST_CASE("batch_layout: all-single segments are stored as none (bit-identical l
 TEST_CASE("batch_layout: segment validation errors name the offending value") {
   const batch_layout plain({0, 2}, {6, 3});
   SUBCASE("zero segments") {
-    expect_invalid([&] { (void)plain.with_segments({0, 0, 2}, {3, 3}); },
-                   {"item 0 has 0 segments", "at least 1"});
+    expect_invalid(
+        [&] {
+          (void)plain.with_segments({0, 0, 2}, {3, 3});
+        },
+        {"item 0 has 0 segments", "at least 1"});
     const vec counts{0, 1};
-    expect_invalid([&] { (void)plain.with_equal_segments(counts); },
-                   {"item 0 has 0 segments"});
+    expect_invalid([&] { (void)plain.with_equal_segments(counts); }, {"item 0 has 0 segments"});
   }
   SUBCASE("lengths not summing to the item's length") {
-    expect_invalid([&] { (void)plain.with_segments({0, 2, 3}, {2, 3, 3}); },
-                   {"segments of item 0 sum to 5", "length is 6"});
-    expect_invalid([&] { (void)plain.with_segments({0, 2, 3}, {2, 9, 3}); },
-                   {"segments of item 0 exceed its length 6"});
+    expect_invalid(
+        [&] {
+          (void)plain.with_segments({0, 2, 3}, {2, 3, 3});
+        },
+        {"segments of item 0 sum to 5", "length is 6"});
+    expect_invalid(
+        [&] {
+          (void)plain.with_segments({0, 2, 3}, {2, 9, 3});
+        },
+        {"segments of item 0 exceed its length 6"});
   }
   SUBCASE("negative segment length") {
-    expect_invalid([&] { (void)plain.with_segments({0, 2, 3}, {4, -2, 3}); },
-                   {"segment 1 of item 0", "negative length -2"});
+    expect_invalid(
+        [&] {
+          (void)plain.with_segments({0, 2, 3}, {4, -2, 3});
+        },
+        {"segment 1 of item 0", "negative length -2"});
   }
   SUBCASE("offsets of the wrong shape") {
-    expect_invalid([&] { (void)plain.with_segments({0, 2}, {3, 3}); },
-                   {"segment offsets have 2 entries", "expected 3"});
-    expect_invalid([&] { (void)plain.with_segments({1, 2, 3}, {3, 3, 3}); },
-                   {"segment_offsets[0] is 1"});
-    expect_invalid([&] { (void)plain.with_segments({0, 2, 4}, {3, 3, 3}); },
-                   {"segment offsets end at 4", "3 segment lengths"});
-    expect_invalid([&] { (void)plain.with_segments({}, {3, 3, 3}); },
-                   {"3 segment lengths given without segment offsets"});
+    expect_invalid(
+        [&] {
+          (void)plain.with_segments({0, 2}, {3, 3});
+        },
+        {"segment offsets have 2 entries", "expected 3"});
+    expect_invalid(
+        [&] {
+          (void)plain.with_segments({1, 2, 3}, {3, 3, 3});
+        },
+        {"segment_offsets[0] is 1"});
+    expect_invalid(
+        [&] {
+          (void)plain.with_segments({0, 2, 4}, {3, 3, 3});
+        },
+        {"segment offsets end at 4", "3 segment lengths"});
+    expect_invalid(
+        [&] {
+          (void)plain.with_segments({}, {3, 3, 3});
+        },
+        {"3 segment lengths given without segment offsets"});
   }
   SUBCASE("equal segments that do not divide the length") {
     const vec counts{4, 1};

@@ -9,9 +9,9 @@
 
 #include <algorithm>
 #include <array>
-#include <iterator>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <vector>
@@ -96,8 +96,8 @@ double rank_time(const quadratic_cost& q, double overhead, const padding_policy&
 }
 
 // Random ranks: 0..max_items items of lengths in [1, max_len].
-std::vector<std::vector<std::int64_t>> random_ranks(std::mt19937_64& rng, int ranks,
-                                                    int max_items, std::int64_t max_len) {
+std::vector<std::vector<std::int64_t>> random_ranks(std::mt19937_64& rng, int ranks, int max_items,
+                                                    std::int64_t max_len) {
   std::vector<std::vector<std::int64_t>> out(static_cast<std::size_t>(ranks));
   for (auto& r : out) {
     const auto n = static_cast<int>(rng() % static_cast<std::uint64_t>(max_items + 1));
@@ -548,8 +548,11 @@ TEST_CASE("cost_fit: cost_calibration errors") {
   const auto layout = batch_layout::from_ranks({{1, 2}, {3}});
   expect_invalid([&] { calib.add_step(layout, std::vector<double>{1.0}); },
                  {"add_step: 1 rank times for 2 ranks"});
-  expect_invalid([&] { calib.add_step(layout, std::vector<double>{1.0, nan}); },
-                 {"add_step: rank 1", "finite"});
+  expect_invalid(
+      [&] {
+        calib.add_step(layout, std::vector<double>{1.0, nan});
+      },
+      {"add_step: rank 1", "finite"});
   CHECK(calib.observations() == 0);
   calib.add_step(layout, std::vector<double>{1.0, 2.0});
   calib.add_rank(L{}, 0.5);  // an empty rank observes the overhead

@@ -22,9 +22,9 @@ using orchmllm::cost_model;
 using orchmllm::cost_type_t;
 using orchmllm::linear_cost;
 using orchmllm::quadratic_cost;
-using orchmllm::test::expect_invalid;
 using orchmllm::transformer_config;
 using orchmllm::transformer_flops_cost;
+using orchmllm::test::expect_invalid;
 
 }  // namespace
 

@@ -142,9 +142,8 @@ TEST_CASE("error: message, what() and location") {
       CHECK(e.line() > 0);
       CHECK(ends_with(e.file(), "batch_layout.inl"));
       // message() is what() without the prefix and the location.
-      CHECK(what == "orchmllm: " + e.message() +
-                        " [orchmllm/detail/core/batch_layout.inl:" + std::to_string(e.line()) +
-                        "]");
+      CHECK(what == "orchmllm: " + e.message() + " [orchmllm/detail/core/batch_layout.inl:" +
+                        std::to_string(e.line()) + "]");
     }
   }
   SUBCASE("detail::raise records its caller") {

@@ -88,8 +88,8 @@ TEST_CASE("word_digest: every way of feeding the same words gives the same diges
 TEST_CASE("word_digest: order, values and length all change it") {
   const auto base = digest_one_by_one({1, 2, 3, 4, 5});
   CHECK(digest_one_by_one({1, 2, 3, 4, 5}) == base);
-  CHECK(digest_one_by_one({2, 1, 3, 4, 5}) != base);  // a swap inside the first four
-  CHECK(digest_one_by_one({1, 2, 3, 4, 6}) != base);  // a pending word
+  CHECK(digest_one_by_one({2, 1, 3, 4, 5}) != base);     // a swap inside the first four
+  CHECK(digest_one_by_one({1, 2, 3, 4, 6}) != base);     // a pending word
   CHECK(digest_one_by_one({1, 2, 3, 4, 5, 0}) != base);  // one more (zero) word
   CHECK(digest_one_by_one({1, 2, 3, 4}) != digest_one_by_one({1, 2, 3, 4, 0}));
   CHECK(digest_one_by_one({}) != digest_one_by_one({0}));

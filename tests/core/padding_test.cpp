@@ -48,14 +48,15 @@ static_assert([] {
 // and the add-only state is a trivially copyable value (the exact search copies it per node).
 static_assert(sizeof(padding_policy) <= 16);
 static_assert(std::is_trivially_copyable_v<padding_policy>);
-static_assert(std::is_trivially_copyable_v<
-              rank_load<double, orchmllm::rank_load_mode::add_only>>);
+static_assert(std::is_trivially_copyable_v<rank_load<double, orchmllm::rank_load_mode::add_only>>);
 // 88: the padded rows (segments) joined the item count.
 static_assert(sizeof(rank_load<double, orchmllm::rank_load_mode::add_only>) <= 88);
 
 // The model-caching add refuses a temporary model (its address could later be another model's).
 template <class R, class M>
-concept adds_with_model = requires(R r, M&& m) { r.add(1, 1.0, 1, std::forward<M>(m)); };
+concept adds_with_model = requires(R r, M&& m) {
+  r.add(1, 1.0, 1, std::forward<M>(m));
+};
 static_assert(adds_with_model<rank_load<double>, const quadratic_cost&>);
 static_assert(!adds_with_model<rank_load<double>, quadratic_cost>);
 
@@ -64,7 +65,7 @@ struct item {
   std::int64_t bytes;
 };
 
-using orchmllm::test::at_least;   // support/padding_rules.hpp
+using orchmllm::test::at_least;  // support/padding_rules.hpp
 using orchmllm::test::next_pow2;
 
 // Rules that break the contract.
@@ -364,9 +365,11 @@ TEST_CASE("padding: rank_load add, remove and load_if_added agree with a rebuilt
   const linear_cost lin{3};
   for (int iter = 0; iter < 300; ++iter) {
     CAPTURE(iter);
-    const padding_policy policies[] = {orchmllm::packed, orchmllm::padded,
+    const padding_policy policies[] = {orchmllm::packed,
+                                       orchmllm::padded,
                                        orchmllm::padded_to_multiple(1 + iter % 7),
-                                       orchmllm::bucketed({16, 64, 256}), next_pow2{},
+                                       orchmllm::bucketed({16, 64, 256}),
+                                       next_pow2{},
                                        at_least{iter % 50}};
     for (const padding_policy policy : policies) {
       CAPTURE(static_cast<int>(policy.policy_kind()));
@@ -434,9 +437,11 @@ TEST_CASE("padding: rank_load's cached unit and cap queries agree with a fresh e
   using orchmllm::capacity;
   for (int iter = 0; iter < 200; ++iter) {
     CAPTURE(iter);
-    const padding_policy policies[] = {orchmllm::packed, orchmllm::padded,
+    const padding_policy policies[] = {orchmllm::packed,
+                                       orchmllm::padded,
                                        orchmllm::padded_to_multiple(1 + iter % 5),
-                                       orchmllm::bucketed({16, 64, 256}), next_pow2{},
+                                       orchmllm::bucketed({16, 64, 256}),
+                                       next_pow2{},
                                        at_least{iter % 40}};
     for (const padding_policy policy : policies) {
       CAPTURE(static_cast<int>(policy.policy_kind()));
@@ -527,8 +532,8 @@ TEST_CASE("padding: rank_load's cap queries never overflow") {
 
 TEST_CASE("rank_load: items with segments are padded rows (item_shape)") {
   // A video of 3 segments of 4 (length 12) and an image of 6: 4 rows of the longest row, 6.
-  const auto l = orchmllm::batch_layout({0, 2}, {12, 6})
-                     .with_equal_segments(std::vector<std::int64_t>{3, 1});
+  const auto l =
+      orchmllm::batch_layout({0, 2}, {12, 6}).with_equal_segments(std::vector<std::int64_t>{3, 1});
   const auto video = orchmllm::item_shape_of(l, 0);
   CHECK(video == orchmllm::item_shape{12, 12, 3, 4});
   CHECK(orchmllm::item_shape_of(l, 1) == orchmllm::item_shape{6, 6, 1, 6});

@@ -146,9 +146,9 @@ TEST_CASE("apply_by_rank puts the trainer's items where the plan says") {
         // The item in destination slot h is the plan's source_of(h), whose global id is its
         // position in the flattened ranks.
         const auto g = plan.source_of(plan.dst_offsets()[r] + static_cast<std::int64_t>(slot));
-        const auto src = static_cast<std::size_t>(std::upper_bound(plan.src_offsets().begin(),
-                                                                   plan.src_offsets().end(), g) -
-                                                  plan.src_offsets().begin() - 1);
+        const auto src = static_cast<std::size_t>(
+            std::upper_bound(plan.src_offsets().begin(), plan.src_offsets().end(), g) -
+            plan.src_offsets().begin() - 1);
         const auto& original = ranks[src][static_cast<std::size_t>(g - plan.src_offsets()[src])];
         CHECK(items[slot].id == original.id);
         CHECK(items[slot].pixels.size() == original.pixels.size());
@@ -189,8 +189,14 @@ TEST_CASE("apply_by_rank moves move-only items out of an rvalue") {
 
 TEST_CASE("apply_by_rank rejects a batch of another shape") {
   const auto plan = orchmllm::rearrangement::identity(std::vector<std::int64_t>{0, 2, 3});
-  expect_invalid([&] { (void)orchmllm::apply_by_rank(plan, std::vector<vec>{{1, 2}}); },
-                 {"1 ranks", "2"});
-  expect_invalid([&] { (void)orchmllm::apply_by_rank(plan, std::vector<vec>{{1, 2}, {}}); },
-                 {"rank 1 holds 0 items", "expects 1"});
+  expect_invalid(
+      [&] {
+        (void)orchmllm::apply_by_rank(plan, std::vector<vec>{{1, 2}});
+      },
+      {"1 ranks", "2"});
+  expect_invalid(
+      [&] {
+        (void)orchmllm::apply_by_rank(plan, std::vector<vec>{{1, 2}, {}});
+      },
+      {"rank 1 holds 0 items", "expects 1"});
 }

@@ -4,7 +4,6 @@
 // and ragged rows, count matrices, validate, and every error.
 
 #include "orchmllm/core/rearrangement.hpp"
-#include "orchmllm/detail/core/fnv.hpp"
 
 #include <doctest/doctest.h>
 
@@ -19,6 +18,7 @@
 
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/error.hpp"
+#include "orchmllm/detail/core/fnv.hpp"
 #include "support/test_support.hpp"
 
 namespace {

@@ -154,7 +154,7 @@ TEST_CASE("statistics: rank_loads before and after, hand example") {
   CHECK(s.lower_bound == 5);  // max(⌈13/3⌉ = 5, p1 = 5, p3 + p4 = 2 + 1)
   CHECK(s.ratio == doctest::Approx(6.0 / 5.0));
   CHECK(s.max_tokens == 6);
-  CHECK(s.max_bytes == 60);  // rank 0: 10 + 10 + 40
+  CHECK(s.max_bytes == 60);         // rank 0: 10 + 10 + 40
   CHECK(s.max_tokens_before == 7);  // rank 0 as sampled: 5 + 1 + 1
   CHECK(s.max_bytes_before == 70);  // rank 0 as sampled: 50 + 10 + 10
   CHECK(s.min_items_per_rank == 1);
@@ -163,8 +163,8 @@ TEST_CASE("statistics: rank_loads before and after, hand example") {
   CHECK(s.bytes_moved == 90);
 
   const auto sp = compute_statistics(layout, plan, lin, orchmllm::padded);
-  CHECK(sp.max_tokens == 12);  // 3 × 4
-  CHECK(sp.max_bytes == 120);  // 3 × 40
+  CHECK(sp.max_tokens == 12);         // 3 × 4
+  CHECK(sp.max_bytes == 120);         // 3 × 40
   CHECK(sp.max_tokens_before == 15);  // rank 0 as sampled: 3 × 5
   CHECK(sp.max_bytes_before == 150);  // 3 × 50
   CHECK(sp.makespan == 12);

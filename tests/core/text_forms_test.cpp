@@ -58,13 +58,13 @@ TEST_CASE("cost text: linear and quadratic, canonical spelling and round trip") 
 }
 
 TEST_CASE("cost text: rejections name the text and the reason") {
-  const std::string shape =
-      ", expected 'linear' or 'quadratic:A,B' (cost(l) = A*l + B*l^2)";
+  const std::string shape = ", expected 'linear' or 'quadratic:A,B' (cost(l) = A*l + B*l^2)";
   CHECK(message_of([] { (void)orchmllm::parse_cost_model("cubic"); }) == "cost is 'cubic'" + shape);
   CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:1"); }) ==
         "cost is 'quadratic:1'" + shape);
   CHECK(message_of([] { (void)orchmllm::parse_cost_model(""); }) == "cost is ''" + shape);
-  CHECK(message_of([] { (void)orchmllm::parse_cost_model("Linear"); }) == "cost is 'Linear'" + shape);
+  CHECK(message_of([] { (void)orchmllm::parse_cost_model("Linear"); }) ==
+        "cost is 'Linear'" + shape);
   CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:1,x"); }) ==
         "cost expects a finite number, got 'x' (in 'quadratic:1,x')");
   CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:,1"); }) ==
@@ -81,12 +81,14 @@ TEST_CASE("cost text: rejections name the text and the reason") {
   CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:-1,0"); }) ==
         "cost 'quadratic:-1,0': quadratic_cost linear coefficient is -1, must be finite and >= 0");
   // User text is echoed printable: control bytes escaped, never raw.
-  CHECK(message_of([] { (void)orchmllm::parse_cost_model("a\nb"); }) == "cost is 'a\\x0ab'" + shape);
+  CHECK(message_of([] { (void)orchmllm::parse_cost_model("a\nb"); }) ==
+        "cost is 'a\\x0ab'" + shape);
   // Models without a text form.
   CHECK(message_of([] { (void)orchmllm::to_text(orchmllm::linear_cost{2}); }) ==
         "linear_cost of weight 2 has no text form (only weight 1: 'linear')");
-  CHECK(message_of([] { (void)orchmllm::to_text(orchmllm::quadratic_cost{1.0, 1.0, 0.0}); }) ==
-        "quadratic_cost with constant 1 has no text form (only 'quadratic:A,B', constant 0)");
+  CHECK(message_of([] {
+          (void)orchmllm::to_text(orchmllm::quadratic_cost{1.0, 1.0, 0.0});
+        }) == "quadratic_cost with constant 1 has no text form (only 'quadratic:A,B', constant 0)");
 }
 
 TEST_CASE("policy text: packed, padded with a multiple, bucketed; round trip") {

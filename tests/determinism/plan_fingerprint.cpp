@@ -3,13 +3,12 @@
 // -ffp-contract=fast (FMA contraction allowed), and ctest determinism.build_flags requires the
 // two outputs to be equal: ranks built with different flags must agree on every plan.
 // Not a doctest program: its output is the test.
-#include <orchmllm/orchmllm.hpp>
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <orchmllm/orchmllm.hpp>
 #include <random>
 #include <vector>
 
@@ -92,7 +91,8 @@ int main() {
 
     // A profile fit, as a trainer would run on every rank from the same timings.
     std::vector<double> seconds;
-    for (const auto l : lengths) seconds.push_back(quad(l) * full_mantissa(rng, 0));  // a product, never added to here
+    for (const auto l : lengths)
+      seconds.push_back(quad(l) * full_mantissa(rng, 0));  // a product, never added to here
     const auto fit = fit_quadratic_cost(lengths, seconds);
     digest fitted;
     fitted.add(fit.constant);
@@ -101,8 +101,7 @@ int main() {
 
     std::printf("round %2d d=%2d n=%4lld costs %016llx plans %016llx fit %016llx\n", round,
                 static_cast<int>(d), static_cast<long long>(n),
-                static_cast<unsigned long long>(costs.h),
-                static_cast<unsigned long long>(plans.h),
+                static_cast<unsigned long long>(costs.h), static_cast<unsigned long long>(plans.h),
                 static_cast<unsigned long long>(fitted.h));
     ++lines;
   }

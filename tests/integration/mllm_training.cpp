@@ -77,6 +77,7 @@
 // declarations and the payload helpers (mllm_training_data.hpp); both paths of the step, the
 // output and the command line (here).
 
+#include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -93,8 +94,6 @@
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <Eigen/Dense>
 
 #include "bench/support/args.hpp"
 #include "bench/support/workload.hpp"
@@ -115,7 +114,7 @@ using Eigen::VectorXd;
 using orchmllm::rank_t;
 using namespace mllm_training;  // mllm_training_model.hpp, mllm_training_data.hpp
 
-constexpr double tolerance = 1e-10;  // largest relative difference accepted between the paths
+constexpr double tolerance = 1e-10;   // largest relative difference accepted between the paths
 constexpr double rel_floor = 1e-300;  // the "tiny" denominator floor of the relative differences
 
 // ---------------------------------------------------------------------------------------------
@@ -132,9 +131,9 @@ struct step_result {  // the same on every rank (computed from all-gathered data
   int dispatches = 0, node_wise_dispatches = 0;  // payload moves of path (b), node-wise ones
   std::vector<orchmllm::stage_report> stages;
   double plan_seconds = 0;
-  bool split = false;                // --split: segmented videos, vision stage splits
-  std::int64_t vision_units = 0;     // what the vision encoders ran: sub-items or pieces
-  std::int64_t cut_videos = 0;       // videos encoded in two or more pieces
+  bool split = false;             // --split: segmented videos, vision stage splits
+  std::int64_t vision_units = 0;  // what the vision encoders ran: sub-items or pieces
+  std::int64_t cut_videos = 0;    // videos encoded in two or more pieces
 };
 
 /// Sum over ranks, in rank order, of every rank's vector (all the same length).
@@ -246,8 +245,7 @@ step_result run_rank(Comm& comm, std::uint64_t seed, bool split) {
       require(rows == u.input_rows, "encoder input of the wrong size");
       auto x = read_matrix(in, row, rows, input_dim(k));
       row += rows;
-      const std::int64_t segments =
-          split && k == vision ? u.last_segment - u.first_segment : 0;
+      const std::int64_t segments = split && k == vision ? u.last_segment - u.first_segment : 0;
       const auto y = encoder_forward(m, k, x, segments);
       require(y.cols() == u.llm_tokens, "encoder output of the wrong size");
       append_matrix(out, y);
@@ -263,8 +261,7 @@ step_result run_rank(Comm& comm, std::uint64_t seed, bool split) {
   for (int k = 0; k < num_encoders; ++k) {
     const auto uk = static_cast<std::size_t>(k);
     // (With splitting the payload holds pieces, llm_view sub-items: compare rows then.)
-    require((step.encoders[uk].pieces ||
-             emb[uk].num_items() == view.item_offsets[uk].back()) &&
+    require((step.encoders[uk].pieces || emb[uk].num_items() == view.item_offsets[uk].back()) &&
                 emb[uk].total_rows() == view.row_offsets[uk].back(),
             "the composed route delivered another number of sub-items or rows than llm_view says");
     demb[uk].rows = emb[uk].rows;
@@ -314,8 +311,7 @@ step_result run_rank(Comm& comm, std::uint64_t seed, bool split) {
       const auto& x = enc_inputs[uk][i];
       require(rows * (k == vision ? patches_per_token : frames_per_token) == x.cols(),
               "an output gradient of the wrong size");
-      encoder_backward(m, k, x, read_matrix(back, row, rows, hidden), grad_b,
-                       enc_segments[uk][i]);
+      encoder_backward(m, k, x, read_matrix(back, row, rows, hidden), grad_b, enc_segments[uk][i]);
       row += rows;
     }
   }
@@ -381,11 +377,12 @@ bool passed(const step_result& r) {
 void print(const step_result& r, const char* backend, std::uint64_t seed) {
   std::printf("OrchMLLM end-to-end training step: %d ranks on %d nodes (%s backend), seed %llu\n",
               r.ranks, r.nodes, backend, static_cast<unsigned long long>(seed));
-  std::printf("global batch: %lld samples, %lld images, %lld audio clips, %lld tokens; %lld "
-              "parameters\n",
-              static_cast<long long>(r.samples), static_cast<long long>(r.sub_items[vision]),
-              static_cast<long long>(r.sub_items[audio]), static_cast<long long>(r.tokens),
-              static_cast<long long>(r.parameters));
+  std::printf(
+      "global batch: %lld samples, %lld images, %lld audio clips, %lld tokens; %lld "
+      "parameters\n",
+      static_cast<long long>(r.samples), static_cast<long long>(r.sub_items[vision]),
+      static_cast<long long>(r.sub_items[audio]), static_cast<long long>(r.tokens),
+      static_cast<long long>(r.parameters));
   std::printf("%-7s %-20s %9s %9s %12s %12s\n", "stage", "balancer", "imb.bef", "imb.aft",
               "moved B", "inter-node B");
   for (const auto& s : r.stages)
@@ -401,21 +398,22 @@ void print(const step_result& r, const char* backend, std::uint64_t seed) {
     moved += s.moved_bytes;
     inter += s.inter_node_bytes;
   }
-  std::printf("{\"example\":\"mllm_training\",\"backend\":\"%s\",\"ranks\":%d,\"nodes\":%d,"
-              "\"seed\":%llu,\"samples\":%lld,\"sub_items\":{\"vision\":%lld,\"audio\":%lld},"
-              "\"tokens\":%lld,\"parameters\":%lld,\"encoders\":%d,\"alltoalls_per_step\":%d,"
-              "\"loss\":%.17g,\"loss_rel_diff\":%.6e,\"grad_max_rel_diff\":%.6e,"
-              "\"tolerance\":%.1e,\"moved_bytes\":%lld,\"inter_node_bytes\":%lld,"
-              "\"dispatches\":%d,\"node_wise_dispatches\":%d,\"plan_ms\":%.3f,\"split\":%s,"
-              "\"vision_units\":%lld,\"cut_videos\":%lld,\"stages\":[",
-              backend, r.ranks, r.nodes, static_cast<unsigned long long>(seed),
-              static_cast<long long>(r.samples), static_cast<long long>(r.sub_items[vision]),
-              static_cast<long long>(r.sub_items[audio]), static_cast<long long>(r.tokens),
-              static_cast<long long>(r.parameters), num_encoders, r.alltoalls_per_step, r.loss_b,
-              r.loss_rel_diff, r.grad_max_rel_diff, tolerance, static_cast<long long>(moved),
-              static_cast<long long>(inter), r.dispatches, r.node_wise_dispatches,
-              1e3 * r.plan_seconds, r.split ? "true" : "false",
-              static_cast<long long>(r.vision_units), static_cast<long long>(r.cut_videos));
+  std::printf(
+      "{\"example\":\"mllm_training\",\"backend\":\"%s\",\"ranks\":%d,\"nodes\":%d,"
+      "\"seed\":%llu,\"samples\":%lld,\"sub_items\":{\"vision\":%lld,\"audio\":%lld},"
+      "\"tokens\":%lld,\"parameters\":%lld,\"encoders\":%d,\"alltoalls_per_step\":%d,"
+      "\"loss\":%.17g,\"loss_rel_diff\":%.6e,\"grad_max_rel_diff\":%.6e,"
+      "\"tolerance\":%.1e,\"moved_bytes\":%lld,\"inter_node_bytes\":%lld,"
+      "\"dispatches\":%d,\"node_wise_dispatches\":%d,\"plan_ms\":%.3f,\"split\":%s,"
+      "\"vision_units\":%lld,\"cut_videos\":%lld,\"stages\":[",
+      backend, r.ranks, r.nodes, static_cast<unsigned long long>(seed),
+      static_cast<long long>(r.samples), static_cast<long long>(r.sub_items[vision]),
+      static_cast<long long>(r.sub_items[audio]), static_cast<long long>(r.tokens),
+      static_cast<long long>(r.parameters), num_encoders, r.alltoalls_per_step, r.loss_b,
+      r.loss_rel_diff, r.grad_max_rel_diff, tolerance, static_cast<long long>(moved),
+      static_cast<long long>(inter), r.dispatches, r.node_wise_dispatches, 1e3 * r.plan_seconds,
+      r.split ? "true" : "false", static_cast<long long>(r.vision_units),
+      static_cast<long long>(r.cut_videos));
   for (std::size_t i = 0; i < r.stages.size(); ++i) {
     const auto& s = r.stages[i];
     std::printf(
@@ -530,8 +528,7 @@ const std::vector<flag_spec>& flags() {
        false},
       {"seed", "S", "seed of the synthetic data, >= 0; default 1", false},
       {"check-gradients", "", "finite-difference check of the gradients, one process", false},
-      {"split", "", "videos of temporal groups, per-group attention, vision stage splits",
-       false},
+      {"split", "", "videos of temporal groups, per-group attention, vision stage splits", false},
   };
   return specs;
 }

@@ -4,6 +4,7 @@
 // orchestrator's view of them and the stage declarations, and the payload helpers (rows of
 // doubles <-> bytes).
 
+#include <Eigen/Dense>
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -12,8 +13,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <Eigen/Dense>
 
 #include "bench/support/workload.hpp"
 #include "mllm_training_model.hpp"
@@ -29,7 +28,7 @@ using orchmllm::rank_t;
 
 struct sub_data {
   int modality = 0;
-  MatrixXd input;  // input_dim × encoder input rows (patches / frames)
+  MatrixXd input;             // input_dim × encoder input rows (patches / frames)
   std::int64_t segments = 0;  // --split videos: temporal groups (0: an image, not segmented)
   [[nodiscard]] std::int64_t rows() const { return input.cols(); }
   [[nodiscard]] std::int64_t tokens() const {
@@ -43,7 +42,8 @@ struct sample_data {
 };
 
 /// Rank `rank`'s samples: stream `rank` of `seed` (independent of the number of ranks).
-inline std::vector<sample_data> make_rank_data(std::uint64_t seed, rank_t rank, bool split = false) {
+inline std::vector<sample_data> make_rank_data(std::uint64_t seed, rank_t rank,
+                                               bool split = false) {
   orchmllm::bench::random_source rng(seed, static_cast<std::uint64_t>(rank));
   using orchmllm::bench::clip_round;
   std::vector<sample_data> out(static_cast<std::size_t>(rng.uniform_int(2, 5)));
@@ -96,9 +96,8 @@ inline orchmllm::local_batch describe(const std::vector<sample_data>& samples) {
   for (std::size_t s = 0; s < samples.size(); ++s) {
     b.text_tokens.push_back(static_cast<std::int64_t>(samples[s].text.size()));
     for (const auto& d : samples[s].subs)
-      b.sub_items.push_back(
-          {d.modality, static_cast<std::int64_t>(s), d.rows(), d.rows(), d.tokens(),
-           std::max<std::int64_t>(d.segments, 1)});
+      b.sub_items.push_back({d.modality, static_cast<std::int64_t>(s), d.rows(), d.rows(),
+                             d.tokens(), std::max<std::int64_t>(d.segments, 1)});
   }
   return b;
 }
@@ -138,8 +137,8 @@ inline void append_matrix(orchmllm::ragged_payload& p, const MatrixXd& m) {
   std::memcpy(p.data.data() + at, m.data(), static_cast<std::size_t>(m.size()) * sizeof(double));
 }
 
-inline MatrixXd read_matrix(const orchmllm::ragged_payload& p, std::int64_t first_row, std::int64_t rows,
-                     int dim) {
+inline MatrixXd read_matrix(const orchmllm::ragged_payload& p, std::int64_t first_row,
+                            std::int64_t rows, int dim) {
   MatrixXd m(dim, rows);
   std::memcpy(m.data(), p.data.data() + first_row * p.row_bytes,
               static_cast<std::size_t>(rows * p.row_bytes));

@@ -4,6 +4,7 @@
 // per-group attention of --split videos), the audio encoder and the LLM-like backbone, forward
 // and backward written by hand in plain C++20 + Eigen, double precision.
 
+#include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -13,8 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include <Eigen/Dense>
-
 #include "bench/support/workload.hpp"
 
 namespace mllm_training {
@@ -22,15 +21,15 @@ namespace mllm_training {
 using Eigen::MatrixXd;
 using Eigen::VectorXd;
 
-constexpr int hidden = 8;          // H: encoder output rows and LLM width
-constexpr int vocab = 32;          // token ids and targets in [0, vocab)
-constexpr int mlp = 16;            // LLM MLP width
-constexpr int max_positions = 320; // learned position embeddings (sequences are <= 264 long)
-constexpr int patch_dim = 12;      // values per image patch (one encoder input row)
-constexpr int frame_dim = 6;       // values per audio frame
+constexpr int hidden = 8;           // H: encoder output rows and LLM width
+constexpr int vocab = 32;           // token ids and targets in [0, vocab)
+constexpr int mlp = 16;             // LLM MLP width
+constexpr int max_positions = 320;  // learned position embeddings (sequences are <= 264 long)
+constexpr int patch_dim = 12;       // values per image patch (one encoder input row)
+constexpr int frame_dim = 6;        // values per audio frame
 constexpr int patches_per_token = 2;
 constexpr int frames_per_token = 3;
-constexpr int vision = 0;          // modality index = encoder stage index
+constexpr int vision = 0;  // modality index = encoder stage index
 constexpr int audio = 1;
 constexpr int num_encoders = 2;
 
@@ -139,15 +138,17 @@ inline audio_activations audio_activate(const model& m, const MatrixXd& x) {
   const Eigen::Index t = x.cols() / frames_per_token;
   a.pool.resize(hidden, t);
   for (Eigen::Index j = 0; j < t; ++j)
-    a.pool.col(j) = a.g.middleCols(frames_per_token * j, frames_per_token).rowwise().sum() /
-                    frames_per_token;
+    a.pool.col(j) =
+        a.g.middleCols(frames_per_token * j, frames_per_token).rowwise().sum() / frames_per_token;
   a.mean = a.pool.rowwise().mean();
   const VectorXd ctx = m.aud_v * a.mean + m.aud_c.col(0);
   a.out = ((m.aud_u * a.pool).colwise() + ctx).array().tanh().matrix();
   return a;
 }
 
-inline MatrixXd audio_forward(const model& m, const MatrixXd& x) { return audio_activate(m, x).out; }
+inline MatrixXd audio_forward(const model& m, const MatrixXd& x) {
+  return audio_activate(m, x).out;
+}
 
 inline void audio_backward(const model& m, const MatrixXd& x, const MatrixXd& dout, model& g) {
   const auto a = audio_activate(m, x);
@@ -198,7 +199,7 @@ inline MatrixXd video_forward(const model& m, const MatrixXd& x, std::int64_t se
 }
 
 inline void video_backward(const model& m, const MatrixXd& x, const MatrixXd& dout,
-                    std::int64_t segments, model& g) {
+                           std::int64_t segments, model& g) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(hidden));
   const MatrixXd pooled = vision_forward(m, x);
   const Eigen::Index t = pooled.cols() / segments;
@@ -208,9 +209,9 @@ inline void video_backward(const model& m, const MatrixXd& x, const MatrixXd& do
     const MatrixXd d = dout.middleCols(s * t, t);
     MatrixXd a;
     segment_attention(m, p, &a);
-    MatrixXd dp = d + d * a;                    // out = P + P A^T
-    const MatrixXd da = d.transpose() * p;      // dA[j][l] = dout_j . p_l
-    MatrixXd ds = a.cwiseProduct(da);           // softmax backward, row by row
+    MatrixXd dp = d + d * a;                // out = P + P A^T
+    const MatrixXd da = d.transpose() * p;  // dA[j][l] = dout_j . p_l
+    MatrixXd ds = a.cwiseProduct(da);       // softmax backward, row by row
     const VectorXd rows = ds.rowwise().sum();
     ds = a.cwiseProduct(da.colwise() - rows);
     const MatrixXd qp = m.img_q * p;
@@ -225,13 +226,13 @@ inline void video_backward(const model& m, const MatrixXd& x, const MatrixXd& do
 
 // `segments` > 0: the segmented (--split) vision encoder over that many groups.
 inline MatrixXd encoder_forward(const model& m, int modality, const MatrixXd& x,
-                         std::int64_t segments = 0) {
+                                std::int64_t segments = 0) {
   if (modality == vision)
     return segments > 0 ? video_forward(m, x, segments) : vision_forward(m, x);
   return audio_forward(m, x);
 }
 inline void encoder_backward(const model& m, int modality, const MatrixXd& x, const MatrixXd& dout,
-                      model& g, std::int64_t segments = 0) {
+                             model& g, std::int64_t segments = 0) {
   if (modality == vision && segments > 0)
     video_backward(m, x, dout, segments, g);
   else if (modality == vision)
@@ -256,8 +257,8 @@ static_assert(sizeof(text_row) == 16);
 /// parameter gradients of loss · inv_n to `g`, writes d(loss · inv_n)/d(subs[j]) to `dsubs[j]`
 /// and returns the sample's summed (unnormalised) cross-entropy.
 inline double llm_sample(const model& m, std::span<const text_row> text,
-                  std::span<const MatrixXd* const> subs, double inv_n, model& g,
-                  std::span<MatrixXd> dsubs) {
+                         std::span<const MatrixXd* const> subs, double inv_n, model& g,
+                         std::span<MatrixXd> dsubs) {
   Eigen::Index len = static_cast<Eigen::Index>(text.size());
   for (const auto* s : subs) len += s->cols();
   if (len > max_positions)
@@ -266,8 +267,8 @@ inline double llm_sample(const model& m, std::span<const text_row> text,
   // Assemble: x columns, targets, and where each column came from.
   MatrixXd u(hidden, len);
   std::vector<int> target(static_cast<std::size_t>(len));
-  std::vector<int> token(static_cast<std::size_t>(len), -1);               // text: its id
-  std::vector<std::pair<int, Eigen::Index>> origin(  // sub, col
+  std::vector<int> token(static_cast<std::size_t>(len), -1);  // text: its id
+  std::vector<std::pair<int, Eigen::Index>> origin(           // sub, col
       static_cast<std::size_t>(len), {-1, 0});
   Eigen::Index at = 0;
   std::size_t next_sub = 0;

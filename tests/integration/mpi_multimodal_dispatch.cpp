@@ -94,9 +94,9 @@ std::string parse(int argc, char** argv, args& a) {
 /// Payload bytes of item (stage, source rank, slot): a fixed function of those and the byte
 /// index, so the receiver can tell whether it got the right item intact.
 std::byte content(int stage, orchmllm::rank_t rank, std::int64_t slot, std::int64_t i) {
-  const std::uint64_t key = orchmllm::bench::splitmix64(
-      (static_cast<std::uint64_t>(stage) << 56) ^ (static_cast<std::uint64_t>(rank) << 32) ^
-      static_cast<std::uint64_t>(slot));
+  const std::uint64_t key = orchmllm::bench::splitmix64((static_cast<std::uint64_t>(stage) << 56) ^
+                                                        (static_cast<std::uint64_t>(rank) << 32) ^
+                                                        static_cast<std::uint64_t>(slot));
   const std::uint64_t w = orchmllm::bench::splitmix64(key + static_cast<std::uint64_t>(i >> 3));
   return static_cast<std::byte>((w >> (8 * (i & 7))) & 0xffu);
 }
@@ -104,8 +104,8 @@ std::byte content(int stage, orchmllm::rank_t rank, std::int64_t slot, std::int6
 /// One stage: its layout (global, the same on every rank) and how its payload is shaped.
 struct stage_def {
   const char* name;
-  const char* payload;          // what one row is
-  std::int64_t row_bytes;       // bytes of one row
+  const char* payload;            // what one row is
+  std::int64_t row_bytes;         // bytes of one row
   orchmllm::batch_layout layout;  // bytes = rows · row_bytes per item
 };
 
@@ -246,8 +246,7 @@ int main(int argc, char** argv) {
     const stage_def stages[] = {
         {"vision", "14x14x3 bf16 patch", orchmllm::bench::bytes_per_vit_patch,
          publish(drawn.vision)},
-        {"audio", "128-mel bf16 frame", orchmllm::bench::bytes_per_mel_frame,
-         publish(drawn.audio)},
+        {"audio", "128-mel bf16 frame", orchmllm::bench::bytes_per_mel_frame, publish(drawn.audio)},
         {"llm", "int32 token id", orchmllm::bench::bytes_per_llm_token, publish(drawn.llm)},
     };
 
@@ -270,10 +269,11 @@ int main(int argc, char** argv) {
     MPI_Allreduce(&mine_ok, &all_ok, 1, MPI_INT, MPI_MIN, comm.native_handle());
 
     if (me == 0) {
-      std::printf("OrchMLLM multimodal dispatch over MPI: %d ranks on %d nodes, %lld samples per "
-                  "rank (seed %llu), schedule %s\n\n",
-                  d, topo.num_nodes(), static_cast<long long>(a.samples_per_rank),
-                  static_cast<unsigned long long>(a.seed), orchmllm::to_string(a.sched).data());
+      std::printf(
+          "OrchMLLM multimodal dispatch over MPI: %d ranks on %d nodes, %lld samples per "
+          "rank (seed %llu), schedule %s\n\n",
+          d, topo.num_nodes(), static_cast<long long>(a.samples_per_rank),
+          static_cast<unsigned long long>(a.seed), orchmllm::to_string(a.sched).data());
       std::printf("%-7s %-19s %6s %9s %9s %10s %10s %-9s %9s %9s %8s %8s\n", "stage", "row",
                   "items", "MiB", "local", "intra-node", "inter-node", "schedule", "pred. ms",
                   "meas. ms", "imb.bef", "imb.aft");
@@ -282,9 +282,9 @@ int main(int argc, char** argv) {
         std::printf("%-7s %-19s %6lld %9s %9s %10s %10s %-9s %9.4f %9.3f %8.3f %8.3f\n",
                     stages[i].name, stages[i].payload, static_cast<long long>(r.items),
                     mib(r.bytes).c_str(), mib(r.placed.local_bytes).c_str(),
-                    mib(r.placed.intra_node_bytes).c_str(),
-                    mib(r.placed.inter_node_bytes).c_str(), orchmllm::to_string(r.used).data(),
-                    1e3 * r.predicted, 1e3 * r.measured, r.imbalance_before, r.imbalance_after);
+                    mib(r.placed.intra_node_bytes).c_str(), mib(r.placed.inter_node_bytes).c_str(),
+                    orchmllm::to_string(r.used).data(), 1e3 * r.predicted, 1e3 * r.measured,
+                    r.imbalance_before, r.imbalance_after);
       }
       std::printf(
           "\nlocal / intra-node / inter-node: MiB that stay on their rank, cross a link inside a "
@@ -292,9 +292,10 @@ int main(int argc, char** argv) {
           "model (H100-class\nNVLink + 400 Gb/s NIC figures); meas. ms: this run's dispatch "
           "(slowest rank). imb.: max / mean\nrank load of the stage's cost model before and "
           "after balancing.\n");
-      std::printf("verified: %s (every item arrived once, intact, in slot order; combine "
-                  "restored every rank's data)\n",
-                  all_ok ? "yes" : "NO");
+      std::printf(
+          "verified: %s (every item arrived once, intact, in slot order; combine "
+          "restored every rank's data)\n",
+          all_ok ? "yes" : "NO");
     }
     return all_ok ? 0 : 1;
   } catch (const orchmllm::error& e) {

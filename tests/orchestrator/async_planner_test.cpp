@@ -52,8 +52,8 @@ stage_declarations declarations() {
                                         .cost = orchmllm::quadratic_cost{0, 1, 0.01},
                                         .input_row_bytes = 24,
                                         .output_row_bytes = 32});
-  decl.encoders.push_back(encoder_stage{.name = "audio", .policy = orchmllm::padded,
-                                        .input_row_bytes = 16, .output_row_bytes = 32});
+  decl.encoders.push_back(encoder_stage{
+      .name = "audio", .policy = orchmllm::padded, .input_row_bytes = 16, .output_row_bytes = 32});
   decl.encoders[0].limits.cap = capacity{capacity::measure::tokens, 1000};
   decl.llm.cost = orchmllm::quadratic_cost{0, 1, 0.001};
   decl.llm.text_row_bytes = 8;
@@ -89,7 +89,8 @@ std::vector<step_metadata> random_steps(std::uint64_t seed, int count) {
 // Everything but plan_seconds (a wall time).
 bool same_plan(const step_plan& a, const step_plan& b) {
   if (!(a.llm == b.llm) || a.encoders.size() != b.encoders.size() ||
-      a.stages.size() != b.stages.size() || a.llm_layout.lengths().size() != b.llm_layout.lengths().size())
+      a.stages.size() != b.stages.size() ||
+      a.llm_layout.lengths().size() != b.llm_layout.lengths().size())
     return false;
   for (std::size_t k = 0; k < a.encoders.size(); ++k) {
     const auto& x = a.encoders[k];
@@ -225,11 +226,12 @@ TEST_CASE("async_planner: planning errors surface at their own step") {
     std::mt19937_64 rng(9);
     auto b = random_batches(rng, ranks);
     b[2].text_tokens.push_back(1);
-    b[2].sub_items.push_back(sub_item{.modality = 0,
-                                      .parent = static_cast<std::int64_t>(b[2].text_tokens.size()) - 1,
-                                      .encoder_length = 5000,
-                                      .input_rows = 1,
-                                      .llm_tokens = 1});
+    b[2].sub_items.push_back(
+        sub_item{.modality = 0,
+                 .parent = static_cast<std::int64_t>(b[2].text_tokens.size()) - 1,
+                 .encoder_length = 5000,
+                 .input_rows = 1,
+                 .llm_tokens = 1});
     steps[1] = orchmllm::make_step_metadata(b, 2);
     b.pop_back();
     steps[3] = orchmllm::make_step_metadata(b, 2);
@@ -254,8 +256,7 @@ TEST_CASE("async_planner: planning errors surface at their own step") {
 TEST_CASE("async_planner: bad use and destruction") {
   const auto decl = declarations();
   const auto topo = topology::uniform(ranks, 2);
-  orchmllm::test::expect_invalid([&] { async_planner p(decl, topo, 0); },
-                                 {"max_pending is 0"});
+  orchmllm::test::expect_invalid([&] { async_planner p(decl, topo, 0); }, {"max_pending is 0"});
   auto bad = decl;
   bad.encoders[1].name = "vision";
   orchmllm::test::expect_invalid([&] { async_planner p(bad, topo); },

@@ -7,8 +7,6 @@
 // doctest macros are not thread-safe: rank functions record failures as strings (one slot per
 // rank) and every CHECK runs on the main thread after `run` returns.
 
-#include "orchmllm/orchestrator/orchestrator.hpp"
-
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -23,6 +21,7 @@
 #include "orchmllm/comm/local.hpp"
 #include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/error.hpp"
+#include "orchmllm/orchestrator/orchestrator.hpp"
 #include "orchmllm/orchestrator/stages.hpp"
 #include "orchmllm/topology/topology.hpp"
 #include "support/orchestrator_fixtures.hpp"
@@ -50,19 +49,23 @@ using namespace std::chrono_literals;
 TEST_CASE("plan_step rejects inconsistent inputs") {
   stage_declarations decl;
   decl.encoders.push_back(encoder_stage{.name = "vision"});
-  local_batch b{.text_tokens = {3},
-                .sub_items = {sub_item{.modality = 0, .parent = 0, .encoder_length = 4,
-                                       .input_rows = 1, .llm_tokens = 1}}};
+  local_batch b{
+      .text_tokens = {3},
+      .sub_items = {sub_item{
+          .modality = 0, .parent = 0, .encoder_length = 4, .input_rows = 1, .llm_tokens = 1}}};
   const auto meta = orchmllm::make_step_metadata({b, b}, 1);
-  orchmllm::test::expect_invalid([&] { (void)orchmllm::plan_step(decl, meta, topology::uniform(3, 0)); },
-                                 {"metadata of 2 ranks", "topology of 3"});
+  orchmllm::test::expect_invalid(
+      [&] { (void)orchmllm::plan_step(decl, meta, topology::uniform(3, 0)); },
+      {"metadata of 2 ranks", "topology of 3"});
   const auto meta0 = orchmllm::make_step_metadata({local_batch{}, local_batch{}}, 0);
-  orchmllm::test::expect_invalid([&] { (void)orchmllm::plan_step(decl, meta0, topology::uniform(2, 0)); },
-                                 {"0 modalities", "1 encoder stages"});
+  orchmllm::test::expect_invalid(
+      [&] { (void)orchmllm::plan_step(decl, meta0, topology::uniform(2, 0)); },
+      {"0 modalities", "1 encoder stages"});
   auto bad = decl;
   bad.llm.name = "vision";
-  orchmllm::test::expect_invalid([&] { (void)orchmllm::plan_step(bad, meta, topology::uniform(2, 0)); },
-                                 {"two stages are named 'vision'"});
+  orchmllm::test::expect_invalid(
+      [&] { (void)orchmllm::plan_step(bad, meta, topology::uniform(2, 0)); },
+      {"two stages are named 'vision'"});
   // Capacities: an encoder cap below the largest item names the encoder stage; an LLM cap
   // below the longest sequence names the LLM stage.
   auto capped = decl;
@@ -85,8 +88,8 @@ TEST_CASE("plan_step rejects inconsistent inputs") {
   auto two = decl;
   two.encoders.push_back(encoder_stage{.name = "audio"});
   local_batch b2 = b;
-  b2.sub_items.push_back(sub_item{.modality = 1, .parent = 0, .encoder_length = 9,
-                                  .input_rows = 1, .llm_tokens = 1});
+  b2.sub_items.push_back(
+      sub_item{.modality = 1, .parent = 0, .encoder_length = 9, .input_rows = 1, .llm_tokens = 1});
   const auto meta2 = orchmllm::make_step_metadata({b2, b2}, 2);
   for (const auto& mode :
        {std::pair{true, -1}, std::pair{false, -1}, std::pair{true, 1}, std::pair{false, 1}}) {
@@ -118,13 +121,14 @@ TEST_CASE("plan_step rejects inconsistent inputs") {
 
 TEST_CASE("plan_step: byte and token sizes past 2^63 are errors, not wrapped sizes") {
   stage_declarations decl;
-  decl.encoders.push_back(encoder_stage{.name = "vision", .input_row_bytes = 1 << 20,
-                                        .output_row_bytes = 8});
+  decl.encoders.push_back(
+      encoder_stage{.name = "vision", .input_row_bytes = 1 << 20, .output_row_bytes = 8});
   decl.llm.text_row_bytes = 8;
   constexpr std::int64_t big = std::int64_t{1} << 60;
-  local_batch fine{.text_tokens = {3},
-                   .sub_items = {sub_item{.modality = 0, .parent = 0, .encoder_length = 4,
-                                          .input_rows = 1, .llm_tokens = 1}}};
+  local_batch fine{
+      .text_tokens = {3},
+      .sub_items = {sub_item{
+          .modality = 0, .parent = 0, .encoder_length = 4, .input_rows = 1, .llm_tokens = 1}}};
   // Text bytes: 2^60 tokens × 8 bytes wraps to 0 unchecked.
   local_batch text = fine;
   text.text_tokens[0] = big;
@@ -172,31 +176,30 @@ template <class F>
 std::vector<caught> run_bad(rank_t d, F&& body, const stage_declarations& good_decl,
                             const std::vector<local_batch>& good) {
   std::vector<caught> out(static_cast<std::size_t>(d));
-  orchmllm::local::run(
-      d,
-      [&](orchmllm::local::communicator& comm) {
-        auto& c = out[static_cast<std::size_t>(comm.rank())];
-        try {
-          body(comm);
-        } catch (const infeasible_error& e) {
-          c = {kind::infeasible, e.what()};
-        } catch (const invalid_argument_error& e) {
-          c = {kind::invalid, e.what()};
-        } catch (const communication_error& e) {
-          c = {kind::communication, e.what()};
-        } catch (const std::exception& e) {
-          c = {kind::other, e.what()};
-        }
-        // The group is still usable: a valid step's gather works on every rank.
-        try {
-          const auto m = orchmllm::gather_step_metadata(
-              comm, good_decl, good[static_cast<std::size_t>(comm.rank())]);
-          c.recovered = m.ranks == d;
-        } catch (...) {
-          c.recovered = false;
-        }
-      },
-      {.ranks_per_node = 2, .timeout = 30s});
+  orchmllm::local::run(d,
+                       [&](orchmllm::local::communicator& comm) {
+                         auto& c = out[static_cast<std::size_t>(comm.rank())];
+                         try {
+                           body(comm);
+                         } catch (const infeasible_error& e) {
+                           c = {kind::infeasible, e.what()};
+                         } catch (const invalid_argument_error& e) {
+                           c = {kind::invalid, e.what()};
+                         } catch (const communication_error& e) {
+                           c = {kind::communication, e.what()};
+                         } catch (const std::exception& e) {
+                           c = {kind::other, e.what()};
+                         }
+                         // The group is still usable: a valid step's gather works on every rank.
+                         try {
+                           const auto m = orchmllm::gather_step_metadata(
+                               comm, good_decl, good[static_cast<std::size_t>(comm.rank())]);
+                           c.recovered = m.ranks == d;
+                         } catch (...) {
+                           c.recovered = false;
+                         }
+                       },
+                       {.ranks_per_node = 2, .timeout = 30s});
   return out;
 }
 
@@ -219,20 +222,22 @@ void expect_everywhere(const std::vector<caught>& got, kind type,
 TEST_CASE("bad input: a clear error on every rank, no hang") {
   constexpr rank_t d = 5;
   stage_declarations decl;
-  decl.encoders.push_back(encoder_stage{.name = "vision", .cost = quadratic_cost{0, 1, 0.01},
-                                        .input_row_bytes = 24, .output_row_bytes = 32});
-  decl.encoders.push_back(encoder_stage{.name = "audio", .policy = orchmllm::padded,
-                                        .input_row_bytes = 16, .output_row_bytes = 32});
+  decl.encoders.push_back(encoder_stage{.name = "vision",
+                                        .cost = quadratic_cost{0, 1, 0.01},
+                                        .input_row_bytes = 24,
+                                        .output_row_bytes = 32});
+  decl.encoders.push_back(encoder_stage{
+      .name = "audio", .policy = orchmllm::padded, .input_row_bytes = 16, .output_row_bytes = 32});
   decl.llm.text_row_bytes = 8;
   std::mt19937_64 rng(4242);
   auto good = random_batches(rng, d, 2);
   for (auto& b : good) {  // every rank has a sample and one sub-item of each modality
     b.text_tokens.push_back(5);
     const auto p = static_cast<std::int64_t>(b.text_tokens.size()) - 1;
-    b.sub_items.push_back(sub_item{.modality = 0, .parent = p, .encoder_length = 50,
-                                   .input_rows = 2, .llm_tokens = 3});
-    b.sub_items.push_back(sub_item{.modality = 1, .parent = p, .encoder_length = 30,
-                                   .input_rows = 2, .llm_tokens = 3});
+    b.sub_items.push_back(sub_item{
+        .modality = 0, .parent = p, .encoder_length = 50, .input_rows = 2, .llm_tokens = 3});
+    b.sub_items.push_back(sub_item{
+        .modality = 1, .parent = p, .encoder_length = 30, .input_rows = 2, .llm_tokens = 3});
   }
 
   auto gather_with = [&](const std::vector<local_batch>& batches) {
@@ -246,15 +251,13 @@ TEST_CASE("bad input: a clear error on every rank, no hang") {
         decl, good);
   };
 
-  SUBCASE("valid input plans everywhere") {
-    expect_everywhere(gather_with(good), kind::none, {});
-  }
+  SUBCASE("valid input plans everywhere") { expect_everywhere(gather_with(good), kind::none, {}); }
   SUBCASE("a sub-item whose parent does not exist") {
     auto bad = good;
     bad[2].sub_items.back().parent = static_cast<std::int64_t>(bad[2].text_tokens.size());
-    expect_everywhere(gather_with(bad), kind::invalid,
-                      {"rank 2", "parent sample " + std::to_string(bad[2].text_tokens.size()),
-                       "does not exist"});
+    expect_everywhere(
+        gather_with(bad), kind::invalid,
+        {"rank 2", "parent sample " + std::to_string(bad[2].text_tokens.size()), "does not exist"});
   }
   SUBCASE("a sub-item on a rank without samples") {
     auto bad = good;
@@ -354,20 +357,20 @@ TEST_CASE("bad input: a clear error on every rank, no hang") {
   SUBCASE("the collective plan_step: ranks that plan different steps fail together") {
     // Rank 3 asks for another schedule; rank 1 maps onto another topology.
     for (int which = 0; which < 2; ++which) {
-      expect_everywhere(
-          run_bad(
-              d,
-              [&](orchmllm::local::communicator& comm) {
-                const auto m = orchmllm::gather_step_metadata(
-                    comm, decl, good[static_cast<std::size_t>(comm.rank())]);
-                auto sched = orchmllm::schedule::direct;
-                auto topo = topology::uniform(d, 2);
-                if (which == 0 && comm.rank() == 3) sched = orchmllm::schedule::node_wise;
-                if (which == 1 && comm.rank() == 1) topo = topology::uniform(d, 1);
-                (void)orchmllm::plan_step(comm, decl, m, topo, {.sched = sched});
-              },
-              decl, good),
-          kind::communication, {"ranks planned different steps", "digest"});
+      expect_everywhere(run_bad(
+                            d,
+                            [&](orchmllm::local::communicator& comm) {
+                              const auto m = orchmllm::gather_step_metadata(
+                                  comm, decl, good[static_cast<std::size_t>(comm.rank())]);
+                              auto sched = orchmllm::schedule::direct;
+                              auto topo = topology::uniform(d, 2);
+                              if (which == 0 && comm.rank() == 3)
+                                sched = orchmllm::schedule::node_wise;
+                              if (which == 1 && comm.rank() == 1) topo = topology::uniform(d, 1);
+                              (void)orchmllm::plan_step(comm, decl, m, topo, {.sched = sched});
+                            },
+                            decl, good),
+                        kind::communication, {"ranks planned different steps", "digest"});
     }
   }
 }

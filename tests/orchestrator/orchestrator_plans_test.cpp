@@ -10,8 +10,6 @@
 // hand-checked step, a step of 10^5 sub-items per modality and stages and routes planned in
 // parallel against the serial ones.
 
-#include "orchmllm/orchestrator/orchestrator.hpp"
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -27,6 +25,7 @@
 #include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/orchestrator/orchestrator.hpp"
 #include "orchmllm/orchestrator/stages.hpp"
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"
@@ -179,7 +178,8 @@ void check_plan(const stage_declarations& decl, const std::vector<local_batch>& 
     CHECK(std::ranges::equal(er.layout.lengths(), ref.encoder_length[k]));
     CHECK(std::ranges::equal(er.layout.parents(), ref.parent[k]));
     for (std::int64_t i = 0; i < er.layout.num_items(); ++i)
-      CHECK(er.layout.bytes(i) == ref.input_rows[k][static_cast<std::size_t>(i)] * st.input_row_bytes);
+      CHECK(er.layout.bytes(i) ==
+            ref.input_rows[k][static_cast<std::size_t>(i)] * st.input_row_bytes);
     for (const auto* p : {&er.input, &er.lifted, &er.output, &er.gradient}) {
       CHECK_NOTHROW(p->validate());
       CHECK(p->num_src_ranks() == d);
@@ -238,7 +238,8 @@ void check_plan(const stage_declarations& decl, const std::vector<local_batch>& 
         const auto& [m, idx] = v.sub_items[static_cast<std::size_t>(b) + j];
         CHECK(m == want[j].first);
         // The index points at this very sub-item in modality m's payload.
-        CHECK(received[static_cast<std::size_t>(m)][static_cast<std::size_t>(idx)] == want[j].second);
+        CHECK(received[static_cast<std::size_t>(m)][static_cast<std::size_t>(idx)] ==
+              want[j].second);
       }
     }
   }
@@ -317,17 +318,20 @@ TEST_CASE("plan_step: a hand-checked step") {
   // 2 ranks, one node each. Rank 0: sample 0 (text 10) with two images, sample 1 (text 1, no
   // image). Rank 1: sample 2 (text 1) with one image. LLM cost = length, packed.
   stage_declarations decl;
-  decl.encoders.push_back(encoder_stage{.name = "vision", .input_row_bytes = 8,
-                                        .output_row_bytes = 8});
+  decl.encoders.push_back(
+      encoder_stage{.name = "vision", .input_row_bytes = 8, .output_row_bytes = 8});
   decl.llm.text_row_bytes = 8;
-  local_batch r0{.text_tokens = {10, 1},
-                 .sub_items = {sub_item{.modality = 0, .parent = 0, .encoder_length = 9,
-                                        .input_rows = 9, .llm_tokens = 2},
-                               sub_item{.modality = 0, .parent = 0, .encoder_length = 8,
-                                        .input_rows = 8, .llm_tokens = 2}}};
-  local_batch r1{.text_tokens = {1},
-                 .sub_items = {sub_item{.modality = 0, .parent = 0, .encoder_length = 1,
-                                        .input_rows = 1, .llm_tokens = 20}}};
+  local_batch r0{
+      .text_tokens = {10, 1},
+      .sub_items = {
+          sub_item{
+              .modality = 0, .parent = 0, .encoder_length = 9, .input_rows = 9, .llm_tokens = 2},
+          sub_item{
+              .modality = 0, .parent = 0, .encoder_length = 8, .input_rows = 8, .llm_tokens = 2}}};
+  local_batch r1{
+      .text_tokens = {1},
+      .sub_items = {sub_item{
+          .modality = 0, .parent = 0, .encoder_length = 1, .input_rows = 1, .llm_tokens = 20}}};
   const auto meta = orchmllm::make_step_metadata({r0, r1}, 1);
   const auto plan = orchmllm::plan_step(decl, meta, topology::uniform(2, 1));
   // LLM lengths 14, 1, 21: the best split is {14, 1} | {21}, which is where they already are.

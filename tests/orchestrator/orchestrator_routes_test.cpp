@@ -12,8 +12,6 @@
 // doctest macros are not thread-safe: rank functions record failures as strings (one slot per
 // rank) and every CHECK runs on the main thread after `run` returns.
 
-#include "orchmllm/orchestrator/orchestrator.hpp"
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -28,6 +26,7 @@
 #include "orchmllm/comm/dispatch.hpp"
 #include "orchmllm/comm/local.hpp"
 #include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/orchestrator/orchestrator.hpp"
 #include "orchmllm/topology/topology.hpp"
 #include "support/counting_communicator.hpp"
 #include "support/orchestrator_fixtures.hpp"
@@ -112,8 +111,8 @@ void run_step(orchmllm::local::communicator& comm, const stage_declarations& dec
     const auto at_encoder = received_ids(er.input, r);
     const auto pixels = orchmllm::dispatch(
         comm, er.input, modality_payload(tag_input, k, mine, ref.input_rows[uk], w_in));
-    fail(compare("encoder input", r, k,
-                 pixels, modality_payload(tag_input, k, at_encoder, ref.input_rows[uk], w_in)));
+    fail(compare("encoder input", r, k, pixels,
+                 modality_payload(tag_input, k, at_encoder, ref.input_rows[uk], w_in)));
     // "Encoder forward": one output row per LLM token of every item this rank encoded.
     const auto enc_out = modality_payload(tag_output, k, at_encoder, ref.llm_tokens[uk], w_out);
     // Composed route: Π_E_k → Π_M, in the documented order (reference, not the route).
@@ -144,7 +143,8 @@ void run_step(orchmllm::local::communicator& comm, const stage_declarations& dec
       for (const auto& [m, id] : ref.subs[static_cast<std::size_t>(samples[s])])
         if (m == k) ids.push_back(id);
       want = modality_payload(tag_output, k, ids, ref.llm_tokens[uk], w_out).data;
-      if (got != want) fail("sample assembled through llm_view differs (slot " + std::to_string(s) + ")");
+      if (got != want)
+        fail("sample assembled through llm_view differs (slot " + std::to_string(s) + ")");
     }
     // Naive two hops: back to the origin along Π_E_k, then along the lifted plan.
     const auto at_origin = orchmllm::combine(comm, er.input, enc_out);
@@ -178,12 +178,12 @@ TEST_CASE("end to end on the local backend: every route delivers the documented 
     // routes are correct for any topology; it only steers the mapping.
     const auto topo = trial % 2 == 0 ? topology::uniform(d, rpn) : random_topology(rng, d);
     std::vector<rank_outcome> outcomes(static_cast<std::size_t>(d));
-    orchmllm::local::run(
-        d,
-        [&](orchmllm::local::communicator& comm) {
-          run_step(comm, decl, batches, ref, topo, outcomes[static_cast<std::size_t>(comm.rank())]);
-        },
-        {.ranks_per_node = rpn, .timeout = 60s});
+    orchmllm::local::run(d,
+                         [&](orchmllm::local::communicator& comm) {
+                           run_step(comm, decl, batches, ref, topo,
+                                    outcomes[static_cast<std::size_t>(comm.rank())]);
+                         },
+                         {.ranks_per_node = rpn, .timeout = 60s});
     INFO("trial ", trial, ", d = ", d, ", K = ", k_count, ", ranks per node = ", rpn);
     const auto meta = orchmllm::make_step_metadata(batches, k_count);
     // The reference receive lists partition every modality's sub-items: each arrives exactly
@@ -196,7 +196,8 @@ TEST_CASE("end to end on the local backend: every route delivers the documented 
         all.insert(all.end(), ids.begin(), ids.end());
       }
       std::sort(all.begin(), all.end());
-      CHECK(all == range(0, static_cast<std::int64_t>(ref.parent[static_cast<std::size_t>(k)].size())));
+      CHECK(all ==
+            range(0, static_cast<std::int64_t>(ref.parent[static_cast<std::size_t>(k)].size())));
     }
     for (rank_t r = 0; r < d; ++r) {
       const auto& o = outcomes[static_cast<std::size_t>(r)];
@@ -295,15 +296,14 @@ TEST_CASE("prebuilt routes: one agreement per step, one all-to-all(v) per hop, t
     const auto topo = topology::uniform(d, rpn);
     const auto sched = static_cast<orchmllm::schedule>(trial % 3);
     std::vector<routes_outcome> outcomes(static_cast<std::size_t>(d));
-    orchmllm::local::run(
-        d,
-        [&](orchmllm::local::communicator& comm) {
-          run_step_routes(comm, decl, batches, ref, topo, sched,
-                          outcomes[static_cast<std::size_t>(comm.rank())]);
-        },
-        {.ranks_per_node = rpn, .timeout = 60s});
-    INFO("trial ", trial, ", d = ", d, ", K = ", k_count, ", ranks per node = ", rpn,
-         ", schedule ", std::string(to_string(sched)));
+    orchmllm::local::run(d,
+                         [&](orchmllm::local::communicator& comm) {
+                           run_step_routes(comm, decl, batches, ref, topo, sched,
+                                           outcomes[static_cast<std::size_t>(comm.rank())]);
+                         },
+                         {.ranks_per_node = rpn, .timeout = 60s});
+    INFO("trial ", trial, ", d = ", d, ", K = ", k_count, ", ranks per node = ", rpn, ", schedule ",
+         std::string(to_string(sched)));
     // The plans are the pure plan_step's; its routes are route::build's for this rank.
     const auto meta = orchmllm::make_step_metadata(batches, k_count);
     const auto plan = orchmllm::plan_step(decl, meta, topo);
@@ -322,14 +322,14 @@ TEST_CASE("prebuilt routes: one agreement per step, one all-to-all(v) per hop, t
     for (const auto& st : w.stages)
       CHECK((st.balance_seconds >= 0 && st.map_seconds >= 0 && st.report_seconds >= 0));
     CHECK(with_routes.routes.text().fingerprint() ==
-          orchmllm::route::build(plan.llm,
-                                 [&] {
-                                   vec b;
-                                   for (auto t : meta.text_tokens)
-                                     b.push_back(t * decl.llm.text_row_bytes);
-                                   return b;
-                                 }(),
-                                 topo, d - 1, sched)
+          orchmllm::route::build(
+              plan.llm,
+              [&] {
+                vec b;
+                for (auto t : meta.text_tokens) b.push_back(t * decl.llm.text_row_bytes);
+                return b;
+              }(),
+              topo, d - 1, sched)
               .fingerprint());
     for (rank_t r = 0; r < d; ++r) {
       const auto& o = outcomes[static_cast<std::size_t>(r)];

@@ -5,8 +5,6 @@
 // trainer's own topology model passes wherever a topology does, with the same plans, mappings,
 // routes and gathers.
 
-#include "orchmllm/orchestrator/orchestrator.hpp"
-
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -20,6 +18,7 @@
 #include "orchmllm/comm/local.hpp"
 #include "orchmllm/comm/route.hpp"
 #include "orchmllm/core/error.hpp"
+#include "orchmllm/orchestrator/orchestrator.hpp"
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"
 #include "support/orchestrator_fixtures.hpp"
@@ -35,7 +34,8 @@ using namespace std::chrono_literals;
 
 }  // namespace
 
-TEST_CASE("gather_step_metadata: a topology that does not match the communicator fails everywhere") {
+TEST_CASE(
+    "gather_step_metadata: a topology that does not match the communicator fails everywhere") {
   const rank_t d = 4;
   std::mt19937_64 rng(5);
   const auto decl = random_decl(rng, 1);
@@ -44,22 +44,22 @@ TEST_CASE("gather_step_metadata: a topology that does not match the communicator
   auto run_with = [&](auto make_topology) {
     std::vector<std::string> errors(static_cast<std::size_t>(d));
     std::vector<int> ok(static_cast<std::size_t>(d), 0);
-    orchmllm::local::run(
-        d,
-        [&](orchmllm::local::communicator& comm) {
-          const auto r = static_cast<std::size_t>(comm.rank());
-          try {
-            const orchmllm::topology topo = make_topology(comm);
-            const auto meta = orchmllm::gather_step_metadata(comm, decl, batches[r], topo);
-            (void)orchmllm::plan_step(decl, meta, topo);
-            ok[r] = 1;
-          } catch (const orchmllm::invalid_argument_error& e) {
-            errors[r] = e.what();
-          }
-          // The group is still usable.
-          (void)orchmllm::gather_step_metadata(comm, decl, batches[r]);
-        },
-        {.ranks_per_node = 2, .timeout = 30s});
+    orchmllm::local::run(d,
+                         [&](orchmllm::local::communicator& comm) {
+                           const auto r = static_cast<std::size_t>(comm.rank());
+                           try {
+                             const orchmllm::topology topo = make_topology(comm);
+                             const auto meta =
+                                 orchmllm::gather_step_metadata(comm, decl, batches[r], topo);
+                             (void)orchmllm::plan_step(decl, meta, topo);
+                             ok[r] = 1;
+                           } catch (const orchmllm::invalid_argument_error& e) {
+                             errors[r] = e.what();
+                           }
+                           // The group is still usable.
+                           (void)orchmllm::gather_step_metadata(comm, decl, batches[r]);
+                         },
+                         {.ranks_per_node = 2, .timeout = 30s});
     return std::make_pair(ok, errors);
   };
   SUBCASE("gathered: accepted") {
@@ -67,8 +67,9 @@ TEST_CASE("gather_step_metadata: a topology that does not match the communicator
     for (const int o : ok) CHECK(o == 1);
   }
   SUBCASE("another node split") {
-    const auto [ok, errors] =
-        run_with([](auto&) { return orchmllm::topology(std::vector<rank_t>{0, 0, 0, 1}); });
+    const auto [ok, errors] = run_with([](auto&) {
+      return orchmllm::topology(std::vector<rank_t>{0, 0, 0, 1});
+    });
     for (const auto& e : errors) {
       CHECK(e == errors[0]);
       CHECK(e.find("rank 2 is on node 1 of the communicator but on node 0 of the topology") !=
@@ -124,13 +125,13 @@ TEST_CASE("a trainer's topology model passes wherever a topology does, with the 
   }
   // The metadata gather checks the model against the communicator like a topology.
   std::vector<int> ok(static_cast<std::size_t>(d), 0);
-  orchmllm::local::run(
-      d,
-      [&](orchmllm::local::communicator& comm) {
-        const auto r = static_cast<std::size_t>(comm.rank());
-        const auto m = orchmllm::gather_step_metadata(comm, decl, batches[r], pairs_model{});
-        ok[r] = orchmllm::plan_step(decl, m, pairs_model{}).llm == b.llm ? 1 : 0;
-      },
-      {.ranks_per_node = 2, .timeout = 30s});
+  orchmllm::local::run(d,
+                       [&](orchmllm::local::communicator& comm) {
+                         const auto r = static_cast<std::size_t>(comm.rank());
+                         const auto m =
+                             orchmllm::gather_step_metadata(comm, decl, batches[r], pairs_model{});
+                         ok[r] = orchmllm::plan_step(decl, m, pairs_model{}).llm == b.llm ? 1 : 0;
+                       },
+                       {.ranks_per_node = 2, .timeout = 30s});
   for (const int o : ok) CHECK(o == 1);
 }

@@ -140,7 +140,9 @@ TEST_CASE("make_local_batch through projections equals the hand-written batch") 
       orchmllm::modality(&framed::clip, audio_size),
       orchmllm::modality(&framed::cover, &image::size),
       orchmllm::modality([](const framed& s) { return std::vector<image>(2, s.cover); },
-                         [](const image& i) { return sub_item_size{i.width, 0, 0}; }));
+                         [](const image& i) {
+                           return sub_item_size{i.width, 0, 0};
+                         }));
   local_batch want;
   want.text_tokens = {7, 5};
   want.sub_items = {{0, 0, 5, 10, 2}, {1, 0, 6, 6, 1}, {2, 0, 3, 0, 0}, {2, 0, 3, 0, 0},
@@ -199,8 +201,7 @@ TEST_CASE("make_local_batch carries every sub-item's segment count") {
   CHECK(b.sub_items[2] == sub_item{0, 2, 1536, 1536, 384, 24});
   // A size without segments is one segment.
   const auto plain = orchmllm::make_local_batch(
-      samples, [](const Clip&) { return 5; },
-      orchmllm::modality(&Clip::videos, [](const Video& v) {
+      samples, [](const Clip&) { return 5; }, orchmllm::modality(&Clip::videos, [](const Video& v) {
         return sub_item_size{v.groups, v.groups, v.groups};
       }));
   for (const auto& s : plain.sub_items) CHECK(s.segments == 1);

@@ -13,8 +13,6 @@
 //    steps large enough for the parallel paths and on a stage without items;
 //  - a stage mapper that returns a non-permutation makes plan_step throw invalid_argument_error.
 
-#include "orchmllm/orchestrator/stages.hpp"
-
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -27,6 +25,7 @@
 #include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/orchestrator/orchestrator.hpp"
+#include "orchmllm/orchestrator/stages.hpp"
 #include "orchmllm/topology/mapper.hpp"
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"
@@ -305,7 +304,7 @@ TEST_CASE("plan_step: a built-in mapper with its own knob plans like the object 
       wrapped.encoders[0].mapper = wrapper;
       wrapped.llm.mapper = wrapper;
       check_same_mapped_plans(plan_step(fast, in.meta, in.topo, plan_options{.routes_for = 0}),
-                       plan_step(wrapped, in.meta, in.topo, plan_options{.routes_for = 0}));
+                              plan_step(wrapped, in.meta, in.topo, plan_options{.routes_for = 0}));
     }
   }
 }
@@ -327,15 +326,14 @@ TEST_CASE("plan_step: every built-in mapper plans like its object behind a wrapp
       by_builtin.llm.mapper = builtin;
       auto wrapped = vision_and_llm();
       builtin.visit([&](const auto& m) {
-        const stage_mapper wrapper([m](const bin_mapping_problem& p) { return m(p); },
-                                   "wrapper");
+        const stage_mapper wrapper([m](const bin_mapping_problem& p) { return m(p); }, "wrapper");
         wrapped.encoders[0].mapper = wrapper;
         wrapped.llm.mapper = wrapper;
       });
       for (const bool parallel : {false, true}) {
         const plan_options opt{.parallel_stages = parallel, .routes_for = 0};
         check_same_mapped_plans(plan_step(by_builtin, in.meta, in.topo, opt),
-                         plan_step(wrapped, in.meta, in.topo, opt));
+                                plan_step(wrapped, in.meta, in.topo, opt));
       }
     }
   }
@@ -385,8 +383,8 @@ TEST_CASE("plan_step: a stage mapper that returns no permutation is an error") {
       "all-to-zero");
   test::expect_invalid([&] { (void)plan_step(decl, in.meta, in.topo); },
                        {"mapper", "not a permutation"});
-  decl.encoders[0].mapper = stage_mapper(
-      [](const bin_mapping_problem&) { return std::vector<rank_t>{0}; }, "too-short");
+  decl.encoders[0].mapper =
+      stage_mapper([](const bin_mapping_problem&) { return std::vector<rank_t>{0}; }, "too-short");
   test::expect_invalid([&] { (void)plan_step(decl, in.meta, in.topo); },
                        {"mapper", "1 ranks", "4 bins"});
 }

@@ -272,14 +272,22 @@ TEST_CASE("fingerprint: equal declarations agree, every field change differs") {
 
   std::vector<std::pair<std::string, std::function<void(stage_declarations&)>>> changes = {
       {"encoder name", [](auto& d) { d.encoders[0].name = "visioN"; }},
-      {"encoder cost", [](auto& d) { d.encoders[0].cost = quadratic_cost{0.0, 1.0, 0.011}; }},
-      {"encoder cost constant", [](auto& d) { d.encoders[1].cost = quadratic_cost{1.0, 3.0, 0}; }},
+      {"encoder cost",
+       [](auto& d) {
+         d.encoders[0].cost = quadratic_cost{0.0, 1.0, 0.011};
+       }},
+      {"encoder cost constant",
+       [](auto& d) {
+         d.encoders[1].cost = quadratic_cost{1.0, 3.0, 0};
+       }},
       {"encoder policy", [](auto& d) { d.encoders[1].policy = orchmllm::packed; }},
       {"encoder padding multiple",
        [](auto& d) { d.encoders[1].policy = orchmllm::padded_to_multiple(8); }},
       {"encoder buckets", [](auto& d) { d.encoders[1].policy = orchmllm::bucketed({4096}); }},
       {"encoder bucket lengths",
-       [](auto& d) { d.encoders[1].policy = orchmllm::bucketed({1024, 4096}); }},
+       [](auto& d) {
+         d.encoders[1].policy = orchmllm::bucketed({1024, 4096});
+       }},
       {"encoder padding rule", [](auto& d) { d.encoders[1].policy = pow2_rule{}; }},
       {"encoder padding rule name", [](auto& d) { d.encoders[1].policy = pow2_rule{"other"}; }},
       {"encoder lpt", [](auto& d) { d.encoders[0].balancer = balancers::lpt{}; }},
@@ -292,7 +300,9 @@ TEST_CASE("fingerprint: equal declarations agree, every field change differs") {
              capacity{capacity::measure::bytes, std::numeric_limits<std::int64_t>::max()};
        }},
       {"encoder cap limit",
-       [](auto& d) { d.encoders[0].limits.cap = capacity{capacity::measure::tokens, 99}; }},
+       [](auto& d) {
+         d.encoders[0].limits.cap = capacity{capacity::measure::tokens, 99};
+       }},
       {"encoder min items", [](auto& d) { d.encoders[0].limits.min_items = 1; }},
       {"encoder max items", [](auto& d) { d.encoders[0].limits.max_items = 50; }},
       {"encoder lpt refine",
@@ -333,9 +343,13 @@ TEST_CASE("fingerprint: equal declarations agree, every field change differs") {
          d.encoders[0].balancer = balancers::locality{.base = {.gap_tolerance = 0.002}};
        }},
       {"encoder node map",
-       [](auto& d) { d.encoders[0].balancer = balancers::locality{.node_of_rank = {0, 0, 1}}; }},
+       [](auto& d) {
+         d.encoders[0].balancer = balancers::locality{.node_of_rank = {0, 0, 1}};
+       }},
       {"encoder node map values",
-       [](auto& d) { d.encoders[0].balancer = balancers::locality{.node_of_rank = {0, 1, 1}}; }},
+       [](auto& d) {
+         d.encoders[0].balancer = balancers::locality{.node_of_rank = {0, 1, 1}};
+       }},
       {"encoder own balancer",
        [](auto& d) {
          d.encoders[0].balancer =
@@ -367,7 +381,10 @@ TEST_CASE("fingerprint: equal declarations agree, every field change differs") {
       {"one encoder fewer", [](auto& d) { d.encoders.pop_back(); }},
       {"one encoder more", [](auto& d) { d.encoders.push_back(encoder_stage{.name = "video"}); }},
       {"llm name", [](auto& d) { d.llm.name = "llm2"; }},
-      {"llm cost", [](auto& d) { d.llm.cost = quadratic_cost{1.0, 2.0, 0.002}; }},
+      {"llm cost",
+       [](auto& d) {
+         d.llm.cost = quadratic_cost{1.0, 2.0, 0.002};
+       }},
       {"llm policy", [](auto& d) { d.llm.policy = orchmllm::padded; }},
       {"llm balancer", [](auto& d) { d.llm.balancer = balancers::karmarkar_karp{}; }},
       {"llm cap",
@@ -463,8 +480,7 @@ TEST_CASE("make_step_metadata: ids, offsets and per-sample order") {
   CHECK(m.modalities[1].llm_tokens == vec{3, 2, 7});
   CHECK(m.sample_sub_offsets == vec{0, 3, 5, 5, 6});
   using item = std::pair<std::int32_t, std::int64_t>;
-  CHECK(m.sample_sub_items ==
-        std::vector<item>{{0, 0}, {1, 1}, {0, 2}, {1, 0}, {0, 1}, {1, 2}});
+  CHECK(m.sample_sub_items == std::vector<item>{{0, 0}, {1, 1}, {0, 2}, {1, 0}, {0, 1}, {1, 2}});
   CHECK(m.sequence_length(0) == 5 + 1 + 2 + 4);
   CHECK(m.sequence_length(1) == 0 + 3 + 0);
   CHECK(m.sequence_length(2) == 3);
@@ -482,50 +498,68 @@ TEST_CASE("make_step_metadata: ids, offsets and per-sample order") {
 TEST_CASE("make_step_metadata rejects malformed batches naming the rank") {
   local_batch ok;
   ok.text_tokens = {4, 4};
-  ok.sub_items = {sub_item{.modality = 0, .parent = 1, .encoder_length = 3, .input_rows = 1,
-                           .llm_tokens = 1}};
+  ok.sub_items = {
+      sub_item{.modality = 0, .parent = 1, .encoder_length = 3, .input_rows = 1, .llm_tokens = 1}};
   CHECK_NOTHROW((void)orchmllm::make_step_metadata({ok, ok}, 1));
   expect_invalid([] { (void)orchmllm::make_step_metadata({}, 1); }, {"at least one rank"});
   expect_invalid([&] { (void)orchmllm::make_step_metadata({ok}, -1); }, {"-1 encoder stages"});
 
   auto bad = ok;
   bad.sub_items[0].parent = 2;
-  expect_invalid([&] { (void)orchmllm::make_step_metadata({ok, ok, bad}, 1); },
-                 {"rank 2", "sub-item 0", "parent sample 2", "does not exist"});
+  expect_invalid(
+      [&] {
+        (void)orchmllm::make_step_metadata({ok, ok, bad}, 1);
+      },
+      {"rank 2", "sub-item 0", "parent sample 2", "does not exist"});
   bad = ok;
   bad.sub_items[0].parent = -1;
-  expect_invalid([&] { (void)orchmllm::make_step_metadata({bad, ok}, 1); },
-                 {"rank 0", "parent sample -1"});
+  expect_invalid(
+      [&] {
+        (void)orchmllm::make_step_metadata({bad, ok}, 1);
+      },
+      {"rank 0", "parent sample -1"});
   bad = ok;
   bad.sub_items.push_back(bad.sub_items[0]);
   bad.sub_items[1].modality = 1;
-  expect_invalid([&] { (void)orchmllm::make_step_metadata({ok, bad}, 1); },
-                 {"rank 1", "sub-item 1", "modality 1", "1 encoder stages"});
+  expect_invalid(
+      [&] {
+        (void)orchmllm::make_step_metadata({ok, bad}, 1);
+      },
+      {"rank 1", "sub-item 1", "modality 1", "1 encoder stages"});
   bad = ok;
   bad.sub_items[0].modality = -3;
   expect_invalid([&] { (void)orchmllm::make_step_metadata({bad}, 1); }, {"modality -3"});
   bad = ok;
   bad.text_tokens[1] = -5;
-  expect_invalid([&] { (void)orchmllm::make_step_metadata({ok, bad}, 1); },
-                 {"rank 1", "sample 1", "-5 text tokens"});
+  expect_invalid(
+      [&] {
+        (void)orchmllm::make_step_metadata({ok, bad}, 1);
+      },
+      {"rank 1", "sample 1", "-5 text tokens"});
   for (int field = 0; field < 3; ++field) {
     bad = ok;
-    (field == 0 ? bad.sub_items[0].encoder_length
-                : field == 1 ? bad.sub_items[0].input_rows
-                             : bad.sub_items[0].llm_tokens) = -1;
+    (field == 0   ? bad.sub_items[0].encoder_length
+     : field == 1 ? bad.sub_items[0].input_rows
+                  : bad.sub_items[0].llm_tokens) = -1;
     expect_invalid([&] { (void)orchmllm::make_step_metadata({bad}, 1); },
                    {"rank 0", "sub-item 0", "negative"});
   }
   // Segments: at least 1, at most 2^31, dividing the encoder length, input rows and LLM tokens.
   for (const auto [length, rows, tokens, segments] :
-       std::vector<std::array<std::int64_t, 4>>{{9, 4, 2, 2}, {8, 3, 2, 2}, {8, 4, 3, 2},
-                                               {8, 4, 2, 0}, {8, 4, 2, -3},
-                                               {0, 0, 0, (std::int64_t{1} << 31) + 1}}) {
+       std::vector<std::array<std::int64_t, 4>>{{9, 4, 2, 2},
+                                                {8, 3, 2, 2},
+                                                {8, 4, 3, 2},
+                                                {8, 4, 2, 0},
+                                                {8, 4, 2, -3},
+                                                {0, 0, 0, (std::int64_t{1} << 31) + 1}}) {
     bad = ok;
     bad.sub_items[0] = {0, 1, length, rows, tokens, segments};
-    expect_invalid([&] { (void)orchmllm::make_step_metadata({ok, bad}, 1); },
-                   {"rank 1", "sub-item 0 has " + std::to_string(segments) + " segments",
-                    "divide its encoder length, input rows and LLM tokens"});
+    expect_invalid(
+        [&] {
+          (void)orchmllm::make_step_metadata({ok, bad}, 1);
+        },
+        {"rank 1", "sub-item 0 has " + std::to_string(segments) + " segments",
+         "divide its encoder length, input rows and LLM tokens"});
   }
   bad = ok;
   bad.sub_items[0] = {0, 1, 0, 0, 0, std::int64_t{1} << 31};  // zero sizes: any S divides
@@ -535,6 +569,9 @@ TEST_CASE("make_step_metadata rejects malformed batches naming the rank") {
   local_batch orphan;
   orphan.sub_items = ok.sub_items;
   orphan.sub_items[0].parent = 0;
-  expect_invalid([&] { (void)orchmllm::make_step_metadata({ok, orphan}, 1); },
-                 {"rank 1", "parent sample 0"});
+  expect_invalid(
+      [&] {
+        (void)orchmllm::make_step_metadata({ok, orphan}, 1);
+      },
+      {"rank 1", "parent sample 0"});
 }

@@ -1,7 +1,7 @@
 // Tests for include/orchmllm/orchestrator/step_plan.hpp with segmented sub-items and splitting
-// (segments cut across ranks): `encoder_routes::pieces` / `units()`, `step_plan::encoder_view`, and `llm_view`
-// over a stage whose plan moves pieces; with the segment fields of stages.hpp / samples.hpp
-// that feed them.
+// (segments cut across ranks): `encoder_routes::pieces` / `units()`, `step_plan::encoder_view`, and
+// `llm_view` over a stage whose plan moves pieces; with the segment fields of stages.hpp /
+// samples.hpp that feed them.
 //
 //  1. Zero cost when unused: random steps (fixed seeds) planned with every sub-item at S = 1
 //     and splitting off, and again with `encoder_stage::split` set (S = 1 everywhere, or
@@ -190,7 +190,8 @@ TEST_CASE("segments on a stage that does not split: per-segment costs, sub-items
       CHECK(!er.pieces);
       CHECK(er.units().num_items() == meta.modalities[k].size());
       for (std::int64_t g = 0; g < er.layout.num_items(); ++g)
-        CHECK(er.layout.num_segments(g) == meta.modalities[k].segments[static_cast<std::size_t>(g)]);
+        CHECK(er.layout.num_segments(g) ==
+              meta.modalities[k].segments[static_cast<std::size_t>(g)]);
     }
     // Costs are per segment: rank r's load as sampled is Σ S · cost(length / S).
     double makespan = 0;
@@ -208,9 +209,9 @@ TEST_CASE("segments on a stage that does not split: per-segment costs, sub-items
     CHECK(plan.stages[0].makespan_before == doctest::Approx(makespan));
     // The plans match a plan over the same layouts built by hand with equal segments.
     const auto& lay = plan.encoders[0].layout;
-    const auto by_hand = orchmllm::batch_layout(meta.modalities[0].offsets,
-                                                meta.modalities[0].encoder_length)
-                             .with_equal_segments(meta.modalities[0].segments);
+    const auto by_hand =
+        orchmllm::batch_layout(meta.modalities[0].offsets, meta.modalities[0].encoder_length)
+            .with_equal_segments(meta.modalities[0].segments);
     CHECK(std::vector<std::int64_t>(lay.segment_lengths().begin(), lay.segment_lengths().end()) ==
           std::vector<std::int64_t>(by_hand.segment_lengths().begin(),
                                     by_hand.segment_lengths().end()));
@@ -237,10 +238,10 @@ row_key read_row(const ragged_payload& p, std::int64_t row) {
 }
 
 // Rows of segments [first, last) of sub-item `id` of modality k: `per_segment` rows each.
-std::vector<row_key> unit_rows(std::int64_t tag, const step_metadata& meta, int k,
-                               std::int64_t id, std::int64_t first, std::int64_t last,
-                               std::int64_t per_segment) {
-  const auto sample = meta.modalities[static_cast<std::size_t>(k)].parent[static_cast<std::size_t>(id)];
+std::vector<row_key> unit_rows(std::int64_t tag, const step_metadata& meta, int k, std::int64_t id,
+                               std::int64_t first, std::int64_t last, std::int64_t per_segment) {
+  const auto sample =
+      meta.modalities[static_cast<std::size_t>(k)].parent[static_cast<std::size_t>(id)];
   std::vector<row_key> rows;
   for (auto s = first; s < last; ++s)
     for (std::int64_t i = 0; i < per_segment; ++i) rows.push_back({tag, sample, k, id, s, i});
@@ -260,7 +261,8 @@ void run_split_step(orchmllm::local::communicator& comm, const stage_declaration
   const auto meta =
       orchmllm::gather_step_metadata(comm, decl, batches[static_cast<std::size_t>(me)], topo);
   for (std::size_t k = 0; k < 2; ++k)
-    if (meta.modalities[k].segments != orchmllm::make_step_metadata(batches, 2).modalities[k].segments)
+    if (meta.modalities[k].segments !=
+        orchmllm::make_step_metadata(batches, 2).modalities[k].segments)
       fail("gathered segments differ from make_step_metadata's");
   const auto step = orchmllm::plan_step(comm, decl, meta, topo);
   std::vector<ragged_payload> emb(2);
@@ -289,16 +291,18 @@ void run_split_step(orchmllm::local::communicator& comm, const stage_declaration
     std::int64_t row = 0;
     for (std::size_t i = 0; i < units[uk].size(); ++i) {
       const auto& u = units[uk][i];
-      const auto want = unit_rows(tag_input, meta, k, u.sub_item, u.first_segment,
-                                  u.last_segment, mod.input_rows[static_cast<std::size_t>(u.sub_item)] / u.segments);
+      const auto want =
+          unit_rows(tag_input, meta, k, u.sub_item, u.first_segment, u.last_segment,
+                    mod.input_rows[static_cast<std::size_t>(u.sub_item)] / u.segments);
       if (got.rows[i] != u.input_rows || static_cast<std::int64_t>(want.size()) != u.input_rows)
         fail("encoder input: a unit of the wrong size");
       for (std::size_t j = 0; j < want.size() && j < static_cast<std::size_t>(got.rows[i]); ++j)
         if (read_row(got, row + static_cast<std::int64_t>(j)) != want[j])
           fail("encoder input: a row out of place");
       row += got.rows[i];
-      const auto tokens = unit_rows(tag_output, meta, k, u.sub_item, u.first_segment,
-                                    u.last_segment, mod.llm_tokens[static_cast<std::size_t>(u.sub_item)] / u.segments);
+      const auto tokens =
+          unit_rows(tag_output, meta, k, u.sub_item, u.first_segment, u.last_segment,
+                    mod.llm_tokens[static_cast<std::size_t>(u.sub_item)] / u.segments);
       if (static_cast<std::int64_t>(tokens.size()) != u.llm_tokens) fail("unit llm_tokens");
       append_rows(outputs, tokens);
     }
@@ -315,8 +319,8 @@ void run_split_step(orchmllm::local::communicator& comm, const stage_declaration
     }
     for (std::int64_t e = 0; e < count; ++e) {
       const auto [k, j] = view.sub_items[static_cast<std::size_t>(view.sub_item_offsets[s] + e)];
-      const auto [m, id] = meta.sample_sub_items[static_cast<std::size_t>(
-          meta.sample_sub_offsets[g] + e)];
+      const auto [m, id] =
+          meta.sample_sub_items[static_cast<std::size_t>(meta.sample_sub_offsets[g] + e)];
       if (k != m) fail("llm_view: wrong modality");
       const auto uk = static_cast<std::size_t>(k);
       const auto& mod = meta.modalities[uk];
@@ -351,9 +355,9 @@ void run_split_step(orchmllm::local::communicator& comm, const stage_declaration
     std::int64_t row = 0;
     for (std::size_t i = 0; i < units[uk].size(); ++i) {
       const auto& u = units[uk][i];
-      const auto want = unit_rows(tag_gradient, meta, k, u.sub_item, u.first_segment,
-                                  u.last_segment,
-                                  meta.modalities[uk].llm_tokens[static_cast<std::size_t>(u.sub_item)] / u.segments);
+      const auto want = unit_rows(
+          tag_gradient, meta, k, u.sub_item, u.first_segment, u.last_segment,
+          meta.modalities[uk].llm_tokens[static_cast<std::size_t>(u.sub_item)] / u.segments);
       if (back.rows[i] != static_cast<std::int64_t>(want.size())) {
         fail("gradients: a unit of the wrong size");
         break;
@@ -378,12 +382,12 @@ TEST_CASE("splitting end to end: pieces' rows reassemble on the LLM rank, gradie
     const auto batches = random_batches(rng, d, true);
     const auto decl = declarations(true);
     std::vector<rank_outcome> outcomes(static_cast<std::size_t>(d));
-    orchmllm::local::run(
-        d,
-        [&](orchmllm::local::communicator& comm) {
-          run_split_step(comm, decl, batches, topo, outcomes[static_cast<std::size_t>(comm.rank())]);
-        },
-        {.ranks_per_node = rpn, .timeout = 60s});
+    orchmllm::local::run(d,
+                         [&](orchmllm::local::communicator& comm) {
+                           run_split_step(comm, decl, batches, topo,
+                                          outcomes[static_cast<std::size_t>(comm.rank())]);
+                         },
+                         {.ranks_per_node = rpn, .timeout = 60s});
     INFO("trial ", trial, ", d = ", d, ", ranks per node = ", rpn);
     const auto meta = orchmllm::make_step_metadata(batches, 2);
     const auto plan = orchmllm::plan_step(decl, meta, topo);
@@ -478,8 +482,7 @@ TEST_CASE("padded encoder stages with segmented sub-items: rows per segment, rou
 
 TEST_CASE("encoder_view: a hand-checked cut, and its range checks") {
   const std::vector<local_batch> batches = {
-      {{10, 4}, {{0, 0, 8, 4, 2, 2}, {0, 1, 480, 36, 24, 12}}},
-      {{3}, {{1, 0, 6, 6, 3, 3}}}};
+      {{10, 4}, {{0, 0, 8, 4, 2, 2}, {0, 1, 480, 36, 24, 12}}}, {{3}, {{1, 0, 6, 6, 3, 3}}}};
   const auto meta = orchmllm::make_step_metadata(batches, 2);
   CHECK(meta.modalities[0].segments == std::vector<std::int64_t>{2, 12});
   CHECK(meta.modalities[1].segments == std::vector<std::int64_t>{3});
@@ -531,11 +534,13 @@ TEST_CASE("segments and split: bad input raises a clear error") {
   {
     const auto decl = declarations(true);
     std::vector<std::string> errors(3);
-    orchmllm::local::run(3, [&](orchmllm::local::communicator& comm) {
-      local_batch b{{2}, {{0, 0, 6, 6, 3, comm.rank() == 2 ? 4 : 3}}};
-      errors[static_cast<std::size_t>(comm.rank())] =
-          message([&] { (void)orchmllm::gather_step_metadata(comm, decl, b); });
-    }, {.timeout = 60s});
+    orchmllm::local::run(3,
+                         [&](orchmllm::local::communicator& comm) {
+                           local_batch b{{2}, {{0, 0, 6, 6, 3, comm.rank() == 2 ? 4 : 3}}};
+                           errors[static_cast<std::size_t>(comm.rank())] = message(
+                               [&] { (void)orchmllm::gather_step_metadata(comm, decl, b); });
+                         },
+                         {.timeout = 60s});
     for (const auto& e : errors)
       CHECK(e.find("rank 2: sub-item 0 has 4 segments") != std::string::npos);
   }
@@ -544,7 +549,8 @@ TEST_CASE("segments and split: bad input raises a clear error") {
 namespace {
 
 // Records the bytes every all-gatherv of this rank sends.
-struct recording_communicator : orchmllm::test::counting_communicator<orchmllm::local::communicator> {
+struct recording_communicator
+    : orchmllm::test::counting_communicator<orchmllm::local::communicator> {
   std::vector<std::vector<std::int64_t>> sent;
   void all_gatherv(const std::byte* s, std::int64_t b, std::byte* r,
                    std::span<const std::int64_t> c, std::span<const std::int64_t> o) {
@@ -563,18 +569,21 @@ TEST_CASE("gather_step_metadata: S = 1 sends the words of a batch without segmen
     const auto batches = random_batches(rng, 4, segmented);
     std::vector<std::vector<std::vector<std::int64_t>>> sent(4);
     std::vector<std::string> failures(4);
-    orchmllm::local::run(4, [&](orchmllm::local::communicator& comm) {
-      recording_communicator rec{{comm}, {}};
-      const auto meta = orchmllm::gather_step_metadata(
-          rec, declarations(true), batches[static_cast<std::size_t>(comm.rank())]);
-      const auto want = orchmllm::make_step_metadata(batches, 2);
-      for (std::size_t k = 0; k < 2; ++k)
-        if (meta.modalities[k].segments != want.modalities[k].segments ||
-            meta.modalities[k].parent != want.modalities[k].parent ||
-            meta.modalities[k].llm_tokens != want.modalities[k].llm_tokens)
-          failures[static_cast<std::size_t>(comm.rank())] = "gathered metadata differs";
-      sent[static_cast<std::size_t>(comm.rank())] = std::move(rec.sent);
-    }, {.timeout = 60s});
+    orchmllm::local::run(
+        4,
+        [&](orchmllm::local::communicator& comm) {
+          recording_communicator rec{{comm}, {}};
+          const auto meta = orchmllm::gather_step_metadata(
+              rec, declarations(true), batches[static_cast<std::size_t>(comm.rank())]);
+          const auto want = orchmllm::make_step_metadata(batches, 2);
+          for (std::size_t k = 0; k < 2; ++k)
+            if (meta.modalities[k].segments != want.modalities[k].segments ||
+                meta.modalities[k].parent != want.modalities[k].parent ||
+                meta.modalities[k].llm_tokens != want.modalities[k].llm_tokens)
+              failures[static_cast<std::size_t>(comm.rank())] = "gathered metadata differs";
+          sent[static_cast<std::size_t>(comm.rank())] = std::move(rec.sent);
+        },
+        {.timeout = 60s});
     for (std::size_t r = 0; r < 4; ++r) {
       INFO("segmented ", segmented, ", rank ", r, " ", failures[r]);
       CHECK(failures[r].empty());

@@ -45,14 +45,12 @@ struct counting_communicator {
     inner.all_gatherv(s, b, r, c, o);
   }
   void all_to_allv(const std::byte* s, std::span<const std::int64_t> sc,
-                   std::span<const std::int64_t> sd, std::byte* r,
-                   std::span<const std::int64_t> rc, std::span<const std::int64_t> rd) {
+                   std::span<const std::int64_t> sd, std::byte* r, std::span<const std::int64_t> rc,
+                   std::span<const std::int64_t> rd) {
     ++all_to_allvs;
     inner.all_to_allv(s, sc, sd, r, rc, rd);
   }
-  void all_max(std::span<std::int64_t> values)
-    requires max_reducing_communicator<Inner>
-  {
+  void all_max(std::span<std::int64_t> values) requires max_reducing_communicator<Inner> {
     ++all_maxes;
     inner.all_max(values);
   }

@@ -150,7 +150,8 @@ struct fault_case {
     const auto lengths = std::vector<vec>{{3, 0, 5}, {2}, {}, {7, 1, 1, 4}};
     const auto layout = orchmllm::batch_layout::from_ranks(lengths);
     fault_case c{flatten(lengths),
-                 orchmllm::balance(layout, orchmllm::linear_cost{}, orchmllm::packed).plan, {}};
+                 orchmllm::balance(layout, orchmllm::linear_cost{}, orchmllm::packed).plan,
+                 {}};
     std::mt19937_64 rng(5);
     c.other = orchmllm::test::random_rearrangement(rng, c.plan.src_offsets(), d, true);
     REQUIRE(orchmllm::fingerprint(c.other) != orchmllm::fingerprint(c.plan));

@@ -58,11 +58,12 @@ inline std::vector<local_batch> random_batches(std::mt19937_64& rng, rank_t d, i
     for (std::size_t i = 0; i < per_sample.size(); ++i)
       if (!per_sample[i].empty()) open.push_back(i);
     while (!open.empty()) {
-      const auto pick = static_cast<std::size_t>(
-          uniform(rng, 0, static_cast<std::int64_t>(open.size()) - 1));
+      const auto pick =
+          static_cast<std::size_t>(uniform(rng, 0, static_cast<std::int64_t>(open.size()) - 1));
       const auto i = open[pick];
       b.sub_items.push_back(per_sample[i][next[i]++]);
-      if (next[i] == per_sample[i].size()) open.erase(open.begin() + static_cast<std::ptrdiff_t>(pick));
+      if (next[i] == per_sample[i].size())
+        open.erase(open.begin() + static_cast<std::ptrdiff_t>(pick));
     }
   }
   return out;
@@ -71,14 +72,20 @@ inline std::vector<local_batch> random_batches(std::mt19937_64& rng, rank_t d, i
 template <class Stage>
 void randomize_stage(std::mt19937_64& rng, Stage& st) {
   switch (uniform(rng, 0, 2)) {
-    case 0: st.cost = orchmllm::stage_cost{}; break;
-    case 1: st.cost = linear_cost{uniform(rng, 1, 3)}; break;
+    case 0:
+      st.cost = orchmllm::stage_cost{};
+      break;
+    case 1:
+      st.cost = linear_cost{uniform(rng, 1, 3)};
+      break;
     default:
       st.cost = quadratic_cost{0.5, 1.0, 0.01 * static_cast<double>(uniform(rng, 0, 3))};
       break;
   }
   const auto p = uniform(rng, 0, 5);
-  st.policy = p == 0 ? orchmllm::padded : p == 1 ? orchmllm::padded_to_multiple(4) : orchmllm::packed;
+  st.policy = p == 0   ? orchmllm::padded
+              : p == 1 ? orchmllm::padded_to_multiple(4)
+                       : orchmllm::packed;
   // A small exact search budget keeps automatic's exact step cheap under ASan.
   const balancers::automatic automatic{.exact_node_budget = 20'000};
   const orchmllm::any_balancer packed_balancers[] = {automatic,
@@ -137,10 +144,10 @@ struct reference {
   rank_t d = 0;
   int k_count = 0;
   vec sample_offsets{0};
-  vec text;                                                  // per global sample
-  std::vector<vec> mod_offsets;                              // [k] CSR per rank
-  std::vector<vec> input_rows, llm_tokens, encoder_length;   // [k][id]
-  std::vector<vec> parent;                                   // [k][id] global sample
+  vec text;                                                              // per global sample
+  std::vector<vec> mod_offsets;                                          // [k] CSR per rank
+  std::vector<vec> input_rows, llm_tokens, encoder_length;               // [k][id]
+  std::vector<vec> parent;                                               // [k][id] global sample
   std::vector<std::vector<std::pair<std::int32_t, std::int64_t>>> subs;  // per sample, in order
 
   std::int64_t sequence_length(std::int64_t g) const {
@@ -275,8 +282,7 @@ inline ragged_payload build_payload(const std::vector<item_ref>& items, std::int
 inline ragged_payload modality_payload(std::int64_t tag, std::int32_t k, const vec& ids,
                                        const vec& rows_of, std::int64_t width) {
   std::vector<item_ref> items;
-  for (auto id : ids)
-    items.push_back({tag * 100 + k, id, rows_of[static_cast<std::size_t>(id)]});
+  for (auto id : ids) items.push_back({tag * 100 + k, id, rows_of[static_cast<std::size_t>(id)]});
   return build_payload(items, width);
 }
 
@@ -284,9 +290,9 @@ inline std::string compare(const char* what, rank_t r, std::int32_t k, const rag
                            const ragged_payload& want) {
   if (got.row_bytes == want.row_bytes && got.rows == want.rows && got.data == want.data) return {};
   std::ostringstream s;
-  s << what << " on rank " << r << " (modality " << k << "): got " << got.rows.size()
-    << " items / " << got.data.size() << " bytes, expected " << want.rows.size() << " items / "
-    << want.data.size() << " bytes";
+  s << what << " on rank " << r << " (modality " << k << "): got " << got.rows.size() << " items / "
+    << got.data.size() << " bytes, expected " << want.rows.size() << " items / " << want.data.size()
+    << " bytes";
   if (got.rows != want.rows) s << " (row counts differ)";
   return s.str();
 }

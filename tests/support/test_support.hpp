@@ -280,8 +280,7 @@ struct prepared {
 namespace orchmllm::test {
 
 /// Destination ranks of n items, each drawn uniformly from [0, ranks) (ranks > 0 unless n = 0).
-inline std::vector<rank_t> random_destinations(std::mt19937_64& rng, std::int64_t n,
-                                               rank_t ranks) {
+inline std::vector<rank_t> random_destinations(std::mt19937_64& rng, std::int64_t n, rank_t ranks) {
   std::vector<rank_t> dst(static_cast<std::size_t>(n));
   for (auto& r : dst) r = static_cast<rank_t>(uniform(rng, 0, ranks - 1));
   return dst;
@@ -290,8 +289,7 @@ inline std::vector<rank_t> random_destinations(std::mt19937_64& rng, std::int64_
 /// The plan from `src` offsets onto `d_dst` ranks that sends item g to rank dst[g]. `shuffle`:
 /// slots are a random permutation on every destination rank (built with from_placements; the
 /// only use of `rng`), otherwise the canonical order.
-inline rearrangement plan_with_destinations(std::mt19937_64& rng,
-                                            std::span<const std::int64_t> src,
+inline rearrangement plan_with_destinations(std::mt19937_64& rng, std::span<const std::int64_t> src,
                                             std::span<const rank_t> dst, rank_t d_dst,
                                             bool shuffle) {
   if (!shuffle) return rearrangement::from_destinations(src, dst, d_dst);

@@ -26,7 +26,7 @@ struct instance {
 // d bins, nodes of capacity drawn from {0..max_cap} (the last node takes the rest), each bin
 // `arcs` random distinct nodes with profits in [1, max_profit] (small ranges make many ties).
 inline instance make_instance(std::int32_t d, std::int32_t nodes, std::int32_t max_cap, int arcs,
-                       std::int64_t max_profit, std::uint64_t seed) {
+                              std::int64_t max_profit, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   instance in;
   in.capacity.assign(static_cast<std::size_t>(nodes), 0);

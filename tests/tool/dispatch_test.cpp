@@ -8,9 +8,6 @@
 // binary, MPI included.
 
 #include "bench/cli/dispatch.hpp"
-#include "bench/support/collectives.hpp"
-#include "bench/support/dispatch_driver.hpp"
-#include "bench/support/payload.hpp"
 
 #include <doctest/doctest.h>
 
@@ -26,17 +23,20 @@
 #include <string>
 #include <vector>
 
+#include "bench/cli/tool.hpp"
+#include "bench/support/collectives.hpp"
+#include "bench/support/dispatch_driver.hpp"
+#include "bench/support/payload.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/test_support.hpp"
 #include "support/tool_fixtures.hpp"
-#include "bench/cli/tool.hpp"
 
 namespace fs = std::filesystem;
 namespace tool = orchmllm::tool;
 namespace bench = orchmllm::bench;
 using orchmllm::batch_layout;
-using orchmllm::rank_t;
 using orchmllm::ragged_payload;
+using orchmllm::rank_t;
 using orchmllm::rearrangement;
 
 namespace {
@@ -75,12 +75,10 @@ tool::parsed_args parse(const std::vector<std::string>& args) {
 }
 
 /// Host reference of dispatch: what `plan` delivers to rank r (source payloads of every rank).
-ragged_payload reference_delivery(const batch_layout& layout, const rearrangement& plan,
-                                  rank_t r) {
+ragged_payload reference_delivery(const batch_layout& layout, const rearrangement& plan, rank_t r) {
   ragged_payload out;
   const auto doff = plan.dst_offsets();
-  for (auto h = doff[static_cast<std::size_t>(r)]; h < doff[static_cast<std::size_t>(r) + 1];
-       ++h) {
+  for (auto h = doff[static_cast<std::size_t>(r)]; h < doff[static_cast<std::size_t>(r) + 1]; ++h) {
     const auto g = plan.source_of(h);
     const rank_t src = layout.rank_of(g);
     std::vector<std::byte> item(static_cast<std::size_t>(layout.bytes(g)));
@@ -93,10 +91,10 @@ ragged_payload reference_delivery(const batch_layout& layout, const rearrangemen
 
 /// 6 ranks, rank 2 empty, zero-length items, bytes column; balanced plan over 6 ranks.
 struct small_case {
-  batch_layout layout = batch_layout(std::vector<std::int64_t>{0, 3, 5, 5, 9, 10, 13},
-                                     std::vector<std::int64_t>{5, 0, 7, 9, 1, 4, 4, 3, 0, 8, 2, 6, 1},
-                                     std::vector<std::int64_t>{50, 0, 71, 90, 13, 40, 41, 30, 0,
-                                                               80, 22, 60, 9});
+  batch_layout layout =
+      batch_layout(std::vector<std::int64_t>{0, 3, 5, 5, 9, 10, 13},
+                   std::vector<std::int64_t>{5, 0, 7, 9, 1, 4, 4, 3, 0, 8, 2, 6, 1},
+                   std::vector<std::int64_t>{50, 0, 71, 90, 13, 40, 41, 30, 0, 80, 22, 60, 9});
   rearrangement plan = orchmllm::balance(layout, orchmllm::linear_cost{}).plan;
 };
 
@@ -185,8 +183,8 @@ TEST_CASE("dispatch flags: defaults, every value, and mistakes named by flag") {
   bad({"--backend", "local", "--gpus-per-node", "x"}, "--gpus-per-node expects an integer");
   bad({}, "missing required flag --backend");
   // mpi ranks are not limited by the thread count.
-  CHECK(tool::parse_dispatch_settings(parse({"--backend", "mpi", "--items", "i", "--plan", "p",
-                                             "--ranks", "5000"}))
+  CHECK(tool::parse_dispatch_settings(
+            parse({"--backend", "mpi", "--items", "i", "--plan", "p", "--ranks", "5000"}))
             .ranks == std::optional<rank_t>(5000));
 }
 
@@ -203,8 +201,8 @@ TEST_CASE("rank count inferred from both files") {
       [&] { (void)tool::infer_rank_count(items, "h\n0,0,99,0\n", "i.csv", "p.csv", 50); },
       {"p.csv:2: rank 99 is not below the largest rank count 50"});
 
-  const auto in = tool::parse_dispatch_inputs(items + "4,0,1\n", plan + "4,0,2,0\n", "i", "p",
-                                              std::nullopt);
+  const auto in =
+      tool::parse_dispatch_inputs(items + "4,0,1\n", plan + "4,0,2,0\n", "i", "p", std::nullopt);
   CHECK(in.ranks == 5);
   CHECK(in.layout.num_ranks() == 5);
   CHECK(in.plan.num_dst_ranks() == 5);
@@ -254,11 +252,11 @@ TEST_CASE("source payloads and the delivery checks") {
     std::int64_t at = 0;
     for (std::int64_t s = 0; s < p.num_items(); ++s) {
       CHECK(p.rows[static_cast<std::size_t>(s)] == L.bytes(L.offset(r) + s));
-      CHECK(bench::first_wrong_byte(r, s,
-                                   std::span<const std::byte>(p.data).subspan(
-                                       static_cast<std::size_t>(at),
-                                       static_cast<std::size_t>(p.rows[static_cast<std::size_t>(s)]))) ==
-            -1);
+      CHECK(bench::first_wrong_byte(
+                r, s,
+                std::span<const std::byte>(p.data).subspan(
+                    static_cast<std::size_t>(at),
+                    static_cast<std::size_t>(p.rows[static_cast<std::size_t>(s)]))) == -1);
       at += p.rows[static_cast<std::size_t>(s)];
     }
     // The identity plan delivers the source payload itself.
@@ -279,7 +277,8 @@ TEST_CASE("source payloads and the delivery checks") {
     // One flipped byte: named by slot, source item and byte index.
     ragged_payload flipped = good;
     std::int64_t slot = 0, at = 0;
-    while (good.rows[static_cast<std::size_t>(slot)] == 0) at += good.rows[static_cast<std::size_t>(slot++)];
+    while (good.rows[static_cast<std::size_t>(slot)] == 0)
+      at += good.rows[static_cast<std::size_t>(slot++)];
     flipped.data[static_cast<std::size_t>(at + 0)] ^= std::byte{0x80};
     const auto g = c.plan.source_of(c.plan.dst_offsets()[static_cast<std::size_t>(r)] + slot);
     const rank_t src = L.rank_of(g);
@@ -297,7 +296,8 @@ TEST_CASE("source payloads and the delivery checks") {
     CHECK(msg(longer).find("bytes, its items") != std::string::npos);
     ragged_payload resized = good;
     resized.rows[static_cast<std::size_t>(slot)] += 1;
-    CHECK(msg(resized).find("expected " + std::to_string(good.rows[static_cast<std::size_t>(slot)])) !=
+    CHECK(msg(resized).find("expected " +
+                            std::to_string(good.rows[static_cast<std::size_t>(slot)])) !=
           std::string::npos);
     ragged_payload wide = good;
     wide.row_bytes = 2;
@@ -388,10 +388,10 @@ TEST_CASE("collective helpers on the local backend: problems, shared files, maxi
 TEST_CASE("driver on the local backend: every schedule verifies; accounting matches the plan") {
   const small_case c;
   const rank_t d = c.layout.num_ranks();
-  const auto stats = orchmllm::compute_statistics(c.layout, c.plan, orchmllm::linear_cost{},
-                                                  orchmllm::packed);
-  for (const auto sched : {orchmllm::schedule::direct, orchmllm::schedule::node_wise,
-                           orchmllm::schedule::automatic}) {
+  const auto stats =
+      orchmllm::compute_statistics(c.layout, c.plan, orchmllm::linear_cost{}, orchmllm::packed);
+  for (const auto sched :
+       {orchmllm::schedule::direct, orchmllm::schedule::node_wise, orchmllm::schedule::automatic}) {
     for (const rank_t g : {rank_t{1}, rank_t{2}, rank_t{4}, d}) {
       CAPTURE(orchmllm::to_string(sched));
       CAPTURE(g);
@@ -399,14 +399,13 @@ TEST_CASE("driver on the local backend: every schedule verifies; accounting matc
       rs.sched = sched;
       rs.repeat = 2;
       std::vector<bench::dispatch_summary> got(static_cast<std::size_t>(d));
-      orchmllm::local::run(
-          d,
-          [&](orchmllm::local::communicator& comm) {
-            bench::no_alltoallv_baseline none;
-            got[static_cast<std::size_t>(comm.rank())] =
-                bench::run_dispatch_rank(comm, c.layout, c.plan, rs, none);
-          },
-          {.ranks_per_node = g});
+      orchmllm::local::run(d,
+                           [&](orchmllm::local::communicator& comm) {
+                             bench::no_alltoallv_baseline none;
+                             got[static_cast<std::size_t>(comm.rank())] =
+                                 bench::run_dispatch_rank(comm, c.layout, c.plan, rs, none);
+                           },
+                           {.ranks_per_node = g});
       const auto& s = got[0];
       CHECK(s.verified);
       CHECK(s.failures.empty());
@@ -424,9 +423,9 @@ TEST_CASE("driver on the local backend: every schedule verifies; accounting matc
       CHECK(s.sent.inter_node_bytes == s.planned.inter_node_bytes);
       if (s.used == orchmllm::schedule::direct)
         CHECK(s.sent.intra_node_bytes == s.planned.intra_node_bytes);
-      CHECK(s.predicted_seconds ==
-            (s.used == orchmllm::schedule::direct ? s.predicted_direct_seconds
-                                                  : s.predicted_node_wise_seconds));
+      CHECK(s.predicted_seconds == (s.used == orchmllm::schedule::direct
+                                        ? s.predicted_direct_seconds
+                                        : s.predicted_node_wise_seconds));
       CHECK(s.dispatch_seconds >= 0);
       CHECK(s.execute_seconds >= 0);
       CHECK(s.route_seconds >= 0);
@@ -482,10 +481,9 @@ TEST_CASE("driver: a transport that corrupts one byte on one rank fails verifica
 }
 
 TEST_CASE("driver: empty batches and plans that move nothing") {
-  for (const auto& layout :
-       {batch_layout(std::vector<std::int64_t>{0, 0, 0, 0}, {}),
-        batch_layout(std::vector<std::int64_t>{0, 2, 2, 3}, {0, 0, 0}),
-        batch_layout(std::vector<std::int64_t>{0, 1, 2, 3}, {5, 6, 7})}) {
+  for (const auto& layout : {batch_layout(std::vector<std::int64_t>{0, 0, 0, 0}, {}),
+                             batch_layout(std::vector<std::int64_t>{0, 2, 2, 3}, {0, 0, 0}),
+                             batch_layout(std::vector<std::int64_t>{0, 1, 2, 3}, {5, 6, 7})}) {
     const auto plan = rearrangement::identity(layout);
     std::vector<bench::dispatch_summary> got(3);
     orchmllm::local::run(3, [&](orchmllm::local::communicator& comm) {
@@ -510,9 +508,9 @@ TEST_CASE("dispatch subcommand in-process: JSON, exit codes, no MPI in this buil
   const auto stats =
       orchmllm::compute_statistics(layout, plan, orchmllm::linear_cost{}, orchmllm::packed);
 
-  const auto r = run_tool({"dispatch", "--backend", "local", "--items", dir.file("items.csv"),
-                           "--plan", dir.file("plan.csv"), "--gpus-per-node", "2", "--repeat",
-                           "3"});
+  const auto r =
+      run_tool({"dispatch", "--backend", "local", "--items", dir.file("items.csv"), "--plan",
+                dir.file("plan.csv"), "--gpus-per-node", "2", "--repeat", "3"});
   INFO(r.err);
   REQUIRE(r.rc == 0);
   CHECK(r.err.empty());
@@ -527,9 +525,9 @@ TEST_CASE("dispatch subcommand in-process: JSON, exit codes, no MPI in this buil
   CHECK(json_field(r.out, "alltoallv_seconds") == "null");
   CHECK(json_field(r.out, "dispatch_vs_alltoallv") == "null");
   CHECK(json_field(r.out, "route_vs_alltoallv") == "null");
-  for (const char* key : {"predicted_seconds", "dispatch_seconds", "execute_seconds",
-                          "route_seconds", "combine_seconds", "predicted_direct_seconds",
-                          "predicted_node_wise_seconds"})
+  for (const char* key :
+       {"predicted_seconds", "dispatch_seconds", "execute_seconds", "route_seconds",
+        "combine_seconds", "predicted_direct_seconds", "predicted_node_wise_seconds"})
     CHECK_MESSAGE(std::stod(json_field(r.out, key)) >= 0, key);
 
   // --ranks larger than the files: trailing empty ranks take part.

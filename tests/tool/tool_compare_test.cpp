@@ -2,8 +2,6 @@
 // table and the JSON lines cover every algorithm (n/a where one does not apply), the figures
 // match `plan`'s, a failing algorithm is a row and an infeasible input an error.
 
-#include "bench/cli/tool.hpp"
-
 #include <doctest/doctest.h>
 
 #include <cstddef>
@@ -13,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cli/tool.hpp"
 #include "support/tool_fixtures.hpp"
 
 namespace tool = orchmllm::tool;

@@ -3,8 +3,6 @@
 // (exit 2 with the message and a usage line) and the help texts, through orchmllm::tool::run
 // (in-process; tests/tool/cli_check.cmake drives the real binary).
 
-#include "bench/cli/tool.hpp"
-
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -15,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "bench/cli/tool.hpp"
 #include "support/tool_fixtures.hpp"
 
 namespace fs = std::filesystem;

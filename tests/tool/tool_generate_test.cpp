@@ -2,8 +2,6 @@
 // (deterministic lognormal ITEMS.csv, the pinned sampler and its log-moments) and `demo` (one
 // row per stage, balanced, deterministic apart from the plan time).
 
-#include "bench/cli/tool.hpp"
-
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -14,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cli/tool.hpp"
 #include "support/tool_fixtures.hpp"
 
 namespace tool = orchmllm::tool;
@@ -29,8 +28,8 @@ TEST_CASE("demo: one row per stage, balanced, deterministic apart from the plan 
   REQUIRE_MESSAGE(r.rc == 0, r.err);
   CHECK(r.err.empty());
   CHECK(r.out.find("64 DP ranks x 4 samples = 256 samples (seed 3)") != std::string::npos);
-  for (const char* row : {"\nvision  packed ViT FLOPs", "\naudio   padded linear",
-                          "\nllm     packed 7B FLOPs"})
+  for (const char* row :
+       {"\nvision  packed ViT FLOPs", "\naudio   padded linear", "\nllm     packed 7B FLOPs"})
     CHECK_MESSAGE(r.out.find(row) != std::string::npos, row);
   // The LLM row's imbalance after (column 6) is below the one before (column 5).
   const auto at = r.out.find("\nllm ");

@@ -2,8 +2,6 @@
 // rows, empty ranks, a bytes column, tolerated formatting, every bad input named by line and
 // value, an optional segments column) and the PLAN.csv reader's refusals.
 
-#include "bench/cli/tool.hpp"
-
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -12,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cli/tool.hpp"
 #include "support/tool_fixtures.hpp"
 
 namespace tool = orchmllm::tool;

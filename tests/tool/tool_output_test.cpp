@@ -3,8 +3,6 @@
 // FIFOs and directories refused, all or nothing, no temporary file after a signal) and messages
 // that echo user text cut and printable.
 
-#include "bench/cli/tool.hpp"
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -19,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/cli/tool.hpp"
 #include "support/tool_fixtures.hpp"
 
 #if __has_include(<sys/stat.h>) && __has_include(<sys/wait.h>) && __has_include(<unistd.h>)
@@ -78,9 +77,9 @@ TEST_CASE("--out: a symlink is written through, a FIFO or directory is refused a
   REQUIRE(::mkfifo(dir.file("fifo").c_str(), 0600) == 0);
   fs::create_directory(dir.file("sub"));
   fs::create_symlink(dir.file("nowhere"), dir.file("dangling"));
-  for (const auto& [name, why] : {std::pair{"fifo", "is a FIFO, not a regular file"},
-                                  std::pair{"sub", "is a directory"},
-                                  std::pair{"dangling", "dangling symbolic link"}}) {
+  for (const auto& [name, why] :
+       {std::pair{"fifo", "is a FIFO, not a regular file"}, std::pair{"sub", "is a directory"},
+        std::pair{"dangling", "dangling symbolic link"}}) {
     CAPTURE(name);
     r = run_tool({"plan", "--items", items, "--ranks", "2", "--out", dir.file(name)});
     CHECK(r.rc == 2);
@@ -99,8 +98,8 @@ TEST_CASE("write_files_atomically: all or nothing, and no temporary file after a
   write_text(dir.file("a.csv"), "old a\n");
   REQUIRE(::mkfifo(dir.file("b.csv").c_str(), 0600) == 0);
   // The second destination is refused: the first is not replaced either.
-  CHECK_THROWS_AS(tool::write_files_atomically({{dir.file("a.csv"), "new a\n"},
-                                                {dir.file("b.csv"), "new b\n"}}),
+  CHECK_THROWS_AS(tool::write_files_atomically(
+                      {{dir.file("a.csv"), "new a\n"}, {dir.file("b.csv"), "new b\n"}}),
                   tool::io_error);
   CHECK(read_text(dir.file("a.csv")) == "old a\n");
   CHECK(dir.entries() == std::set<std::string>{"a.csv", "b.csv"});
@@ -143,7 +142,7 @@ TEST_CASE("messages echo user text cut and printable: a huge header, binary byte
     CHECK(r.rc == 2);
     CHECK(count_lines(r.err) == 1);
     CHECK(r.err.size() < 1200);
-    CHECK(std::all_of(r.err.begin(), r.err.end() - 1,
-                      [](char c) { return c >= 0x20 && c < 0x7f; }));
+    CHECK(
+        std::all_of(r.err.begin(), r.err.end() - 1, [](char c) { return c >= 0x20 && c < 0x7f; }));
   }
 }

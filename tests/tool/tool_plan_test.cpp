@@ -4,8 +4,6 @@
 // policies exact against brute force, an input without items; every bad input and infeasible
 // constraint exits 2 with a one-line message and leaves no output file.
 
-#include "bench/cli/tool.hpp"
-
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -19,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/cli/tool.hpp"
 #include "support/test_support.hpp"
 #include "support/tool_fixtures.hpp"
 

@@ -40,7 +40,6 @@ namespace {
 using namespace orchmllm;
 using orchmllm::test::uniform;
 
-
 struct figures {
   std::int64_t moved = 0, inter = 0;
 };
@@ -83,10 +82,11 @@ struct mapping_instance {
 
 // `max_bytes` small (e.g. 3) makes many ties, which is where a wrong search shows up.
 mapping_instance random_instance(std::mt19937_64& rng, rank_t d, bool uneven,
-                         std::int64_t max_bytes = 1000) {
-  topology topo = uneven ? topology(test::random_node_map(rng, d, 1 + static_cast<rank_t>(
-                                                                          uniform(rng, 0, d - 1))))
-                         : topology::uniform(d, static_cast<rank_t>(uniform(rng, 0, d)));
+                                 std::int64_t max_bytes = 1000) {
+  topology topo =
+      uneven
+          ? topology(test::random_node_map(rng, d, 1 + static_cast<rank_t>(uniform(rng, 0, d - 1))))
+          : topology::uniform(d, static_cast<rank_t>(uniform(rng, 0, d)));
   const auto n = uniform(rng, 0, 6 * d);
   const auto off = test::random_offsets(rng, d, n);
   auto binned = test::random_rearrangement(rng, off, d, uniform(rng, 0, 1) == 1,
@@ -108,8 +108,8 @@ void check_result(const mapping_result& res, const mapping_instance& in) {
   std::vector<rank_t> want(static_cast<std::size_t>(in.binned.num_items()));
   for (std::size_t g = 0; g < want.size(); ++g)
     want[g] = res.rank_of_bin[static_cast<std::size_t>(in.binned.dst_ranks()[g])];
-  CHECK(res.plan == rearrangement::from_destinations(in.binned.src_offsets(), want,
-                                                     in.topo.num_ranks()));
+  CHECK(res.plan ==
+        rearrangement::from_destinations(in.binned.src_offsets(), want, in.topo.num_ranks()));
   const auto f = plan_figures(res.plan, in.bytes, in.topo);
   CHECK(res.moved_bytes == f.moved);
   CHECK(res.inter_node_bytes == f.inter);
@@ -124,13 +124,13 @@ void check_result(const mapping_result& res, const mapping_instance& in) {
       if (in.topo.same_node(t, static_cast<rank_t>(r))) continue;
       egress[static_cast<std::size_t>(in.topo.node_of(static_cast<rank_t>(r)))] +=
           in.bytes[static_cast<std::size_t>(g)];
-      ingress[static_cast<std::size_t>(in.topo.node_of(t))] += in.bytes[static_cast<std::size_t>(g)];
+      ingress[static_cast<std::size_t>(in.topo.node_of(t))] +=
+          in.bytes[static_cast<std::size_t>(g)];
     }
   CHECK(res.max_node_egress_bytes == *std::max_element(egress.begin(), egress.end()));
   CHECK(res.max_node_ingress_bytes == *std::max_element(ingress.begin(), ingress.end()));
   CHECK(res.worst_node_bytes() == std::max(res.max_node_egress_bytes, res.max_node_ingress_bytes));
 }
-
 
 TEST_CASE("transport is optimal against brute force over all bijections (d <= 8)") {
   std::mt19937_64 rng(20261202);
@@ -279,8 +279,7 @@ TEST_CASE("worst-node bound: the documented formula, computed the obvious way (d
     for (std::size_t x = 0; x < in.bytes.size(); ++x) {
       const auto b = static_cast<std::size_t>(in.binned.dst_ranks()[x]);
       const auto s = static_cast<rank_t>(
-          std::upper_bound(off.begin(), off.end(), static_cast<std::int64_t>(x)) - off.begin() -
-          1);
+          std::upper_bound(off.begin(), off.end(), static_cast<std::int64_t>(x)) - off.begin() - 1);
       const auto m = static_cast<std::size_t>(in.topo.node_of(s));
       w[b * nn + m] += in.bytes[x];
       held[m] += in.bytes[x];
@@ -302,10 +301,10 @@ TEST_CASE("worst-node bound: the documented formula, computed the obvious way (d
       std::sort(col.rbegin(), col.rend());
       std::sort(in_bytes.begin(), in_bytes.end());
       const auto cut = static_cast<std::ptrdiff_t>(std::min(k, ud));
-      want = std::max(want, held[m] - std::accumulate(col.begin(), col.begin() + cut,
-                                                      std::int64_t{0}));
-      want = std::max(want, std::accumulate(in_bytes.begin(), in_bytes.begin() + cut,
-                                            std::int64_t{0}));
+      want = std::max(want,
+                      held[m] - std::accumulate(col.begin(), col.begin() + cut, std::int64_t{0}));
+      want = std::max(want,
+                      std::accumulate(in_bytes.begin(), in_bytes.begin() + cut, std::int64_t{0}));
     }
     CHECK(p.lower_bound == lower);
     CHECK(p.worst_lower_bound == want);
@@ -409,7 +408,8 @@ TEST_CASE("bottleneck is a local optimum: no swap through the first worst node h
       for (std::size_t b = 0; b < ud; ++b)
         for (std::size_t r = 0; r < ud; ++r) {
           if (in.topo.same_node(rob[b], static_cast<rank_t>(r))) continue;
-          egress[static_cast<std::size_t>(in.topo.node_of(static_cast<rank_t>(r)))] += w[b * ud + r];
+          egress[static_cast<std::size_t>(in.topo.node_of(static_cast<rank_t>(r)))] +=
+              w[b * ud + r];
           ingress[static_cast<std::size_t>(in.topo.node_of(rob[b]))] += w[b * ud + r];
         }
       for (std::size_t m = 0; m < nodes; ++m) v[m] = std::max(egress[m], ingress[m]);
@@ -578,7 +578,8 @@ TEST_CASE("a node above the dense limit: sparse greedy, a bijection keeping ≥ 
 TEST_CASE("greedy_assignment: exact on disjoint profits, 1/2 on the classic bad case") {
   using detail::profit_entry;
   // Disjoint: each row has its profit on its own column.
-  CHECK(detail::greedy_assignment({{5, 0, 2}, {7, 1, 0}, {1, 2, 1}}, 3) == std::vector<int>{2, 0, 1});
+  CHECK(detail::greedy_assignment({{5, 0, 2}, {7, 1, 0}, {1, 2, 1}}, 3) ==
+        std::vector<int>{2, 0, 1});
   // Row 0 takes column 0 (profit 3) and blocks the optimum 2 + 2: still ≥ half.
   CHECK(detail::greedy_assignment({{3, 0, 0}, {2, 0, 1}, {2, 1, 0}}, 2) == std::vector<int>{0, 1});
   // No entries: the identity.

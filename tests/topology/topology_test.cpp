@@ -7,12 +7,12 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <random>
-#include <algorithm>
 #include <map>
+#include <random>
 #include <span>
 #include <string>
 #include <type_traits>

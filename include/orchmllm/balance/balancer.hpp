@@ -46,8 +46,8 @@ struct balance_result {
   /// "automatic": the one of its candidates it kept), or what the application's balancer set
   /// (`balancer_plan::used`, "custom" by default). Static storage duration.
   std::string_view used = "custom";
-  Cost makespan{};           ///< largest destination load
-  Cost lower_bound{};        ///< makespan_lower_bound for the same input
+  Cost makespan{};              ///< largest destination load
+  Cost lower_bound{};           ///< makespan_lower_bound for the same input
   bool proven_optimal = false;  ///< makespan meets the bound, or an exact method completed
   bool fallback = false;  ///< the chosen algorithm could not meet the constraints and the plan
                           ///< comes from the constrained first-fit-decreasing fallback
@@ -68,11 +68,11 @@ using erased_balancer = std::function<balancer_plan(const balance_problem<cost_r
 
 /// The compiled library's entry points (orchmllm/config.hpp): `balance_impl` on a type-erased
 /// model, one per computation type.
-#define ORCHMLLM_DETAIL_DECLARE_BALANCE(T)                                                   \
-  balance_result<T> balance_compiled(const batch_layout& layout, cost_ref<T> cost,             \
-                                     padding_policy policy, const any_balancer& b,             \
+#define ORCHMLLM_DETAIL_DECLARE_BALANCE(T)                                                    \
+  balance_result<T> balance_compiled(const batch_layout& layout, cost_ref<T> cost,            \
+                                     padding_policy policy, const any_balancer& b,            \
                                      const constraints& limits);                              \
-  balance_result<T> balance_custom_compiled(const batch_layout& layout, cost_ref<T> cost,      \
+  balance_result<T> balance_custom_compiled(const batch_layout& layout, cost_ref<T> cost,     \
                                             padding_policy policy, const constraints& limits, \
                                             const erased_balancer<T>& b);
 ORCHMLLM_DETAIL_FOR_COST_TYPES(ORCHMLLM_DETAIL_DECLARE_BALANCE)
@@ -105,10 +105,11 @@ ORCHMLLM_MODE_NAMESPACE_BEGIN
 /// `infeasible_error` when the constraints cannot be met, naming the total, the cap and the
 /// rank count; and what `b` throws.
 template <cost_model C, class B = balancers::automatic>
-  requires balancer_for<B, C>
-balance_result<cost_type_t<C>> balance(const batch_layout& layout, const C& cost,
-                                       padding_policy policy = packed, const B& b = {},
-                                       const constraints& limits = {}) {
+requires balancer_for<B, C> balance_result<cost_type_t<C>> balance(const batch_layout& layout,
+                                                                   const C& cost,
+                                                                   padding_policy policy = packed,
+                                                                   const B& b = {},
+                                                                   const constraints& limits = {}) {
 #if ORCHMLLM_USE_COMPILED
   using T = cost_type_t<C>;
   if constexpr (is_builtin_balancer_v<B> || std::is_same_v<B, any_balancer>) {
@@ -122,9 +123,8 @@ balance_result<cost_type_t<C>> balance(const batch_layout& layout, const C& cost
         }));
   }
 #else
-  return detail::with_normal_cost(cost, [&](const auto& c) {
-    return detail::balance_with(layout, c, policy, b, limits);
-  });
+  return detail::with_normal_cost(
+      cost, [&](const auto& c) { return detail::balance_with(layout, c, policy, b, limits); });
 #endif
 }
 
@@ -136,10 +136,9 @@ balance_result<cost_type_t<C>> balance(const batch_layout& layout, const C& cost
 /// (core/rearrangement.hpp) moves the items to their destinations. Complexity: the overload
 /// above plus n projection calls. Throws what `make_layout` and the overload above throw.
 template <ranks_range R, cost_model C, class P, class B = balancers::automatic>
-  requires item_projection<P, ranks_item_t<R>> && balancer_for<B, C>
-balance_result<cost_type_t<C>> balance(R&& ranks, const C& cost, P proj,
-                                       padding_policy policy = packed, const B& b = {},
-                                       const constraints& limits = {}) {
+requires item_projection<P, ranks_item_t<R>> && balancer_for<B, C> balance_result<cost_type_t<C>>
+balance(R&& ranks, const C& cost, P proj, padding_policy policy = packed, const B& b = {},
+        const constraints& limits = {}) {
   return balance(make_layout(ranks, std::move(proj)), cost, policy, b, limits);
 }
 

@@ -145,9 +145,15 @@ struct locality {
 }  // namespace balancers
 
 /// Expands `X(name)` for every built-in balancer type of `orchmllm::balancers`.
-#define ORCHMLLM_DETAIL_FOR_BUILTIN_BALANCERS(X)                                               \
-  X(identity) X(lpt) X(karmarkar_karp) X(karmarkar_karp_equal) X(exact) X(padded_exact)         \
-      X(automatic) X(locality)
+#define ORCHMLLM_DETAIL_FOR_BUILTIN_BALANCERS(X) \
+  X(identity)                                    \
+  X(lpt)                                         \
+  X(karmarkar_karp)                              \
+  X(karmarkar_karp_equal)                        \
+  X(exact)                                       \
+  X(padded_exact)                                \
+  X(automatic)                                   \
+  X(locality)
 
 /// Whether B is one of the built-in balancer types above.
 #define ORCHMLLM_DETAIL_IS(B) std::is_same_v<B_, balancers::B> ||
@@ -164,16 +170,15 @@ inline constexpr bool is_builtin_balancer_v =
 class any_balancer {
  public:
   /// The alternatives, in the order of `balancer_names()`.
-  using variant =
-      std::variant<balancers::identity, balancers::lpt, balancers::karmarkar_karp,
-                   balancers::karmarkar_karp_equal, balancers::exact, balancers::padded_exact,
-                   balancers::automatic, balancers::locality>;
+  using variant = std::variant<balancers::identity, balancers::lpt, balancers::karmarkar_karp,
+                               balancers::karmarkar_karp_equal, balancers::exact,
+                               balancers::padded_exact, balancers::automatic, balancers::locality>;
 
   any_balancer() : v_(balancers::automatic{}) {}
   /// Holds `b` (implicit: `any_balancer b = balancers::lpt{.refine = true};`).
   template <class B>
-    requires is_builtin_balancer_v<B>
-  any_balancer(B b) : v_(std::move(b)) {}  // NOLINT(google-explicit-constructor)
+  requires is_builtin_balancer_v<B> any_balancer(B b)
+      : v_(std::move(b)) {}  // NOLINT(google-explicit-constructor)
 
   /// The held balancer's name (its type's `name`).
   [[nodiscard]] std::string_view name() const noexcept {
@@ -243,11 +248,11 @@ ORCHMLLM_DETAIL_FOR_COST_TYPES(ORCHMLLM_DETAIL_DECLARE_BUILTIN)
 #if ORCHMLLM_USE_COMPILED
 // Compiled mode: every built-in runs in the library on the type-erased problem `balance`
 // builds there (and that the trainer's own balancers receive).
-#define ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(B)                                     \
-  template <class C>                                                               \
-  orchmllm::balancer_plan orchmllm::balancers::B::operator()(                      \
-      const orchmllm::balance_problem<C>& p) const {                               \
-    return orchmllm::detail::builtin_compiled(p, orchmllm::any_balancer(*this));   \
+#define ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(B)                                   \
+  template <class C>                                                             \
+  orchmllm::balancer_plan orchmllm::balancers::B::operator()(                    \
+      const orchmllm::balance_problem<C>& p) const {                             \
+    return orchmllm::detail::builtin_compiled(p, orchmllm::any_balancer(*this)); \
   }
 ORCHMLLM_DETAIL_FOR_BUILTIN_BALANCERS(ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL)
 #undef ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL

@@ -87,8 +87,8 @@ class balance_problem {
   /// Every item's cost, in global-id order.
   [[nodiscard]] std::span<const cost_type> costs() const noexcept { return in_.costs; }
   /// The item ids in the canonical order: (cost, length) descending for the packed policy,
-  /// row length (length, or longest segment) descending for padded ones, ties by id ascending. Scanning it keeps a greedy
-  /// deterministic.
+  /// row length (length, or longest segment) descending for padded ones, ties by id ascending.
+  /// Scanning it keeps a greedy deterministic.
   [[nodiscard]] std::span<const std::int64_t> order() const noexcept { return in_.order; }
   /// How the costs on one rank combine into its load (core/padding.hpp).
   [[nodiscard]] padding_policy policy() const noexcept { return in_.policy; }
@@ -130,8 +130,7 @@ inline balancer_plan to_balancer_plan(std::optional<std::vector<rank_t>> p) noex
 }
 
 template <class R>
-concept balancer_return =
-    std::same_as<R, balancer_plan> || std::same_as<R, std::vector<rank_t>> ||
+concept balancer_return = std::same_as<R, balancer_plan> || std::same_as<R, std::vector<rank_t>> ||
     std::same_as<R, std::optional<std::vector<rank_t>>>;
 
 /// The model a balancer sees for the trainer's cost model C: C itself when it returns its
@@ -141,8 +140,7 @@ template <class C>
 using problem_model_t = cost_ref<cost_type_t<C>>;
 #else
 template <class C>
-using problem_model_t =
-    std::conditional_t<is_normal_cost_v<C>, C, normalized_cost<C>>;
+using problem_model_t = std::conditional_t<is_normal_cost_v<C>, C, normalized_cost<C>>;
 #endif
 
 }  // namespace detail

@@ -99,6 +99,9 @@ split_result<cost_type_t<C>> balance_split(const batch_layout& layout, const C& 
 }  // namespace orchmllm
 
 // The definitions: the lower bound, the padded path, the packed rounds.
+// In this order: each uses what the ones above define.
+// clang-format off
 #include "orchmllm/detail/balance/split_costs.inl"   // IWYU pragma: export
 #include "orchmllm/detail/balance/split_padded.inl"  // IWYU pragma: export
 #include "orchmllm/detail/balance/split_impl.inl"    // IWYU pragma: export
+// clang-format on

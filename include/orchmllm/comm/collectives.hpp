@@ -31,8 +31,8 @@ namespace orchmllm {
 /// A value the typed collectives move: trivially copyable, so its bytes are the value. Not a
 /// pointer (an address means nothing on another rank).
 template <class T>
-concept wire_value = std::is_trivially_copyable_v<T> && !std::is_pointer_v<T> &&
-                     !std::is_member_pointer_v<T>;
+concept wire_value =
+    std::is_trivially_copyable_v<T> && !std::is_pointer_v<T> && !std::is_member_pointer_v<T>;
 
 /// Values gathered from every rank, in rank order: rank r's are `values[offsets[r] ..
 /// offsets[r + 1])`.
@@ -119,8 +119,9 @@ template <wire_value T, communicator Comm>
 /// group, as in `gather_layout` and `gather_step_metadata`. Returns the records when the check
 /// passes.
 template <wire_value T, communicator Comm, class Check>
-  requires std::invocable<Check&, std::span<const T>>
-std::vector<T> exchange_checked(Comm& comm, const T& mine, Check check) {
+requires std::invocable<Check&, std::span<const T>> std::vector<T> exchange_checked(Comm& comm,
+                                                                                    const T& mine,
+                                                                                    Check check) {
   auto all = all_gather(comm, mine);
   std::invoke(check, std::span<const T>(all));
   return all;

@@ -75,11 +75,11 @@ struct agreed_exchange {
 /// transfer until the backend's deadline). `execute` and `dispatch` along a route use it when
 /// they skip their own agreement; `mpi::communicator` has it (then one MPI_Alltoallv per hop).
 template <class C>
-concept agreed_exchange_communicator =
-    communicator<C> && requires(C& c, const std::byte* in, std::byte* out,
-                                std::span<const std::int64_t> v, const agreed_exchange& a) {
-      c.all_to_allv(in, v, v, out, v, v, a);
-    };
+concept agreed_exchange_communicator = communicator<C> &&
+    requires(C& c, const std::byte* in, std::byte* out, std::span<const std::int64_t> v,
+             const agreed_exchange& a) {
+  c.all_to_allv(in, v, v, out, v, v, a);
+};
 
 /// Optional capability: `all_max(values)` replaces each of at most 8 host `std::int64_t`
 /// values by its maximum over all ranks (every rank passes the same count), as one small
@@ -88,7 +88,9 @@ concept agreed_exchange_communicator =
 /// (O(size()) bytes per value) where it does not. `mpi::communicator` and
 /// `nccl::communicator` have it (one MPI_Allreduce).
 template <class C>
-concept max_reducing_communicator =
-    communicator<C> && requires(C& c, std::span<std::int64_t> values) { c.all_max(values); };
+concept max_reducing_communicator = communicator<C> &&
+    requires(C& c, std::span<std::int64_t> values) {
+  c.all_max(values);
+};
 
 }  // namespace orchmllm

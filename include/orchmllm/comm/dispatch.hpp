@@ -86,9 +86,8 @@ route build_route(Comm& comm, const rearrangement& plan,
 /// (plan, row width, schedule, link figures, item counts), one holds an invalid payload or one
 /// cannot allocate; whatever the communicator throws. `out` is unspecified after a throw.
 template <communicator Comm>
-void dispatch(Comm& comm, const rearrangement& plan, const ragged_payload& in,
-              ragged_payload& out, const dispatch_options& options = {},
-              dispatch_report* report = nullptr);
+void dispatch(Comm& comm, const rearrangement& plan, const ragged_payload& in, ragged_payload& out,
+              const dispatch_options& options = {}, dispatch_report* report = nullptr);
 
 /// Collective: as above, returning a new payload.
 template <communicator Comm>
@@ -104,9 +103,8 @@ ragged_payload dispatch(Comm& comm, const rearrangement& plan, const ragged_payl
 /// original source items in slot order. Same cost, guarantees and errors as `dispatch` along
 /// `plan.inverse()` (plus O(n) to invert the plan).
 template <communicator Comm>
-ragged_payload combine(Comm& comm, const rearrangement& plan,
-                       const ragged_payload& at_destination, const dispatch_options& options = {},
-                       dispatch_report* report = nullptr) {
+ragged_payload combine(Comm& comm, const rearrangement& plan, const ragged_payload& at_destination,
+                       const dispatch_options& options = {}, dispatch_report* report = nullptr) {
   return dispatch(comm, plan.inverse(), at_destination, options, report);
 }
 

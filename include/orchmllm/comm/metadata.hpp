@@ -40,8 +40,9 @@ batch_layout gather_layout(Comm& comm, std::span<const std::int64_t> lengths,
 /// with its length and payload bytes (then every rank's projection must give bytes). The same
 /// collectives and errors as above, plus n projection calls.
 template <communicator Comm, std::ranges::input_range R, class P>
-  requires item_projection<P, std::ranges::range_value_t<R>>
-batch_layout gather_layout(Comm& comm, R&& items, P proj) {
+requires item_projection<P, std::ranges::range_value_t<R>> batch_layout gather_layout(Comm& comm,
+                                                                                      R&& items,
+                                                                                      P proj) {
   const auto sizes = detail::project_sizes(items, proj);
   return gather_layout(comm, std::span<const std::int64_t>(sizes.first),
                        std::span<const std::int64_t>(sizes.second));

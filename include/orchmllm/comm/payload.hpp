@@ -22,8 +22,8 @@ namespace orchmllm {
 /// Device payloads stay in the caller's buffers and move with `build_route` + `execute`.
 struct ragged_payload {
   std::vector<std::int64_t> rows{};  ///< row count of every local item
-  std::int64_t row_bytes = 1;      ///< bytes per row, the same for every item and rank
-  std::vector<std::byte> data{};   ///< Σ rows · row_bytes bytes
+  std::int64_t row_bytes = 1;        ///< bytes per row, the same for every item and rank
+  std::vector<std::byte> data{};     ///< Σ rows · row_bytes bytes
 
   /// Number of items.
   [[nodiscard]] std::int64_t num_items() const noexcept {
@@ -49,12 +49,12 @@ struct ragged_payload {
                      " bytes is negative");
     std::vector<std::int64_t> off(rows.size() + 1, 0);
     for (std::size_t i = 0; i < rows.size(); ++i) {
-      ORCHMLLM_REQUIRE(rows[i] >= 0, invalid_argument_error, "item ", i, " has ", rows[i],
-                       " rows");
-      ORCHMLLM_REQUIRE(row_bytes == 0 || rows[i] <= (std::numeric_limits<std::int64_t>::max() -
-                                                     off[i]) / row_bytes,
-                       invalid_argument_error, "payload size overflows 64 bits at item ", i,
-                       " (", rows[i], " rows × ", row_bytes, " bytes after ", off[i], " bytes)");
+      ORCHMLLM_REQUIRE(rows[i] >= 0, invalid_argument_error, "item ", i, " has ", rows[i], " rows");
+      ORCHMLLM_REQUIRE(
+          row_bytes == 0 ||
+              rows[i] <= (std::numeric_limits<std::int64_t>::max() - off[i]) / row_bytes,
+          invalid_argument_error, "payload size overflows 64 bits at item ", i, " (", rows[i],
+          " rows × ", row_bytes, " bytes after ", off[i], " bytes)");
       off[i + 1] = off[i] + rows[i] * row_bytes;
     }
     return off;
@@ -71,8 +71,8 @@ struct ragged_payload {
   void validate() const {
     const std::int64_t total = byte_offsets().back();
     ORCHMLLM_REQUIRE(static_cast<std::int64_t>(data.size()) == total, invalid_argument_error,
-                     "payload holds ", data.size(), " bytes but its ", rows.size(),
-                     " items need ", total, " (rows × ", row_bytes, " bytes)");
+                     "payload holds ", data.size(), " bytes but its ", rows.size(), " items need ",
+                     total, " (rows × ", row_bytes, " bytes)");
   }
 };
 

@@ -9,9 +9,9 @@
 /// one the time model predicts faster). See docs/communication.md, "Routes" and "Schedules".
 
 #include <algorithm>
-#include <cmath>
 #include <array>
 #include <bit>
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -61,9 +61,12 @@ enum class schedule { direct, node_wise, automatic };
 /// "direct", "node-wise", "auto" (null-terminated, as every `to_string` of the library's enums).
 [[nodiscard]] constexpr std::string_view to_string(schedule s) noexcept {
   switch (s) {
-    case schedule::direct: return "direct";
-    case schedule::node_wise: return "node-wise";
-    case schedule::automatic: return "auto";
+    case schedule::direct:
+      return "direct";
+    case schedule::node_wise:
+      return "node-wise";
+    case schedule::automatic:
+      return "auto";
   }
   return "?";
 }
@@ -74,8 +77,8 @@ enum class schedule { direct, node_wise, automatic };
   if (name == "direct") return schedule::direct;
   if (name == "node-wise" || name == "node_wise") return schedule::node_wise;
   if (name == "auto" || name == "automatic") return schedule::automatic;
-  detail::raise<invalid_argument_error>(detail::concat(
-      "unknown schedule '", name, "' (expected one of: direct, node-wise, auto)"));
+  detail::raise<invalid_argument_error>(
+      detail::concat("unknown schedule '", name, "' (expected one of: direct, node-wise, auto)"));
 }
 
 /// Bytes and messages by link class. For a plan (`plan_traffic`): what a source rank's items
@@ -111,9 +114,8 @@ struct traffic_stats {
 /// same node, `inter_node_bytes` to another node; messages count the distinct destination
 /// ranks of each class. O(n log n + d). Deterministic. Throws `invalid_argument_error` when
 /// sizes disagree, a byte count is negative or their total overflows 2^63 - 1.
-[[nodiscard]] inline std::vector<traffic_stats> plan_traffic(const rearrangement& plan,
-                                                             std::span<const std::int64_t> item_bytes,
-                                                             const topology& topo) {
+[[nodiscard]] inline std::vector<traffic_stats> plan_traffic(
+    const rearrangement& plan, std::span<const std::int64_t> item_bytes, const topology& topo) {
   detail::check_route_inputs(plan, item_bytes, topo);
   std::vector<traffic_stats> out(static_cast<std::size_t>(plan.num_src_ranks()));
   const auto off = plan.src_offsets();
@@ -159,7 +161,7 @@ class route {
   /// One pack + all-to-all(v). Counts and displacements are in bytes, one entry per rank.
   struct hop {
     std::vector<std::int64_t> send_counts, send_displs, recv_counts, recv_displs;
-    detail::segment_list pack;  ///< previous buffer → send buffer
+    detail::segment_list pack;   ///< previous buffer → send buffer
     bool pack_identity = false;  ///< the previous buffer already is the send buffer
     std::int64_t send_bytes = 0;
     std::int64_t recv_bytes = 0;
@@ -223,8 +225,8 @@ class route {
   }
 
  private:
-  void compile(const rearrangement& plan, std::span<const std::int64_t> bytes,
-               const topology& topo, const detail::item_paths& p);
+  void compile(const rearrangement& plan, std::span<const std::int64_t> bytes, const topology& topo,
+               const detail::item_paths& p);
 
   static std::vector<std::int64_t> exclusive_scan(const std::vector<std::int64_t>& v) {
     std::vector<std::int64_t> out(v.size(), 0);
@@ -252,23 +254,22 @@ class route {
 /// rank, before anything moves) when it cannot, in which case `execute` packs and calls
 /// `all_to_allv`. `mpi::communicator` has it (MPI derived datatypes).
 template <class C>
-concept gathering_communicator =
-    communicator<C> && requires(C& c, const std::byte* in, std::byte* out,
-                                const detail::segment_list& s, std::span<const std::int64_t> v) {
-      { c.all_to_allv_gather(in, s, v, v, out, v, v) } -> std::same_as<bool>;
-    };
+concept gathering_communicator = communicator<C> &&
+    requires(C& c, const std::byte* in, std::byte* out, const detail::segment_list& s,
+             std::span<const std::int64_t> v) {
+  { c.all_to_allv_gather(in, s, v, v, out, v, v) } -> std::same_as<bool>;
+};
 
 /// Optional capability: `all_to_allv_gather(..., agreed)`, the `gathering_communicator` call
 /// for a caller that guarantees what `agreed_exchange` says (see
 /// `agreed_exchange_communicator`): it decides whether it can (the return value) from
 /// `agreed` alone, identically on every rank, without asking its peers.
 template <class C>
-concept agreed_gathering_communicator =
-    gathering_communicator<C> &&
+concept agreed_gathering_communicator = gathering_communicator<C> &&
     requires(C& c, const std::byte* in, std::byte* out, const detail::segment_list& s,
              std::span<const std::int64_t> v, const agreed_exchange& a) {
-      { c.all_to_allv_gather(in, s, v, v, out, v, v, a) } -> std::same_as<bool>;
-    };
+  { c.all_to_allv_gather(in, s, v, v, out, v, v, a) } -> std::same_as<bool>;
+};
 
 /// Optional communicator capability: `mover()` returns the `byte_mover` of the
 /// communicator's payload memory (the NCCL communicators: a `cuda::device_mover` on their
@@ -322,7 +323,10 @@ void agree_on_routes(Comm& comm, std::span<const route> routes);
 
 // The definitions: route::build, the scratch slots and their reservation, the agreement, the
 // execution engine.
+// In this order: each uses what the ones above define.
+// clang-format off
 #include "orchmllm/detail/comm/route_build.inl"      // IWYU pragma: export
 #include "orchmllm/detail/comm/route_scratch.inl"    // IWYU pragma: export
 #include "orchmllm/detail/comm/route_agreement.inl"  // IWYU pragma: export
 #include "orchmllm/detail/comm/route_execute.inl"    // IWYU pragma: export
+// clang-format on

@@ -35,8 +35,8 @@ namespace orchmllm {
 /// `long double` as they are. So a model returning `unsigned` gives exactly the plan of the same
 /// model returning `int`.
 template <class C>
-concept cost_model = std::is_object_v<C> && std::copy_constructible<C> &&
-    std::invocable<const C&, std::int64_t> &&
+concept cost_model =
+    std::is_object_v<C> && std::copy_constructible<C> && std::invocable<const C&, std::int64_t> &&
     std::is_arithmetic_v<std::remove_cvref_t<std::invoke_result_t<const C&, std::int64_t>>> &&
     !std::same_as<std::remove_cvref_t<std::invoke_result_t<const C&, std::int64_t>>, bool>;
 
@@ -91,9 +91,8 @@ class cost_ref {
   // The self-type test comes first: checking `cost_model<cost_ref>` asks whether cost_ref is
   // copy-constructible, which must not recurse into this constructor's own constraint.
   template <class C>
-    requires(!std::is_same_v<std::remove_cvref_t<C>, cost_ref> && cost_model<C> &&
-             std::is_same_v<cost_type_t<C>, Cost>)
-  explicit cost_ref(const C& model) noexcept
+  requires(!std::is_same_v<std::remove_cvref_t<C>, cost_ref> && cost_model<C> &&
+           std::is_same_v<cost_type_t<C>, Cost>) explicit cost_ref(const C& model) noexcept
       : model_(&model), call_([](const void* m, std::int64_t l) -> Cost {
           return cost_value(*static_cast<const C*>(m), l);
         }) {}

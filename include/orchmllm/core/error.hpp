@@ -108,8 +108,9 @@ class invalid_argument_error : public error {
   // Spelled out rather than inherited (`using Base::Base;`): nvcc 13.0's front end crashes
   // ("compare_expressions: bad expr kind") on inherited constructors whose default argument
   // calls source_location::current().
-  explicit invalid_argument_error(const std::string& message,
-                                  detail::source_location where = detail::source_location::current())
+  explicit invalid_argument_error(
+      const std::string& message,
+      detail::source_location where = detail::source_location::current())
       : error(message, where) {}
 };
 
@@ -157,13 +158,11 @@ inline void append_piece(std::string& s, const char* text) { s.append(text); }
 inline void append_piece(std::string& s, const std::string& text) { s.append(text); }
 inline void append_piece(std::string& s, char c) { s.push_back(c); }
 template <class T>
-  requires std::is_same_v<T, bool>  // a template: no pointer or number converts to it silently
-void append_piece(std::string& s, T b) {
-  s.push_back(b ? '1' : '0');
-}
+requires std::is_same_v<T, bool>  // a template: no pointer or number converts to it silently
+void append_piece(std::string& s, T b) { s.push_back(b ? '1' : '0'); }
 template <class T>
-  requires(std::is_arithmetic_v<T> && !std::is_same_v<T, char> && !std::is_same_v<T, bool>)
-void append_piece(std::string& s, T value) {
+requires(std::is_arithmetic_v<T> && !std::is_same_v<T, char> &&
+         !std::is_same_v<T, bool>) void append_piece(std::string& s, T value) {
   char buffer[128];
   std::to_chars_result r{};
   if constexpr (std::is_floating_point_v<T>) {
@@ -174,9 +173,10 @@ void append_piece(std::string& s, T value) {
   s.append(buffer, r.ptr);
 }
 template <class T>
-  requires(!std::is_arithmetic_v<T> && !std::is_convertible_v<const T&, std::string_view> &&
-           requires(const T& v) { std::string_view(to_string(v)); })
-void append_piece(std::string& s, const T& value) {
+requires(!std::is_arithmetic_v<T> && !std::is_convertible_v<const T&, std::string_view> &&
+         requires(const T& v) {
+           std::string_view(to_string(v));
+         }) void append_piece(std::string& s, const T& value) {
   s.append(std::string_view(to_string(value)));
 }
 

@@ -61,10 +61,10 @@ inline std::span<const std::int64_t> intern_buckets(std::vector<std::int64_t> bu
 // equality_comparable could look at padding_policy's operator== and, through the converting
 // constructor below, recurse into this concept.
 template <class P>
-concept padding_rule =
-    requires(const P& p, std::int64_t l) {
-      { p.padded_length(l) } -> std::convertible_to<std::int64_t>;
-    } && std::copy_constructible<P> && std::equality_comparable<P>;
+concept padding_rule = requires(const P& p, std::int64_t l) {
+  { p.padded_length(l) } -> std::convertible_to<std::int64_t>;
+}
+&&std::copy_constructible<P>&& std::equality_comparable<P>;
 
 namespace detail {
 
@@ -80,7 +80,9 @@ struct padding_rule_base {
 
 template <class P>
 std::string padding_rule_name(const P& rule) {
-  if constexpr (requires { { rule.name() } -> std::convertible_to<std::string_view>; }) {
+  if constexpr (requires {
+                  { rule.name() } -> std::convertible_to<std::string_view>;
+                }) {
     return std::string(std::string_view(rule.name()));
   } else {
     return "custom";
@@ -127,8 +129,8 @@ class padding_policy {
   /// stored once for the life of the process, so copies of the policy stay trivial. Implicit, so
   /// a rule can be passed wherever a policy is expected.
   template <class P>
-    requires(!std::same_as<std::remove_cvref_t<P>, padding_policy> && padding_rule<P>)
-  padding_policy(P rule)  // NOLINT(google-explicit-constructor)
+  requires(!std::same_as<std::remove_cvref_t<P>, padding_policy> && padding_rule<P>)
+      padding_policy(P rule)  // NOLINT(google-explicit-constructor)
       : kind_(kind::custom), rule_(detail::intern_rule(std::move(rule))) {}
 
   /// Sum of item costs (no padding).
@@ -152,8 +154,8 @@ class padding_policy {
       ORCHMLLM_REQUIRE(buckets[j] >= 1, invalid_argument_error, "bucket length ", buckets[j],
                        " must be >= 1");
       ORCHMLLM_REQUIRE(j == 0 || buckets[j] > buckets[j - 1], invalid_argument_error,
-                       "bucket lengths must be strictly increasing: ", buckets[j - 1],
-                       " then ", buckets[j]);
+                       "bucket lengths must be strictly increasing: ", buckets[j - 1], " then ",
+                       buckets[j]);
     }
     ORCHMLLM_REQUIRE(buckets.size() <= UINT32_MAX, invalid_argument_error, "a bucketed policy ",
                      "takes at most 2^32 - 1 bucket lengths, got ", buckets.size());
@@ -199,11 +201,14 @@ class padding_policy {
   friend constexpr bool operator==(const padding_policy& a, const padding_policy& b) noexcept {
     if (a.kind_ != b.kind_) return false;
     switch (a.kind_) {
-      case kind::padded: return a.multiple_ == b.multiple_;
+      case kind::padded:
+        return a.multiple_ == b.multiple_;
       case kind::bucketed:
         return a.size_ == b.size_ && std::equal(a.buckets_, a.buckets_ + a.size_, b.buckets_);
-      case kind::custom: return a.rule_ == b.rule_;
-      case kind::packed: break;
+      case kind::custom:
+        return a.rule_ == b.rule_;
+      case kind::packed:
+        break;
     }
     return true;
   }
@@ -212,9 +217,8 @@ class padding_policy {
   [[nodiscard]] constexpr std::int64_t padded_length_slow(std::int64_t length) const {
     if (kind_ == kind::custom) {
       const std::int64_t padded = rule_->padded_length(length);
-      ORCHMLLM_REQUIRE(padded >= length, invalid_argument_error, "padding rule '",
-                       rule_->name(), "' pads length ", length, " to ", padded,
-                       ", below the length itself");
+      ORCHMLLM_REQUIRE(padded >= length, invalid_argument_error, "padding rule '", rule_->name(),
+                       "' pads length ", length, " to ", padded, ", below the length itself");
       return padded;
     }
     if (kind_ == kind::bucketed) {
@@ -228,7 +232,8 @@ class padding_policy {
     const std::int64_t rest = length % multiple_;
     if (rest == 0) return length;
     ORCHMLLM_REQUIRE(length - rest <= INT64_MAX - multiple_, invalid_argument_error, "length ",
-                     length, " padded to a multiple of ", multiple_, " exceeds 2^63 - 1 (int64 overflow)");
+                     length, " padded to a multiple of ", multiple_,
+                     " exceeds 2^63 - 1 (int64 overflow)");
     return length - rest + multiple_;
   }
 
@@ -238,9 +243,9 @@ class padding_policy {
   kind kind_;
   std::uint32_t size_ = 0;  // bucketed: the number of bucket lengths
   union {
-    std::int64_t multiple_ = 1;               // packed (1) and padded: the multiple
-    const std::int64_t* buckets_;             // bucketed: the interned lengths (size_ of them)
-    const detail::padding_rule_base* rule_;   // custom: the interned rule
+    std::int64_t multiple_ = 1;              // packed (1) and padded: the multiple
+    const std::int64_t* buckets_;            // bucketed: the interned lengths (size_ of them)
+    const detail::padding_rule_base* rule_;  // custom: the interned rule
   };
 };
 

@@ -38,8 +38,7 @@ struct item_size {
 /// `P` projects a `const T&` to its size: `std::invoke(p, t)` returns an integer (the length;
 /// bytes are then not given) or an `item_size`.
 template <class P, class T>
-concept item_projection =
-    std::invocable<const P&, const T&> &&
+concept item_projection = std::invocable<const P&, const T&> &&
     (std::integral<std::remove_cvref_t<std::invoke_result_t<const P&, const T&>>> ||
      std::same_as<std::remove_cvref_t<std::invoke_result_t<const P&, const T&>>, item_size>);
 
@@ -106,8 +105,7 @@ std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> project_sizes(R&
 /// Throws `invalid_argument_error` as the `batch_layout` constructor does (a negative length
 /// or byte count, totals above 2^63 − 1), naming the item.
 template <ranks_range R, class P>
-  requires item_projection<P, ranks_item_t<R>>
-batch_layout make_layout(R&& ranks, P proj) {
+requires item_projection<P, ranks_item_t<R>> batch_layout make_layout(R&& ranks, P proj) {
   constexpr bool with_bytes = projection_gives_bytes_v<P, ranks_item_t<R>>;
   std::vector<std::int64_t> offsets{0};
   std::vector<std::int64_t> lengths;

@@ -105,23 +105,17 @@ class rank_load {
 
   /// Removes an item added before with the same length, cost and byte size. Throws
   /// `invalid_argument_error` when the rank holds no item of that length and byte size.
-  constexpr void remove(std::int64_t length, Cost cost, std::int64_t bytes)
-    requires removable
-  {
+  constexpr void remove(std::int64_t length, Cost cost, std::int64_t bytes) requires removable {
     remove_item(item_shape{length, bytes, 1, length}, cost);
   }
   /// Removes an item added before with the same shape and cost. Throws `invalid_argument_error`
   /// when the rank holds no item of that shape.
-  constexpr void remove(const item_shape& item, Cost cost)
-    requires removable
-  {
+  constexpr void remove(const item_shape& item, Cost cost) requires removable {
     remove_item(item, cost);
   }
   /// As above, and keeps cost(pad(longest)) of `model` cached (see the class comment).
   template <class C>
-  constexpr void remove(const item_shape& item, Cost cost, const C& model)
-    requires removable
-  {
+  constexpr void remove(const item_shape& item, Cost cost, const C& model) requires removable {
     remove_item(item, cost);
     cache(model);
   }
@@ -129,9 +123,8 @@ class rank_load {
   void remove(const item_shape&, Cost, const C&&) = delete;  // see the class comment
   /// As above, and keeps cost(pad(longest)) of `model` cached (see the class comment).
   template <class C>
-  constexpr void remove(std::int64_t length, Cost cost, std::int64_t bytes, const C& model)
-    requires removable
-  {
+  constexpr void remove(std::int64_t length, Cost cost, std::int64_t bytes,
+                        const C& model) requires removable {
     remove_item(item_shape{length, bytes, 1, length}, cost);
     cache(model);
   }
@@ -223,8 +216,7 @@ class rank_load {
     return what == capacity::measure::tokens ? sum_tokens_ : sum_bytes_;
   }
   // count · per_item <= cap, without overflow.
-  static constexpr bool fits_count(std::int64_t count, std::int64_t per_item,
-                                   const capacity& cap) {
+  static constexpr bool fits_count(std::int64_t count, std::int64_t per_item, const capacity& cap) {
     return per_item == 0 || count <= cap.limit / per_item;
   }
   // count · per_item, checked (the padded footprints).

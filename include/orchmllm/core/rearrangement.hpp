@@ -84,9 +84,9 @@ class rearrangement {
     // from_destinations' checks, offsets and ranks, then the given slots in one pass:
     // `src_of_dst_` starts at -1 and marks the slots taken.
     const auto n = static_cast<std::int64_t>(destinations.size());
-    rearrangement p =
-        with_ranks(src_offsets, n, num_dst_ranks,
-                   [&](std::int64_t g) { return destinations[static_cast<std::size_t>(g)].rank; });
+    rearrangement p = with_ranks(src_offsets, n, num_dst_ranks, [&](std::int64_t g) {
+      return destinations[static_cast<std::size_t>(g)].rank;
+    });
     p.dst_slot_.resize(static_cast<std::size_t>(n));
     p.src_of_dst_.assign(static_cast<std::size_t>(n), -1);
     for (std::size_t g = 0; g < destinations.size(); ++g) {
@@ -97,8 +97,8 @@ class rearrangement {
                        " of rank ", r, ", which receives ", size, " items");
       const std::int64_t h = p.dst_offsets_[r] + s;
       ORCHMLLM_REQUIRE(p.src_of_dst_[static_cast<std::size_t>(h)] < 0, invalid_argument_error,
-                       "item ", g, " goes to slot ", s, " of rank ", r,
-                       ", already taken by item ", p.src_of_dst_[static_cast<std::size_t>(h)]);
+                       "item ", g, " goes to slot ", s, " of rank ", r, ", already taken by item ",
+                       p.src_of_dst_[static_cast<std::size_t>(h)]);
       p.dst_slot_[g] = s;
       p.src_of_dst_[static_cast<std::size_t>(h)] = static_cast<std::int64_t>(g);
     }
@@ -380,8 +380,8 @@ decltype(auto) take_element(It it) {
 /// move-only types work; otherwise they are copied. O(n) moves or copies.
 /// Throws `invalid_argument_error` when sizes disagree (nothing is moved then).
 template <std::ranges::random_access_range R>
-  requires std::ranges::sized_range<R>
-std::vector<std::ranges::range_value_t<R>> apply(const rearrangement& plan, R&& in) {
+requires std::ranges::sized_range<R> std::vector<std::ranges::range_value_t<R>> apply(
+    const rearrangement& plan, R&& in) {
   ORCHMLLM_REQUIRE(static_cast<std::int64_t>(std::ranges::size(in)) == plan.num_items(),
                    invalid_argument_error, "apply: ", std::ranges::size(in),
                    " values for a plan of ", plan.num_items(), " items");
@@ -400,11 +400,11 @@ std::vector<std::ranges::range_value_t<R>> apply(const rearrangement& plan, R&& 
 /// Throws `invalid_argument_error` when the rank count or a rank's item count differs from the
 /// plan's sources (nothing is moved then).
 template <std::ranges::random_access_range R>
-  requires std::ranges::sized_range<R> &&
-           std::ranges::random_access_range<std::ranges::range_reference_t<R>> &&
-           std::ranges::sized_range<std::ranges::range_reference_t<R>>
-std::vector<std::vector<std::ranges::range_value_t<std::ranges::range_reference_t<R>>>>
-apply_by_rank(const rearrangement& plan, R&& ranks);
+requires std::ranges::sized_range<R> &&
+    std::ranges::random_access_range<std::ranges::range_reference_t<R>> &&
+    std::ranges::sized_range<std::ranges::range_reference_t<R>>
+        std::vector<std::vector<std::ranges::range_value_t<std::ranges::range_reference_t<R>>>>
+        apply_by_rank(const rearrangement& plan, R&& ranks);
 
 /// Ragged rows: item g owns rows [row_offsets[g], row_offsets[g+1]) of `rows`, each row
 /// `row_width` elements. Returns the rows in destination order and their new row offsets.

@@ -44,7 +44,6 @@ struct plan_statistics {
   std::int64_t bytes_moved = 0;         ///< their payload bytes
 };
 
-
 namespace detail {
 
 // The four statistics on a model that returns its computation type (defined in
@@ -68,16 +67,16 @@ plan_statistics<cost_type_t<C>> compute_statistics_impl(
     const constraints& limits, std::optional<cost_type_t<C>> known_lower_bound = std::nullopt);
 
 // The compiled library's entry points (orchmllm/config.hpp), one per computation type.
-#define ORCHMLLM_DETAIL_DECLARE_STATISTICS(T)                                                   \
-  std::vector<T> rank_loads_compiled(const batch_layout& layout, cost_ref<T> cost,              \
-                                     padding_policy policy);                                    \
-  std::vector<T> rank_loads_compiled(const batch_layout& layout, const rearrangement& plan,     \
-                                     cost_ref<T> cost, padding_policy policy);                  \
-  T makespan_lower_bound_compiled(const batch_layout& layout, rank_t d, cost_ref<T> cost,       \
-                                  padding_policy policy, const constraints& limits);            \
-  plan_statistics<T> compute_statistics_compiled(const batch_layout& layout,                    \
-                                                 const rearrangement& plan, cost_ref<T> cost,   \
-                                                 padding_policy policy, const constraints& limits);
+#define ORCHMLLM_DETAIL_DECLARE_STATISTICS(T)                                               \
+  std::vector<T> rank_loads_compiled(const batch_layout& layout, cost_ref<T> cost,          \
+                                     padding_policy policy);                                \
+  std::vector<T> rank_loads_compiled(const batch_layout& layout, const rearrangement& plan, \
+                                     cost_ref<T> cost, padding_policy policy);              \
+  T makespan_lower_bound_compiled(const batch_layout& layout, rank_t d, cost_ref<T> cost,   \
+                                  padding_policy policy, const constraints& limits);        \
+  plan_statistics<T> compute_statistics_compiled(                                           \
+      const batch_layout& layout, const rearrangement& plan, cost_ref<T> cost,              \
+      padding_policy policy, const constraints& limits);
 ORCHMLLM_DETAIL_FOR_COST_TYPES(ORCHMLLM_DETAIL_DECLARE_STATISTICS)
 #undef ORCHMLLM_DETAIL_DECLARE_STATISTICS
 
@@ -108,8 +107,7 @@ template <cost_model C>
 std::vector<cost_type_t<C>> rank_loads(const batch_layout& layout, const rearrangement& plan,
                                        const C& cost, padding_policy policy) {
 #if ORCHMLLM_USE_COMPILED
-  return detail::rank_loads_compiled(layout, plan, detail::cost_ref<cost_type_t<C>>(cost),
-                                     policy);
+  return detail::rank_loads_compiled(layout, plan, detail::cost_ref<cost_type_t<C>>(cost), policy);
 #else
   return detail::with_normal_cost(
       cost, [&](const auto& c) { return detail::rank_loads_impl(layout, plan, c, policy); });
@@ -157,8 +155,8 @@ cost_type_t<C> makespan_lower_bound(const batch_layout& layout, rank_t d, const 
 
 /// Computes every figure of `plan_statistics` from scratch. O(n log n + d) (the lower bound
 /// sorts). Deterministic. Throws `invalid_argument_error` if the plan does not start from the
-/// layout, and as `rank_loads`. The layout's rank count is the source rank count; ranks are compared by index for
-/// items_moved.
+/// layout, and as `rank_loads`. The layout's rank count is the source rank count; ranks are
+/// compared by index for items_moved.
 template <cost_model C>
 plan_statistics<cost_type_t<C>> compute_statistics(const batch_layout& layout,
                                                    const rearrangement& plan, const C& cost,

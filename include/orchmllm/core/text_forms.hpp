@@ -163,8 +163,10 @@ inline padding_policy parse_padding_policy(std::string_view text, std::int64_t p
 /// `padding_rule` has no text form).
 inline std::string to_text(const padding_policy& policy) {
   switch (policy.policy_kind()) {
-    case padding_policy::kind::packed: return "packed";
-    case padding_policy::kind::padded: return "padded";
+    case padding_policy::kind::packed:
+      return "packed";
+    case padding_policy::kind::padded:
+      return "padded";
     case padding_policy::kind::bucketed: {
       std::string text = "bucketed";
       for (const auto b : policy.buckets()) {
@@ -173,10 +175,11 @@ inline std::string to_text(const padding_policy& policy) {
       }
       return text;
     }
-    case padding_policy::kind::custom: break;
+    case padding_policy::kind::custom:
+      break;
   }
-  detail::raise<invalid_argument_error>(detail::concat(
-      "the custom padding policy '", policy.rule_name(), "' has no text form"));
+  detail::raise<invalid_argument_error>(
+      detail::concat("the custom padding policy '", policy.rule_name(), "' has no text form"));
 }
 
 }  // namespace orchmllm

@@ -86,8 +86,8 @@ class async_planner {
   /// first).
   void submit(step_metadata meta) {
     std::unique_lock lock(mu_);
-    ORCHMLLM_REQUIRE(pending() < max_pending_, invalid_argument_error, "async_planner: ",
-                     pending(), " steps are in flight, the limit is ", max_pending_,
+    ORCHMLLM_REQUIRE(pending() < max_pending_, invalid_argument_error, "async_planner: ", pending(),
+                     " steps are in flight, the limit is ", max_pending_,
                      "; call next() before submitting another");
     inbox_.push_back(std::move(meta));
     cv_.notify_all();

@@ -102,9 +102,9 @@ concept has_sample_traits = requires(const S& s, const detail::sub_item_sink& si
 /// sub-items, sample by sample). O(samples + sub-items) projection calls. Deterministic.
 /// Throws what the projections throw.
 template <std::ranges::input_range Samples, class Text, class... Items, class... Size>
-  requires std::invocable<const Text&, std::ranges::range_reference_t<Samples>>
-local_batch make_local_batch(Samples&& samples, Text text,
-                             const modality_projection<Items, Size>&... modalities) {
+requires std::invocable<const Text&, std::ranges::range_reference_t<Samples>> local_batch
+make_local_batch(Samples&& samples, Text text,
+                 const modality_projection<Items, Size>&... modalities) {
   local_batch b;
   std::int64_t parent = 0;
   for (auto&& sample : samples) {
@@ -128,8 +128,8 @@ local_batch make_local_batch(Samples&& samples, Text text,
 /// the order `sample_traits::sub_items` emits them in. O(samples + sub-items).
 /// Throws what the traits throw.
 template <std::ranges::input_range Samples>
-  requires has_sample_traits<std::ranges::range_value_t<Samples>>
-local_batch make_local_batch(Samples&& samples) {
+requires has_sample_traits<std::ranges::range_value_t<Samples>> local_batch
+make_local_batch(Samples&& samples) {
   using traits = sample_traits<std::ranges::range_value_t<Samples>>;
   local_batch b;
   std::int64_t parent = 0;

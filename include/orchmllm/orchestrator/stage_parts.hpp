@@ -60,8 +60,9 @@ class stage_cost {
   /// Wraps `c`. The self-type test comes first so that checking `cost_model<stage_cost>` (which
   /// asks whether stage_cost is copy-constructible) never recurses into this constructor.
   template <class C>
-    requires(!std::is_same_v<std::remove_cvref_t<C>, stage_cost> && cost_model<C>)
-  stage_cost(C c)  // NOLINT(google-explicit-constructor): a declaration reads `.cost = quadratic_cost{...}`
+  requires(!std::is_same_v<std::remove_cvref_t<C>, stage_cost> && cost_model<C>)
+      stage_cost(C c)  // NOLINT(google-explicit-constructor): a declaration reads `.cost =
+                       // quadratic_cost{...}`
       : integral_(make<std::int64_t, C>(c, std::is_integral<cost_type_t<C>>{})),
         floating_(make<double, C>(c, std::is_floating_point<cost_type_t<C>>{})) {}
 
@@ -114,17 +115,17 @@ class stage_balancer {
 
   /// A built-in balancer (implicit: `.balancer = balancers::lpt{.refine = true}`).
   template <class B>
-    requires(is_builtin_balancer_v<B> || std::is_same_v<B, any_balancer>)
-  stage_balancer(B b) : builtin_(std::move(b)) {}  // NOLINT(google-explicit-constructor)
+  requires(is_builtin_balancer_v<B> || std::is_same_v<B, any_balancer>) stage_balancer(B b)
+      : builtin_(std::move(b)) {}  // NOLINT(google-explicit-constructor)
 
   /// The application's balancer `b`, named `name` in the fingerprint and reports. The
   /// self-type test comes first so that checking the balancer concept on stage_balancer itself
   /// never recurses into this constructor.
   template <class B>
-    requires(!std::is_same_v<std::remove_cvref_t<B>, stage_balancer> &&
-             !is_builtin_balancer_v<B> && !std::is_same_v<B, any_balancer> &&
-             balancer<B, detail::cost_ref<std::int64_t>> && balancer<B, detail::cost_ref<double>>)
-  stage_balancer(B b, std::string name = "custom")  // NOLINT(google-explicit-constructor)
+  requires(!std::is_same_v<std::remove_cvref_t<B>, stage_balancer> && !is_builtin_balancer_v<B> &&
+           !std::is_same_v<B, any_balancer> && balancer<B, detail::cost_ref<std::int64_t>> &&
+           balancer<B, detail::cost_ref<double>>)
+      stage_balancer(B b, std::string name = "custom")  // NOLINT(google-explicit-constructor)
       : builtin_(std::nullopt), name_(std::move(name)) {
     auto shared = std::make_shared<const B>(std::move(b));
     integral_ = [shared](const balance_problem<detail::cost_ref<std::int64_t>>& p) {
@@ -181,8 +182,8 @@ class stage_mapper {
   /// `invalid_argument_error` for a `mappers::auction` with a tolerance outside (0, 1] (at the
   /// declaration, not at a later map).
   template <class M>
-    requires(is_builtin_mapper_v<M> || std::is_same_v<M, any_mapper>)
-  stage_mapper(M m) : builtin_(std::move(m)) {  // NOLINT(google-explicit-constructor)
+  requires(is_builtin_mapper_v<M> || std::is_same_v<M, any_mapper>) stage_mapper(M m)
+      : builtin_(std::move(m)) {  // NOLINT(google-explicit-constructor)
     if (const auto* a = builtin_->get_if<mappers::auction>())
       detail::check_auction_tolerance(a->tolerance);
   }
@@ -191,9 +192,9 @@ class stage_mapper {
   /// comes first so that checking the mapper concept on stage_mapper itself never recurses into
   /// this constructor.
   template <class M>
-    requires(!std::is_same_v<std::remove_cvref_t<M>, stage_mapper> && !is_builtin_mapper_v<M> &&
-             !std::is_same_v<M, any_mapper> && mapper<M>)
-  stage_mapper(M m, std::string name = {})  // NOLINT(google-explicit-constructor)
+  requires(!std::is_same_v<std::remove_cvref_t<M>, stage_mapper> && !is_builtin_mapper_v<M> &&
+           !std::is_same_v<M, any_mapper> && mapper<M>)
+      stage_mapper(M m, std::string name = {})  // NOLINT(google-explicit-constructor)
       : builtin_(std::nullopt), name_(std::move(name)) {
     if (name_.empty()) {
       if constexpr (requires { std::string(m.name()); }) {

@@ -86,14 +86,17 @@ struct stage_declarations {
 
 /// 64-bit fingerprint of the declarations: names, cost models (by their values at twelve fixed
 /// lengths), policies (a trainer's padding rule by its name), limits, balancers and mappers
-/// with their knobs (the application's by their names), row widths and split options. Equal declarations give equal
-/// fingerprints on every platform; two cost models that agree on all probe lengths are treated
-/// as equal, and so are two padding rules, balancers or mappers of the same name. O(K), never
-/// throws (a throwing cost model aside).
+/// with their knobs (the application's by their names), row widths and split options. Equal
+/// declarations give equal fingerprints on every platform; two cost models that agree on all probe
+/// lengths are treated as equal, and so are two padding rules, balancers or mappers of the same
+/// name. O(K), never throws (a throwing cost model aside).
 [[nodiscard]] inline std::uint64_t fingerprint(const stage_declarations& decl);
 
 }  // namespace orchmllm
 
 // The definitions: the declarations' checks and their fingerprint.
+// In this order: each uses what the ones above define.
+// clang-format off
 #include "orchmllm/detail/orchestrator/validate.inl"     // IWYU pragma: export
 #include "orchmllm/detail/orchestrator/fingerprint.inl"  // IWYU pragma: export
+// clang-format on

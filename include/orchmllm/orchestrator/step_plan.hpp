@@ -28,18 +28,18 @@ namespace orchmllm {
 /// stage costs (the stage's cost model and policy).
 struct stage_report {
   std::string name;
-  std::string_view used;            ///< name of the algorithm whose plan was kept (`balance_result`)
-  double makespan_before = 0;       ///< max over ranks of the stage cost, as sampled
+  std::string_view used;       ///< name of the algorithm whose plan was kept (`balance_result`)
+  double makespan_before = 0;  ///< max over ranks of the stage cost, as sampled
   double makespan_after = 0;
-  double lower_bound = 0;           ///< makespan_lower_bound (a splitting stage: split_lower_bound)
-  double imbalance_before = 1;      ///< max / mean of the stage cost over ranks, as sampled
+  double lower_bound = 0;       ///< makespan_lower_bound (a splitting stage: split_lower_bound)
+  double imbalance_before = 1;  ///< max / mean of the stage cost over ranks, as sampled
   double imbalance_after = 1;
   std::int64_t max_tokens_before = 0;  ///< peak token footprint of a rank (policy's measure)
   std::int64_t max_tokens_after = 0;
-  std::int64_t max_bytes_before = 0;   ///< peak payload bytes of a rank
+  std::int64_t max_bytes_before = 0;  ///< peak payload bytes of a rank
   std::int64_t max_bytes_after = 0;
-  std::int64_t moved_bytes = 0;        ///< payload bytes that change rank along the plan
-  std::int64_t inter_node_bytes = 0;   ///< ... that change node
+  std::int64_t moved_bytes = 0;       ///< payload bytes that change rank along the plan
+  std::int64_t inter_node_bytes = 0;  ///< ... that change node
   // Wall times of the stage's planning phases (measured, not deterministic; a report only).
   double balance_seconds = 0;  ///< the balancer (with its checks)
   double map_seconds = 0;      ///< the mapping onto ranks (`map_bins`)
@@ -58,10 +58,10 @@ struct encoder_routes {
   /// as items, on their sub-item's origin rank, in (sub-item, first segment) order; piece p is
   /// segments [first_segment(p), last_segment(p)) of sub-item item_of(p)). Empty without.
   std::optional<piece_layout> pieces;
-  rearrangement input;      ///< Π_E_k: origin units → encoder ranks
-  rearrangement lifted;     ///< L_k: origin units → the LLM rank of their parent sample
-  rearrangement output;     ///< L_k ∘ Π_E_k⁻¹: encoder ranks → LLM ranks (encoder outputs)
-  rearrangement gradient;   ///< output⁻¹: LLM ranks → encoder ranks (gradients of the outputs)
+  rearrangement input;     ///< Π_E_k: origin units → encoder ranks
+  rearrangement lifted;    ///< L_k: origin units → the LLM rank of their parent sample
+  rearrangement output;    ///< L_k ∘ Π_E_k⁻¹: encoder ranks → LLM ranks (encoder outputs)
+  rearrangement gradient;  ///< output⁻¹: LLM ranks → encoder ranks (gradients of the outputs)
 
   /// The layout the plans are over: `pieces->layout()` when the stage splits, else `layout`.
   [[nodiscard]] const batch_layout& units() const noexcept {
@@ -141,7 +141,7 @@ struct step_plan {
   batch_layout llm_layout;               ///< samples: sequence lengths, bytes, origin order
   rearrangement llm;                     ///< Π_M: origin samples → LLM ranks
   std::vector<stage_report> stages;      ///< K encoder stages, then the LLM stage
-  step_routes routes;  ///< this rank's routes when `plan_options::routes_for` asked for them
+  step_routes routes;       ///< this rank's routes when `plan_options::routes_for` asked for them
   double plan_seconds = 0;  ///< wall time of `plan_step` (not deterministic; a report only)
   // Wall times of the phases around the stages (each stage's are in its report). With
   // `parallel_stages` the work overlaps: an encoder composes and builds its routes as soon as

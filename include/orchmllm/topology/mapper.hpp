@@ -64,13 +64,9 @@ class bin_mapping_problem {
   /// The cluster: rank → node, node sizes.
   [[nodiscard]] const orchmllm::topology& topology() const noexcept { return *topo_; }
   /// d, the number of bins (= ranks).
-  [[nodiscard]] rank_t num_bins() const noexcept {
-    return static_cast<rank_t>(bin_bytes_.size());
-  }
+  [[nodiscard]] rank_t num_bins() const noexcept { return static_cast<rank_t>(bin_bytes_.size()); }
   /// N, the number of nodes.
-  [[nodiscard]] rank_t num_nodes() const noexcept {
-    return static_cast<rank_t>(node_held_.size());
-  }
+  [[nodiscard]] rank_t num_nodes() const noexcept { return static_cast<rank_t>(node_held_.size()); }
   /// W_b for every bin.
   [[nodiscard]] std::span<const std::int64_t> bin_bytes() const noexcept { return bin_bytes_; }
   /// W_b. Precondition: 0 ≤ b < d.
@@ -87,9 +83,9 @@ class bin_mapping_problem {
   /// w[b][m] (0 when none of b's items were sampled on m). O(log of b's row).
   [[nodiscard]] std::int64_t bytes_on_node(rank_t b, rank_t m) const noexcept {
     const auto row = bytes_by_node(b);
-    const auto it = std::lower_bound(
-        row.begin(), row.end(), m,
-        [](const node_bytes_entry& e, rank_t node) { return e.node < node; });
+    const auto it =
+        std::lower_bound(row.begin(), row.end(), m,
+                         [](const node_bytes_entry& e, rank_t node) { return e.node < node; });
     return it != row.end() && it->node == m ? it->profit : 0;
   }
   /// held_m, the bytes sampled on node m, for every node.
@@ -209,8 +205,8 @@ class any_mapper {
   any_mapper() : v_(mappers::transport{}) {}
   /// Holds `m` (implicit: `any_mapper m = mappers::auction{.tolerance = 0.003};`).
   template <class M>
-    requires is_builtin_mapper_v<M>
-  any_mapper(M m) : v_(std::move(m)) {}  // NOLINT(google-explicit-constructor)
+  requires is_builtin_mapper_v<M> any_mapper(M m)
+      : v_(std::move(m)) {}  // NOLINT(google-explicit-constructor)
 
   /// The held mapper's name (its type's `name`).
   [[nodiscard]] std::string_view name() const noexcept {

@@ -80,9 +80,9 @@ ORCHMLLM_FUNC mapping_result map_bins_erased(const rearrangement& binned,
 /// `invalid_argument_error` when `m` returns a vector whose size is not d or that is not a
 /// permutation of 0..d-1 (the message names the size or the first bad entry).
 template <class M>
-  requires(mapper<M> && !std::is_convertible_v<const M&, any_mapper>)
-mapping_result map_bins(const rearrangement& binned, std::span<const std::int64_t> item_bytes,
-                        const topology& topo, const M& m) {
+requires(mapper<M> && !std::is_convertible_v<const M&, any_mapper>) mapping_result
+    map_bins(const rearrangement& binned, std::span<const std::int64_t> item_bytes,
+             const topology& topo, const M& m) {
 #if ORCHMLLM_USE_COMPILED
   return detail::map_bins_erased(binned, item_bytes, topo,
                                  detail::erased_mapper([&m](const bin_mapping_problem& p) {

@@ -68,9 +68,13 @@ concept topology_model = requires(const T& t, rank_t r) {
 /// The link figures of a topology model: its `links` member or `links()`, else `link_params{}`.
 template <topology_model T>
 [[nodiscard]] link_params link_figures(const T& t) {
-  if constexpr (requires { { t.links() } -> std::convertible_to<link_params>; }) {
+  if constexpr (requires {
+                  { t.links() } -> std::convertible_to<link_params>;
+                }) {
     return t.links();
-  } else if constexpr (requires { { t.links } -> std::convertible_to<link_params>; }) {
+  } else if constexpr (requires {
+                         { t.links } -> std::convertible_to<link_params>;
+                       }) {
     return t.links;
   } else {
     return link_params{};
@@ -139,8 +143,8 @@ class topology {
   /// wherever a `topology` is taken. O(d log N). Throws `invalid_argument_error` when the model
   /// has no rank, more than 2^31 − 1 ranks, a negative node id, or invalid link figures.
   template <class T>
-    requires(!std::same_as<std::remove_cvref_t<T>, topology> && topology_model<T>)
-  topology(const T& model)  // NOLINT(google-explicit-constructor)
+  requires(!std::same_as<std::remove_cvref_t<T>, topology> && topology_model<T>)
+      topology(const T& model)  // NOLINT(google-explicit-constructor)
       : topology(dense_nodes(model), link_figures(model)) {}
 
   /// Number of ranks d.
@@ -206,8 +210,8 @@ class topology {
     std::vector<rank_t> node(id.size());
     rank_t next = 0;
     for (std::size_t r = 0; r < id.size(); ++r) {
-      auto& n = number[static_cast<std::size_t>(
-          std::lower_bound(ids.begin(), ids.end(), id[r]) - ids.begin())];
+      auto& n = number[static_cast<std::size_t>(std::lower_bound(ids.begin(), ids.end(), id[r]) -
+                                                ids.begin())];
       if (n < 0) n = next++;
       node[r] = n;
     }

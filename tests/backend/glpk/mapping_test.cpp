@@ -60,8 +60,6 @@ instance balancer_instance(rank_t d, rank_t g, std::int64_t items_per_rank, std:
   return {topology::uniform(d, g), std::move(res.plan), std::move(bytes)};
 }
 
-
-
 // Checks a mapping result against the instance: bijection, plan, figures recomputed item by item.
 void check_mapping(const mapping_result& res, const instance& in) {
   test::check_mapping_result(res, in.binned, in.bytes, in.topo);
@@ -98,8 +96,7 @@ TEST_CASE("transport's inter-node bytes equal the GLPK transport LP optimum") {
         ++cases;
       };
       check(random_instance(rng, topology::uniform(d, g)));
-      if (d >= 2 && d <= 64)
-        check(random_instance(rng, topology::uniform(d, g), 1'000'000'000));
+      if (d >= 2 && d <= 64) check(random_instance(rng, topology::uniform(d, g), 1'000'000'000));
       if (d >= 4)
         check(balancer_instance(d, g, 1 + uniform(rng, 0, 6), static_cast<std::uint64_t>(cases)));
     }
@@ -237,26 +234,25 @@ TEST_CASE("bad options and bad inputs throw invalid_argument_error") {
     test::expect_invalid([&] { run(opt); }, {"max_columns", std::to_string(c)});
   }
   const std::vector<std::int64_t> short_bytes(in.bytes.begin(), in.bytes.end() - 1);
-  test::expect_invalid(
-      [&] { (void)glpk::map_bins_bottleneck(in.binned, short_bytes, in.topo); },
-      {"item sizes"});
-  test::expect_invalid(
-      [&] { (void)glpk::transport_lp_optimum(in.binned, short_bytes, in.topo); },
-      {"item sizes"});
+  test::expect_invalid([&] { (void)glpk::map_bins_bottleneck(in.binned, short_bytes, in.topo); },
+                       {"item sizes"});
+  test::expect_invalid([&] { (void)glpk::transport_lp_optimum(in.binned, short_bytes, in.topo); },
+                       {"item sizes"});
   test::expect_invalid(
       [&] { (void)glpk::map_bins_bottleneck(in.binned, in.bytes, topology::uniform(9, 3)); },
       {"9 ranks"});
   auto negative = in.bytes;
   negative[0] = -5;
-  test::expect_invalid(
-      [&] { (void)glpk::map_bins_bottleneck(in.binned, negative, in.topo); }, {"-5 bytes"});
+  test::expect_invalid([&] { (void)glpk::map_bins_bottleneck(in.binned, negative, in.topo); },
+                       {"-5 bytes"});
 }
 
 }  // namespace
 
 // The integer program as a mapper (glpk::bottleneck_ilp) and its node limit.
 
-TEST_CASE("node_limit stops the branch-and-cut deterministically, never worse than the warm start") {
+TEST_CASE(
+    "node_limit stops the branch-and-cut deterministically, never worse than the warm start") {
   std::mt19937_64 rng(20261207);
   int stopped = 0, runs = 0;
   for (rank_t d : {12, 16, 24, 33, 48})

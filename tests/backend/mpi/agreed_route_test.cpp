@@ -42,20 +42,18 @@ int MPI_Alltoallv(const void* sb, const int sc[], const int sd[], MPI_Datatype s
   return PMPI_Alltoallv(sb, sc, sd, st, rb, rc, rd, rt, comm);
 }
 int MPI_Ialltoallv(const void* sb, const int sc[], const int sd[], MPI_Datatype st, void* rb,
-                   const int rc[], const int rd[], MPI_Datatype rt, MPI_Comm comm,
-                   MPI_Request* r) {
+                   const int rc[], const int rd[], MPI_Datatype rt, MPI_Comm comm, MPI_Request* r) {
   ++counted.all_to_all;
   return PMPI_Ialltoallv(sb, sc, sd, st, rb, rc, rd, rt, comm, r);
 }
-int MPI_Alltoallw(const void* sb, const int sc[], const int sd[], const MPI_Datatype st[],
-                  void* rb, const int rc[], const int rd[], const MPI_Datatype rt[],
-                  MPI_Comm comm) {
+int MPI_Alltoallw(const void* sb, const int sc[], const int sd[], const MPI_Datatype st[], void* rb,
+                  const int rc[], const int rd[], const MPI_Datatype rt[], MPI_Comm comm) {
   ++counted.all_to_all;
   return PMPI_Alltoallw(sb, sc, sd, st, rb, rc, rd, rt, comm);
 }
 int MPI_Ialltoallw(const void* sb, const int sc[], const int sd[], const MPI_Datatype st[],
-                   void* rb, const int rc[], const int rd[], const MPI_Datatype rt[],
-                   MPI_Comm comm, MPI_Request* r) {
+                   void* rb, const int rc[], const int rd[], const MPI_Datatype rt[], MPI_Comm comm,
+                   MPI_Request* r) {
   ++counted.all_to_all;
   return PMPI_Ialltoallw(sb, sc, sd, st, rb, rc, rd, rt, comm, r);
 }
@@ -73,8 +71,8 @@ int MPI_Allgather(const void* s, int sc, MPI_Datatype st, void* r, int rc, MPI_D
   ++counted.other;
   return PMPI_Allgather(s, sc, st, r, rc, rt, comm);
 }
-int MPI_Allgatherv(const void* s, int sc, MPI_Datatype st, void* r, const int rc[],
-                   const int rd[], MPI_Datatype rt, MPI_Comm comm) {
+int MPI_Allgatherv(const void* s, int sc, MPI_Datatype st, void* r, const int rc[], const int rd[],
+                   MPI_Datatype rt, MPI_Comm comm) {
   ++counted.other;
   return PMPI_Allgatherv(s, sc, st, r, rc, rd, rt, comm);
 }
@@ -110,11 +108,11 @@ std::byte item_byte(std::int64_t g, std::int64_t k) {
 }
 
 struct step_check {
-  bool delivered = true;          // every route delivered exactly the planned bytes
-  bool one_per_hop = true;        // each dispatch: all-to-alls == hops, nothing else
-  bool agreement_is_one = true;   // agree_on_routes: one reduction, nothing else
-  bool verify_adds_some = true;   // verify: the agreement comes back
-  std::int64_t hops = 0;          // over all routes
+  bool delivered = true;         // every route delivered exactly the planned bytes
+  bool one_per_hop = true;       // each dispatch: all-to-alls == hops, nothing else
+  bool agreement_is_one = true;  // agree_on_routes: one reduction, nothing else
+  bool verify_adds_some = true;  // verify: the agreement comes back
+  std::int64_t hops = 0;         // over all routes
 };
 
 // Random plans (the same on every rank), every schedule: build every route locally, agree
@@ -144,8 +142,8 @@ step_check run_routes(communicator& comm, int trials, std::uint64_t seed, bool c
         expected.push_back(item_byte(g, k));
     }
     std::vector<route> routes;
-    for (const auto s : {orchmllm::schedule::direct, orchmllm::schedule::node_wise,
-                         orchmllm::schedule::automatic})
+    for (const auto s :
+         {orchmllm::schedule::direct, orchmllm::schedule::node_wise, orchmllm::schedule::automatic})
       routes.push_back(route::build(plan, bytes, topo, me, s));
     orchmllm::host_mover mover;
     counted = {};
@@ -154,8 +152,7 @@ step_check run_routes(communicator& comm, int trials, std::uint64_t seed, bool c
     for (const auto& r : routes) {
       std::vector<std::byte> out(static_cast<std::size_t>(r.output_bytes()), std::byte{0x11});
       counted = {};
-      orchmllm::dispatch(comm, r, std::span<const std::byte>(in), std::span<std::byte>(out),
-                         mover);
+      orchmllm::dispatch(comm, r, std::span<const std::byte>(in), std::span<std::byte>(out), mover);
       c.hops += static_cast<std::int64_t>(r.hops().size());
       if (count_hops)
         c.one_per_hop = c.one_per_hop && counted.other == 0 &&
@@ -164,8 +161,8 @@ step_check run_routes(communicator& comm, int trials, std::uint64_t seed, bool c
       // verify: the per-transfer agreement is back (and the bytes are the same).
       std::fill(out.begin(), out.end(), std::byte{0x11});
       counted = {};
-      orchmllm::dispatch(comm, r, std::span<const std::byte>(in), std::span<std::byte>(out),
-                         mover, {.verify = true});
+      orchmllm::dispatch(comm, r, std::span<const std::byte>(in), std::span<std::byte>(out), mover,
+                         {.verify = true});
       c.verify_adds_some = c.verify_adds_some && counted.other >= 1;
       c.delivered = c.delivered && out == expected;
     }
@@ -203,9 +200,9 @@ TEST_CASE("agreed routes over MPI: the chunked path, chosen alike on every rank"
 }
 
 TEST_CASE("agreed routes over MPI: a timeout changes nothing but the waits") {
-  communicator comm(MPI_COMM_WORLD, communicator::options{
-                                        .ranks_per_node = 2,
-                                        .timeout = std::chrono::milliseconds(60000)});
+  communicator comm(
+      MPI_COMM_WORLD,
+      communicator::options{.ranks_per_node = 2, .timeout = std::chrono::milliseconds(60000)});
   const auto c = run_routes(comm, 4, 5, true);
   CHECK(c.delivered);
   CHECK(c.one_per_hop);

@@ -7,6 +7,8 @@
 // shape, and that malformed segment lists fail on every rank. Collective throughout: every rank
 // runs the same statements; checks whose outcome could differ are agreed first.
 
+#include "orchmllm/comm/dispatch.hpp"
+
 #include <doctest/doctest.h>
 #include <mpi.h>
 
@@ -17,7 +19,6 @@
 #include <vector>
 
 #include "orchmllm/backend/mpi/communicator.hpp"
-#include "orchmllm/comm/dispatch.hpp"
 #include "orchmllm/comm/route.hpp"
 #include "support/test_support.hpp"
 
@@ -35,7 +36,9 @@ bool all_ranks(const communicator& comm, bool ok) {
   return all == 1;
 }
 
-std::byte item_byte(std::int64_t g, std::int64_t k) { return orchmllm::test::content_byte(g, k, 5); }
+std::byte item_byte(std::int64_t g, std::int64_t k) {
+  return orchmllm::test::content_byte(g, k, 5);
+}
 
 // Moves random plans with every schedule; returns true when every rank got exactly its bytes.
 bool random_plans_delivered(communicator& comm, int trials, std::uint64_t seed) {
@@ -48,18 +51,22 @@ bool random_plans_delivered(communicator& comm, int trials, std::uint64_t seed) 
     const auto off = orchmllm::test::random_offsets(rng, d, n);
     const auto plan = orchmllm::test::random_rearrangement(rng, off, d, t % 2 == 1, 20);
     std::vector<std::int64_t> bytes(static_cast<std::size_t>(n));
-    for (auto& b : bytes) b = orchmllm::test::uniform(rng, 0, 4) == 0 ? 0 : orchmllm::test::uniform(rng, 1, 3000);
+    for (auto& b : bytes)
+      b = orchmllm::test::uniform(rng, 0, 4) == 0 ? 0 : orchmllm::test::uniform(rng, 1, 3000);
     std::vector<std::byte> in;
     std::vector<std::int64_t> mine;
-    for (auto g = off[static_cast<std::size_t>(me)]; g < off[static_cast<std::size_t>(me) + 1]; ++g) {
+    for (auto g = off[static_cast<std::size_t>(me)]; g < off[static_cast<std::size_t>(me) + 1];
+         ++g) {
       mine.push_back(bytes[static_cast<std::size_t>(g)]);
-      for (std::int64_t k = 0; k < bytes[static_cast<std::size_t>(g)]; ++k) in.push_back(item_byte(g, k));
+      for (std::int64_t k = 0; k < bytes[static_cast<std::size_t>(g)]; ++k)
+        in.push_back(item_byte(g, k));
     }
     std::vector<std::byte> expected;
     for (auto h = plan.dst_offsets()[static_cast<std::size_t>(me)];
          h < plan.dst_offsets()[static_cast<std::size_t>(me) + 1]; ++h) {
       const auto g = plan.source_of(h);
-      for (std::int64_t k = 0; k < bytes[static_cast<std::size_t>(g)]; ++k) expected.push_back(item_byte(g, k));
+      for (std::int64_t k = 0; k < bytes[static_cast<std::size_t>(g)]; ++k)
+        expected.push_back(item_byte(g, k));
     }
     for (const auto s : {orchmllm::schedule::direct, orchmllm::schedule::node_wise,
                          orchmllm::schedule::automatic}) {
@@ -86,7 +93,8 @@ TEST_CASE("execute over MPI: datatype path, every schedule, fake 2x4, 4x2 and 3+
 }
 
 TEST_CASE("execute over MPI: the packing fallback when counts exceed max_chunk_bytes") {
-  communicator comm(MPI_COMM_WORLD, communicator::options{.ranks_per_node = 4, .max_chunk_bytes = 64});
+  communicator comm(MPI_COMM_WORLD,
+                    communicator::options{.ranks_per_node = 4, .max_chunk_bytes = 64});
   CHECK(random_plans_delivered(comm, 6, 7));
   CHECK(comm.chunked_calls() > 0);
 }

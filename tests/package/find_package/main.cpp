@@ -92,12 +92,14 @@ int main() {
   bool ok = v != nullptr && std::strlen(v) > 0;
 
   // 1. The trainer's samples, per rank, balanced through a projection and a lambda cost.
-  std::vector<std::vector<sample>> ranks{
-      {{"a", 900, {64}}, {"b", 20, {}}, {"c", 30, {16, 16}}}, {{"d", 10, {}}}, {}, {{"e", 700, {}}}};
+  std::vector<std::vector<sample>> ranks{{{"a", 900, {64}}, {"b", 20, {}}, {"c", 30, {16, 16}}},
+                                         {{"d", 10, {}}},
+                                         {},
+                                         {{"e", 700, {}}}};
   const auto cost = [](std::int64_t l) { return l + l * l / 512; };
   const auto layout = orchmllm::make_layout(ranks, &sample::tokens);
-  const auto mine = orchmllm::balance(ranks, cost, &sample::tokens, orchmllm::packed,
-                                      keep_longest_home{});
+  const auto mine =
+      orchmllm::balance(ranks, cost, &sample::tokens, orchmllm::packed, keep_longest_home{});
   const auto lpt = orchmllm::balance(layout, cost, orchmllm::packed, orchmllm::balancers::lpt{});
   const auto s = orchmllm::compute_statistics(layout, mine.plan, cost, orchmllm::packed);
   ok &= check(mine.used == "keep_longest_home", "custom balancer reported by its name");
@@ -108,14 +110,14 @@ int main() {
   // 1b. The same samples as rectangular batches under the trainer's padding rule: the exact
   //     padded algorithm is optimal for it, and a rank's load is count × cost(pad(longest)).
   const orchmllm::padding_policy pow2 = next_pow2{};
-  const auto exact = orchmllm::balance(ranks, cost, &sample::tokens, pow2,
-                                       orchmllm::balancers::padded_exact{});
+  const auto exact =
+      orchmllm::balance(ranks, cost, &sample::tokens, pow2, orchmllm::balancers::padded_exact{});
   const auto own = orchmllm::balance(ranks, cost, &sample::tokens, pow2, keep_longest_home{});
   ok &= check(exact.proven_optimal, "padded_exact proven optimal under the trainer's rule");
   ok &= check(own.makespan >= exact.makespan, "no balancer beats the exact one");
-  ok &= check(orchmllm::compute_statistics(layout, exact.plan, cost, pow2).makespan ==
-                  exact.makespan,
-              "statistics agree under the trainer's rule");
+  ok &=
+      check(orchmllm::compute_statistics(layout, exact.plan, cost, pow2).makespan == exact.makespan,
+            "statistics agree under the trainer's rule");
   std::int64_t worst = 0;
   for (const auto& r : orchmllm::apply_by_rank(exact.plan, ranks)) {
     std::int64_t longest = 0;
@@ -147,8 +149,7 @@ int main() {
   std::vector<orchmllm::local_batch> batches;
   for (const auto& r : moved)
     batches.push_back(orchmllm::make_local_batch(
-        r, &sample::tokens,
-        orchmllm::modality(&sample::images, [](std::int64_t patches) {
+        r, &sample::tokens, orchmllm::modality(&sample::images, [](std::int64_t patches) {
           return orchmllm::sub_item_size{patches, patches, patches / 4};
         })));
   const auto meta = orchmllm::make_step_metadata(batches, 1);
@@ -163,8 +164,7 @@ int main() {
               "vision makespan at least its lower bound");
 
   std::printf("orchmllm %s (find_package, %s): makespan %lld -> %lld, vision %.1f -> %.1f\n", v,
-              mode, static_cast<long long>(s.makespan_before),
-              static_cast<long long>(s.makespan), step.stages[0].makespan_before,
-              step.stages[0].makespan_after);
+              mode, static_cast<long long>(s.makespan_before), static_cast<long long>(s.makespan),
+              step.stages[0].makespan_before, step.stages[0].makespan_after);
   return ok ? 0 : 1;
 }

@@ -35,10 +35,11 @@ inline void cuda_check(
     cudaError_t code, const char* what,
     ::orchmllm::detail::source_location where = ::orchmllm::detail::source_location::current()) {
   if (code != cudaSuccess) [[unlikely]] {
-    throw ::orchmllm::cuda::cuda_error(code,
-                     ::orchmllm::detail::concat(what, " failed: ", cudaGetErrorName(code), ": ",
-                                                cudaGetErrorString(code)),
-                     where);
+    throw ::orchmllm::cuda::cuda_error(
+        code,
+        ::orchmllm::detail::concat(what, " failed: ", cudaGetErrorName(code), ": ",
+                                   cudaGetErrorString(code)),
+        where);
   }
 }
 }  // namespace orchmllm::detail::cuda_backend
@@ -46,4 +47,3 @@ inline void cuda_check(
 /// Evaluates a CUDA runtime call and throws orchmllm::cuda::cuda_error (naming the call and
 /// the CUDA error) unless it returns cudaSuccess.
 #define ORCHMLLM_CUDA_CHECK(call) ::orchmllm::detail::cuda_backend::cuda_check((call), #call)
-

@@ -42,7 +42,6 @@ enum class gather_method {
   thrust_chunked,
 };
 
-
 /// `byte_mover` over device memory on one CUDA stream.
 ///
 /// - `scratch(slot, bytes)`: device buffers (cudaMalloc), grown on demand and kept until the
@@ -164,9 +163,9 @@ class device_mover {
   gather_method method_ = gather_method::thrust_chunked;
   std::int64_t chunk_bytes_ = default_gather_chunk_bytes;
   detail::cuda_backend::device_buffer scratch_[2];
-  detail::cuda_backend::device_buffer table_;      // segment table on the device
-  detail::cuda_backend::device_buffer temp_;       // CUB temporary storage
-  std::int64_t* staging_ = nullptr;  // pinned host copy of the segment table
+  detail::cuda_backend::device_buffer table_;  // segment table on the device
+  detail::cuda_backend::device_buffer temp_;   // CUB temporary storage
+  std::int64_t* staging_ = nullptr;            // pinned host copy of the segment table
   std::int64_t staging_count_ = 0;
   cudaEvent_t upload_done_ = nullptr;  // recorded after each upload from staging_
 };

@@ -45,9 +45,10 @@ namespace orchmllm::glpk {
 struct bottleneck_options {
   /// Wall-clock limit of the GLPK part (model build, root LP, branch-and-cut), seconds. Must be
   /// > 0 and finite. Rounded up to whole milliseconds (GLPK's unit), at least 1 ms per GLPK call,
-  /// capped at INT_MAX ms (about 24 days). The warm start is not counted. GLPK checks the clock between its
-  /// steps, so a run may overshoot by about one LP re-solve (measured: up to 0.75 s at d = 512,
-  /// G = 8). With `presolve` GLPK's own root LP ignores the limit (GLPK 5.0 does not pass it on).
+  /// capped at INT_MAX ms (about 24 days). The warm start is not counted. GLPK checks the clock
+  /// between its steps, so a run may overshoot by about one LP re-solve (measured: up to 0.75 s at
+  /// d = 512, G = 8). With `presolve` GLPK's own root LP ignores the limit (GLPK 5.0 does not pass
+  /// it on).
   double time_limit_seconds = 10.0;
   /// Hand the header-only solution (transport + local search) to GLPK: as its first incumbent
   /// (through the branch-and-cut callback, reason GLP_IHEUR, `glp_ios_heur_sol`) and as the upper
@@ -137,8 +138,6 @@ struct bottleneck_result {
   double solve_seconds = 0.0;
 };
 
-
-
 /// The `bottleneck` mapping by integer programming.
 ///
 /// Model (N nodes, d bins, bytes divided by `model_unit_bytes`): binary x[b][m] (bin b on node
@@ -167,7 +166,6 @@ struct bottleneck_result {
                                                     std::span<const std::int64_t> item_bytes,
                                                     const topology& topo,
                                                     const bottleneck_options& options = {});
-
 
 /// The bottleneck integer program as a mapper (topology/mapper.hpp): usable in
 /// `map_bins(binned, item_bytes, topo, glpk::bottleneck_ilp{...})` and in a stage declaration

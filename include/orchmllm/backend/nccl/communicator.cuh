@@ -27,8 +27,8 @@
 #include <utility>
 #include <vector>
 
-#include "orchmllm/backend/mpi/communicator.hpp"
 #include "orchmllm/backend/cuda/mover.cuh"
+#include "orchmllm/backend/mpi/communicator.hpp"
 #include "orchmllm/backend/nccl/detail/transfer.cuh"
 #include "orchmllm/comm/communicator.hpp"
 #include "orchmllm/core/batch_layout.hpp"
@@ -58,7 +58,6 @@ struct communicator_options {
   /// recv_counts, before anything is posted to NCCL.
   bool verify_counts = false;
 };
-
 
 /// One rank's handle on an NCCL communicator; models `orchmllm::communicator` with device
 /// payload memory. See the file comment for the failure model.
@@ -203,9 +202,9 @@ class communicator {
     }
     ORCHMLLM_REQUIRE(!aborted_, communication_error, op,
                      ": the NCCL communicator was aborted after an earlier failure");
-    if (auto local = od::check_all_to_allv_args(op, static_cast<std::size_t>(mpi_.size()), send,
-                                                send_counts, send_displs, recv, recv_counts,
-                                                recv_displs))
+    if (auto local =
+            od::check_all_to_allv_args(op, static_cast<std::size_t>(mpi_.size()), send, send_counts,
+                                       send_displs, recv, recv_counts, recv_displs))
       throw *local;
     const std::string failure =
         exchange(send, send_counts, send_displs, recv, recv_counts, recv_displs);
@@ -241,11 +240,9 @@ class communicator {
                          invalid ? lowest : keys[1], invalid ? lowest : ~keys[1]};
     std::int64_t r[6] = {};
     ::orchmllm::detail::mpi_backend::check(
-        mpi_.with_deadline("nccl argument agreement",
-                           [&] {
-                             return MPI_Allreduce(v, r, 6, MPI_INT64_T, MPI_MAX,
-                                                  mpi_.native_handle());
-                           }),
+        mpi_.with_deadline(
+            "nccl argument agreement",
+            [&] { return MPI_Allreduce(v, r, 6, MPI_INT64_T, MPI_MAX, mpi_.native_handle()); }),
         "MPI_Allreduce (nccl argument agreement)");
     agreement a;
     a.bad_rank = r[0] - 1;
@@ -261,13 +258,13 @@ class communicator {
   std::int64_t agree_outcome(bool failed) {
     const std::int64_t mine = failed ? mpi_.rank() + 1 : 0;
     std::int64_t worst = 0;
-    ::orchmllm::detail::mpi_backend::check(
-        mpi_.with_deadline("nccl outcome agreement",
-                           [&] {
-                             return MPI_Allreduce(&mine, &worst, 1, MPI_INT64_T, MPI_MAX,
-                                                  mpi_.native_handle());
-                           }),
-        "MPI_Allreduce (nccl outcome agreement)");
+    ::orchmllm::detail::mpi_backend::check(mpi_.with_deadline("nccl outcome agreement",
+                                                              [&] {
+                                                                return MPI_Allreduce(
+                                                                    &mine, &worst, 1, MPI_INT64_T,
+                                                                    MPI_MAX, mpi_.native_handle());
+                                                              }),
+                                           "MPI_Allreduce (nccl outcome agreement)");
     return worst - 1;
   }
 
@@ -282,8 +279,8 @@ class communicator {
                        std::span<const std::int64_t> send_displs, std::byte* recv,
                        std::span<const std::int64_t> recv_counts,
                        std::span<const std::int64_t> recv_displs) {
-    return detail::nccl_backend::exchange(comm_, stream_, mpi_.timeout(), send, send_counts, send_displs, recv,
-                            recv_counts, recv_displs);
+    return detail::nccl_backend::exchange(comm_, stream_, mpi_.timeout(), send, send_counts,
+                                          send_displs, recv, recv_counts, recv_displs);
   }
 
   void abort() noexcept {

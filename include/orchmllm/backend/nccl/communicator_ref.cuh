@@ -187,9 +187,9 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
                    std::span<const std::int64_t> recv_displs, const agreed_exchange&) {
     static constexpr const char* op = "nccl all_to_allv";
     require_usable(op);
-    if (auto local = ::orchmllm::detail::check_all_to_allv_args(
-            op, static_cast<std::size_t>(size_), send, send_counts, send_displs, recv,
-            recv_counts, recv_displs))
+    if (auto local = ::orchmllm::detail::check_all_to_allv_args(op, static_cast<std::size_t>(size_),
+                                                                send, send_counts, send_displs,
+                                                                recv, recv_counts, recv_displs))
       throw *local;
     move(op, send, send_counts, send_displs, recv, recv_counts, recv_displs);
   }
@@ -206,9 +206,9 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
   [[noreturn]] void fail(const char* what, const std::string& failure) {
     if (!aborted_) ncclCommAbort(comm_);
     aborted_ = true;
-    throw communication_error(::orchmllm::detail::concat(
-        "nccl::communicator_ref: ", what, " on rank ", rank_, ": ", failure,
-        "; the NCCL communicator was aborted"));
+    throw communication_error(::orchmllm::detail::concat("nccl::communicator_ref: ", what,
+                                                         " on rank ", rank_, ": ", failure,
+                                                         "; the NCCL communicator was aborted"));
   }
 
   void check(ncclResult_t rc, const char* call) {
@@ -221,7 +221,8 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
     if (bytes <= staging_bytes_) return staging_;
     if (staging_ != nullptr) {
       const cudaError_t e = cudaStreamSynchronize(stream_);
-      if (e != cudaSuccess) fail(what, detail::nccl_backend::cuda_message("cudaStreamSynchronize", e));
+      if (e != cudaSuccess)
+        fail(what, detail::nccl_backend::cuda_message("cudaStreamSynchronize", e));
       cudaFree(staging_);
       staging_ = nullptr;
       staging_bytes_ = 0;
@@ -241,18 +242,19 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
     require_usable(what);
     std::byte* dev = staging(std::max<std::size_t>(dev_bytes, 1), what);
     cudaError_t e = cudaSuccess;
-    if (in_bytes > 0)
-      e = cudaMemcpyAsync(dev, host_in, in_bytes, cudaMemcpyHostToDevice, stream_);
+    if (in_bytes > 0) e = cudaMemcpyAsync(dev, host_in, in_bytes, cudaMemcpyHostToDevice, stream_);
     if (e != cudaSuccess) fail(what, detail::nccl_backend::cuda_message("cudaMemcpyAsync", e));
     const ncclResult_t rc = post(dev);
-    if (detail::nccl_backend::failed(rc)) fail(what, detail::nccl_backend::nccl_message(what, rc, comm_));
+    if (detail::nccl_backend::failed(rc))
+      fail(what, detail::nccl_backend::nccl_message(what, rc, comm_));
     std::string failure = detail::nccl_backend::wait_stream(comm_, stream_, timeout_, what);
     if (!failure.empty()) fail(what, failure);
     if (out_bytes > 0) {
       e = cudaMemcpyAsync(host_out, dev, out_bytes, cudaMemcpyDeviceToHost, stream_);
       if (e != cudaSuccess) fail(what, detail::nccl_backend::cuda_message("cudaMemcpyAsync", e));
       e = cudaStreamSynchronize(stream_);
-      if (e != cudaSuccess) fail(what, detail::nccl_backend::cuda_message("cudaStreamSynchronize", e));
+      if (e != cudaSuccess)
+        fail(what, detail::nccl_backend::cuda_message("cudaStreamSynchronize", e));
     }
   }
 
@@ -272,19 +274,18 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
     const std::size_t at = b * static_cast<std::size_t>(rank_);
     require_usable("all_gather");
     std::byte* dev = staging(total, "all_gather");
-    const cudaError_t e =
-        cudaMemcpyAsync(dev + at, send, b, cudaMemcpyHostToDevice, stream_);
-    if (e != cudaSuccess) fail("all_gather", detail::nccl_backend::cuda_message("cudaMemcpyAsync", e));
-    staged("all_gather", nullptr, 0, recv, total, total, [&](std::byte* d) {
-      return ncclAllGather(d + at, d, b, ncclUint8, comm_, stream_);
-    });
+    const cudaError_t e = cudaMemcpyAsync(dev + at, send, b, cudaMemcpyHostToDevice, stream_);
+    if (e != cudaSuccess)
+      fail("all_gather", detail::nccl_backend::cuda_message("cudaMemcpyAsync", e));
+    staged("all_gather", nullptr, 0, recv, total, total,
+           [&](std::byte* d) { return ncclAllGather(d + at, d, b, ncclUint8, comm_, stream_); });
   }
 
   void move(const char* op, const std::byte* send, std::span<const std::int64_t> send_counts,
             std::span<const std::int64_t> send_displs, std::byte* recv,
             std::span<const std::int64_t> recv_counts, std::span<const std::int64_t> recv_displs) {
-    const std::string failure = detail::nccl_backend::exchange(comm_, stream_, timeout_, send, send_counts,
-                                                 send_displs, recv, recv_counts, recv_displs);
+    const std::string failure = detail::nccl_backend::exchange(
+        comm_, stream_, timeout_, send, send_counts, send_displs, recv, recv_counts, recv_displs);
     if (!failure.empty()) fail(op, failure);
   }
 

@@ -54,7 +54,8 @@ void gather_segments(const ExecutionPolicy& policy, const std::byte* in, std::by
                      const std::int64_t* src, const std::int64_t* dst, const std::int64_t* bytes,
                      std::int64_t num_segments,
                      std::int64_t chunk_bytes = default_gather_chunk_bytes) {
-  detail::thrust_backend::gather_chunked(policy, in, out, src, dst, bytes, num_segments, chunk_bytes);
+  detail::thrust_backend::gather_chunked(policy, in, out, src, dst, bytes, num_segments,
+                                         chunk_bytes);
 }
 
 /// `byte_mover` for any Thrust system `System` (a system tag: thrust::cpp::tag,
@@ -118,7 +119,7 @@ class thrust_mover {
     thrust::copy(host_.begin(), host_.end(), table_.begin());
     const std::int64_t* t = thrust::raw_pointer_cast(table_.data());
     detail::thrust_backend::gather_with_ends(System{}, in, out, t, t + n, t + 2 * n, t + 3 * n, n,
-                                            total, chunk_bytes_);
+                                             total, chunk_bytes_);
   }
 
   /// The chunk size this mover gathers with.

@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/balance/balancers.hpp"
+#include "orchmllm/balance/problem.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/constraints.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/padding.hpp"
 #include "orchmllm/core/rearrangement.hpp"
-#include "orchmllm/balance/balancers.hpp"
-#include "orchmllm/balance/problem.hpp"
 #include "orchmllm/detail/balance/builtin.hpp"
 #include "orchmllm/detail/balance/common.hpp"
 #include "orchmllm/detail/core/headroom.hpp"
@@ -50,9 +50,10 @@ void check_feasible(const balance_input<Cost>& in) {
     const auto d64 = static_cast<std::int64_t>(in.d);
     ORCHMLLM_REQUIRE(total / d64 + (total % d64 != 0 ? 1 : 0) <= cap.limit || cap.limit == 0,
                      infeasible_error, "total of ", total, " ", unit, " exceeds ", in.d,
-                     " ranks × cap ", cap.limit, " = ", cap.limit * static_cast<std::int64_t>(in.d));
-    ORCHMLLM_REQUIRE(total == 0 || cap.limit > 0, infeasible_error, "total of ", total, " ",
-                     unit, " cannot fit under a cap of 0 on ", in.d, " ranks");
+                     " ranks × cap ", cap.limit, " = ",
+                     cap.limit * static_cast<std::int64_t>(in.d));
+    ORCHMLLM_REQUIRE(total == 0 || cap.limit > 0, infeasible_error, "total of ", total, " ", unit,
+                     " cannot fit under a cap of 0 on ", in.d, " ranks");
   }
 }
 
@@ -108,9 +109,8 @@ class balance_session {
       ORCHMLLM_REQUIRE(a.size() == static_cast<std::size_t>(n), invalid_argument_error,
                        "the balancer returned ", a.size(), " destinations for ", n, " items");
       for (std::size_t g = 0; g < a.size(); ++g)
-        ORCHMLLM_REQUIRE(a[g] >= 0 && a[g] < d, invalid_argument_error,
-                         "the balancer sent item ", g, " to rank ", a[g], ", outside [0, ", d,
-                         ")");
+        ORCHMLLM_REQUIRE(a[g] >= 0 && a[g] < d, invalid_argument_error, "the balancer sent item ",
+                         g, " to rank ", a[g], ", outside [0, ", d, ")");
     }
     plan_search<C> s(problem_, -1);
     s.set_infeasible(raw.proven_infeasible && !raw.destination);

@@ -22,8 +22,8 @@
 #include "orchmllm/detail/balance/common.hpp"
 #include "orchmllm/detail/balance/exact.hpp"
 #include "orchmllm/detail/balance/first_fit.hpp"
-#include "orchmllm/detail/balance/knobs.hpp"
 #include "orchmllm/detail/balance/kk.hpp"
+#include "orchmllm/detail/balance/knobs.hpp"
 #include "orchmllm/detail/balance/locality.hpp"
 #include "orchmllm/detail/balance/lpt.hpp"
 #include "orchmllm/detail/balance/padded.hpp"
@@ -113,9 +113,8 @@ class plan_search {
       fallback = best_.has_value();
       if (best_ && refine_fallback) refine_best();
     }
-    return builtin_outcome<Cost>{balancer_plan{std::move(best_), used_, proven_, infeasible_,
-                                               fallback},
-                                 best_makespan_};
+    return builtin_outcome<Cost>{
+        balancer_plan{std::move(best_), used_, proven_, infeasible_, fallback}, best_makespan_};
   }
 
  private:
@@ -208,8 +207,7 @@ builtin_outcome<cost_type_t<C>> search(const balancers::padded_exact& b,
 }
 
 template <class C>
-builtin_outcome<cost_type_t<C>> search(const balancers::automatic& b,
-                                       const balance_problem<C>& p) {
+builtin_outcome<cost_type_t<C>> search(const balancers::automatic& b, const balance_problem<C>& p) {
   check_builtin(b, p);
   const auto& in = p.input();
   const std::int64_t n = p.num_items();
@@ -254,9 +252,9 @@ builtin_outcome<cost_type_t<C>> search(const balancers::automatic& b,
     }
   }
   if (!s.at_bound() && !proven && !s.infeasible() && n <= b.exact_max_items) {
-    auto r = exact_search(in, p.cost_model(), b.exact_node_budget,
-                          s.found() ? std::optional<cost_type_t<C>>(s.best_makespan())
-                                    : std::nullopt);
+    auto r =
+        exact_search(in, p.cost_model(), b.exact_node_budget,
+                     s.found() ? std::optional<cost_type_t<C>>(s.best_makespan()) : std::nullopt);
     s.consider(std::move(r.assignment), balancers::exact::name);
     proven = r.complete && s.found();
   }
@@ -265,10 +263,8 @@ builtin_outcome<cost_type_t<C>> search(const balancers::automatic& b,
   return s.finish(balancers::lpt::name);
 }
 
-
 template <class C>
-builtin_outcome<cost_type_t<C>> search(const balancers::locality& b,
-                                       const balance_problem<C>& p) {
+builtin_outcome<cost_type_t<C>> search(const balancers::locality& b, const balance_problem<C>& p) {
   check_builtin(b, p);
   // The base balancer first: its makespan sets the target and its plan is the fallback.
   auto base = search(b.base, p);
@@ -285,11 +281,11 @@ builtin_outcome<cost_type_t<C>> search(const balancers::locality& b,
 }  // namespace orchmllm::detail
 
 #if !ORCHMLLM_USE_COMPILED  // compiled mode defines the calls in balance/balancers.hpp
-#define ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(B)                                            \
-  template <class C>                                                                      \
-  orchmllm::balancer_plan orchmllm::balancers::B::operator()(                             \
-      const orchmllm::balance_problem<C>& p) const {                                      \
-    return orchmllm::detail::search(*this, p).plan;                                       \
+#define ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL(B)                \
+  template <class C>                                          \
+  orchmllm::balancer_plan orchmllm::balancers::B::operator()( \
+      const orchmllm::balance_problem<C>& p) const {          \
+    return orchmllm::detail::search(*this, p).plan;           \
   }
 ORCHMLLM_DETAIL_FOR_BUILTIN_BALANCERS(ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL)
 #undef ORCHMLLM_DETAIL_DEFINE_BUILTIN_CALL

@@ -1,6 +1,7 @@
 #pragma once
 // Shared plumbing of the balancers: the extreme Cost values and the structural lower bound of a
-// balance input (the input itself and its constraint checks are in input.hpp). Internal: may change without notice.
+// balance input (the input itself and its constraint checks are in input.hpp). Internal: may change
+// without notice.
 
 #include <algorithm>
 #include <cstdint>
@@ -14,9 +15,9 @@
 #include "orchmllm/core/constraints.hpp"
 #include "orchmllm/core/padding.hpp"
 #include "orchmllm/core/statistics.hpp"
-#include "orchmllm/detail/core/statistics_impl.hpp"
-#include "orchmllm/detail/core/order.hpp"
 #include "orchmllm/detail/balance/input.hpp"
+#include "orchmllm/detail/core/order.hpp"
+#include "orchmllm/detail/core/statistics_impl.hpp"
 
 namespace orchmllm::detail {
 

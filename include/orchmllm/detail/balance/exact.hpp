@@ -47,8 +47,8 @@
 #include "orchmllm/core/padding.hpp"
 #include "orchmllm/core/rank_load.hpp"
 #include "orchmllm/core/statistics.hpp"
-#include "orchmllm/detail/core/statistics_impl.hpp"
 #include "orchmllm/detail/balance/common.hpp"
+#include "orchmllm/detail/core/statistics_impl.hpp"
 
 namespace orchmllm::detail {
 

@@ -57,8 +57,8 @@
 #include "orchmllm/core/padding.hpp"
 #include "orchmllm/core/rank_load.hpp"
 #include "orchmllm/core/statistics.hpp"
-#include "orchmllm/detail/core/statistics_impl.hpp"
 #include "orchmllm/detail/balance/common.hpp"
+#include "orchmllm/detail/core/statistics_impl.hpp"
 
 namespace orchmllm::detail {
 
@@ -145,7 +145,10 @@ struct sequence {
 
   template <class C>
   sequence(const balance_input<Cost>& in, const C& c, std::vector<std::int64_t> order)
-      : id(std::move(order)), cost(id.size()), fp(id.size(), 0), length(id.size()),
+      : id(std::move(order)),
+        cost(id.size()),
+        fp(id.size(), 0),
+        length(id.size()),
         bytes(id.size()) {
     const bool rows = in.policy.is_padded() && in.layout.has_segments();
     if (rows) shape.resize(id.size());

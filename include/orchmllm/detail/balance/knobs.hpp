@@ -51,10 +51,9 @@ void check_knobs(const B& x, padding_policy policy, rank_t d, std::string_view w
     };
     const auto automatic = [&](const balancers::automatic& a) {
       budget(a.refine_budget);
-      ORCHMLLM_REQUIRE(a.exact_node_budget >= 0 && a.exact_max_items >= 0,
-                       invalid_argument_error, what, B::name, ": exact_node_budget ",
-                       a.exact_node_budget, " and exact_max_items ", a.exact_max_items,
-                       " must be >= 0");
+      ORCHMLLM_REQUIRE(a.exact_node_budget >= 0 && a.exact_max_items >= 0, invalid_argument_error,
+                       what, B::name, ": exact_node_budget ", a.exact_node_budget,
+                       " and exact_max_items ", a.exact_max_items, " must be >= 0");
       tolerance(a.gap_tolerance, "gap_tolerance");
     };
     if constexpr (std::is_same_v<B, balancers::lpt> || std::is_same_v<B, balancers::padded_exact>) {

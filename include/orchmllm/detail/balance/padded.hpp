@@ -48,9 +48,9 @@
 #include "orchmllm/core/padding.hpp"
 #include "orchmllm/core/rank_load.hpp"
 #include "orchmllm/core/statistics.hpp"
+#include "orchmllm/detail/balance/common.hpp"
 #include "orchmllm/detail/core/padded_search.hpp"
 #include "orchmllm/detail/core/statistics_impl.hpp"
-#include "orchmllm/detail/balance/common.hpp"
 
 namespace orchmllm::detail {
 
@@ -172,8 +172,9 @@ padded_result<Cost> padded_optimal(const balance_input<Cost>& in, const C& cost)
                      in.layout.bytes(in.order[static_cast<std::size_t>(s - 1)]);
     }
   }
-  const padded_impl::greedy<Cost> check(padded_instance{in.layout, in.d, in.order, in.policy, in.limits},
-                                        std::move(unit), bytes_sorted);
+  const padded_impl::greedy<Cost> check(
+      padded_instance{in.layout, in.d, in.order, in.policy, in.limits}, std::move(unit),
+      bytes_sorted);
 
   // Upper end: the greedy under the hard limits alone. Infeasible there means infeasible
   // everywhere (feasibility only grows with T), which is a proof when the greedy is exact.

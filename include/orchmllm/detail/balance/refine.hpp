@@ -227,13 +227,13 @@ struct refine_state {
     std::push_heap(light_.begin(), light_.end(), heavier);
   }
 
-  std::vector<std::int64_t> flat_;   // every rank's list, at begin_[r], size_[r] of room_[r]
-  std::vector<std::size_t> begin_;   // d + 1 (the last is unused once a list moves)
+  std::vector<std::int64_t> flat_;  // every rank's list, at begin_[r], size_[r] of room_[r]
+  std::vector<std::size_t> begin_;  // d + 1 (the last is unused once a list moves)
   std::vector<std::size_t> size_, room_;
   std::vector<std::uint32_t> version_;
   std::vector<entry> heavy_, light_;  // max-heaps of heavier-first and lighter-first
-  std::vector<rank_t> touched_;  // ranks whose load changed (with repeats): every step that
-                                 // changes lists sets both ranks' loads
+  std::vector<rank_t> touched_;       // ranks whose load changed (with repeats): every step that
+                                      // changes lists sets both ranks' loads
 };
 
 /// Packed-policy refinement; see the file comment. A rank's state here is two sums, its load

@@ -59,8 +59,8 @@ class node_shape {
                      [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
     std::vector<std::size_t> lowest(n);  // per rank: its node's lowest rank
     for (std::size_t i = 0; i < n; ++i)
-      lowest[order[i]] = i > 0 && !(keys[order[i - 1]] < keys[order[i]]) ? lowest[order[i - 1]]
-                                                                          : order[i];
+      lowest[order[i]] =
+          i > 0 && !(keys[order[i - 1]] < keys[order[i]]) ? lowest[order[i - 1]] : order[i];
     node_of_.assign(n, 0);
     std::vector<rank_t> number(n, -1);  // per lowest rank: its node number
     rank_t next = 0;

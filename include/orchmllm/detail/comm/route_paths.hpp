@@ -38,8 +38,8 @@ inline void check_route_inputs(const rearrangement& plan, std::span<const std::i
                    plan.num_items(), " items");
   std::int64_t total = 0;
   for (std::size_t g = 0; g < item_bytes.size(); ++g) {
-    ORCHMLLM_REQUIRE(item_bytes[g] >= 0, invalid_argument_error, "item ", g, " has ",
-                     item_bytes[g], " bytes");
+    ORCHMLLM_REQUIRE(item_bytes[g] >= 0, invalid_argument_error, "item ", g, " has ", item_bytes[g],
+                     " bytes");
     total = checked_add(total, item_bytes[g], "the total of the item sizes at item ", g);
   }
 }
@@ -141,8 +141,7 @@ inline item_paths node_wise_paths(const rearrangement& plan, std::span<const std
     // Runs of one (source node, destination node), each in id order: sort on (local rank, id).
     for (std::size_t i = 0; i < remote.size();) {
       std::size_t j = i + 1;
-      while (j < remote.size() && remote[j].ns == remote[i].ns && remote[j].nt == remote[i].nt)
-        ++j;
+      while (j < remote.size() && remote[j].ns == remote[i].ns && remote[j].nt == remote[i].nt) ++j;
       if (j - i > 1)
         std::sort(remote.begin() + static_cast<std::ptrdiff_t>(i),
                   remote.begin() + static_cast<std::ptrdiff_t>(j),
@@ -180,8 +179,8 @@ inline item_paths node_wise_paths(const rearrangement& plan, std::span<const std
       rank_t rail;
       if (total > 0) {
         // Midpoint of the item's byte range, scaled to [0, rails): an even byte split.
-        const double mid = (static_cast<double>(cum) + 0.5 * static_cast<double>(b)) /
-                           static_cast<double>(total);
+        const double mid =
+            (static_cast<double>(cum) + 0.5 * static_cast<double>(b)) / static_cast<double>(total);
         rail = static_cast<rank_t>(std::min<double>(rails - 1, std::floor(mid * rails)));
       } else {
         rail = static_cast<rank_t>(static_cast<std::int64_t>(k - i) * rails / count);
@@ -202,8 +201,8 @@ inline item_paths node_wise_paths(const rearrangement& plan, std::span<const std
 // apart, the first within s/2 of 0 and the last within s/2 of 1, so the rails hit span at
 // least rails − 1 − s·rails with steps of at most ⌊s·rails⌋ + 1. One rail of slack at the span
 // and one at the step absorb the rounding of the midpoints. A single item uses exactly one rail.
-inline std::int64_t rails_lower_bound(std::int64_t count, std::int64_t total,
-                                      std::int64_t largest, rank_t rails) noexcept {
+inline std::int64_t rails_lower_bound(std::int64_t count, std::int64_t total, std::int64_t largest,
+                                      rank_t rails) noexcept {
   if (count <= 1 || rails <= 1) return 1;
   const double sr = static_cast<double>(largest) / static_cast<double>(total) *
                     static_cast<double>(rails) * (1 + 1e-9);
@@ -267,8 +266,8 @@ double node_wise_lower_bound(const rearrangement& plan, std::span<const std::int
       c = pair_sum{};
     }
     touched.clear();
-    return std::max(sending, node_send[static_cast<std::size_t>(ns)] /
-                                 static_cast<double>(topo.node_size(ns)));
+    return std::max(
+        sending, node_send[static_cast<std::size_t>(ns)] / static_cast<double>(topo.node_size(ns)));
   };
   const auto dst = plan.dst_ranks();
   rank_t current = 0;
@@ -422,8 +421,7 @@ inline double predict_seconds(const item_paths& p, std::span<const std::int64_t>
         }
       }
       for (std::size_t a = 0; a < d; ++a) {
-        for (auto i = first[a]; i < first[a + 1]; ++i)
-          peer(by_sender[static_cast<std::size_t>(i)]);
+        for (auto i = first[a]; i < first[a + 1]; ++i) peer(by_sender[static_cast<std::size_t>(i)]);
         flush(a);
       }
     }

@@ -5,7 +5,8 @@
 // (`detail::cost_ref`), one instantiation per computation type. Not installed.
 
 #if !defined(ORCHMLLM_COMPILED_BUILD)
-#error "orchmllm/detail/compiled/library.cpp is the compiled library's own source; link orchmllm::compiled"
+#error \
+    "orchmllm/detail/compiled/library.cpp is the compiled library's own source; link orchmllm::compiled"
 #endif
 
 #include "orchmllm/orchmllm.hpp"
@@ -19,12 +20,11 @@ namespace orchmllm::detail {
     return balance_with(layout, cost, policy, b, limits);                                        \
   }                                                                                              \
   balance_result<T> balance_custom_compiled(const batch_layout& layout, cost_ref<T> cost,        \
-                                            padding_policy policy, const constraints& limits,   \
+                                            padding_policy policy, const constraints& limits,    \
                                             const erased_balancer<T>& b) {                       \
     return balance_with(layout, cost, policy, b, limits);                                        \
   }                                                                                              \
-  balancer_plan builtin_compiled(const balance_problem<cost_ref<T>>& p,                          \
-                                 const any_balancer& b) {                                        \
+  balancer_plan builtin_compiled(const balance_problem<cost_ref<T>>& p, const any_balancer& b) { \
     return b.visit([&](const auto& x) { return search(x, p).plan; });                            \
   }                                                                                              \
   std::vector<T> rank_loads_compiled(const batch_layout& layout, cost_ref<T> cost,               \
@@ -39,10 +39,9 @@ namespace orchmllm::detail {
                                   padding_policy policy, const constraints& limits) {            \
     return makespan_lower_bound_impl(layout, d, cost, policy, limits);                           \
   }                                                                                              \
-  plan_statistics<T> compute_statistics_compiled(const batch_layout& layout,                     \
-                                                 const rearrangement& plan, cost_ref<T> cost,    \
-                                                 padding_policy policy,                          \
-                                                 const constraints& limits) {                    \
+  plan_statistics<T> compute_statistics_compiled(                                                \
+      const batch_layout& layout, const rearrangement& plan, cost_ref<T> cost,                   \
+      padding_policy policy, const constraints& limits) {                                        \
     return compute_statistics_impl(layout, plan, cost, policy, limits);                          \
   }
 ORCHMLLM_DETAIL_FOR_COST_TYPES(ORCHMLLM_DETAIL_DEFINE_ENTRY_POINTS)

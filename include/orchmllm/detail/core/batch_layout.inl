@@ -44,9 +44,9 @@ inline std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> equal_seg
 // Out of the class so that a unit using the compiled library (orchmllm/config.hpp) does not
 // compile them: they are defined there once.
 #if !ORCHMLLM_USE_COMPILED
-ORCHMLLM_FUNC batch_layout batch_layout::from_ranks(
-    const std::vector<std::vector<std::int64_t>>& lengths,
-    const std::vector<std::vector<std::int64_t>>& bytes) {
+ORCHMLLM_FUNC batch_layout
+batch_layout::from_ranks(const std::vector<std::vector<std::int64_t>>& lengths,
+                         const std::vector<std::vector<std::int64_t>>& bytes) {
   ORCHMLLM_REQUIRE(bytes.empty() || bytes.size() == lengths.size(), invalid_argument_error,
                    "bytes given for ", bytes.size(), " ranks but lengths for ", lengths.size());
   std::vector<std::int64_t> offsets{0};
@@ -56,8 +56,7 @@ ORCHMLLM_FUNC batch_layout batch_layout::from_ranks(
   for (std::size_t r = 0; r < lengths.size(); ++r) {
     if (!bytes.empty()) {
       ORCHMLLM_REQUIRE(bytes[r].size() == lengths[r].size(), invalid_argument_error, "rank ", r,
-                       " has ", lengths[r].size(), " lengths but ", bytes[r].size(),
-                       " byte sizes");
+                       " has ", lengths[r].size(), " lengths but ", bytes[r].size(), " byte sizes");
       flat_bytes.insert(flat_bytes.end(), bytes[r].begin(), bytes[r].end());
     }
     flat_lengths.insert(flat_lengths.end(), lengths[r].begin(), lengths[r].end());
@@ -94,8 +93,8 @@ ORCHMLLM_FUNC void batch_layout::validate() const {
   constexpr std::int64_t max_total = INT64_MAX;
   std::int64_t total = 0;
   for (std::size_t g = 0; g < lengths_.size(); ++g) {
-    ORCHMLLM_REQUIRE(lengths_[g] >= 0, invalid_argument_error, "item ", g,
-                     " has negative length ", lengths_[g]);
+    ORCHMLLM_REQUIRE(lengths_[g] >= 0, invalid_argument_error, "item ", g, " has negative length ",
+                     lengths_[g]);
     ORCHMLLM_REQUIRE(lengths_[g] <= max_total - total, invalid_argument_error,
                      "total length overflows at item ", g, " (length ", lengths_[g],
                      ", sum so far ", total, ", limit ", max_total, ")");
@@ -103,8 +102,8 @@ ORCHMLLM_FUNC void batch_layout::validate() const {
   }
   total = 0;
   for (std::size_t g = 0; g < bytes_.size(); ++g) {
-    ORCHMLLM_REQUIRE(bytes_[g] >= 0, invalid_argument_error, "item ", g,
-                     " has negative byte size ", bytes_[g]);
+    ORCHMLLM_REQUIRE(bytes_[g] >= 0, invalid_argument_error, "item ", g, " has negative byte size ",
+                     bytes_[g]);
     ORCHMLLM_REQUIRE(bytes_[g] <= max_total - total, invalid_argument_error,
                      "total bytes overflow at item ", g, " (bytes ", bytes_[g], ", sum so far ",
                      total, ", limit ", max_total, ")");
@@ -122,8 +121,8 @@ ORCHMLLM_FUNC void batch_layout::validate() const {
   ORCHMLLM_REQUIRE(segment_offsets_.size() == lengths_.size() + 1, invalid_argument_error,
                    "segment offsets have ", segment_offsets_.size(), " entries, expected ",
                    lengths_.size() + 1, " (one per item, plus one)");
-  ORCHMLLM_REQUIRE(segment_offsets_.front() == 0, invalid_argument_error,
-                   "segment_offsets[0] is ", segment_offsets_.front(), ", must be 0");
+  ORCHMLLM_REQUIRE(segment_offsets_.front() == 0, invalid_argument_error, "segment_offsets[0] is ",
+                   segment_offsets_.front(), ", must be 0");
   ORCHMLLM_REQUIRE(segment_offsets_.back() == static_cast<std::int64_t>(segment_lengths_.size()),
                    invalid_argument_error, "segment offsets end at ", segment_offsets_.back(),
                    " but ", segment_lengths_.size(), " segment lengths were given");
@@ -131,8 +130,7 @@ ORCHMLLM_FUNC void batch_layout::validate() const {
     const std::int64_t first = segment_offsets_[g];
     const std::int64_t last = segment_offsets_[g + 1];
     ORCHMLLM_REQUIRE(last > first, invalid_argument_error, "item ", g, " has ", last - first,
-                     " segments (segment offsets ", first, ", ", last,
-                     "), must have at least 1");
+                     " segments (segment offsets ", first, ", ", last, "), must have at least 1");
     // Each segment is >= 0 and the item's length fits in 64 bits, so the running sum stays
     // at or below length(g) until it is compared, or exceeds it by one segment: no overflow.
     std::int64_t sum = 0;
@@ -144,8 +142,8 @@ ORCHMLLM_FUNC void batch_layout::validate() const {
                        " exceed its length ", lengths_[g]);
       sum += l;
     }
-    ORCHMLLM_REQUIRE(sum == lengths_[g], invalid_argument_error, "segments of item ", g,
-                     " sum to ", sum, ", but its length is ", lengths_[g]);
+    ORCHMLLM_REQUIRE(sum == lengths_[g], invalid_argument_error, "segments of item ", g, " sum to ",
+                     sum, ", but its length is ", lengths_[g]);
   }
 }
 #endif

@@ -61,9 +61,8 @@ inline quadratic_cost fit_quadratic_cost(std::span<const std::int64_t> lengths,
 }
 
 inline void cost_calibration::add_rank(std::span<const std::int64_t> lengths, double seconds) {
-  ORCHMLLM_REQUIRE(std::isfinite(seconds) && seconds >= 0, invalid_argument_error,
-                   "observation ", rows_.size(), " has time ", seconds,
-                   ", must be finite and >= 0");
+  ORCHMLLM_REQUIRE(std::isfinite(seconds) && seconds >= 0, invalid_argument_error, "observation ",
+                   rows_.size(), " has time ", seconds, ", must be finite and >= 0");
   std::array<double, 4> row{0, 0, 0, 1.0};
   std::int64_t longest = 0;
   for (std::size_t i = 0; i < lengths.size(); ++i) {
@@ -94,8 +93,8 @@ inline void cost_calibration::add_rank(std::span<const std::int64_t> lengths, do
 inline calibration_result cost_calibration::fit() const {
   const int m = degree_ + 1;
   const std::size_t unknowns = static_cast<std::size_t>(m) + (overhead_ ? 1 : 0);
-  ORCHMLLM_REQUIRE(rows_.size() >= unknowns, invalid_argument_error, "cost_calibration: ",
-                   rows_.size(), " observations for ", unknowns, " unknowns");
+  ORCHMLLM_REQUIRE(rows_.size() >= unknowns, invalid_argument_error,
+                   "cost_calibration: ", rows_.size(), " observations for ", unknowns, " unknowns");
   // Columns: a, b, c (the first m), then the overhead at index m; scaled by their largest
   // value so the normal equations are well conditioned.
   const int cols = static_cast<int>(unknowns);

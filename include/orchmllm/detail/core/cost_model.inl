@@ -14,8 +14,8 @@ inline transformer_flops_cost::transformer_flops_cost(const transformer_config& 
   ORCHMLLM_REQUIRE(c.hidden > 0 && c.layers > 0 && c.heads > 0 && c.ffn_hidden >= 0 &&
                        c.kv_heads > 0 && c.vocab >= 0,
                    invalid_argument_error, "transformer_config needs positive sizes (hidden ",
-                   c.hidden, ", layers ", c.layers, ", heads ", c.heads, ", kv_heads ",
-                   c.kv_heads, ", ffn_hidden ", c.ffn_hidden, ", vocab ", c.vocab, ")");
+                   c.hidden, ", layers ", c.layers, ", heads ", c.heads, ", kv_heads ", c.kv_heads,
+                   ", ffn_hidden ", c.ffn_hidden, ", vocab ", c.vocab, ")");
   ORCHMLLM_REQUIRE(c.hidden % c.heads == 0, invalid_argument_error, "hidden ", c.hidden,
                    " is not a multiple of heads ", c.heads);
   ORCHMLLM_REQUIRE(c.heads % c.kv_heads == 0, invalid_argument_error, "heads ", c.heads,
@@ -36,8 +36,7 @@ inline transformer_flops_cost::transformer_flops_cost(const transformer_config& 
   ORCHMLLM_REQUIRE(std::isfinite(linear_) && std::isfinite(attention_), invalid_argument_error,
                    "transformer_config: FLOPs per token (", linear_, ") or per attention entry (",
                    attention_, ") overflow double (hidden ", c.hidden, ", layers ", c.layers,
-                   ", ffn_hidden ", c.ffn_hidden, ", vocab ", c.vocab, ", passes ", c.passes,
-                   ")");
+                   ", ffn_hidden ", c.ffn_hidden, ", vocab ", c.vocab, ", passes ", c.passes, ")");
 }
 
 }  // namespace orchmllm

@@ -36,9 +36,8 @@ inline void check_padding_rule(const batch_layout& layout, padding_policy policy
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     const std::int64_t padded = policy.padded_length(lengths[i]);  // checks padded >= length
     ORCHMLLM_REQUIRE(i == 0 || padded >= previous, invalid_argument_error, "padding rule '",
-                     policy.rule_name(), "' is not non-decreasing: it pads length ",
-                     lengths[i - 1], " to ", previous, " but the longer ", lengths[i], " to ",
-                     padded);
+                     policy.rule_name(), "' is not non-decreasing: it pads length ", lengths[i - 1],
+                     " to ", previous, " but the longer ", lengths[i], " to ", padded);
     previous = padded;
   }
 }

@@ -88,8 +88,8 @@ inline std::vector<std::int64_t> order_by_length(const batch_layout& layout,
   std::uint64_t first = 0;
   for (std::size_t g = 0; g < n; ++g) {
     const auto id = static_cast<std::int64_t>(g);
-    const auto l = static_cast<std::uint64_t>(rows ? item_shape_of(layout, id).row_length
-                                                   : layout.length(id));
+    const auto l =
+        static_cast<std::uint64_t>(rows ? item_shape_of(layout, id).row_length : layout.length(id));
     if (l > low) return {};
     w[g] = ((low - l) << 32) | g;
     if (g == 0) first = w[0];

@@ -310,7 +310,6 @@ Cost from_bits(float_bits_t<Cost> b) noexcept {
   return std::bit_cast<Cost>(b);
 }
 
-
 // The smallest makespan the greedy reaches at some target in [lo, hi], for lo a valid lower
 // bound on it and hi a makespan the greedy reaches (`check.run(hi).feasible`): a binary search
 // on the target, over the integers for integral costs and over the bit patterns of non-negative

@@ -44,8 +44,8 @@ inline std::vector<std::int64_t> piece_layout::piece_sums(
         ORCHMLLM_REQUIRE(v >= 0, invalid_argument_error, "segment ", s, " of item ", g,
                          " has the negative value ", v);
         ORCHMLLM_REQUIRE(sum <= std::numeric_limits<std::int64_t>::max() - v,
-                         invalid_argument_error, "the sum over piece ", p,
-                         " overflows at segment ", s, " of item ", g);
+                         invalid_argument_error, "the sum over piece ", p, " overflows at segment ",
+                         s, " of item ", g);
         sum += v;
       }
       out[static_cast<std::size_t>(p)] = sum;
@@ -63,8 +63,8 @@ inline void piece_layout::validate() const {
   ORCHMLLM_REQUIRE(piece_offsets_.front() == 0, invalid_argument_error, "piece_offsets[0] is ",
                    piece_offsets_.front(), ", must be 0");
   ORCHMLLM_REQUIRE(piece_offsets_.back() == static_cast<std::int64_t>(first_.size()),
-                   invalid_argument_error, "piece offsets end at ", piece_offsets_.back(),
-                   " but ", first_.size(), " pieces were given");
+                   invalid_argument_error, "piece offsets end at ", piece_offsets_.back(), " but ",
+                   first_.size(), " pieces were given");
   for (std::size_t g = 0; g < n; ++g) {
     const std::int64_t a = piece_offsets_[g], b = piece_offsets_[g + 1];
     ORCHMLLM_REQUIRE(b > a, invalid_argument_error, "item ", g, " has ", b - a,

@@ -27,9 +27,9 @@ constexpr void rank_load<Cost, Mode>::remove_item(const item_shape& item, Cost c
   ORCHMLLM_REQUIRE(count_ > 0, invalid_argument_error, "removing an item of length ", item.length,
                    " from an empty rank");
   const auto it = std::find(items_.rbegin(), items_.rend(), item);
-  ORCHMLLM_REQUIRE(it != items_.rend(), invalid_argument_error,
-                   "the rank holds no item of length ", item.length, ", ", item.rows, " rows of ",
-                   item.row_length, " and ", item.bytes, " bytes to remove");
+  ORCHMLLM_REQUIRE(it != items_.rend(), invalid_argument_error, "the rank holds no item of length ",
+                   item.length, ", ", item.rows, " rows of ", item.row_length, " and ", item.bytes,
+                   " bytes to remove");
   *it = items_.back();
   items_.pop_back();
   --count_;
@@ -88,8 +88,8 @@ constexpr bool rank_load<Cost, Mode>::fits_if_added(const capacity& cap,
                                      : widest(cap.what, std::max(max_length_, item.row_length),
                                               std::max(max_bytes_, item.bytes));
   // count_of(what, rows) + 1 more item: rows_ + item.rows rows, or count_ + 1 items.
-  return fits_count(
-      count_of(cap.what, item.rows) + (cap.what == capacity::measure::tokens ? 0 : 1), w, cap);
+  return fits_count(count_of(cap.what, item.rows) + (cap.what == capacity::measure::tokens ? 0 : 1),
+                    w, cap);
 }
 
 template <class Cost, rank_load_mode Mode>

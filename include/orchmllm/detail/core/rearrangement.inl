@@ -11,11 +11,11 @@
 namespace orchmllm {
 
 template <std::ranges::random_access_range R>
-  requires std::ranges::sized_range<R> &&
-           std::ranges::random_access_range<std::ranges::range_reference_t<R>> &&
-           std::ranges::sized_range<std::ranges::range_reference_t<R>>
-std::vector<std::vector<std::ranges::range_value_t<std::ranges::range_reference_t<R>>>>
-apply_by_rank(const rearrangement& plan, R&& ranks) {
+requires std::ranges::sized_range<R> &&
+    std::ranges::random_access_range<std::ranges::range_reference_t<R>> &&
+    std::ranges::sized_range<std::ranges::range_reference_t<R>>
+        std::vector<std::vector<std::ranges::range_value_t<std::ranges::range_reference_t<R>>>>
+        apply_by_rank(const rearrangement& plan, R&& ranks) {
   using inner = std::ranges::range_reference_t<R>;
   ORCHMLLM_REQUIRE(static_cast<std::int64_t>(std::ranges::size(ranks)) == plan.num_src_ranks(),
                    invalid_argument_error, "apply_by_rank: ", std::ranges::size(ranks),
@@ -43,8 +43,8 @@ apply_by_rank(const rearrangement& plan, R&& ranks) {
     for (auto h = begin; h < end; ++h) {
       const auto g = plan.source_of(h);
       const rank_t s = src_rank[static_cast<std::size_t>(g)];
-      const auto it = std::ranges::begin(rank_at(s)) +
-                      (g - plan.src_offsets()[static_cast<std::size_t>(s)]);
+      const auto it =
+          std::ranges::begin(rank_at(s)) + (g - plan.src_offsets()[static_cast<std::size_t>(s)]);
       if constexpr (move) {
         dst.push_back(std::ranges::iter_move(it));
       } else {
@@ -73,9 +73,8 @@ ragged_rows<T> apply(const rearrangement& plan, const ragged_rows<T>& in) {
   ORCHMLLM_REQUIRE(in.row_width == 0 ? elements == 0
                                      : elements % in.row_width == 0 &&
                                            elements / in.row_width == in.row_offsets.back(),
-                   invalid_argument_error, "apply: ", in.rows.size(),
-                   " elements but offsets give ", in.row_offsets.back(), " rows of width ",
-                   in.row_width);
+                   invalid_argument_error, "apply: ", in.rows.size(), " elements but offsets give ",
+                   in.row_offsets.back(), " rows of width ", in.row_width);
   ragged_rows<T> out;
   out.row_width = in.row_width;
   out.row_offsets.resize(static_cast<std::size_t>(n) + 1, 0);

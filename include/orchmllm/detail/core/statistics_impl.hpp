@@ -151,9 +151,9 @@ Cost segmented_padded_bound(const batch_layout& layout, std::span<const std::int
 /// admit no plan. The balancers keep using `bound` internally, so plans do not depend on this.
 /// O(n + 64 · min(n, d)).
 template <class C, class Cost = cost_type_t<C>>
-Cost reported_lower_bound(const batch_layout& layout, std::span<const std::int64_t> order,
-                          rank_t d, const C& cost, padding_policy policy,
-                          const constraints& limits, Cost bound) {
+Cost reported_lower_bound(const batch_layout& layout, std::span<const std::int64_t> order, rank_t d,
+                          const C& cost, padding_policy policy, const constraints& limits,
+                          Cost bound) {
   const std::int64_t n = layout.num_items();
   if (!policy.is_padded() || n == 0 || d <= 0) return bound;
   if (layout.has_segments())
@@ -273,8 +273,8 @@ template <class C>
 std::vector<cost_type_t<C>> loads_before(const batch_layout& layout,
                                          std::span<const cost_type_t<C>> costs, const C& cost,
                                          padding_policy policy, shape_extremes* shapes = nullptr) {
-  return loads_of(layout, costs, layout.offsets(), [](std::int64_t g) { return g; }, cost,
-                  policy, shapes);
+  return loads_of(
+      layout, costs, layout.offsets(), [](std::int64_t g) { return g; }, cost, policy, shapes);
 }
 inline void check_plan_source(const batch_layout& layout, const rearrangement& plan) {
   ORCHMLLM_REQUIRE(std::ranges::equal(layout.offsets(), plan.src_offsets()), invalid_argument_error,
@@ -286,8 +286,9 @@ template <class C>
 std::vector<cost_type_t<C>> loads_after(const batch_layout& layout, const rearrangement& plan,
                                         std::span<const cost_type_t<C>> costs, const C& cost,
                                         padding_policy policy, shape_extremes* shapes = nullptr) {
-  return loads_of<true>(layout, costs, plan.dst_offsets(),
-                        [&](std::int64_t h) { return plan.source_of(h); }, cost, policy, shapes);
+  return loads_of<true>(
+      layout, costs, plan.dst_offsets(), [&](std::int64_t h) { return plan.source_of(h); }, cost,
+      policy, shapes);
 }
 
 // The reported lower bound from checked costs.
@@ -366,8 +367,8 @@ plan_statistics<cost_type_t<C>> compute_statistics_impl(
       s.mean_before > 0 ? static_cast<double>(s.makespan_before) / s.mean_before : 1.0;
   s.imbalance_after = s.mean_after > 0 ? static_cast<double>(s.makespan) / s.mean_after : 1.0;
   s.lower_bound = known_lower_bound ? *known_lower_bound
-                  : s.ranks > 0     ? lower_bound_of<C>(layout, costs, s.ranks, cost, policy, limits)
-                                    : Cost{};
+                  : s.ranks > 0 ? lower_bound_of<C>(layout, costs, s.ranks, cost, policy, limits)
+                                : Cost{};
   s.ratio = s.lower_bound > Cost{}
                 ? static_cast<double>(s.makespan) / static_cast<double>(s.lower_bound)
                 : (s.makespan > Cost{} ? INFINITY : 1.0);

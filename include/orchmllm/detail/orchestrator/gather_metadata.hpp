@@ -36,7 +36,7 @@ step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
     std::int64_t fault;
     std::int64_t where;
     std::int64_t value;
-    std::uint64_t topology_fp;   // 0: no topology given
+    std::uint64_t topology_fp;    // 0: no topology given
     std::int64_t topology_ranks;  // -1: no topology given
     std::int64_t topology_node;   // this rank's node in the topology (-1: none or out of range)
     std::int64_t comm_node;       // this rank's node as the communicator sees it
@@ -58,21 +58,21 @@ step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
     ORCHMLLM_REQUIRE(all[r].fingerprint == all[0].fingerprint, invalid_argument_error, "rank ", r,
                      " declared other stages than rank 0 (declaration fingerprints ",
                      all[r].fingerprint, " and ", all[0].fingerprint, ")");
-    ORCHMLLM_REQUIRE(all[r].topology_fp == all[0].topology_fp, invalid_argument_error, "rank ",
-                     r, " passed another topology than rank 0 (or passed one where rank 0 did not)");
+    ORCHMLLM_REQUIRE(all[r].topology_fp == all[0].topology_fp, invalid_argument_error, "rank ", r,
+                     " passed another topology than rank 0 (or passed one where rank 0 did not)");
     if (all[r].topology_ranks >= 0) {
       ORCHMLLM_REQUIRE(all[r].topology_ranks == static_cast<std::int64_t>(d),
                        invalid_argument_error, "the topology has ", all[r].topology_ranks,
                        " ranks but the communicator ", d,
                        " (build it with gather_topology(comm, links))");
-      ORCHMLLM_REQUIRE(all[r].topology_node == all[r].comm_node, invalid_argument_error, "rank ",
-                       r, " is on node ", all[r].comm_node, " of the communicator but on node ",
+      ORCHMLLM_REQUIRE(all[r].topology_node == all[r].comm_node, invalid_argument_error, "rank ", r,
+                       " is on node ", all[r].comm_node, " of the communicator but on node ",
                        all[r].topology_node,
                        " of the topology (build it with gather_topology(comm, links))");
     }
     ORCHMLLM_REQUIRE(all[r].fault == 0, invalid_argument_error, "rank ", r, ": ",
-                     detail::describe(static_cast<detail::batch_fault>(all[r].fault),
-                                      all[r].where, all[r].value, kc));
+                     detail::describe(static_cast<detail::batch_fault>(all[r].fault), all[r].where,
+                                      all[r].value, kc));
   }
   // Pack: text tokens, then (modality, parent, length, input rows, llm tokens) per sub-item.
   // The segment count S rides in the modality word as (S − 1) · 2^32 (both were checked on
@@ -82,9 +82,8 @@ step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
   words.reserve(local.text_tokens.size() + 5 * local.sub_items.size());
   words.insert(words.end(), local.text_tokens.begin(), local.text_tokens.end());
   for (const auto& s : local.sub_items)
-    words.insert(words.end(),
-                  {static_cast<std::int64_t>(s.modality) + ((s.segments - 1) << 32), s.parent,
-                   s.encoder_length, s.input_rows, s.llm_tokens});
+    words.insert(words.end(), {static_cast<std::int64_t>(s.modality) + ((s.segments - 1) << 32),
+                               s.parent, s.encoder_length, s.input_rows, s.llm_tokens});
   std::vector<std::int64_t> counts(d);
   for (std::size_t r = 0; r < d; ++r) counts[r] = all[r].samples + 5 * all[r].sub_items;
   const std::vector<std::int64_t> global =
@@ -96,12 +95,17 @@ step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
   std::size_t at = 0;
   for (std::size_t r = 0; r < d; ++r) {
     b.text_tokens.assign(global.begin() + static_cast<std::ptrdiff_t>(at),
-                         global.begin() + static_cast<std::ptrdiff_t>(at + static_cast<std::size_t>(all[r].samples)));
+                         global.begin() + static_cast<std::ptrdiff_t>(
+                                              at + static_cast<std::size_t>(all[r].samples)));
     at += static_cast<std::size_t>(all[r].samples);
     b.sub_items.resize(static_cast<std::size_t>(all[r].sub_items));
     for (auto& s : b.sub_items) {
-      s = {static_cast<std::int32_t>(global[at] & 0xffffffff), global[at + 1], global[at + 2],
-           global[at + 3], global[at + 4], (global[at] >> 32) + 1};
+      s = {static_cast<std::int32_t>(global[at] & 0xffffffff),
+           global[at + 1],
+           global[at + 2],
+           global[at + 3],
+           global[at + 4],
+           (global[at] >> 32) + 1};
       at += 5;
     }
     detail::append_rank(m, b);

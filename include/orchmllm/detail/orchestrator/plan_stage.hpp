@@ -18,8 +18,8 @@
 #include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/balance/split.hpp"
 #include "orchmllm/config.hpp"
-#include "orchmllm/core/pieces.hpp"
 #include "orchmllm/core/batch_layout.hpp"
+#include "orchmllm/core/pieces.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/core/statistics.hpp"
 #include "orchmllm/detail/core/parallel.hpp"
@@ -104,7 +104,7 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
       return stats;
     };
     auto beside = beside_map ? std::async(std::launch::async, report)
-                           : std::future<std::invoke_result_t<decltype(report)>>{};
+                             : std::future<std::invoke_result_t<decltype(report)>>{};
     // A custom mapper (the application's, GLPK's) runs behind the stage's std::function; a
     // built-in one on the gathered problem. A built-in mapping of a stage without items is
     // skipped: any bijection gives the same empty plan and moves nothing (and it would still

@@ -37,8 +37,15 @@ class step_route_builder {
  public:
   step_route_builder(const stage_declarations& decl, const step_metadata& meta,
                      const topology& topo, rank_t me, schedule sched, bool parallel)
-      : decl_(decl), meta_(meta), topo_(topo), me_(me), sched_(sched), parallel_(parallel),
-        kc_(meta.modalities.size()), routes_(3 * kc_ + 1), errors_(3 * kc_ + 1),
+      : decl_(decl),
+        meta_(meta),
+        topo_(topo),
+        me_(me),
+        sched_(sched),
+        parallel_(parallel),
+        kc_(meta.modalities.size()),
+        routes_(3 * kc_ + 1),
+        errors_(3 * kc_ + 1),
         outputs_done_(kc_, 0) {}
 
   // Starts the text route (Π_M) on its own thread (here without `parallel`); `llm` must stay
@@ -80,8 +87,7 @@ class step_route_builder {
       per_segment.reserve(static_cast<std::size_t>(pieces->items().total_segments()));
       for (std::size_t i = 0; i < mod.llm_tokens.size(); ++i) {
         const std::int64_t s = mod.segments_of(static_cast<std::int64_t>(i));
-        per_segment.insert(per_segment.end(), static_cast<std::size_t>(s),
-                           mod.llm_tokens[i] / s);
+        per_segment.insert(per_segment.end(), static_cast<std::size_t>(s), mod.llm_tokens[i] / s);
       }
       tokens = pieces->piece_sums(per_segment);
     }
@@ -98,8 +104,7 @@ class step_route_builder {
         });
       } else {
         run(2 * kc_ + 1 + k, [&] {
-          return route::build(er.gradient, orchmllm::apply(er.lifted, origin), topo_, me_,
-                              sched_);
+          return route::build(er.gradient, orchmllm::apply(er.lifted, origin), topo_, me_, sched_);
         });
       }
     });

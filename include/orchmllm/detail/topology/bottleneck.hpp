@@ -73,7 +73,7 @@ inline std::int64_t bottleneck_local_search(const mapping_problem& p,
     return std::max(p.node_held[m] - kept_m, in_m - kept_m);
   };
   std::vector<i64> dense_col(static_cast<std::size_t>(d), 0);  // w[·][m1]
-  std::vector<i64> dense_row(nn, 0);                            // w[b1][·]
+  std::vector<i64> dense_row(nn, 0);                           // w[b1][·]
 
   std::int64_t steps = 0;
   while (steps < step_budget) {

@@ -106,7 +106,8 @@ inline std::vector<int> greedy_assignment(std::vector<profit_entry> entries, int
   std::vector<char> col_taken(un, 0);
   for (const auto& e : entries) {
     if (e.profit <= 0) break;
-    if (col_of_row[static_cast<std::size_t>(e.row)] >= 0 || col_taken[static_cast<std::size_t>(e.col)])
+    if (col_of_row[static_cast<std::size_t>(e.row)] >= 0 ||
+        col_taken[static_cast<std::size_t>(e.col)])
       continue;
     col_of_row[static_cast<std::size_t>(e.row)] = e.col;
     col_taken[static_cast<std::size_t>(e.col)] = 1;

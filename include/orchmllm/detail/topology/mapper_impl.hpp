@@ -31,8 +31,7 @@ inline std::vector<rank_t> rank_of_bin(const mapping_problem& problem, const map
   std::iota(ranks.begin(), ranks.end(), rank_t{0});
   return ranks;
 }
-inline std::vector<rank_t> rank_of_bin(const mapping_problem& problem,
-                                       const mappers::transport&) {
+inline std::vector<rank_t> rank_of_bin(const mapping_problem& problem, const mappers::transport&) {
   return place_on_gpus(problem, solve_transport(problem.by_node, problem.capacity));
 }
 inline std::vector<rank_t> rank_of_bin(const mapping_problem& problem,
@@ -76,8 +75,7 @@ ORCHMLLM_FUNC bin_mapping_problem::bin_mapping_problem(const detail::mapping_pro
 namespace detail {
 
 // Throws unless `rank_of_bin` is a permutation of 0..d-1; `who` names its author. O(d).
-inline void check_rank_of_bin(std::span<const rank_t> rank_of_bin, rank_t d,
-                              std::string_view who) {
+inline void check_rank_of_bin(std::span<const rank_t> rank_of_bin, rank_t d, std::string_view who) {
   ORCHMLLM_REQUIRE(rank_of_bin.size() == static_cast<std::size_t>(d), invalid_argument_error, who,
                    " returned ", rank_of_bin.size(), " ranks for ", d,
                    " bins (expected one rank per bin)");
@@ -134,8 +132,7 @@ ORCHMLLM_FUNC std::vector<rank_t> mappers::bottleneck::operator()(
   return detail::rank_of_bin(p.internal(), *this);
 }
 
-ORCHMLLM_FUNC std::vector<rank_t> mappers::auction::operator()(
-    const bin_mapping_problem& p) const {
+ORCHMLLM_FUNC std::vector<rank_t> mappers::auction::operator()(const bin_mapping_problem& p) const {
   return detail::rank_of_bin(p.internal(), *this);
 }
 

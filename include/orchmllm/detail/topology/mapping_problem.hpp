@@ -25,8 +25,8 @@
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/detail/topology/hungarian.hpp"
-#include "orchmllm/topology/mapping_result.hpp"
 #include "orchmllm/detail/topology/min_cost_flow.hpp"
+#include "orchmllm/topology/mapping_result.hpp"
 #include "orchmllm/topology/topology.hpp"
 
 namespace orchmllm {
@@ -61,13 +61,14 @@ inline std::int64_t check_mapping_inputs(const rearrangement& binned,
   std::vector<std::int64_t> bin_bytes(static_cast<std::size_t>(binned.num_dst_ranks()), 0);
   std::int64_t total = 0;
   for (std::size_t g = 0; g < item_bytes.size(); ++g) {
-    ORCHMLLM_REQUIRE(item_bytes[g] >= 0, invalid_argument_error, "item ", g, " has ",
-                     item_bytes[g], " bytes");
+    ORCHMLLM_REQUIRE(item_bytes[g] >= 0, invalid_argument_error, "item ", g, " has ", item_bytes[g],
+                     " bytes");
     auto& bin = bin_bytes[static_cast<std::size_t>(binned.dst_ranks()[g])];
     ORCHMLLM_REQUIRE(item_bytes[g] <= limit - bin, invalid_argument_error, "bin ",
                      binned.dst_ranks()[g], " holds more than ", limit,
                      " bytes (2^62 / (ranks + nodes + 4 + 2 x the largest node), the exact "
-                     "mapping's overflow guard) at item ", g);
+                     "mapping's overflow guard) at item ",
+                     g);
     bin += item_bytes[g];
     total += item_bytes[g];  // < d · limit < 2^62
   }
@@ -83,26 +84,24 @@ struct mapping_problem {
   const rearrangement* binned = nullptr;
   std::span<const std::int64_t> item_bytes;
   const topology* topo = nullptr;
-  std::vector<rank_t> src_rank;               // source rank of every item
-  std::vector<std::int64_t> held_off;         // CSR over bins of items_of_bin
-  std::vector<held> items_of_bin;             // (source rank, bytes) of every non-empty item
-  sparse_profits by_node;                     // w[b][m] > 0, nodes ascending per bin
-  std::vector<std::int64_t> bin_bytes;        // W_b
-  std::vector<std::int32_t> capacity;         // ranks per node
-  std::vector<std::int64_t> node_held;        // held_m = Σ_b w[b][m]
-  std::int64_t lower_bound = 0;               // Σ_b (W_b − max_m w[b][m])
-  std::int64_t worst_lower_bound = 0;         // mapping_result::worst_node_bytes_lower_bound
+  std::vector<rank_t> src_rank;         // source rank of every item
+  std::vector<std::int64_t> held_off;   // CSR over bins of items_of_bin
+  std::vector<held> items_of_bin;       // (source rank, bytes) of every non-empty item
+  sparse_profits by_node;               // w[b][m] > 0, nodes ascending per bin
+  std::vector<std::int64_t> bin_bytes;  // W_b
+  std::vector<std::int32_t> capacity;   // ranks per node
+  std::vector<std::int64_t> node_held;  // held_m = Σ_b w[b][m]
+  std::int64_t lower_bound = 0;         // Σ_b (W_b − max_m w[b][m])
+  std::int64_t worst_lower_bound = 0;   // mapping_result::worst_node_bytes_lower_bound
 
   [[nodiscard]] rank_t num_bins() const noexcept { return static_cast<rank_t>(bin_bytes.size()); }
-  [[nodiscard]] rank_t num_nodes() const noexcept {
-    return static_cast<rank_t>(capacity.size());
-  }
+  [[nodiscard]] rank_t num_nodes() const noexcept { return static_cast<rank_t>(capacity.size()); }
   // w[b][m] by binary search in b's sorted row. O(log nnz_b).
   [[nodiscard]] std::int64_t on_node(rank_t b, std::int32_t m) const noexcept {
     const auto first = by_node.arcs.begin() + by_node.offsets[static_cast<std::size_t>(b)];
     const auto last = by_node.arcs.begin() + by_node.offsets[static_cast<std::size_t>(b) + 1];
-    const auto it = std::lower_bound(first, last, m,
-                                     [](const profit_arc& a, std::int32_t v) { return a.node < v; });
+    const auto it = std::lower_bound(
+        first, last, m, [](const profit_arc& a, std::int32_t v) { return a.node < v; });
     return it != last && it->node == m ? it->profit : 0;
   }
 };
@@ -258,7 +257,7 @@ inline mapping_problem build_mapping_problem(const rearrangement& binned,
       if (item_bytes[g] > 0)
         p.items_of_bin[static_cast<std::size_t>(
             fill[static_cast<std::size_t>(binned.dst_ranks()[g])]++)] = {p.src_rank[g],
-                                                                          item_bytes[g]};
+                                                                         item_bytes[g]};
   }
 
   // Per bin: bytes by node (sparse, ascending node) and total. A scratch array indexed by node

@@ -86,7 +86,7 @@ inline std::vector<std::int32_t> solve_transport(const sparse_profits& prof,
   std::vector<std::int32_t> assigned(static_cast<std::size_t>(d), unmatched);  // node or none
   std::vector<i64> assigned_cost(static_cast<std::size_t>(d), 0);  // cost of the arc in use
   std::vector<std::vector<std::int32_t>> direct(static_cast<std::size_t>(nn));  // bins per node
-  std::vector<i64> spare(capacity.begin(), capacity.end());    // residual node → sink
+  std::vector<i64> spare(capacity.begin(), capacity.end());  // residual node → sink
 
   // Each bin's arcs as (cost, node vertex) sorted by cost, then node: with all potentials ≤ 0
   // (they start at 0 and only decrease), an arc's tentative distance is at least
@@ -319,8 +319,9 @@ inline std::vector<std::int32_t> solve_transport(const sparse_profits& prof,
       if (dist[uv] < reach) pot[uv] += dist[uv] - reach;
     }
     work_since_refresh += static_cast<std::int64_t>(settled.size());
-    const bool refresh = static_cast<std::int64_t>(settled.size()) * refresh_trigger_div > refresh_cost &&
-                         work_since_refresh * refresh_work_div >= refresh_cost;
+    const bool refresh =
+        static_cast<std::int64_t>(settled.size()) * refresh_trigger_div > refresh_cost &&
+        work_since_refresh * refresh_work_div >= refresh_cost;
     // Augment along the path, walking back from the sink.
     std::int32_t v = sink;
     while (v != b0) {

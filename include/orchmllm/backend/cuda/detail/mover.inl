@@ -39,9 +39,9 @@ inline void device_mover::gather(const std::byte* in, std::byte* out,
 
   if (use_thrust) {
     try {
-      ::orchmllm::detail::thrust_backend::gather_with_ends(thrust::cuda::par_nosync.on(stream_),
-                                                          in, out, src, dst, bytes, table + 3 * n,
-                                                          n, total_chunks, chunk_bytes_);
+      ::orchmllm::detail::thrust_backend::gather_with_ends(thrust::cuda::par_nosync.on(stream_), in,
+                                                           out, src, dst, bytes, table + 3 * n, n,
+                                                           total_chunks, chunk_bytes_);
     } catch (const thrust::system_error& e) {
       throw cuda_error(static_cast<cudaError_t>(e.code().value()),
                        ::orchmllm::detail::concat("device_mover::gather (thrust): ", e.what()));
@@ -49,7 +49,8 @@ inline void device_mover::gather(const std::byte* in, std::byte* out,
     return;
   }
   const auto first = thrust::counting_iterator<std::int64_t>(0);
-  const auto sources = thrust::make_transform_iterator(first, detail::cuda_backend::source_pointer{in, src});
+  const auto sources =
+      thrust::make_transform_iterator(first, detail::cuda_backend::source_pointer{in, src});
   const auto destinations =
       thrust::make_transform_iterator(first, detail::cuda_backend::destination_pointer{out, dst});
   std::size_t temp_bytes = 0;

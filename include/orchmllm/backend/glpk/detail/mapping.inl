@@ -110,8 +110,7 @@ inline glpk::bottleneck_result solve_bottleneck(const mapping_problem& p,
   auto warm = orchmllm::detail::solve_transport(p.by_node, p.capacity);
   bottleneck_result out;
   out.transport_objective = orchmllm::detail::worst_node_bytes(p, warm);
-  orchmllm::detail::bottleneck_local_search(p, warm,
-                                            orchmllm::detail::bottleneck_step_budget(d));
+  orchmllm::detail::bottleneck_local_search(p, warm, orchmllm::detail::bottleneck_step_budget(d));
   out.warm_start_objective = orchmllm::detail::worst_node_bytes(p, warm);
   out.objective = out.warm_start_objective;
   out.model_unit_bytes = gb::byte_unit(item_bytes);
@@ -147,8 +146,8 @@ inline glpk::bottleneck_result solve_bottleneck(const mapping_problem& p,
     const double cap = p.capacity[um];
     glp_set_row_bnds(lp.get(), cap_row(m), GLP_FX, cap, cap);
     // egress: Σ_b w x + T ≥ held ; ingress: Σ_b (W − w) x − T ≤ 0
-    glp_set_row_bnds(lp.get(), cap_row(m) + 1, GLP_LO,
-                     static_cast<double>(p.node_held[um] / unit), 0.0);
+    glp_set_row_bnds(lp.get(), cap_row(m) + 1, GLP_LO, static_cast<double>(p.node_held[um] / unit),
+                     0.0);
     glp_set_row_bnds(lp.get(), cap_row(m) + 2, GLP_UP, 0.0, 0.0);
   }
   glp_add_cols(lp.get(), n_cols);
@@ -239,9 +238,9 @@ inline glpk::bottleneck_result solve_bottleneck(const mapping_problem& p,
     glp_init_iocp(&iocp);
     iocp.msg_lev = GLP_MSG_OFF;
     iocp.presolve = options.presolve ? GLP_ON : GLP_OFF;
-    iocp.tm_lim = timed ? gb::to_milliseconds(
-                              std::max(1e-3, options.time_limit_seconds - elapsed()))
-                        : INT_MAX;
+    iocp.tm_lim = timed
+                      ? gb::to_milliseconds(std::max(1e-3, options.time_limit_seconds - elapsed()))
+                      : INT_MAX;
     iocp.cb_func = &gb::branch_cut_callback;
     iocp.cb_info = &state;
     state.node_limit = options.node_limit;
@@ -272,10 +271,9 @@ inline glpk::bottleneck_result solve_bottleneck(const mapping_problem& p,
       }
     }
   }
-  out.best_bound = out.proven_optimal
-                       ? static_cast<double>(out.objective)
-                       : std::max({0.0, lp_bound * static_cast<double>(unit),
-                                   state.tree_bound * static_cast<double>(unit)});
+  out.best_bound = out.proven_optimal ? static_cast<double>(out.objective)
+                                      : std::max({0.0, lp_bound * static_cast<double>(unit),
+                                                  state.tree_bound * static_cast<double>(unit)});
   out.solve_seconds = elapsed();
   return finish(warm);
 }
@@ -287,9 +285,8 @@ inline double transport_lp(const rearrangement& binned, std::span<const std::int
   const rank_t d = p.num_bins();
   const std::int32_t nn = p.num_nodes();
   const std::int64_t columns = static_cast<std::int64_t>(d) * nn;
-  ORCHMLLM_REQUIRE(columns <= (std::int64_t{1} << 28), invalid_argument_error,
-                   "transport LP with ", d, " bins and ", nn, " nodes has ", columns,
-                   " columns, above 2^28");
+  ORCHMLLM_REQUIRE(columns <= (std::int64_t{1} << 28), invalid_argument_error, "transport LP with ",
+                   d, " bins and ", nn, " nodes has ", columns, " columns, above 2^28");
   const std::int64_t unit = byte_unit(item_bytes);
   const quiet_terminal quiet;
   prob_ptr lp(glp_create_prob());
@@ -359,8 +356,7 @@ inline std::vector<rank_t> bottleneck_ilp::operator()(const bin_mapping_problem&
 }
 
 inline double transport_lp_optimum(const rearrangement& binned,
-                                   std::span<const std::int64_t> item_bytes,
-                                   const topology& topo) {
+                                   std::span<const std::int64_t> item_bytes, const topology& topo) {
   return orchmllm::detail::glpk_backend::transport_lp(binned, item_bytes, topo);
 }
 

@@ -68,8 +68,8 @@ inline void communicator::init(MPI_Comm comm, bool own) {
                          "verify_counts", "timeout (ms, after ORCHMLLM_TIMEOUT_MS)"};
   for (std::size_t k = 0; k < keys.size(); ++k) {
     ORCHMLLM_REQUIRE(a.key_min[k] == a.key_max[k], invalid_argument_error,
-                     "mpi::communicator: ranks pass different ", names[k], ": from ",
-                     a.key_min[k], " to ", a.key_max[k]);
+                     "mpi::communicator: ranks pass different ", names[k], ": from ", a.key_min[k],
+                     " to ", a.key_max[k]);
   }
   opts_.ranks_per_node = static_cast<rank_t>(per_node);
   opts_.timeout = timeout;
@@ -104,8 +104,7 @@ inline void communicator::all_gatherv(const std::byte* send, std::int64_t bytes,
   }
   const bool fits = !local && d::fits_in_int_call(counts, displs, limit());
   const std::int64_t key = local ? 0 : ::orchmllm::detail::mpi_backend::digest(counts);
-  const agreement a =
-      agree(op, local.has_value(), std::array<std::int64_t, 1>{key}, !fits, false);
+  const agreement a = agree(op, local.has_value(), std::array<std::int64_t, 1>{key}, !fits, false);
   if (local) throw *local;
   throw_if_invalid(op, a);
   ORCHMLLM_REQUIRE(a.key_min[0] == a.key_max[0], invalid_argument_error, op,

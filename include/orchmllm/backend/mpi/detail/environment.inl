@@ -19,8 +19,7 @@ inline environment::environment(int* argc, char*** argv, int required,
     detail::mpi_backend::check(MPI_Query_thread(&provided_), "MPI_Query_thread");
     return;
   }
-  detail::mpi_backend::check(MPI_Init_thread(argc, argv, required, &provided_),
-                             "MPI_Init_thread");
+  detail::mpi_backend::check(MPI_Init_thread(argc, argv, required, &provided_), "MPI_Init_thread");
   owns_ = true;
   try {
     timeout_ = ::orchmllm::detail::resolve_comm_timeout("mpi::environment", finalize_timeout);

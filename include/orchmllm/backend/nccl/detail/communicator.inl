@@ -28,15 +28,16 @@ inline communicator::communicator(MPI_Comm bootstrap, cudaStream_t stream, optio
   if (mpi_.rank() == 0) {
     const ncclResult_t rc = ncclGetUniqueId(&message.id);
     message.status = rc;
-    if (rc != ncclSuccess) root_error = detail::nccl_backend::nccl_message("ncclGetUniqueId", rc, nullptr);
+    if (rc != ncclSuccess)
+      root_error = detail::nccl_backend::nccl_message("ncclGetUniqueId", rc, nullptr);
   }
-  od::mpi_backend::check(
-      mpi_.with_deadline("nccl::communicator construction (MPI_Bcast)",
-                         [&] {
-                           return MPI_Bcast(&message, static_cast<int>(sizeof message),
-                                            MPI_BYTE, 0, mpi_.native_handle());
-                         }),
-      "MPI_Bcast (ncclUniqueId)");
+  od::mpi_backend::check(mpi_.with_deadline("nccl::communicator construction (MPI_Bcast)",
+                                            [&] {
+                                              return MPI_Bcast(&message,
+                                                               static_cast<int>(sizeof message),
+                                                               MPI_BYTE, 0, mpi_.native_handle());
+                                            }),
+                         "MPI_Bcast (ncclUniqueId)");
   if (message.status != ncclSuccess) {
     throw communication_error(
         mpi_.rank() == 0
@@ -69,9 +70,8 @@ inline communicator::communicator(MPI_Comm bootstrap, cudaStream_t stream, optio
   }
   if (failed_rank >= 0) {
     abort();  // the group is incomplete: this rank's communicator can never be used
-    throw communication_error(
-        od::concat("nccl::communicator: NCCL initialisation failed on rank ", failed_rank,
-                   " (its own error names the cause)"));
+    throw communication_error(od::concat("nccl::communicator: NCCL initialisation failed on rank ",
+                                         failed_rank, " (its own error names the cause)"));
   }
 }
 
@@ -91,9 +91,9 @@ inline void communicator::all_to_allv(const std::byte* send,
   std::optional<communication_error> mismatch;
   if (opts_.verify_counts)
     mismatch = mpi_.with_deadline("nccl all_to_allv count check", [&] {
-      return od::mpi_backend::exchange_and_compare_counts(
-          mpi_.native_handle(), op, mpi_.rank(), local.has_value(), send_counts, recv_counts,
-          p, nullptr);
+      return od::mpi_backend::exchange_and_compare_counts(mpi_.native_handle(), op, mpi_.rank(),
+                                                          local.has_value(), send_counts,
+                                                          recv_counts, p, nullptr);
     });
   const std::int64_t none[2] = {0, 0};
   const auto a = agree(local.has_value(), none, mismatch.has_value());

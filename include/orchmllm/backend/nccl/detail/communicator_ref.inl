@@ -32,11 +32,11 @@ inline communicator_ref::communicator_ref(ncclComm_t comm, cudaStream_t stream, 
   reduce_max(v.data(), v.size(), "nccl::communicator_ref options");
   if (local) throw *local;
   opts_.timeout = timeout_;
-  ORCHMLLM_REQUIRE(v[0] == 0, invalid_argument_error, "nccl::communicator_ref: rank ",
-                   v[0] - 1, " passed invalid options (its own error names them)");
+  ORCHMLLM_REQUIRE(v[0] == 0, invalid_argument_error, "nccl::communicator_ref: rank ", v[0] - 1,
+                   " passed invalid options (its own error names them)");
   ORCHMLLM_REQUIRE(v[1] == ~v[2] && v[3] == ~v[4], invalid_argument_error,
-                   "nccl::communicator_ref: ranks pass different options (timeout from ",
-                   ~v[2], " to ", v[1], " ms, ranks_per_node from ", ~v[4], " to ", v[3], ")");
+                   "nccl::communicator_ref: ranks pass different options (timeout from ", ~v[2],
+                   " to ", v[1], " ms, ranks_per_node from ", ~v[4], " to ", v[3], ")");
 
   if (opts_.ranks_per_node > 0) {
     assign_blocks(opts_.ranks_per_node);
@@ -62,8 +62,7 @@ inline void communicator_ref::all_gatherv(const std::byte* send, std::int64_t by
   try {
     od::validate_counts_displs(counts, displs, static_cast<std::size_t>(size_),
                                "all_gatherv: recv");
-    bad = bytes != counts[static_cast<std::size_t>(rank_)] ||
-          (bytes > 0 && send == nullptr);
+    bad = bytes != counts[static_cast<std::size_t>(rank_)] || (bytes > 0 && send == nullptr);
     for (std::size_t q = 0; q < counts.size(); ++q) {
       widest = std::max(widest, counts[q]);
       bad = bad || (counts[q] > 0 && recv == nullptr);
@@ -80,8 +79,7 @@ inline void communicator_ref::all_gatherv(const std::byte* send, std::int64_t by
                    " passed invalid counts, displacements or buffers");
   ORCHMLLM_REQUIRE(v[1] == ~v[2], invalid_argument_error,
                    "all_gatherv: ranks pass different counts");
-  std::vector<std::byte> padded(static_cast<std::size_t>(widest) *
-                                static_cast<std::size_t>(size_));
+  std::vector<std::byte> padded(static_cast<std::size_t>(widest) * static_cast<std::size_t>(size_));
   std::vector<std::byte> mine(static_cast<std::size_t>(widest));
   if (bytes > 0) std::memcpy(mine.data(), send, static_cast<std::size_t>(bytes));
   gather_padded(mine.data(), widest, padded.data());

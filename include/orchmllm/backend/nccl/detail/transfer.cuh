@@ -112,9 +112,8 @@ inline std::string wait_stream(ncclComm_t comm, cudaStream_t stream,
 // One all_to_allv: a group of ncclSend/ncclRecv of ncclUint8 for every peer with a nonzero
 // count (zero counts post nothing, on both sides), on `stream`, then waits for the stream.
 // Arguments are checked by the caller. Returns "" on success, else the failure.
-inline std::string exchange(ncclComm_t comm, cudaStream_t stream,
-                            std::chrono::milliseconds timeout, const std::byte* send,
-                            std::span<const std::int64_t> send_counts,
+inline std::string exchange(ncclComm_t comm, cudaStream_t stream, std::chrono::milliseconds timeout,
+                            const std::byte* send, std::span<const std::int64_t> send_counts,
                             std::span<const std::int64_t> send_displs, std::byte* recv,
                             std::span<const std::int64_t> recv_counts,
                             std::span<const std::int64_t> recv_displs) {

@@ -223,7 +223,7 @@ struct thrust_system_traits<thrust::system::cuda::tag> {
 template <class ExecutionPolicy>
 void gather_chunked(const ExecutionPolicy& policy, const std::byte* in, std::byte* out,
                     const std::int64_t* src, const std::int64_t* dst, const std::int64_t* bytes,
-            std::int64_t num_segments, std::int64_t chunk_bytes) {
+                    std::int64_t num_segments, std::int64_t chunk_bytes) {
   ORCHMLLM_REQUIRE(num_segments >= 0, invalid_argument_error,
                    "gather_segments: num_segments = ", num_segments, " must be >= 0");
   check_chunk(chunk_bytes);
@@ -240,7 +240,7 @@ void gather_chunked(const ExecutionPolicy& policy, const std::byte* in, std::byt
   }
   auto buffer = thrust::get_temporary_buffer<std::int64_t>(policy, num_segments);
   const temporary_guard<ExecutionPolicy, decltype(buffer.first)> guard(policy, buffer.first,
-                                                                           buffer.second);
+                                                                       buffer.second);
   std::int64_t* ends = thrust::raw_pointer_cast(buffer.first);
   thrust::transform_inclusive_scan(policy, bytes, bytes + num_segments, ends, count,
                                    thrust::plus<std::int64_t>());
@@ -250,8 +250,7 @@ void gather_chunked(const ExecutionPolicy& policy, const std::byte* in, std::byt
     total_chunks = ends[num_segments - 1];
     if (total_chunks == 0) return;
   }
-  gather_with_ends(policy, in, out, src, dst, bytes, ends, num_segments, total_chunks,
-                       chunk_bytes);
+  gather_with_ends(policy, in, out, src, dst, bytes, ends, num_segments, total_chunks, chunk_bytes);
 }
 
 }  // namespace orchmllm::detail::thrust_backend
