@@ -1,0 +1,661 @@
+#pragma once
+// The body of `balance_micro_batches` and `micro_batch_objective_as_sampled`
+// (balance/micro_batches.hpp, which includes this file at its end): cells with their limits,
+// the count M, the per-step and per-micro-batch plans, the order, the slots and the bounds.
+// docs/algorithms.md, "Micro-batches", has the algorithms and the proofs.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <queue>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/balance/micro_batches.hpp"
+#include "orchmllm/core/error.hpp"
+#include "orchmllm/core/padding.hpp"
+#include "orchmllm/core/rearrangement.hpp"
+#include "orchmllm/core/statistics.hpp"
+#include "orchmllm/detail/core/order.hpp"
+#include "orchmllm/detail/core/statistics_impl.hpp"
+#include "orchmllm/detail/core/text.hpp"
+
+namespace orchmllm::detail {
+
+// The items of one balancing problem with what the cells need of each.
+template <class Cost>
+struct micro_items {
+  std::vector<Cost> cost;           // per item (the balancer's costs)
+  std::vector<item_shape> shape;    // per item
+  std::vector<std::int64_t> order;  // canonical order (heaviest first)
+  std::vector<Cost> alone;          // the load of a cell holding the item alone
+};
+
+// Checks the options; O(1). Throws invalid_argument_error naming the option.
+inline void check_micro_batching(const micro_batching& m) {
+  ORCHMLLM_REQUIRE(m.count >= 0, invalid_argument_error, "micro-batch count is ", m.count,
+                   ", must be >= 0 (0: the smallest that fits)");
+  ORCHMLLM_REQUIRE(m.min_count >= 1, invalid_argument_error, "min_count is ", m.min_count,
+                   ", must be >= 1");
+  ORCHMLLM_REQUIRE(m.multiple_of >= 1, invalid_argument_error, "multiple_of is ", m.multiple_of,
+                   ", must be >= 1");
+  ORCHMLLM_REQUIRE(m.count == 0 || (m.count >= m.min_count && m.count % m.multiple_of == 0),
+                   invalid_argument_error, "micro-batch count ", m.count, " must be >= min_count ",
+                   m.min_count, " and a multiple of ", m.multiple_of);
+  const auto& l = m.limits;
+  ORCHMLLM_REQUIRE(
+      l.tokens >= 1 && l.bytes >= 0 && l.items >= 1 && !(l.cost < 0) && !std::isnan(l.cost),
+      invalid_argument_error, "micro-batch limits must be tokens >= 1, bytes >= 0, ",
+      "items >= 1 and cost >= 0; got tokens ", l.tokens, ", bytes ", l.bytes, ", items ", l.items,
+      ", cost ", l.cost);
+}
+
+// The tokens an item adds to any cell's footprint at least, and alone exactly: packed, its
+// length; padded, its rows at its own padded row length (a cell pads to its longest row, so
+// its footprint is at least the sum of these over its items).
+inline std::int64_t item_tokens(const item_shape& s, padding_policy policy) {
+  return policy.is_padded() ? s.rows * policy.padded_length(s.row_length) : s.length;
+}
+
+// One cell (a rank's micro-batch) and the limits every cell keeps.
+template <class Cost>
+using cell_load = rank_load<Cost, rank_load_mode::add_only>;
+
+template <class Cost, class C>
+struct cell_rules {
+  padding_policy policy;
+  const micro_batch_limits& limits;
+  const C& cost;
+
+  // Whether `cell` can take the item (every limit) and its load if it does.
+  [[nodiscard]] bool fits(const cell_load<Cost>& cell, const item_shape& s, Cost c) const {
+    if (cell.count() + 1 > limits.items) return false;
+    if (!cell.fits_if_added(capacity{capacity::measure::tokens, limits.tokens}, s)) return false;
+    if (!cell.fits_if_added(capacity{capacity::measure::bytes, limits.bytes}, s)) return false;
+    if (std::isfinite(limits.cost) &&
+        static_cast<double>(cell.load_if_added(s, c, cost)) > limits.cost)
+      return false;
+    return true;
+  }
+};
+
+// The largest item against each limit: an item that alone exceeds one is an error naming it.
+template <class Cost, class C>
+void check_items_fit(const batch_layout& layout, const micro_items<Cost>& in,
+                     const cell_rules<Cost, C>& rules) {
+  const auto& l = rules.limits;
+  for (std::int64_t g = 0; g < layout.num_items(); ++g) {
+    const auto gi = static_cast<std::size_t>(g);
+    const auto& s = in.shape[gi];
+    const std::int64_t tokens = item_tokens(s, rules.policy);
+    ORCHMLLM_REQUIRE(tokens <= l.tokens, invalid_argument_error, "item ", g, " alone needs ",
+                     tokens, " tokens, above the micro-batch limit of ", l.tokens, " tokens");
+    ORCHMLLM_REQUIRE(s.bytes <= l.bytes, invalid_argument_error, "item ", g, " alone has ", s.bytes,
+                     " bytes, above the micro-batch limit of ", l.bytes, " bytes");
+    ORCHMLLM_REQUIRE(!(static_cast<double>(in.alone[gi]) > l.cost), invalid_argument_error, "item ",
+                     g, " alone costs ", in.alone[gi], ", above the micro-batch limit of ", l.cost);
+  }
+}
+
+// The smallest M the limits allow: each cell holds at most `tokens` (and every item's own
+// footprint counts, padding included), `bytes`, `cost` and `items`. O(n).
+template <class Cost>
+std::int64_t micro_batch_count_bound(const micro_items<Cost>& in, padding_policy policy,
+                                     const micro_batch_limits& l, rank_t d) {
+  long double tokens = 0, bytes = 0, cost = 0;
+  for (std::size_t g = 0; g < in.shape.size(); ++g) {
+    tokens += static_cast<long double>(item_tokens(in.shape[g], policy));
+    bytes += static_cast<long double>(in.shape[g].bytes);
+    cost += static_cast<long double>(in.alone[g]);
+  }
+  const long double cells = static_cast<long double>(d);
+  const auto need = [&](long double total, long double per_cell) -> std::int64_t {
+    if (!(per_cell > 0) || total <= 0) return 1;
+    const long double m = std::ceil(total / (cells * per_cell));
+    return m > 9e18L ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(m);
+  };
+  std::int64_t m = 1;
+  m = std::max(m, need(tokens, static_cast<long double>(l.tokens)));
+  if (l.bytes > 0) m = std::max(m, need(bytes, static_cast<long double>(l.bytes)));
+  if (std::isfinite(l.cost) && l.cost > 0) m = std::max(m, need(cost, l.cost));
+  m = std::max(m,
+               need(static_cast<long double>(in.shape.size()), static_cast<long double>(l.items)));
+  return m;
+}
+
+// A plan of cells: for every item its rank and micro-batch; the loads of every cell.
+template <class Cost>
+struct cell_plan {
+  std::vector<rank_t> rank;         // per item
+  std::vector<std::int64_t> batch;  // per item, 0..M-1
+  std::vector<Cost> load;           // per cell r·M + m
+};
+
+// Σ_m max_r and max_r Σ_m of a plan's cell loads.
+template <class Cost>
+std::pair<Cost, Cost> objectives(const std::vector<Cost>& load, rank_t d, std::int64_t m_count) {
+  Cost per_mb{}, per_step{};
+  for (std::int64_t m = 0; m < m_count; ++m) {
+    Cost top{};
+    for (rank_t r = 0; r < d; ++r)
+      top = std::max(top, load[static_cast<std::size_t>(r * m_count + m)]);
+    per_mb += top;
+  }
+  for (rank_t r = 0; r < d; ++r) {
+    Cost sum{};
+    for (std::int64_t m = 0; m < m_count; ++m)
+      sum += load[static_cast<std::size_t>(r * m_count + m)];
+    per_step = std::max(per_step, sum);
+  }
+  return {per_mb, per_step};
+}
+
+// Places the items of `items` (heaviest first) into `cells` cells of one group: each to the
+// lightest cell that fits (ties: the one with fewer items, then the lowest index), so the
+// first `cells` items open one cell each. Returns the cell of every item, or nullopt when an item
+// fits no cell. O(k · cells).
+template <class Cost, class C>
+std::optional<std::vector<std::int64_t>> pack_into_cells(std::span<const std::int64_t> items,
+                                                         const micro_items<Cost>& in,
+                                                         std::int64_t cells,
+                                                         const cell_rules<Cost, C>& rules,
+                                                         std::vector<cell_load<Cost>>& state) {
+  state.assign(static_cast<std::size_t>(cells), cell_load<Cost>(rules.policy));
+  std::vector<std::int64_t> where(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const auto g = static_cast<std::size_t>(items[i]);
+    std::int64_t best = -1;
+    Cost best_load{};
+    std::int64_t best_count = 0;
+    for (std::int64_t k = 0; k < cells; ++k) {
+      const auto& cell = state[static_cast<std::size_t>(k)];
+      if (!rules.fits(cell, in.shape[g], in.cost[g])) continue;
+      const Cost l = cell.load(rules.cost);
+      if (best < 0 || l < best_load || (l == best_load && cell.count() < best_count)) {
+        best = k;
+        best_load = l;
+        best_count = cell.count();
+      }
+    }
+    if (best < 0) return std::nullopt;
+    state[static_cast<std::size_t>(best)].add(in.shape[g], in.cost[g], rules.cost);
+    where[i] = best;
+  }
+  return where;
+}
+
+// Sync per step: the balancer's rank plan, then each rank's items over its M cells (heaviest
+// first to the lightest cell that fits). nullopt when a rank cannot fill or hold M cells.
+template <class Cost, class C>
+std::optional<cell_plan<Cost>> plan_per_step(const batch_layout& layout,
+                                             const micro_items<Cost>& in,
+                                             const rearrangement& ranks, std::int64_t m_count,
+                                             bool allow_empty, const cell_rules<Cost, C>& rules) {
+  const rank_t d = layout.num_ranks();
+  cell_plan<Cost> out;
+  out.rank.assign(in.cost.size(), 0);
+  out.batch.assign(in.cost.size(), 0);
+  out.load.assign(static_cast<std::size_t>(d * m_count), Cost{});
+  std::vector<std::vector<std::int64_t>> of_rank(static_cast<std::size_t>(d));
+  for (const auto g : in.order)
+    of_rank[static_cast<std::size_t>(ranks.dst_ranks()[static_cast<std::size_t>(g)])].push_back(g);
+  std::vector<cell_load<Cost>> state;
+  for (rank_t r = 0; r < d; ++r) {
+    const auto& items = of_rank[static_cast<std::size_t>(r)];
+    if (!allow_empty && static_cast<std::int64_t>(items.size()) < m_count) return std::nullopt;
+    auto where = pack_into_cells<Cost>(items, in, m_count, rules, state);
+    if (!where) return std::nullopt;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const auto g = static_cast<std::size_t>(items[i]);
+      out.rank[g] = r;
+      out.batch[g] = (*where)[i];
+    }
+    for (std::int64_t m = 0; m < m_count; ++m)
+      out.load[static_cast<std::size_t>(r * m_count + m)] =
+          state[static_cast<std::size_t>(m)].load(rules.cost);
+  }
+  return out;
+}
+
+// The cells of one micro-batch during the first per-micro-batch pass: a min-heap of the open
+// cells by (load, items, rank), the cells set aside because an item's tokens did not fit them
+// (a max-heap by token room: they reopen for a later, smaller item), and the top load. Entries
+// whose load or count is not the cell's any more are stale and skipped.
+template <class Cost>
+struct group_cells {
+  using entry = std::tuple<Cost, std::int64_t, rank_t>;
+  std::vector<cell_load<Cost>> cell;
+  std::priority_queue<entry, std::vector<entry>, std::greater<>> open;
+  std::priority_queue<std::pair<std::int64_t, rank_t>> aside;  // (token room, rank)
+  Cost top{};
+};
+
+// Sync per micro-batch, the first pass: the items in canonical order (heaviest first), each to
+// the micro-batch and cell where Σ_m max_r load(r, m) grows least: to the lightest open cell of
+// the micro-batch with the most room under its top ("slack" = top − lightest load): no growth
+// when the item fits under a top (then the micro-batch where it fits tightest), else growth
+// item − slack, least for the largest slack. Cells whose token room is too small for an item
+// are set aside until an item small enough comes. While there are empty cells and only as many
+// items left, items go to empty cells only. nullopt when an item fits no cell or a cell stays
+// empty (unless allowed). O(n (log d + log M)) plus the cells set aside and reopened.
+template <class Cost, class C>
+std::optional<cell_plan<Cost>> plan_per_micro_batch_greedy(const micro_items<Cost>& in, rank_t d,
+                                                           std::int64_t m_count, bool allow_empty,
+                                                           const cell_rules<Cost, C>& rules) {
+  const auto n = static_cast<std::int64_t>(in.cost.size());
+  const auto cells = static_cast<std::size_t>(d * m_count);
+  const std::int64_t token_cap = rules.limits.tokens;
+  std::vector<group_cells<Cost>> group(static_cast<std::size_t>(m_count));
+  for (auto& gc : group) {
+    gc.cell.assign(static_cast<std::size_t>(d), cell_load<Cost>(rules.policy));
+    for (rank_t r = 0; r < d; ++r) gc.open.push({Cost{}, 0, r});
+  }
+  // The tokens item g adds to a cell's footprint at least (exact for the packed policy; padded
+  // cells re-check in `fits`).
+  const auto tokens_of = [&](std::size_t g) { return item_tokens(in.shape[g], rules.policy); };
+  // The lightest open cell of micro-batch m that the item fits, after reopening the cells with
+  // room for it and setting aside those without; -1 if none. Owed: empty cells only.
+  const auto lightest = [&](std::int64_t m, std::size_t g, bool owed) -> rank_t {
+    auto& gc = group[static_cast<std::size_t>(m)];
+    const std::int64_t t = tokens_of(g);
+    while (!gc.aside.empty() && gc.aside.top().first >= t) {
+      const rank_t r = gc.aside.top().second;
+      gc.aside.pop();
+      const auto& c = gc.cell[static_cast<std::size_t>(r)];
+      gc.open.push({c.load(rules.cost), c.count(), r});
+    }
+    std::size_t tried = 0;
+    while (!gc.open.empty()) {
+      const auto [l, k, r] = gc.open.top();
+      const auto& c = gc.cell[static_cast<std::size_t>(r)];
+      if (l != c.load(rules.cost) || k != c.count()) {  // stale
+        gc.open.pop();
+        continue;
+      }
+      if (owed && k > 0) return -1;  // empty cells load 0 and sort first: none is left
+      if (rules.fits(c, in.shape[g], in.cost[g])) return r;
+      gc.open.pop();
+      const std::int64_t room = token_cap - c.tokens();
+      if (room < t) {
+        gc.aside.push({room, r});  // too full for this item; maybe not for a smaller one
+      } else if (++tried > 64) {   // another limit: give up on this micro-batch for the item
+        gc.open.push({l, k, r});
+        return -1;
+      } else {
+        gc.aside.push({room, r});
+      }
+    }
+    return -1;
+  };
+  std::int64_t empty = allow_empty ? 0 : static_cast<std::int64_t>(cells);
+  cell_plan<Cost> out;
+  out.rank.assign(static_cast<std::size_t>(n), 0);
+  out.batch.assign(static_cast<std::size_t>(n), 0);
+  std::vector<rank_t> cand(static_cast<std::size_t>(m_count));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto g = static_cast<std::size_t>(in.order[static_cast<std::size_t>(i)]);
+    const bool owed = empty > 0 && n - i <= empty;
+    // The best micro-batch: least growth; no growth: the tightest fit; ties: the lowest m.
+    std::int64_t best_m = -1;
+    Cost best_inc{}, best_after{};
+    for (std::int64_t m = 0; m < m_count; ++m) {
+      const rank_t r = lightest(m, g, owed);
+      cand[static_cast<std::size_t>(m)] = r;
+      if (r < 0) continue;
+      const auto& gc = group[static_cast<std::size_t>(m)];
+      const Cost after =
+          gc.cell[static_cast<std::size_t>(r)].load_if_added(in.shape[g], in.cost[g], rules.cost);
+      const Cost inc = after > gc.top ? after - gc.top : Cost{};
+      if (best_m < 0 || inc < best_inc ||
+          (inc == best_inc && inc == Cost{} && after > best_after)) {
+        best_m = m;
+        best_inc = inc;
+        best_after = after;
+      }
+    }
+    if (best_m < 0) return std::nullopt;
+    auto& gc = group[static_cast<std::size_t>(best_m)];
+    const rank_t r = cand[static_cast<std::size_t>(best_m)];
+    auto& c = gc.cell[static_cast<std::size_t>(r)];
+    if (c.count() == 0 && !allow_empty) --empty;
+    c.add(in.shape[g], in.cost[g], rules.cost);
+    const Cost now = c.load(rules.cost);
+    gc.top = std::max(gc.top, now);
+    gc.open.push({now, c.count(), r});
+    out.rank[g] = r;
+    out.batch[g] = best_m;
+  }
+  if (empty > 0) return std::nullopt;
+  out.load.resize(cells);
+  for (std::int64_t m = 0; m < m_count; ++m)
+    for (rank_t r = 0; r < d; ++r)
+      out.load[static_cast<std::size_t>(r * m_count + m)] =
+          group[static_cast<std::size_t>(m)].cell[static_cast<std::size_t>(r)].load(rules.cost);
+  return out;
+}
+
+// The second pass of the per-micro-batch plan: each micro-batch's items balanced over the ranks
+// by the balancer under the cell limits (one cap: tokens, else bytes; the others checked), kept
+// where its makespan is smaller and every limit holds. Only cells move within a micro-batch.
+template <class Cost, class C>
+void rebalance_micro_batches(const batch_layout& layout, const micro_items<Cost>& in,
+                             std::int64_t m_count, bool allow_empty, const any_balancer& b,
+                             const cell_rules<Cost, C>& rules, cell_plan<Cost>& plan) {
+  const rank_t d = layout.num_ranks();
+  const auto& l = rules.limits;
+  constraints cell_limits;
+  if (l.tokens < std::numeric_limits<std::int64_t>::max())
+    cell_limits.cap = capacity{capacity::measure::tokens, l.tokens};
+  else if (l.bytes < std::numeric_limits<std::int64_t>::max())
+    cell_limits.cap = capacity{capacity::measure::bytes, l.bytes};
+  cell_limits.min_items = allow_empty ? 0 : 1;
+  cell_limits.max_items = l.items;
+  std::vector<std::vector<std::int64_t>> members(static_cast<std::size_t>(m_count));
+  for (std::int64_t g = 0; g < layout.num_items(); ++g)  // by id: rank-major, as a layout wants
+    members[static_cast<std::size_t>(plan.batch[static_cast<std::size_t>(g)])].push_back(g);
+  for (std::int64_t m = 0; m < m_count; ++m) {
+    const auto& ids = members[static_cast<std::size_t>(m)];
+    if (ids.empty()) continue;
+    // The micro-batch as a layout on the ranks its items were sampled on (the balancer sees
+    // where they are), with their segments.
+    std::vector<std::int64_t> offsets(static_cast<std::size_t>(d) + 1, 0), lengths, bytes,
+        seg_offsets, seg_lengths;
+    for (const auto g : ids) {
+      ++offsets[static_cast<std::size_t>(layout.rank_of(g)) + 1];
+      lengths.push_back(layout.length(g));
+      bytes.push_back(layout.bytes(g));
+    }
+    for (rank_t r = 0; r < d; ++r)
+      offsets[static_cast<std::size_t>(r) + 1] += offsets[static_cast<std::size_t>(r)];
+    if (layout.has_segments()) {
+      seg_offsets.push_back(0);
+      for (const auto g : ids) {
+        const auto s = layout.segments(g);
+        seg_lengths.insert(seg_lengths.end(), s.begin(), s.end());
+        seg_offsets.push_back(static_cast<std::int64_t>(seg_lengths.size()));
+      }
+    }
+    const batch_layout group(std::move(offsets), std::move(lengths), std::move(bytes), {},
+                             std::move(seg_offsets), std::move(seg_lengths));
+    Cost current{};
+    for (rank_t r = 0; r < d; ++r)
+      current = std::max(current, plan.load[static_cast<std::size_t>(r * m_count + m)]);
+    std::optional<balance_result<Cost>> res;
+    try {
+      res = balance(group, rules.cost, rules.policy, b, cell_limits);
+    } catch (const infeasible_error&) {
+      continue;  // the first pass's cells stand
+    }
+    if (!(res->makespan < current)) continue;
+    // Every limit of every cell, on the new cells.
+    std::vector<cell_load<Cost>> cells(static_cast<std::size_t>(d), cell_load<Cost>(rules.policy));
+    bool ok = true;
+    for (std::size_t i = 0; i < ids.size() && ok; ++i) {
+      const auto g = static_cast<std::size_t>(ids[i]);
+      auto& cell = cells[static_cast<std::size_t>(res->plan.dst_ranks()[i])];
+      ok = rules.fits(cell, in.shape[g], in.cost[g]);
+      cell.add(in.shape[g], in.cost[g], rules.cost);
+    }
+    if (!ok) continue;
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      plan.rank[static_cast<std::size_t>(ids[i])] = res->plan.dst_ranks()[i];
+    for (rank_t r = 0; r < d; ++r)
+      plan.load[static_cast<std::size_t>(r * m_count + m)] =
+          cells[static_cast<std::size_t>(r)].load(rules.cost);
+  }
+}
+
+// The micro-batches in their run order: `perm[k]` is the planned micro-batch that runs k-th.
+// light_ends: by weight (per_micro_batch: max_r load; per step: Σ_r load), the lightest
+// first and last, the heaviest in the middle; ties by index. planned: heaviest first.
+template <class Cost>
+std::vector<std::int64_t> run_order(const std::vector<Cost>& load, rank_t d, std::int64_t m_count,
+                                    const micro_batching& micro) {
+  std::vector<Cost> weight(static_cast<std::size_t>(m_count), Cost{});
+  for (std::int64_t m = 0; m < m_count; ++m)
+    for (rank_t r = 0; r < d; ++r) {
+      const Cost l = load[static_cast<std::size_t>(r * m_count + m)];
+      auto& w = weight[static_cast<std::size_t>(m)];
+      w = micro.sync == sync_model::micro_batch ? std::max(w, l) : w + l;
+    }
+  std::vector<std::int64_t> by_weight(static_cast<std::size_t>(m_count));
+  std::iota(by_weight.begin(), by_weight.end(), std::int64_t{0});
+  std::stable_sort(by_weight.begin(), by_weight.end(), [&](std::int64_t a, std::int64_t b) {
+    return weight[static_cast<std::size_t>(a)] > weight[static_cast<std::size_t>(b)];
+  });
+  if (micro.order == micro_batch_order::planned) return by_weight;
+  // light_ends: walk from the lightest, alternately to the front and the back.
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(m_count));
+  std::int64_t front = 0, back = m_count - 1;
+  for (std::int64_t k = m_count - 1, i = 0; k >= 0; --k, ++i)
+    perm[static_cast<std::size_t>(i % 2 == 0 ? front++ : back--)] =
+        by_weight[static_cast<std::size_t>(k)];
+  return perm;
+}
+
+// Lower bounds on Σ_m max_r load(r, m) with M micro-batches: the average Σ alone / d, the
+// largest item alone, and, when every cell holds an item, the largest item plus, for j = 1 …
+// M − 1, the (j·d)-th smallest item (docs/algorithms.md proves each).
+template <class Cost>
+Cost micro_batch_bound(std::vector<Cost> alone, rank_t d, std::int64_t m_count,
+                       bool every_cell_filled) {
+  if (alone.empty()) return Cost{};
+  std::sort(alone.begin(), alone.end(), std::greater<>());
+  Cost sum{};
+  for (const auto c : alone) sum += c;
+  Cost avg = sum / static_cast<Cost>(d);
+  if constexpr (std::is_integral_v<Cost>) {
+    if (sum % static_cast<Cost>(d) != 0) ++avg;  // a load is an integer
+  }
+  Cost bound = std::max(avg, alone.front());
+  const auto n = static_cast<std::int64_t>(alone.size());
+  const std::int64_t dd = d;
+  if (every_cell_filled && n >= m_count * dd) {
+    Cost tops = alone.front();
+    for (std::int64_t j = 1; j < m_count; ++j) tops += alone[static_cast<std::size_t>(n - j * dd)];
+    bound = std::max(bound, tops);
+  }
+  return bound;
+}
+
+template <class C>
+micro_batch_result<cost_type_t<C>> balance_micro_batches_impl(const batch_layout& layout,
+                                                              const C& cost, padding_policy policy,
+                                                              const micro_batching& micro,
+                                                              const any_balancer& b,
+                                                              const constraints& limits) {
+  using Cost = cost_type_t<C>;
+  check_micro_batching(micro);
+  const rank_t d = layout.num_ranks();
+  const std::int64_t n = layout.num_items();
+  ORCHMLLM_REQUIRE(d >= 1 || n == 0, invalid_argument_error, n, " items on 0 ranks");
+  micro_items<Cost> in;
+  in.cost = checked_costs(layout, cost, policy);
+  in.shape.resize(static_cast<std::size_t>(n));
+  in.alone.resize(static_cast<std::size_t>(n));
+  for (std::int64_t g = 0; g < n; ++g) {
+    const auto gi = static_cast<std::size_t>(g);
+    in.shape[gi] = item_shape_of(layout, g);
+    cell_load<Cost> one(policy);
+    one.add(in.shape[gi], in.cost[gi]);
+    in.alone[gi] = one.load(cost);
+  }
+  in.order = canonical_order<Cost>(layout, std::span<const Cost>(in.cost), policy);
+  const cell_rules<Cost, C> rules{policy, micro.limits, cost};
+  check_items_fit(layout, in, rules);
+
+  // M: the given count, or from the limits' bound up, in steps of multiple_of.
+  const std::int64_t step = micro.multiple_of;
+  const auto round_up = [&](std::int64_t m) { return (m + step - 1) / step * step; };
+  std::int64_t m_count = micro.count;
+  const std::int64_t most =
+      micro.allow_empty || d == 0 ? std::max<std::int64_t>(n, 1) : n / std::max<rank_t>(d, 1);
+  if (m_count == 0)
+    m_count = round_up(std::max(micro.min_count, micro_batch_count_bound(in, policy, micro.limits,
+                                                                         std::max<rank_t>(d, 1))));
+  const std::int64_t last = micro.count != 0 ? m_count : round_up(std::max(most, m_count));
+  std::optional<balance_result<Cost>> rank_result;
+  std::optional<cell_plan<Cost>> plan;
+  std::int64_t tried = m_count;
+  for (; tried <= last; tried += step) {
+    if (!micro.allow_empty && tried * static_cast<std::int64_t>(d) > n) break;
+    if (micro.sync == sync_model::step) {
+      if (!rank_result) rank_result = balance(layout, cost, policy, b, limits);
+      plan = plan_per_step(layout, in, rank_result->plan, tried, micro.allow_empty, rules);
+      if (!plan && !micro.allow_empty && limits.min_items < tried) {
+        // A rank with fewer than M items: the balancer again, every rank given M.
+        constraints at_least = limits;
+        at_least.min_items = tried;
+        try {
+          auto again = balance(layout, cost, policy, b, at_least);
+          plan = plan_per_step(layout, in, again.plan, tried, micro.allow_empty, rules);
+          if (plan) rank_result = std::move(again);
+        } catch (const infeasible_error&) {
+        }
+      }
+    } else {
+      plan = plan_per_micro_batch_greedy(in, d, tried, micro.allow_empty, rules);
+      if (plan) rebalance_micro_batches(layout, in, tried, micro.allow_empty, b, rules, *plan);
+    }
+    if (plan) break;
+  }
+  if (!plan) {
+    const std::string why =
+        !micro.allow_empty && tried * static_cast<std::int64_t>(d) > n
+            ? concat(n, " items cannot fill ", tried, " micro-batches on each of ", d,
+                     " ranks (every micro-batch needs an item; allow_empty marks empty ones)")
+            : concat("the items do not fit ", std::min(tried, last), " micro-batches of at most ",
+                     micro.limits.tokens, " tokens, ", micro.limits.bytes, " bytes and ",
+                     micro.limits.items, " items on each of ", d, " ranks");
+    raise<infeasible_error>(
+        micro.count != 0 ? why : concat("no micro-batch count from ", m_count, " up fits: ", why));
+  }
+  m_count = tried;
+
+  // Run order, slots grouped by micro-batch, the plan and its figures.
+  const auto perm = run_order(plan->load, d, m_count, micro);
+  std::vector<std::int64_t> position(static_cast<std::size_t>(m_count));
+  for (std::int64_t k = 0; k < m_count; ++k)
+    position[static_cast<std::size_t>(perm[static_cast<std::size_t>(k)])] = k;
+  micro_batch_result<Cost> out;
+  out.micro_batches = m_count;
+  std::vector<std::int64_t> count(static_cast<std::size_t>(d * m_count) + 1, 0);
+  for (std::int64_t g = 0; g < n; ++g) {
+    const auto gi = static_cast<std::size_t>(g);
+    plan->batch[gi] = position[static_cast<std::size_t>(plan->batch[gi])];
+    ++count[static_cast<std::size_t>(plan->rank[gi] * m_count + plan->batch[gi]) + 1];
+  }
+  std::partial_sum(count.begin(), count.end(), count.begin());
+  out.cell_offsets = count;
+  // Slots: by micro-batch, then by source id (ids ascending here).
+  std::vector<std::int64_t> next(count.begin(), count.end() - 1);
+  std::vector<placement> where(static_cast<std::size_t>(n));
+  for (std::int64_t g = 0; g < n; ++g) {
+    const auto gi = static_cast<std::size_t>(g);
+    const auto cell = static_cast<std::size_t>(plan->rank[gi] * m_count + plan->batch[gi]);
+    where[gi] = {plan->rank[gi],
+                 next[cell]++ - count[static_cast<std::size_t>(plan->rank[gi] * m_count)]};
+  }
+  std::vector<Cost> load(plan->load.size());
+  for (rank_t r = 0; r < d; ++r)
+    for (std::int64_t m = 0; m < m_count; ++m)
+      load[static_cast<std::size_t>(r * m_count + position[static_cast<std::size_t>(m)])] =
+          plan->load[static_cast<std::size_t>(r * m_count + m)];
+  const auto [per_mb, per_step] = objectives(load, d, m_count);
+  auto& res = out.balance;
+  res.plan = rearrangement::from_placements(layout.offsets(), where, d);
+  // The rank plan's algorithm per step; per micro-batch the cells' own construction.
+  res.used = rank_result ? rank_result->used : std::string_view("micro_batches");
+  res.makespan = per_step;
+  // max_r Σ_m: packed, a rank's cells add up to its load, so the rank-level bound holds; padded,
+  // cells pad less than their rank would, and only the items alone bound it.
+  res.lower_bound = policy.is_padded() ? micro_batch_bound(in.alone, d, 1, false)
+                                       : makespan_lower_bound(layout, d, cost, policy, limits);
+  res.proven_optimal = res.makespan <= res.lower_bound;
+  if (micro.sync == sync_model::step) {
+    out.objective = per_step;
+    out.objective_lower_bound = res.lower_bound;
+  } else {
+    out.objective = per_mb;
+    out.objective_lower_bound = micro_batch_bound(in.alone, d, m_count, !micro.allow_empty);
+  }
+  return out;
+}
+
+template <class C>
+cost_type_t<C> micro_batch_objective_as_sampled_impl(const batch_layout& layout, const C& cost,
+                                                     padding_policy policy,
+                                                     const micro_batching& micro) {
+  using Cost = cost_type_t<C>;
+  check_micro_batching(micro);
+  const rank_t d = layout.num_ranks();
+  micro_items<Cost> in;
+  in.cost = checked_costs(layout, cost, policy);
+  in.shape.resize(in.cost.size());
+  in.alone.resize(in.cost.size());
+  for (std::int64_t g = 0; g < layout.num_items(); ++g) {
+    const auto gi = static_cast<std::size_t>(g);
+    in.shape[gi] = item_shape_of(layout, g);
+    cell_load<Cost> one(policy);
+    one.add(in.shape[gi], in.cost[gi]);
+    in.alone[gi] = one.load(cost);
+  }
+  const cell_rules<Cost, C> rules{policy, micro.limits, cost};
+  check_items_fit(layout, in, rules);
+  // Each rank's items in slot order, a new micro-batch whenever the next one does not fit.
+  std::vector<std::vector<Cost>> loads(static_cast<std::size_t>(d));
+  for (rank_t r = 0; r < d; ++r) {
+    cell_load<Cost> cell(policy);
+    auto& rl = loads[static_cast<std::size_t>(r)];
+    for (auto g = layout.offset(r); g < layout.offset(r + 1); ++g) {
+      const auto gi = static_cast<std::size_t>(g);
+      if (cell.count() > 0 && !rules.fits(cell, in.shape[gi], in.cost[gi])) {
+        rl.push_back(cell.load(cost));
+        cell = cell_load<Cost>(policy);
+      }
+      cell.add(in.shape[gi], in.cost[gi], cost);
+    }
+    if (cell.count() > 0) rl.push_back(cell.load(cost));
+  }
+  Cost out{};
+  if (micro.sync == sync_model::step) {
+    for (const auto& rl : loads) {
+      Cost sum{};
+      for (const auto l : rl) sum += l;
+      out = std::max(out, sum);
+    }
+    return out;
+  }
+  std::size_t most = 0;
+  for (const auto& rl : loads) most = std::max(most, rl.size());
+  for (std::size_t m = 0; m < most; ++m) {
+    Cost top{};
+    for (const auto& rl : loads)
+      if (m < rl.size()) top = std::max(top, rl[m]);
+    out += top;
+  }
+  return out;
+}
+
+}  // namespace orchmllm::detail
+
+namespace orchmllm {
+
+inline sync_model parse_sync_model(std::string_view text) {
+  if (text == "step") return sync_model::step;
+  if (text == "micro-batch") return sync_model::micro_batch;
+  detail::raise<invalid_argument_error>(detail::concat(
+      "unknown sync model ", detail::quote_text(text), "; expected step or micro-batch"));
+}
+
+}  // namespace orchmllm

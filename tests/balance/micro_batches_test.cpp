@@ -1,0 +1,333 @@
+// Tests for include/orchmllm/balance/micro_batches.hpp: the cells (rank, micro-batch) of
+// balance_micro_batches keep every limit, cover every item once and group each rank's slots by
+// micro-batch; the objective is what the cells cost under the sync model and never below its
+// lower bound; on small inputs the lower bound is checked against an exhaustive search over
+// every assignment of items to cells; bad options and items that cannot fit raise clear errors.
+
+#include "orchmllm/balance/micro_batches.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "support/test_support.hpp"
+
+namespace {
+
+using orchmllm::balance_micro_batches;
+using orchmllm::batch_layout;
+using orchmllm::infeasible_error;
+using orchmllm::invalid_argument_error;
+using orchmllm::linear_cost;
+using orchmllm::micro_batch_order;
+using orchmllm::micro_batching;
+using orchmllm::padding_policy;
+using orchmllm::quadratic_cost;
+using orchmllm::rank_t;
+using orchmllm::sync_model;
+using orchmllm::test::expect_error;
+using orchmllm::test::expect_invalid;
+using orchmllm::test::uniform;
+
+// What one cell holds, recomputed from the plan without the library.
+struct cell_figures {
+  std::int64_t items = 0, tokens = 0, bytes = 0, longest = 0;
+  double load = 0;
+};
+
+// The figures of every cell (r·M + m) of `res` on `layout`, loads from `cost` under `policy`
+// (packed: the sum of the items' costs; padded: count × cost(padded longest)).
+template <class Result, class C>
+std::vector<cell_figures> cells_of(const Result& res, const batch_layout& layout, const C& cost,
+                                   padding_policy policy) {
+  const rank_t d = res.balance.plan.num_dst_ranks();
+  const std::int64_t m_count = res.micro_batches;
+  std::vector<cell_figures> cells(static_cast<std::size_t>(d * m_count));
+  for (std::int64_t cell = 0; cell < d * m_count; ++cell) {
+    auto& f = cells[static_cast<std::size_t>(cell)];
+    for (auto h = res.cell_offsets[static_cast<std::size_t>(cell)];
+         h < res.cell_offsets[static_cast<std::size_t>(cell) + 1]; ++h) {
+      const auto g = res.balance.plan.source_of(h);
+      ++f.items;
+      f.bytes += layout.bytes(g);
+      f.longest = std::max(f.longest, layout.length(g));
+      f.tokens += layout.length(g);
+      if (!policy.is_padded()) f.load += static_cast<double>(cost(layout.length(g)));
+    }
+    if (policy.is_padded() && f.items > 0) {
+      f.tokens = f.items * policy.padded_length(f.longest);
+      f.load =
+          static_cast<double>(f.items) * static_cast<double>(cost(policy.padded_length(f.longest)));
+    }
+  }
+  return cells;
+}
+
+// Σ_m max_r load(r, m) or max_r Σ_m load(r, m) of the cells.
+double objective_of(const std::vector<cell_figures>& cells, rank_t d, std::int64_t m_count,
+                    sync_model sync) {
+  double out = 0;
+  if (sync == sync_model::micro_batch) {
+    for (std::int64_t m = 0; m < m_count; ++m) {
+      double top = 0;
+      for (rank_t r = 0; r < d; ++r)
+        top = std::max(top, cells[static_cast<std::size_t>(r * m_count + m)].load);
+      out += top;
+    }
+  } else {
+    for (rank_t r = 0; r < d; ++r) {
+      double sum = 0;
+      for (std::int64_t m = 0; m < m_count; ++m)
+        sum += cells[static_cast<std::size_t>(r * m_count + m)].load;
+      out = std::max(out, sum);
+    }
+  }
+  return out;
+}
+
+// n items on d ranks, lengths 1..max_len, 1..3 bytes per token.
+batch_layout random_micro_layout(std::mt19937_64& rng, rank_t d, std::int64_t n,
+                                 std::int64_t max_len) {
+  return orchmllm::test::random_uniform_layout(rng, d, n, 1, max_len, std::pair{1, 3});
+}
+
+// The smallest Σ_m max_r load(r, m) over every assignment of the items to d × m_count cells
+// that leaves no cell empty and keeps `tokens` per cell (packed, integral cost): exhaustive,
+// (d·M)^n assignments.
+std::optional<std::int64_t> brute_force_micro(const batch_layout& layout, rank_t d,
+                                              std::int64_t m_count, std::int64_t tokens) {
+  const std::int64_t n = layout.num_items();
+  const std::int64_t cells = d * m_count;
+  std::vector<std::int64_t> cell(static_cast<std::size_t>(n), 0);
+  std::optional<std::int64_t> best;
+  while (true) {
+    std::vector<std::int64_t> load(static_cast<std::size_t>(cells), 0);
+    std::vector<std::int64_t> count(static_cast<std::size_t>(cells), 0);
+    for (std::int64_t g = 0; g < n; ++g) {
+      load[static_cast<std::size_t>(cell[static_cast<std::size_t>(g)])] += layout.length(g);
+      ++count[static_cast<std::size_t>(cell[static_cast<std::size_t>(g)])];
+    }
+    const bool ok = std::all_of(count.begin(), count.end(), [](auto c) { return c > 0; }) &&
+                    std::all_of(load.begin(), load.end(), [&](auto l) { return l <= tokens; });
+    if (ok) {
+      std::int64_t total = 0;
+      for (std::int64_t m = 0; m < m_count; ++m) {
+        std::int64_t top = 0;
+        for (rank_t r = 0; r < d; ++r)
+          top = std::max(top, load[static_cast<std::size_t>(r * m_count + m)]);
+        total += top;
+      }
+      if (!best || total < *best) best = total;
+    }
+    std::int64_t g = 0;
+    while (g < n && ++cell[static_cast<std::size_t>(g)] == cells)
+      cell[static_cast<std::size_t>(g++)] = 0;
+    if (g == n) break;
+  }
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("micro_batches: cells keep every limit, cover every item and group slots by cell") {
+  std::mt19937_64 rng(4242);
+  int planned = 0;
+  for (int iter = 0; iter < 600; ++iter) {
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 4));
+    const std::int64_t n = uniform(rng, d, 40);
+    const auto layout = random_micro_layout(rng, d, n, 200);
+    const padding_policy policy =
+        uniform(rng, 0, 2) == 0 ? padding_policy::padded(8) : padding_policy::packed();
+    micro_batching micro;
+    micro.sync = uniform(rng, 0, 1) == 0 ? sync_model::step : sync_model::micro_batch;
+    micro.allow_empty = uniform(rng, 0, 3) == 0;
+    micro.multiple_of = uniform(rng, 1, 2);
+    micro.order =
+        uniform(rng, 0, 1) == 0 ? micro_batch_order::planned : micro_batch_order::light_ends;
+    std::int64_t largest = 0, total = 0;
+    for (std::int64_t g = 0; g < n; ++g) {
+      largest = std::max(largest, policy.padded_length(layout.length(g)));
+      total += policy.padded_length(layout.length(g));
+    }
+    // From the tightest possible cap (the largest item) to a loose one.
+    micro.limits.tokens = std::max(largest, total / d / uniform(rng, 1, 4));
+    if (policy.is_padded()) micro.limits.tokens = std::max(micro.limits.tokens, 2 * largest);
+    if (uniform(rng, 0, 3) == 0) micro.limits.items = uniform(rng, 1, 6);
+    if (uniform(rng, 0, 3) == 0) micro.count = micro.multiple_of * uniform(rng, 1, 3);
+    CAPTURE(iter);
+    CAPTURE(d);
+    CAPTURE(n);
+    std::optional<orchmllm::micro_batch_result<std::int64_t>> res;
+    try {
+      res = balance_micro_batches(layout, linear_cost{1}, policy, micro);
+    } catch (const infeasible_error&) {
+      // Only a given count, or cells that must all hold an item, can be infeasible.
+      CHECK((micro.count != 0 || !micro.allow_empty));
+      continue;
+    }
+    ++planned;
+    const std::int64_t m_count = res->micro_batches;
+    CHECK(m_count >= micro.min_count);
+    CHECK(m_count % micro.multiple_of == 0);
+    if (micro.count != 0) CHECK(m_count == micro.count);
+    REQUIRE(res->cell_offsets.size() == static_cast<std::size_t>(d * m_count + 1));
+    CHECK(res->cell_offsets.back() == n);
+    const auto dst = res->balance.plan.dst_offsets();
+    for (rank_t r = 0; r <= d; ++r)
+      CHECK(res->cell_offsets[static_cast<std::size_t>(r * m_count)] ==
+            dst[static_cast<std::size_t>(r)]);
+    const auto cells = cells_of(*res, layout, linear_cost{1}, policy);
+    for (const auto& c : cells) {
+      CHECK(c.tokens <= micro.limits.tokens);
+      CHECK(c.bytes <= micro.limits.bytes);
+      CHECK(c.items <= micro.limits.items);
+      if (!micro.allow_empty) CHECK(c.items >= 1);
+    }
+    const double objective = objective_of(cells, d, m_count, micro.sync);
+    CHECK(static_cast<double>(res->objective) == objective);
+    CHECK(res->objective >= res->objective_lower_bound);
+    CHECK(static_cast<double>(res->balance.makespan) ==
+          objective_of(cells, d, m_count, sync_model::step));
+    CHECK(res->balance.makespan >= res->balance.lower_bound);
+    // The same input plans the same cells.
+    const auto again = balance_micro_batches(layout, linear_cost{1}, policy, micro);
+    CHECK(again.cell_offsets == res->cell_offsets);
+    CHECK(again.balance.plan.dst_ranks().size() == res->balance.plan.dst_ranks().size());
+    CHECK(std::equal(again.balance.plan.dst_slots().begin(), again.balance.plan.dst_slots().end(),
+                     res->balance.plan.dst_slots().begin()));
+  }
+  CHECK(planned > 400);
+}
+
+TEST_CASE("micro_batches: per step without binding limits is balance's plan") {
+  std::mt19937_64 rng(77);
+  for (int iter = 0; iter < 100; ++iter) {
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 6));
+    const auto layout = random_micro_layout(rng, d, uniform(rng, d, 60), 500);
+    const quadratic_cost cost{0.0, 1.0, 1e-3};
+    micro_batching micro;
+    micro.sync = sync_model::step;
+    micro.allow_empty = true;
+    micro.count = uniform(rng, 1, 4);
+    const auto res = balance_micro_batches(layout, cost, padding_policy::packed(), micro);
+    const auto plain = orchmllm::balance(layout, cost, padding_policy::packed());
+    CHECK(res.objective == doctest::Approx(plain.makespan).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("micro_batches: the lower bound against every assignment on small inputs") {
+  std::mt19937_64 rng(9);
+  double worst = 1.0;
+  int solved = 0;
+  for (int iter = 0; iter < 150; ++iter) {
+    const rank_t d = 2;
+    const std::int64_t m_count = 2;
+    const std::int64_t n = uniform(rng, 4, 7);
+    const auto layout = random_micro_layout(rng, d, n, 50);
+    std::int64_t total = 0, largest = 0;
+    for (std::int64_t g = 0; g < n; ++g) {
+      total += layout.length(g);
+      largest = std::max(largest, layout.length(g));
+    }
+    micro_batching micro;
+    micro.count = m_count;
+    micro.limits.tokens = std::max(largest, total / (d * m_count) + uniform(rng, 0, 30));
+    const auto opt = brute_force_micro(layout, d, m_count, micro.limits.tokens);
+    CAPTURE(iter);
+    if (!opt) {
+      CHECK_THROWS_AS(
+          (void)balance_micro_batches(layout, linear_cost{1}, padding_policy::packed(), micro),
+          infeasible_error);
+      continue;
+    }
+    const auto res = balance_micro_batches(layout, linear_cost{1}, padding_policy::packed(), micro);
+    ++solved;
+    CHECK(res.objective_lower_bound <= *opt);
+    CHECK(res.objective >= *opt);
+    worst = std::max(worst, static_cast<double>(res.objective) / static_cast<double>(*opt));
+  }
+  CHECK(solved > 100);
+  MESSAGE("worst objective / optimum over the small inputs: ", worst);
+}
+
+TEST_CASE("micro_batches: light_ends puts the lightest micro-batches first and last") {
+  std::mt19937_64 rng(5);
+  for (int iter = 0; iter < 50; ++iter) {
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 4));
+    const auto layout = random_micro_layout(rng, d, 10 * d, 300);
+    micro_batching micro;
+    micro.count = 5;
+    micro.order = micro_batch_order::light_ends;
+    const auto res = balance_micro_batches(layout, linear_cost{1}, padding_policy::packed(), micro);
+    const auto cells = cells_of(res, layout, linear_cost{1}, padding_policy::packed());
+    std::vector<double> weight(5, 0.0);
+    for (std::int64_t m = 0; m < 5; ++m)
+      for (rank_t r = 0; r < d; ++r)
+        weight[static_cast<std::size_t>(m)] = std::max(
+            weight[static_cast<std::size_t>(m)], cells[static_cast<std::size_t>(r * 5 + m)].load);
+    for (std::size_t k = 1; k + 1 < weight.size(); ++k) {
+      CHECK(weight.front() <= weight[k]);
+      CHECK(weight.back() <= weight[k]);
+    }
+  }
+}
+
+TEST_CASE("micro_batches: the input as sampled, cut greedily under the cap") {
+  // Rank 0: 5, 5, 5 under a cap of 10 tokens -> cells 10, 5; rank 1: 1 -> one cell.
+  const auto layout = batch_layout::from_ranks({{5, 5, 5}, {1}});
+  micro_batching micro;
+  micro.limits.tokens = 10;
+  micro.sync = sync_model::micro_batch;
+  CHECK(orchmllm::micro_batch_objective_as_sampled(layout, linear_cost{1}, padding_policy::packed(),
+                                                   micro) == 15);
+  micro.sync = sync_model::step;
+  CHECK(orchmllm::micro_batch_objective_as_sampled(layout, linear_cost{1}, padding_policy::packed(),
+                                                   micro) == 15);
+  const auto wide = batch_layout::from_ranks({{4, 4}, {8}});
+  micro.sync = sync_model::micro_batch;
+  micro.limits.tokens = 4;
+  // Rank 0: 4 | 4; rank 1: 8 needs 8 tokens alone -> an error naming the item.
+  expect_invalid(
+      [&] {
+        (void)orchmllm::micro_batch_objective_as_sampled(wide, linear_cost{1},
+                                                         padding_policy::packed(), micro);
+      },
+      {"item 2", "8 tokens", "4 tokens"});
+}
+
+TEST_CASE("micro_batches: bad options and impossible inputs raise clear errors") {
+  const auto layout = batch_layout::from_ranks({{3, 4, 5}, {6, 7}});
+  const auto run = [&](const micro_batching& m) {
+    return balance_micro_batches(layout, linear_cost{1}, padding_policy::packed(), m);
+  };
+  micro_batching m;
+  m.count = -1;
+  expect_invalid([&] { (void)run(m); }, {"micro-batch count is -1"});
+  m = {};
+  m.multiple_of = 0;
+  expect_invalid([&] { (void)run(m); }, {"multiple_of is 0"});
+  m = {};
+  m.count = 3;
+  m.multiple_of = 2;
+  expect_invalid([&] { (void)run(m); }, {"micro-batch count 3", "multiple of 2"});
+  m = {};
+  m.limits.tokens = 0;
+  expect_invalid([&] { (void)run(m); }, {"tokens >= 1"});
+  m = {};
+  m.limits.tokens = 6;
+  expect_invalid([&] { (void)run(m); }, {"item 4", "7 tokens", "6 tokens"});
+  m = {};
+  m.count = 2;  // 5 items cannot fill 2 micro-batches on each of 2 ranks... they can (4 cells)
+  CHECK(run(m).micro_batches == 2);
+  m.count = 3;  // 6 cells, 5 items
+  expect_error<infeasible_error>([&] { (void)run(m); }, {"5 items", "3 micro-batches"});
+  m.allow_empty = true;
+  CHECK(run(m).micro_batches == 3);
+  CHECK(orchmllm::parse_sync_model("step") == sync_model::step);
+  CHECK(orchmllm::parse_sync_model("micro-batch") == sync_model::micro_batch);
+  expect_invalid([] { (void)orchmllm::parse_sync_model("fsdp"); }, {"'fsdp'", "micro-batch"});
+}
