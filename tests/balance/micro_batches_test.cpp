@@ -95,32 +95,31 @@ batch_layout random_micro_layout(std::mt19937_64& rng, rank_t d, std::int64_t n,
   return orchmllm::test::random_uniform_layout(rng, d, n, 1, max_len, std::pair{1, 3});
 }
 
-// The smallest Σ_m max_r load(r, m) over every assignment of the items to d × m_count cells
-// that leaves no cell empty and keeps `tokens` per cell (packed, integral cost): exhaustive,
-// (d·M)^n assignments.
-std::optional<std::int64_t> brute_force_micro(const batch_layout& layout, rank_t d,
-                                              std::int64_t m_count, std::int64_t tokens) {
+// The smallest objective under `sync` over every assignment of the items to d × m_count cells
+// that keeps `tokens` per cell and leaves no cell empty (unless `allow_empty`), packed, loads
+// from `cost`: exhaustive, (d·M)^n assignments; nullopt when none is feasible.
+template <class C>
+std::optional<double> brute_force_micro(const batch_layout& layout, rank_t d, std::int64_t m_count,
+                                        std::int64_t tokens, const C& cost,
+                                        sync_model sync = sync_model::micro_batch,
+                                        bool allow_empty = false) {
   const std::int64_t n = layout.num_items();
   const std::int64_t cells = d * m_count;
   std::vector<std::int64_t> cell(static_cast<std::size_t>(n), 0);
-  std::optional<std::int64_t> best;
+  std::optional<double> best;
   while (true) {
-    std::vector<std::int64_t> load(static_cast<std::size_t>(cells), 0);
-    std::vector<std::int64_t> count(static_cast<std::size_t>(cells), 0);
+    std::vector<cell_figures> fig(static_cast<std::size_t>(cells));
     for (std::int64_t g = 0; g < n; ++g) {
-      load[static_cast<std::size_t>(cell[static_cast<std::size_t>(g)])] += layout.length(g);
-      ++count[static_cast<std::size_t>(cell[static_cast<std::size_t>(g)])];
+      auto& f = fig[static_cast<std::size_t>(cell[static_cast<std::size_t>(g)])];
+      f.load += static_cast<double>(cost(layout.length(g)));
+      f.tokens += layout.length(g);
+      ++f.items;
     }
-    const bool ok = std::all_of(count.begin(), count.end(), [](auto c) { return c > 0; }) &&
-                    std::all_of(load.begin(), load.end(), [&](auto l) { return l <= tokens; });
+    const bool ok = std::all_of(fig.begin(), fig.end(), [&](const cell_figures& f) {
+      return (allow_empty || f.items > 0) && f.tokens <= tokens;
+    });
     if (ok) {
-      std::int64_t total = 0;
-      for (std::int64_t m = 0; m < m_count; ++m) {
-        std::int64_t top = 0;
-        for (rank_t r = 0; r < d; ++r)
-          top = std::max(top, load[static_cast<std::size_t>(r * m_count + m)]);
-        total += top;
-      }
+      const double total = objective_of(fig, d, m_count, sync);
       if (!best || total < *best) best = total;
     }
     std::int64_t g = 0;
@@ -236,7 +235,7 @@ TEST_CASE("micro_batches: the lower bound against every assignment on small inpu
     micro_batching micro;
     micro.count = m_count;
     micro.limits.tokens = std::max(largest, total / (d * m_count) + uniform(rng, 0, 30));
-    const auto opt = brute_force_micro(layout, d, m_count, micro.limits.tokens);
+    const auto opt = brute_force_micro(layout, d, m_count, micro.limits.tokens, linear_cost{1});
     CAPTURE(iter);
     if (!opt) {
       CHECK_THROWS_AS(
@@ -246,12 +245,70 @@ TEST_CASE("micro_batches: the lower bound against every assignment on small inpu
     }
     const auto res = balance_micro_batches(layout, linear_cost{1}, padding_policy::packed(), micro);
     ++solved;
-    CHECK(res.objective_lower_bound <= *opt);
-    CHECK(res.objective >= *opt);
+    CHECK(static_cast<double>(res.objective_lower_bound) <= *opt);
+    CHECK(static_cast<double>(res.objective) >= *opt);
     worst = std::max(worst, static_cast<double>(res.objective) / static_cast<double>(*opt));
   }
   CHECK(solved > 100);
   MESSAGE("worst objective / optimum over the small inputs: ", worst);
+}
+
+TEST_CASE("micro_batches: the cap-aware bound when the longest item fills its cell") {
+  // Cost l², cap 100 tokens, d = 2: the item of 100 fills its cell; its micro-batch holds at
+  // most two items of 50 besides (5,000), so the other six (15,000) need two more micro-batches
+  // whose tops add up to at least 15,000 / 2: 10,000 + 7,500. The average (15,000) and the
+  // tops bound (10,000 + 2,500 + 2,500) are lower; 17,500 is reached by {100 | 50 50},
+  // {50 50 | 50 50}, {50 | 50}.
+  const auto layout = batch_layout::from_ranks({{100, 50, 50, 50, 50}, {50, 50, 50, 50}});
+  micro_batching micro;
+  micro.count = 3;
+  micro.limits.tokens = 100;
+  const quadratic_cost square{0.0, 0.0, 1.0};
+  const auto res = balance_micro_batches(layout, square, padding_policy::packed(), micro);
+  CHECK(res.objective_lower_bound == doctest::Approx(17'500.0).epsilon(1e-12));
+  CHECK(res.objective >= res.objective_lower_bound);
+  // Without the cap the bound is the average again.
+  micro.limits.tokens = 400;
+  const auto loose = balance_micro_batches(layout, square, padding_policy::packed(), micro);
+  CHECK(loose.objective_lower_bound == doctest::Approx(15'000.0).epsilon(1e-12));
+}
+
+TEST_CASE("micro_batches: the bound under an attention cost against every assignment") {
+  std::mt19937_64 rng(31);
+  int solved = 0, above_average = 0;
+  for (int iter = 0; iter < 120; ++iter) {
+    const rank_t d = 2;
+    const std::int64_t m_count = uniform(rng, 1, 3);
+    const std::int64_t n = uniform(rng, d * m_count, 7);
+    const auto layout = random_micro_layout(rng, d, n, 60);
+    std::int64_t total = 0, largest = 0;
+    for (std::int64_t g = 0; g < n; ++g) {
+      total += layout.length(g);
+      largest = std::max(largest, layout.length(g));
+    }
+    const quadratic_cost cost{0.0, 1.0, 0.05};
+    micro_batching micro;
+    micro.count = m_count;
+    micro.limits.tokens = std::max(largest, total / (d * m_count) + uniform(rng, 0, 20));
+    const auto opt = brute_force_micro(layout, d, m_count, micro.limits.tokens, cost);
+    CAPTURE(iter);
+    if (!opt) continue;
+    std::optional<orchmllm::micro_batch_result<double>> found;
+    try {
+      found = balance_micro_batches(layout, cost, padding_policy::packed(), micro);
+    } catch (const infeasible_error&) {
+      continue;  // the heuristic missed a tight packing
+    }
+    const auto& res = *found;
+    ++solved;
+    CHECK(res.objective_lower_bound <= *opt * (1 + 1e-12));
+    CHECK(res.objective >= *opt * (1 - 1e-12));
+    double sum = 0;
+    for (std::int64_t g = 0; g < n; ++g) sum += cost(layout.length(g));
+    if (res.objective_lower_bound > sum / d * (1 + 1e-9)) ++above_average;
+  }
+  CHECK(solved > 60);
+  CHECK(above_average > 10);
 }
 
 TEST_CASE("micro_batches: light_ends puts the lightest micro-batches first and last") {

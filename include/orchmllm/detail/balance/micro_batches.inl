@@ -443,27 +443,106 @@ std::vector<std::int64_t> run_order(const std::vector<Cost>& load, rank_t d, std
   return perm;
 }
 
-// Lower bounds on Σ_m max_r load(r, m) with M micro-batches: the average Σ alone / d, the
-// largest item alone, and, when every cell holds an item, the largest item plus, for j = 1 …
-// M − 1, the (j·d)-th smallest item (docs/algorithms.md proves each).
+// An upper bound on the cost a set of the items other than `skip` holds when its total weight
+// is at most `capacity`: the fractional knapsack (items by cost per unit of weight, highest
+// first, the last one cut; weightless items whole). O(n log n).
 template <class Cost>
-Cost micro_batch_bound(std::vector<Cost> alone, rank_t d, std::int64_t m_count,
-                       bool every_cell_filled) {
-  if (alone.empty()) return Cost{};
-  std::sort(alone.begin(), alone.end(), std::greater<>());
-  Cost sum{};
-  for (const auto c : alone) sum += c;
-  Cost avg = sum / static_cast<Cost>(d);
-  if constexpr (std::is_integral_v<Cost>) {
-    if (sum % static_cast<Cost>(d) != 0) ++avg;  // a load is an integer
+long double fractional_knapsack(const std::vector<Cost>& value,
+                                const std::vector<std::int64_t>& weight, long double capacity,
+                                std::size_t skip) {
+  long double out = 0;
+  std::vector<std::size_t> by_ratio;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    if (i == skip) continue;
+    if (weight[i] <= 0) {
+      out += static_cast<long double>(value[i]);
+    } else {
+      by_ratio.push_back(i);
+    }
   }
-  Cost bound = std::max(avg, alone.front());
-  const auto n = static_cast<std::int64_t>(alone.size());
+  std::sort(by_ratio.begin(), by_ratio.end(), [&](std::size_t a, std::size_t b) {
+    const long double l = static_cast<long double>(value[a]) * static_cast<long double>(weight[b]);
+    const long double r = static_cast<long double>(value[b]) * static_cast<long double>(weight[a]);
+    return l > r || (l == r && a < b);
+  });
+  for (const auto i : by_ratio) {
+    if (capacity <= 0) break;
+    const auto w = static_cast<long double>(weight[i]);
+    const auto v = static_cast<long double>(value[i]);
+    out += w <= capacity ? v : v * capacity / w;
+    capacity -= w;
+  }
+  return out;
+}
+
+// Lower bounds on Σ_m max_r load(r, m) with M micro-batches (docs/algorithms.md,
+// "Micro-batches", proves each): the average Σ alone / d; the largest item alone; when every
+// cell holds an item, the largest item plus, for j = 1 … M − 1, the (j·d)-th smallest item; and
+// the cap-aware bound a₁ + (C − min(U, d·a₁)) / d, U the most cost the micro-batch of the
+// largest item can hold under the token, byte and cost limits of its d cells. O(n log n).
+template <class Cost>
+Cost micro_batch_bound(const micro_items<Cost>& in, padding_policy policy,
+                       const micro_batch_limits& l, rank_t d, std::int64_t m_count,
+                       bool every_cell_filled) {
+  const auto& alone = in.alone;
+  if (alone.empty() || d < 1) return Cost{};
+  std::vector<Cost> sorted(alone);
+  std::sort(sorted.begin(), sorted.end(), std::greater<>());
+  Cost sum{};
+  for (const auto c : sorted) sum += c;
+  const auto up = [&](Cost x) {  // ⌈x / d⌉ for integral costs, x / d otherwise
+    Cost q = x / static_cast<Cost>(d);
+    if constexpr (std::is_integral_v<Cost>) {
+      if (x % static_cast<Cost>(d) != 0) ++q;
+    }
+    return q;
+  };
+  const Cost a1 = sorted.front();
+  Cost bound = std::max(up(sum), a1);
+  const auto n = static_cast<std::int64_t>(sorted.size());
   const std::int64_t dd = d;
   if (every_cell_filled && n >= m_count * dd) {
-    Cost tops = alone.front();
-    for (std::int64_t j = 1; j < m_count; ++j) tops += alone[static_cast<std::size_t>(n - j * dd)];
+    Cost tops = a1;
+    for (std::int64_t j = 1; j < m_count; ++j) tops += sorted[static_cast<std::size_t>(n - j * dd)];
     bound = std::max(bound, tops);
+  }
+  // The cap-aware bound: the micro-batch holding the largest item (the first of them by id).
+  const auto first =
+      static_cast<std::size_t>(std::find(alone.begin(), alone.end(), a1) - alone.begin());
+  const auto cells = static_cast<long double>(d);
+  long double most = static_cast<long double>(sum);
+  const auto weights = [&](auto of) {
+    std::vector<std::int64_t> w(alone.size());
+    for (std::size_t g = 0; g < alone.size(); ++g) w[g] = of(in.shape[g]);
+    return w;
+  };
+  if (l.tokens < std::numeric_limits<std::int64_t>::max()) {
+    const auto w = weights([&](const item_shape& s) { return item_tokens(s, policy); });
+    most = std::min(most, static_cast<long double>(a1) +
+                              fractional_knapsack(alone, w,
+                                                  cells * static_cast<long double>(l.tokens) -
+                                                      static_cast<long double>(w[first]),
+                                                  first));
+  }
+  if (l.bytes < std::numeric_limits<std::int64_t>::max()) {
+    const auto w = weights([](const item_shape& s) { return s.bytes; });
+    most = std::min(most, static_cast<long double>(a1) +
+                              fractional_knapsack(alone, w,
+                                                  cells * static_cast<long double>(l.bytes) -
+                                                      static_cast<long double>(w[first]),
+                                                  first));
+  }
+  if (std::isfinite(l.cost)) most = std::min(most, cells * static_cast<long double>(l.cost));
+  // Rounding must not shrink U: a relative margin, and for integral costs the next integer.
+  most = most * (1 + 1e-12L) + 1e-9L;
+  if (most < cells * static_cast<long double>(a1)) {
+    Cost held{};
+    if constexpr (std::is_integral_v<Cost>) {
+      held = static_cast<Cost>(std::ceil(most));
+    } else {
+      held = static_cast<Cost>(most);
+    }
+    if (held < sum) bound = std::max(bound, a1 + up(sum - held));
   }
   return bound;
 }
@@ -579,15 +658,17 @@ micro_batch_result<cost_type_t<C>> balance_micro_batches_impl(const batch_layout
   res.makespan = per_step;
   // max_r Σ_m: packed, a rank's cells add up to its load, so the rank-level bound holds; padded,
   // cells pad less than their rank would, and only the items alone bound it.
-  res.lower_bound = policy.is_padded() ? micro_batch_bound(in.alone, d, 1, false)
-                                       : makespan_lower_bound(layout, d, cost, policy, limits);
+  res.lower_bound = policy.is_padded()
+                        ? micro_batch_bound(in, policy, micro_batch_limits{}, d, 1, false)
+                        : makespan_lower_bound(layout, d, cost, policy, limits);
   res.proven_optimal = res.makespan <= res.lower_bound;
   if (micro.sync == sync_model::step) {
     out.objective = per_step;
     out.objective_lower_bound = res.lower_bound;
   } else {
     out.objective = per_mb;
-    out.objective_lower_bound = micro_batch_bound(in.alone, d, m_count, !micro.allow_empty);
+    out.objective_lower_bound =
+        micro_batch_bound(in, policy, micro.limits, d, m_count, !micro.allow_empty);
   }
   return out;
 }
