@@ -157,6 +157,7 @@ TEST_CASE("micro_batches: cells keep every limit, cover every item and group slo
     if (policy.is_padded()) micro.limits.tokens = std::max(micro.limits.tokens, 2 * largest);
     if (uniform(rng, 0, 3) == 0) micro.limits.items = uniform(rng, 1, 6);
     if (uniform(rng, 0, 3) == 0) micro.count = micro.multiple_of * uniform(rng, 1, 3);
+    if (uniform(rng, 0, 1) == 0) micro.exact_max_items = 0;  // the heuristics alone
     CAPTURE(iter);
     CAPTURE(d);
     CAPTURE(n);
@@ -218,9 +219,8 @@ TEST_CASE("micro_batches: per step without binding limits is balance's plan") {
   }
 }
 
-TEST_CASE("micro_batches: the lower bound against every assignment on small inputs") {
+TEST_CASE("micro_batches: exact on small inputs, the bound below every assignment") {
   std::mt19937_64 rng(9);
-  double worst = 1.0;
   int solved = 0;
   for (int iter = 0; iter < 150; ++iter) {
     const rank_t d = 2;
@@ -246,11 +246,10 @@ TEST_CASE("micro_batches: the lower bound against every assignment on small inpu
     const auto res = balance_micro_batches(layout, linear_cost{1}, padding_policy::packed(), micro);
     ++solved;
     CHECK(static_cast<double>(res.objective_lower_bound) <= *opt);
-    CHECK(static_cast<double>(res.objective) >= *opt);
-    worst = std::max(worst, static_cast<double>(res.objective) / static_cast<double>(*opt));
+    CHECK(static_cast<double>(res.objective) == *opt);
+    CHECK(res.objective_proven_optimal);
   }
   CHECK(solved > 100);
-  MESSAGE("worst objective / optimum over the small inputs: ", worst);
 }
 
 TEST_CASE("micro_batches: the cap-aware bound when the longest item fills its cell") {
@@ -292,23 +291,78 @@ TEST_CASE("micro_batches: the bound under an attention cost against every assign
     micro.limits.tokens = std::max(largest, total / (d * m_count) + uniform(rng, 0, 20));
     const auto opt = brute_force_micro(layout, d, m_count, micro.limits.tokens, cost);
     CAPTURE(iter);
-    if (!opt) continue;
-    std::optional<orchmllm::micro_batch_result<double>> found;
-    try {
-      found = balance_micro_batches(layout, cost, padding_policy::packed(), micro);
-    } catch (const infeasible_error&) {
-      continue;  // the heuristic missed a tight packing
+    if (!opt) {
+      CHECK_THROWS_AS((void)balance_micro_batches(layout, cost, padding_policy::packed(), micro),
+                      infeasible_error);
+      continue;
     }
-    const auto& res = *found;
+    const auto res = balance_micro_batches(layout, cost, padding_policy::packed(), micro);
     ++solved;
     CHECK(res.objective_lower_bound <= *opt * (1 + 1e-12));
-    CHECK(res.objective >= *opt * (1 - 1e-12));
+    CHECK(res.objective == doctest::Approx(*opt).epsilon(1e-12));
     double sum = 0;
     for (std::int64_t g = 0; g < n; ++g) sum += cost(layout.length(g));
     if (res.objective_lower_bound > sum / d * (1 + 1e-9)) ++above_average;
   }
   CHECK(solved > 60);
   CHECK(above_average > 10);
+}
+
+TEST_CASE("micro_batches: exact per step, with empty cells, and the smallest M that fits") {
+  std::mt19937_64 rng(2027);
+  int solved = 0, exact_needed = 0;
+  for (int iter = 0; iter < 200; ++iter) {
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 2));
+    const std::int64_t n = uniform(rng, d, 6);
+    const auto layout = random_micro_layout(rng, d, n, 40);
+    std::int64_t total = 0, largest = 0;
+    for (std::int64_t g = 0; g < n; ++g) {
+      total += layout.length(g);
+      largest = std::max(largest, layout.length(g));
+    }
+    micro_batching micro;
+    micro.sync = uniform(rng, 0, 1) == 0 ? sync_model::step : sync_model::micro_batch;
+    micro.allow_empty = uniform(rng, 0, 1) == 0;
+    micro.limits.tokens = std::max(largest, total / (d * uniform(rng, 1, 3)));
+    const bool automatic = uniform(rng, 0, 1) == 0;
+    micro.count = automatic ? 0 : uniform(rng, 1, 3);
+    CAPTURE(iter);
+    // The M to expect: the given one, or the smallest with a plan: at most ⌊n/d⌋ without empty
+    // cells; with them ⌈n/d⌉ always has one (an item per cell).
+    std::optional<double> opt;
+    std::int64_t m_count = micro.count;
+    const std::int64_t most = micro.allow_empty ? (n + d - 1) / d : n / d;
+    for (std::int64_t m = automatic ? 1 : micro.count; m <= (automatic ? most : micro.count); ++m) {
+      opt = brute_force_micro(layout, d, m, micro.limits.tokens, linear_cost{1}, micro.sync,
+                              micro.allow_empty);
+      m_count = m;
+      if (opt) break;
+    }
+    if (!opt) {
+      CHECK_THROWS_AS(
+          (void)balance_micro_batches(layout, linear_cost{1}, padding_policy::packed(), micro),
+          infeasible_error);
+      continue;
+    }
+    const auto res = balance_micro_batches(layout, linear_cost{1}, padding_policy::packed(), micro);
+    ++solved;
+    CHECK(res.micro_batches == m_count);
+    CHECK(static_cast<double>(res.objective) == *opt);
+    CHECK(static_cast<double>(res.objective_lower_bound) <= *opt);
+    CHECK(res.objective_proven_optimal);
+    // Did the search beat the heuristics (or find a plan where they found none)?
+    micro_batching heuristic = micro;
+    heuristic.exact_max_items = 0;
+    try {
+      const auto h =
+          balance_micro_batches(layout, linear_cost{1}, padding_policy::packed(), heuristic);
+      if (h.micro_batches != res.micro_batches || h.objective > res.objective) ++exact_needed;
+    } catch (const infeasible_error&) {
+      ++exact_needed;
+    }
+  }
+  CHECK(solved > 120);
+  CHECK(exact_needed > 0);
 }
 
 TEST_CASE("micro_batches: light_ends puts the lightest micro-batches first and last") {
@@ -371,6 +425,9 @@ TEST_CASE("micro_batches: bad options and impossible inputs raise clear errors")
   m.count = 3;
   m.multiple_of = 2;
   expect_invalid([&] { (void)run(m); }, {"micro-batch count 3", "multiple of 2"});
+  m = {};
+  m.exact_max_items = -1;
+  expect_invalid([&] { (void)run(m); }, {"exact_max_items is -1"});
   m = {};
   m.limits.tokens = 0;
   expect_invalid([&] { (void)run(m); }, {"tokens >= 1"});

@@ -10,7 +10,8 @@
 /// that fits the limits, or the trainer's, a multiple of `multiple_of`), strict per-cell limits
 /// (physical tokens after the policy's padding, bytes, cost, items), no empty micro-batch unless
 /// asked for, and destination slots grouped by micro-batch, so micro-batch m of rank r is one
-/// contiguous range of what the rank receives: a greedy pass and a per-micro-batch rebalance.
+/// contiguous range of what the rank receives. Small inputs are solved exactly (a branch and
+/// bound over the cells), large ones by a greedy pass and a per-micro-batch rebalance.
 /// Deterministic: every rank computes the same cells. The problem, the lower bounds with their
 /// proofs and the algorithms: docs/algorithms.md, "Micro-batches".
 
@@ -78,6 +79,13 @@ struct micro_batching {
   /// error. True: cells may be empty (the trainer runs an empty micro-batch).
   bool allow_empty = false;
   micro_batch_order order = micro_batch_order::planned;  ///< the order of the micro-batches
+  /// Inputs of at most this many items, without rank-level constraints, are solved exactly: a
+  /// branch and bound over the cells finds the smallest objective for each M tried (≥ 0; 0
+  /// turns it off).
+  std::int64_t exact_max_items = 12;
+  /// Search nodes of the exact step per M tried (≥ 0); when they run out, the best plan found
+  /// so far stands and `objective_proven_optimal` may stay false.
+  std::int64_t exact_node_budget = 2'000'000;
 };
 
 /// What `balance_micro_batches` returns.
@@ -92,6 +100,9 @@ struct micro_batch_result {
   std::vector<std::int64_t> cell_offsets;
   Cost objective{};              ///< the step's cost under the sync model
   Cost objective_lower_bound{};  ///< no plan with M micro-batches does better (docs)
+  /// No plan with M micro-batches under the limits has a smaller objective: the exact step
+  /// completed, or the objective meets its lower bound.
+  bool objective_proven_optimal = false;
 
   /// The destination ids of cell (r, m). O(1).
   [[nodiscard]] std::pair<std::int64_t, std::int64_t> cell(rank_t r, std::int64_t m) const {
@@ -126,12 +137,15 @@ cost_type_t<C> micro_batch_objective_as_sampled_impl(const batch_layout& layout,
 /// first), each to the micro-batch where Σ_m max_r load grows least (its lightest cell that
 /// fits), then each micro-batch balanced over the ranks by `b` under the cell limits (kept
 /// where it does better). M: `micro.count`, or the smallest multiple of `multiple_of` from the
-/// limits' bound up that fits. The objective, its lower bound and their proofs:
-/// docs/algorithms.md, "Micro-batches".
+/// limits' bound up that fits. Up to `exact_max_items` items and without `limits`, each M tried
+/// is then searched exactly (its plan is optimal for that M, and an M the heuristics miss is
+/// still found). The objective, its lower bound and their proofs: docs/algorithms.md,
+/// "Micro-batches".
 ///
 /// Complexity: O(n log n) plus that of `b` on the whole input, per M tried (the limits' bound
-/// usually fits at once). Deterministic. Throws `invalid_argument_error` for invalid options
-/// (count < 0, min_count or multiple_of < 1, a count that is not a multiple, negative limits)
+/// usually fits at once), plus at most `exact_node_budget` search nodes of O(d·M log(d·M)) on
+/// small inputs. Deterministic. Throws `invalid_argument_error` for invalid options (count < 0,
+/// min_count or multiple_of < 1, a count that is not a multiple, negative limits or budgets)
 /// or an item that alone exceeds a limit (naming the item, the limit and its size), and what
 /// `balance` throws; `infeasible_error` when no M fits (the given count, or every count that
 /// leaves each cell an item) — the message names M and the limits.
@@ -162,5 +176,5 @@ cost_type_t<C> micro_batch_objective_as_sampled(const batch_layout& layout, cons
 
 }  // namespace orchmllm
 
-// The definitions: the cells, the greedy and rebalancing passes, the order, the bounds.
+// The definitions: the cells, the exact step, the greedy and rebalancing passes, the bounds.
 #include "orchmllm/detail/balance/micro_batches.inl"  // IWYU pragma: export

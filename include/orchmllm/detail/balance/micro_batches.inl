@@ -1,7 +1,8 @@
 #pragma once
 // The body of `balance_micro_batches` and `micro_batch_objective_as_sampled`
 // (balance/micro_batches.hpp, which includes this file at its end): cells with their limits,
-// the count M, the per-step and per-micro-batch plans, the order, the slots and the bounds.
+// the count M, the per-step and per-micro-batch plans, the exact step for small inputs, the
+// order, the slots and the bounds.
 // docs/algorithms.md, "Micro-batches", has the algorithms and the proofs.
 
 #include <algorithm>
@@ -49,6 +50,9 @@ inline void check_micro_batching(const micro_batching& m) {
                    ", must be >= 1");
   ORCHMLLM_REQUIRE(m.multiple_of >= 1, invalid_argument_error, "multiple_of is ", m.multiple_of,
                    ", must be >= 1");
+  ORCHMLLM_REQUIRE(m.exact_max_items >= 0 && m.exact_node_budget >= 0, invalid_argument_error,
+                   "exact_max_items is ", m.exact_max_items, " and exact_node_budget ",
+                   m.exact_node_budget, ", both must be >= 0");
   ORCHMLLM_REQUIRE(m.count == 0 || (m.count >= m.min_count && m.count % m.multiple_of == 0),
                    invalid_argument_error, "micro-batch count ", m.count, " must be >= min_count ",
                    m.min_count, " and a multiple of ", m.multiple_of);
@@ -415,6 +419,192 @@ void rebalance_micro_batches(const batch_layout& layout, const micro_items<Cost>
   }
 }
 
+// The exact step for small inputs: a depth-first branch and bound over the cells. The items go in
+// canonical order (heaviest first) to every cell that can take them. Under sync per micro-batch
+// the cells of a micro-batch are interchangeable, and so are the micro-batches; per step the
+// cells of a rank and the ranks: of the empty cells of a group only the first is tried, and of
+// the wholly empty groups only the first. A node is cut when its bound (docs/algorithms.md,
+// "Micro-batches") reaches the best objective found, when fewer items are left than cells that
+// must still be filled, or when the node budget runs out (then `complete()` is false); it ends
+// at a plan that meets the lower bound. O(budget · d · M · log(d · M)).
+template <class Cost, class C>
+class exact_cells {
+ public:
+  exact_cells(const micro_items<Cost>& in, rank_t d, std::int64_t m_count,
+              const micro_batching& micro, const cell_rules<Cost, C>& rules)
+      : in_(in),
+        rules_(rules),
+        d_(d),
+        m_count_(m_count),
+        per_mb_(micro.sync == sync_model::micro_batch),
+        allow_empty_(micro.allow_empty),
+        budget_(micro.exact_node_budget) {
+    groups_ = per_mb_ ? m_count : d;
+    members_ = per_mb_ ? d : m_count;
+    const auto n = in.order.size();
+    rest_.assign(n + 1, Cost{});
+    for (std::size_t i = n; i-- > 0;)
+      rest_[i] = rest_[i + 1] + in.alone[static_cast<std::size_t>(in.order[i])];
+  }
+
+  // A plan whose objective is below `incumbent` (any plan when there is none), the smallest one
+  // when the search completes; nullopt when there is none.
+  // The search ends early at a plan that meets `floor`, a lower bound on every plan.
+  std::optional<cell_plan<Cost>> run(std::optional<Cost> incumbent, Cost floor) {
+    const auto cells = static_cast<std::size_t>(groups_ * members_);
+    cell_.assign(cells, cell_load<Cost>(rules_.policy));
+    top_.assign(static_cast<std::size_t>(groups_), Cost{});
+    sum_.assign(static_cast<std::size_t>(groups_), Cost{});
+    filled_.assign(static_cast<std::size_t>(groups_), 0);
+    at_.assign(in_.order.size(), 0);
+    best_ = incumbent;
+    floor_ = floor;
+    found_ = false;
+    nodes_ = 0;
+    empty_ = allow_empty_ ? 0 : static_cast<std::int64_t>(cells);
+    search(0);
+    if (!found_) return std::nullopt;
+    cell_plan<Cost> out;
+    out.rank.assign(in_.order.size(), 0);
+    out.batch.assign(in_.order.size(), 0);
+    std::vector<cell_load<Cost>> load(cells, cell_load<Cost>(rules_.policy));
+    for (std::size_t i = 0; i < in_.order.size(); ++i) {
+      const auto g = static_cast<std::size_t>(in_.order[i]);
+      const std::int64_t grp = best_at_[i] / members_, k = best_at_[i] % members_;
+      const rank_t r = static_cast<rank_t>(per_mb_ ? k : grp);
+      const std::int64_t m = per_mb_ ? grp : k;
+      out.rank[g] = r;
+      out.batch[g] = m;
+      load[static_cast<std::size_t>(r * m_count_ + m)].add(in_.shape[g], in_.cost[g], rules_.cost);
+    }
+    out.load.resize(cells);
+    for (std::size_t c = 0; c < cells; ++c) out.load[c] = load[c].load(rules_.cost);
+    return out;
+  }
+
+  // Whether the last `run` searched every assignment (its answer is optimal, or proves none).
+  [[nodiscard]] bool complete() const { return nodes_ <= budget_; }
+
+ private:
+  // The objective of the cells so far (loads only grow, so it bounds every completion).
+  [[nodiscard]] Cost objective() const {
+    Cost out{};
+    for (std::int64_t g = 0; g < groups_; ++g) {
+      const auto gi = static_cast<std::size_t>(g);
+      out = per_mb_ ? out + top_[gi] : std::max(out, sum_[gi]);
+    }
+    return out;
+  }
+
+  // A lower bound on every completion when the items from the i-th on, `rest_[i]` alone, are
+  // still to come: a micro-batch's top is at least its cells' loads over d, and each load grows
+  // by at least the item's cost alone; per step, the average rank.
+  [[nodiscard]] Cost bound(std::size_t i) const {
+    const Cost now = objective();
+    const Cost dd = static_cast<Cost>(d_);
+    Cost excess = rest_[i];
+    if (per_mb_) {
+      Cost room{};
+      for (std::int64_t g = 0; g < groups_; ++g) {
+        const auto gi = static_cast<std::size_t>(g);
+        room += top_[gi] * dd - sum_[gi];
+      }
+      excess = excess > room ? excess - room : Cost{};
+    } else {
+      for (const auto s : sum_) excess += s;
+      if (now * dd >= excess) return now;
+      excess -= now * dd;
+    }
+    Cost add = excess / dd;
+    if constexpr (std::is_integral_v<Cost>) {
+      if (excess % dd != 0) ++add;
+    }
+    return now + add;
+  }
+
+  void search(std::size_t i) {
+    if (++nodes_ > budget_) return;
+    if (empty_ > static_cast<std::int64_t>(in_.order.size() - i)) return;
+    if (i == in_.order.size()) {
+      const Cost obj = objective();
+      if (!best_ || obj < *best_) {
+        best_ = obj;
+        best_at_ = at_;
+        found_ = true;
+      }
+      return;
+    }
+    if (best_ && !(floor_ < *best_)) return;  // the best meets the bound: nothing is better
+    if (best_ && !(bound(i) < *best_)) return;
+    const auto g = static_cast<std::size_t>(in_.order[i]);
+    // The candidate cells, by the objective after the item, then index.
+    std::vector<std::pair<Cost, std::int64_t>> cand;
+    bool empty_group_tried = false;
+    for (std::int64_t grp = 0; grp < groups_; ++grp) {
+      const auto gi = static_cast<std::size_t>(grp);
+      if (filled_[gi] == 0) {
+        if (empty_group_tried) continue;
+        empty_group_tried = true;
+      }
+      bool empty_tried = false;
+      for (std::int64_t k = 0; k < members_; ++k) {
+        const std::int64_t c = grp * members_ + k;
+        const auto& cell = cell_[static_cast<std::size_t>(c)];
+        if (cell.count() == 0) {
+          if (empty_tried) continue;
+          empty_tried = true;
+        }
+        if (!rules_.fits(cell, in_.shape[g], in_.cost[g])) continue;
+        const Cost after = cell.load_if_added(in_.shape[g], in_.cost[g], rules_.cost);
+        const Cost grown = per_mb_ ? (after > top_[gi] ? after - top_[gi] : Cost{})
+                                   : sum_[gi] - cell.load(rules_.cost) + after;
+        cand.emplace_back(grown, c);
+      }
+    }
+    std::sort(cand.begin(), cand.end());
+    for (const auto& [grown, c] : cand) {
+      const auto ci = static_cast<std::size_t>(c);
+      const auto gi = static_cast<std::size_t>(c / members_);
+      const auto saved = cell_[ci];
+      const Cost saved_top = top_[gi], saved_sum = sum_[gi];
+      const std::int64_t saved_filled = filled_[gi], saved_empty = empty_;
+      if (saved.count() == 0) {
+        ++filled_[gi];
+        if (!allow_empty_) --empty_;
+      }
+      cell_[ci].add(in_.shape[g], in_.cost[g], rules_.cost);
+      const Cost now = cell_[ci].load(rules_.cost);
+      top_[gi] = std::max(top_[gi], now);
+      sum_[gi] = sum_[gi] - saved.load(rules_.cost) + now;
+      at_[i] = c;
+      search(i + 1);
+      cell_[ci] = saved;
+      top_[gi] = saved_top;
+      sum_[gi] = saved_sum;
+      filled_[gi] = saved_filled;
+      empty_ = saved_empty;
+      if (nodes_ > budget_) return;
+    }
+  }
+
+  const micro_items<Cost>& in_;
+  const cell_rules<Cost, C>& rules_;
+  rank_t d_;
+  std::int64_t m_count_;
+  bool per_mb_, allow_empty_;
+  std::int64_t budget_;
+  std::int64_t groups_ = 0, members_ = 0;  // cell c = group · members + member
+  std::vector<Cost> rest_;                 // Σ alone of the items from the i-th on
+  std::vector<cell_load<Cost>> cell_;
+  std::vector<Cost> top_, sum_;             // per group: the largest and the total cell load
+  std::vector<std::int64_t> filled_;        // per group: cells holding an item
+  std::vector<std::int64_t> at_, best_at_;  // per item in canonical order: its cell
+  std::optional<Cost> best_;
+  Cost floor_{};
+  bool found_ = false;
+  std::int64_t nodes_ = 0, empty_ = 0;
+};
+
 // The micro-batches in their run order: `perm[k]` is the planned micro-batch that runs k-th.
 // light_ends: by weight (per_micro_batch: max_r load; per step: Σ_r load), the lightest
 // first and last, the heaviest in the middle; ties by index. planned: heaviest first.
@@ -585,6 +775,17 @@ micro_batch_result<cost_type_t<C>> balance_micro_batches_impl(const batch_layout
   const std::int64_t last = micro.count != 0 ? m_count : round_up(std::max(most, m_count));
   std::optional<balance_result<Cost>> rank_result;
   std::optional<cell_plan<Cost>> plan;
+  // Small inputs without rank constraints: the exact step after the heuristic, for every M.
+  const bool by_micro_batch = micro.sync == sync_model::micro_batch;
+  const bool exact =
+      n > 0 && n <= micro.exact_max_items && micro.exact_node_budget > 0 && !limits.any();
+  bool exact_plan = false, proven = false;
+  // max_r Σ_m: packed, a rank's cells add up to its load, so the rank-level bound holds; padded,
+  // cells pad less than their rank would, and only the items alone bound it.
+  const auto step_bound = [&] {
+    return policy.is_padded() ? micro_batch_bound(in, policy, micro_batch_limits{}, d, 1, false)
+                              : makespan_lower_bound(layout, d, cost, policy, limits);
+  };
   std::int64_t tried = m_count;
   for (; tried <= last; tried += step) {
     if (!micro.allow_empty && tried * static_cast<std::int64_t>(d) > n) break;
@@ -605,6 +806,24 @@ micro_batch_result<cost_type_t<C>> balance_micro_batches_impl(const batch_layout
     } else {
       plan = plan_per_micro_batch_greedy(in, d, tried, micro.allow_empty, rules);
       if (plan) rebalance_micro_batches(layout, in, tried, micro.allow_empty, b, rules, *plan);
+    }
+    if (exact) {
+      // From the heuristic's objective, keeping only a better plan; it also settles whether
+      // this M admits a plan where the heuristic found none.
+      std::optional<Cost> incumbent;
+      if (plan) {
+        const auto [pm, ps] = objectives(plan->load, d, tried);
+        incumbent = by_micro_batch ? pm : ps;
+      }
+      const Cost floor =
+          by_micro_batch ? micro_batch_bound(in, policy, micro.limits, d, tried, !micro.allow_empty)
+                         : step_bound();
+      exact_cells<Cost, C> search(in, d, tried, micro, rules);
+      if (auto better = search.run(incumbent, floor)) {
+        plan = std::move(better);
+        exact_plan = true;
+      }
+      proven = search.complete();
     }
     if (plan) break;
   }
@@ -653,14 +872,12 @@ micro_batch_result<cost_type_t<C>> balance_micro_batches_impl(const batch_layout
   const auto [per_mb, per_step] = objectives(load, d, m_count);
   auto& res = out.balance;
   res.plan = rearrangement::from_placements(layout.offsets(), where, d);
-  // The rank plan's algorithm per step; per micro-batch the cells' own construction.
-  res.used = rank_result ? rank_result->used : std::string_view("micro_batches");
+  // The exact step's, the rank plan's algorithm per step, or the cells' own construction.
+  res.used = exact_plan    ? std::string_view("micro_batches_exact")
+             : rank_result ? rank_result->used
+                           : std::string_view("micro_batches");
   res.makespan = per_step;
-  // max_r Σ_m: packed, a rank's cells add up to its load, so the rank-level bound holds; padded,
-  // cells pad less than their rank would, and only the items alone bound it.
-  res.lower_bound = policy.is_padded()
-                        ? micro_batch_bound(in, policy, micro_batch_limits{}, d, 1, false)
-                        : makespan_lower_bound(layout, d, cost, policy, limits);
+  res.lower_bound = step_bound();
   res.proven_optimal = res.makespan <= res.lower_bound;
   if (micro.sync == sync_model::step) {
     out.objective = per_step;
@@ -670,6 +887,7 @@ micro_batch_result<cost_type_t<C>> balance_micro_batches_impl(const batch_layout
     out.objective_lower_bound =
         micro_batch_bound(in, policy, micro.limits, d, m_count, !micro.allow_empty);
   }
+  out.objective_proven_optimal = proven || out.objective <= out.objective_lower_bound;
   return out;
 }
 
