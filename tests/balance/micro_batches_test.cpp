@@ -156,6 +156,15 @@ TEST_CASE("micro_batches: cells keep every limit, cover every item and group slo
     micro.limits.tokens = std::max(largest, total / d / uniform(rng, 1, 4));
     if (policy.is_padded()) micro.limits.tokens = std::max(micro.limits.tokens, 2 * largest);
     if (uniform(rng, 0, 3) == 0) micro.limits.items = uniform(rng, 1, 6);
+    if (uniform(rng, 0, 3) == 0) {  // a byte cap as well, from the widest item up
+      std::int64_t widest = 0, bytes = 0;
+      for (std::int64_t g = 0; g < n; ++g) {
+        widest = std::max(widest, layout.bytes(g));
+        bytes += layout.bytes(g);
+      }
+      micro.limits.bytes =
+          std::max(policy.is_padded() ? 2 * widest : widest, bytes / d / uniform(rng, 1, 4));
+    }
     if (uniform(rng, 0, 3) == 0) micro.count = micro.multiple_of * uniform(rng, 1, 3);
     if (uniform(rng, 0, 1) == 0) micro.exact_max_items = 0;  // the heuristics alone
     CAPTURE(iter);
@@ -180,6 +189,20 @@ TEST_CASE("micro_batches: cells keep every limit, cover every item and group slo
     for (rank_t r = 0; r <= d; ++r)
       CHECK(res->cell_offsets[static_cast<std::size_t>(r * m_count)] ==
             dst[static_cast<std::size_t>(r)]);
+    // Every item once, in the cell whose destination range holds it: cells are contiguous.
+    const auto& plan = res->balance.plan;
+    std::vector<int> seen(static_cast<std::size_t>(n), 0);
+    for (std::int64_t h = 0; h < n; ++h) ++seen[static_cast<std::size_t>(plan.source_of(h))];
+    CHECK(std::all_of(seen.begin(), seen.end(), [](int k) { return k == 1; }));
+    for (rank_t r = 0; r < d; ++r)
+      for (std::int64_t m = 0; m < m_count; ++m) {
+        const auto [first, last] = res->cell(r, m);
+        for (auto h = first; h < last; ++h) {
+          const auto g = static_cast<std::size_t>(plan.source_of(h));
+          CHECK(plan.dst_ranks()[g] == r);
+          CHECK(dst[static_cast<std::size_t>(r)] + plan.dst_slots()[g] == h);
+        }
+      }
     const auto cells = cells_of(*res, layout, linear_cost{1}, policy);
     for (const auto& c : cells) {
       CHECK(c.tokens <= micro.limits.tokens);
@@ -196,7 +219,8 @@ TEST_CASE("micro_batches: cells keep every limit, cover every item and group slo
     // The same input plans the same cells.
     const auto again = balance_micro_batches(layout, linear_cost{1}, policy, micro);
     CHECK(again.cell_offsets == res->cell_offsets);
-    CHECK(again.balance.plan.dst_ranks().size() == res->balance.plan.dst_ranks().size());
+    CHECK(std::equal(again.balance.plan.dst_ranks().begin(), again.balance.plan.dst_ranks().end(),
+                     res->balance.plan.dst_ranks().begin(), res->balance.plan.dst_ranks().end()));
     CHECK(std::equal(again.balance.plan.dst_slots().begin(), again.balance.plan.dst_slots().end(),
                      res->balance.plan.dst_slots().begin()));
   }
