@@ -641,22 +641,37 @@ long double fractional_knapsack(const std::vector<Cost>& value,
                                 const std::vector<std::int64_t>& weight, long double capacity,
                                 std::size_t skip) {
   long double out = 0;
-  std::vector<std::size_t> by_ratio;
+  // (cost per unit, id): the same doubles on every rank, ties by id.
+  std::vector<std::pair<double, std::size_t>> by_ratio;
+  by_ratio.reserve(value.size());
   for (std::size_t i = 0; i < value.size(); ++i) {
     if (i == skip) continue;
     if (weight[i] <= 0) {
       out += static_cast<long double>(value[i]);
     } else {
-      by_ratio.push_back(i);
+      by_ratio.emplace_back(static_cast<double>(value[i]) / static_cast<double>(weight[i]), i);
     }
   }
-  std::sort(by_ratio.begin(), by_ratio.end(), [&](std::size_t a, std::size_t b) {
-    const long double l = static_cast<long double>(value[a]) * static_cast<long double>(weight[b]);
-    const long double r = static_cast<long double>(value[b]) * static_cast<long double>(weight[a]);
-    return l > r || (l == r && a < b);
-  });
-  for (const auto i : by_ratio) {
-    if (capacity <= 0) break;
+  // Only the best prefix that fills the capacity is needed: select 1,024, 2,048, ... items
+  // (a total order, so the same set on every rank) until they weigh enough, then sort those.
+  const auto before = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  std::size_t chosen = 0, take = 1024;
+  long double weight_chosen = 0;
+  while (chosen < by_ratio.size() && weight_chosen < capacity) {
+    const std::size_t end = std::min(by_ratio.size(), chosen + take);
+    std::nth_element(by_ratio.begin() + static_cast<std::ptrdiff_t>(chosen),
+                     by_ratio.begin() + static_cast<std::ptrdiff_t>(end - 1), by_ratio.end(),
+                     before);
+    for (std::size_t k = chosen; k < end; ++k)
+      weight_chosen += static_cast<long double>(weight[by_ratio[k].second]);
+    chosen = end;
+    take *= 2;
+  }
+  std::sort(by_ratio.begin(), by_ratio.begin() + static_cast<std::ptrdiff_t>(chosen), before);
+  for (std::size_t k = 0; k < chosen && capacity > 0; ++k) {
+    const auto i = by_ratio[k].second;
     const auto w = static_cast<long double>(weight[i]);
     const auto v = static_cast<long double>(value[i]);
     out += w <= capacity ? v : v * capacity / w;
@@ -676,8 +691,12 @@ Cost micro_batch_bound(const micro_items<Cost>& in, padding_policy policy,
                        bool every_cell_filled) {
   const auto& alone = in.alone;
   if (alone.empty() || d < 1) return Cost{};
-  std::vector<Cost> sorted(alone);
-  std::sort(sorted.begin(), sorted.end(), std::greater<>());
+  // Largest first: the canonical order already sorts them under the packed policy.
+  std::vector<Cost> sorted(alone.size());
+  for (std::size_t i = 0; i < sorted.size(); ++i)
+    sorted[i] = alone[static_cast<std::size_t>(in.order[i])];
+  if (!std::is_sorted(sorted.begin(), sorted.end(), std::greater<>()))
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
   Cost sum{};
   for (const auto c : sorted) sum += c;
   const auto up = [&](Cost x) {  // ⌈x / d⌉ for integral costs, x / d otherwise
