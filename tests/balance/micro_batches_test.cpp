@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <vector>
@@ -387,6 +388,50 @@ TEST_CASE("micro_batches: exact per step, with empty cells, and the smallest M t
   }
   CHECK(solved > 120);
   CHECK(exact_needed > 0);
+}
+
+TEST_CASE("micro_batches: the bound's fractional knapsack against a full sort") {
+  std::mt19937_64 rng(606);
+  for (int iter = 0; iter < 40; ++iter) {
+    const std::int64_t n = iter % 4 == 0 ? uniform(rng, 1, 20) : uniform(rng, 1'000, 12'000);
+    std::vector<double> value(static_cast<std::size_t>(n));
+    std::vector<std::int64_t> weight(static_cast<std::size_t>(n));
+    long double total_weight = 0;
+    for (std::size_t i = 0; i < value.size(); ++i) {
+      weight[i] = uniform(rng, 0, 9) == 0 ? 0 : uniform(rng, 1, 5'000);
+      value[i] = weight[i] == 0 ? static_cast<double>(uniform(rng, 0, 50))
+                                : static_cast<double>(weight[i]) *
+                                      (1.0 + static_cast<double>(uniform(rng, 0, 999)) / 100.0);
+      total_weight += static_cast<long double>(weight[i]);
+    }
+    const auto skip = static_cast<std::size_t>(uniform(rng, 0, n - 1));
+    const long double capacity =
+        total_weight * static_cast<long double>(uniform(rng, 0, 110)) / 100.0L;
+    // Reference: weightless items whole, the others by value per unit, highest first.
+    std::vector<std::size_t> by(value.size());
+    std::iota(by.begin(), by.end(), std::size_t{0});
+    std::stable_partition(by.begin(), by.end(), [&](std::size_t i) { return weight[i] == 0; });
+    const auto first_weighted =
+        std::find_if(by.begin(), by.end(), [&](std::size_t i) { return weight[i] > 0; });
+    std::sort(first_weighted, by.end(), [&](std::size_t a, std::size_t b) {
+      return value[a] / static_cast<double>(weight[a]) > value[b] / static_cast<double>(weight[b]);
+    });
+    long double expected = 0, room = capacity;
+    for (const auto i : by) {
+      if (i == skip) continue;
+      if (weight[i] == 0) {
+        expected += value[i];
+      } else if (room > 0) {
+        const auto w = static_cast<long double>(weight[i]);
+        expected += w <= room ? value[i] : value[i] * room / w;
+        room -= w;
+      }
+    }
+    CAPTURE(iter);
+    CAPTURE(n);
+    const long double got = orchmllm::detail::fractional_knapsack(value, weight, capacity, skip);
+    CHECK(static_cast<double>(got) == doctest::Approx(static_cast<double>(expected)).epsilon(1e-9));
+  }
 }
 
 TEST_CASE("micro_batches: light_ends puts the lightest micro-batches first and last") {
