@@ -13,6 +13,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "support/test_support.hpp"
@@ -432,6 +433,63 @@ TEST_CASE("micro_batches: the bound's fractional knapsack against a full sort") 
     const long double got = orchmllm::detail::fractional_knapsack(value, weight, capacity, skip);
     CHECK(static_cast<double>(got) == doctest::Approx(static_cast<double>(expected)).epsilon(1e-9));
   }
+}
+
+TEST_CASE("micro_batches: relieving full micro-batches keeps every limit and never costs more") {
+  namespace detail = orchmllm::detail;
+  std::mt19937_64 rng(1234);
+  int improved = 0;
+  for (int iter = 0; iter < 60; ++iter) {
+    const auto d = static_cast<rank_t>(uniform(rng, 2, 8));
+    const std::int64_t m_count = uniform(rng, 2, 5);
+    const std::int64_t n = uniform(rng, 4 * d * m_count, 12 * d * m_count);
+    const auto layout = random_micro_layout(rng, d, n, 400);
+    const quadratic_cost cost{0.0, 1.0, 1.0 / 200};
+    std::int64_t total = 0, largest = 0;
+    for (std::int64_t g = 0; g < n; ++g) {
+      total += layout.length(g);
+      largest = std::max(largest, layout.length(g));
+    }
+    orchmllm::micro_batch_limits limits;
+    limits.tokens = std::max(largest, total * uniform(rng, 100, 125) / (100 * d * m_count));
+    detail::micro_items<double> in;
+    in.cost = detail::checked_costs(layout, cost, orchmllm::packed);
+    for (std::int64_t g = 0; g < n; ++g) in.shape.push_back(orchmllm::item_shape_of(layout, g));
+    in.alone = in.cost;
+    in.order =
+        detail::canonical_order<double>(layout, std::span<const double>(in.cost), orchmllm::packed);
+    const detail::cell_rules<double, quadratic_cost> rules{orchmllm::packed, limits, cost};
+    auto plan = detail::plan_per_micro_batch_greedy(in, d, m_count, false, rules);
+    if (!plan) continue;
+    detail::rebalance_micro_batches(layout, in, m_count, false, orchmllm::any_balancer{}, rules,
+                                    *plan);
+    const auto before = detail::objectives(plan->load, d, m_count).first;
+    detail::relieve_full_micro_batches(layout, in, m_count, false, orchmllm::any_balancer{}, rules,
+                                       *plan);
+    CAPTURE(iter);
+    // The cells from scratch: every item once, every limit, no empty cell, the loads it keeps.
+    std::vector<std::int64_t> tokens(static_cast<std::size_t>(d * m_count), 0),
+        items(static_cast<std::size_t>(d * m_count), 0);
+    std::vector<double> load(static_cast<std::size_t>(d * m_count), 0.0);
+    for (std::int64_t g = 0; g < n; ++g) {
+      const auto gi = static_cast<std::size_t>(g);
+      REQUIRE(plan->batch[gi] >= 0);
+      REQUIRE(plan->batch[gi] < m_count);
+      const auto c = static_cast<std::size_t>(plan->rank[gi] * m_count + plan->batch[gi]);
+      tokens[c] += layout.length(g);
+      ++items[c];
+      load[c] += cost(layout.length(g));
+    }
+    for (std::size_t c = 0; c < load.size(); ++c) {
+      CHECK(tokens[c] <= limits.tokens);
+      CHECK(items[c] >= 1);
+      CHECK(load[c] == doctest::Approx(plan->load[c]).epsilon(1e-9));
+    }
+    const auto after = detail::objectives(plan->load, d, m_count).first;
+    CHECK(after <= before);
+    if (after < before) ++improved;
+  }
+  CHECK(improved > 0);
 }
 
 TEST_CASE("micro_batches: light_ends puts the lightest micro-batches first and last") {

@@ -348,74 +348,207 @@ std::optional<cell_plan<Cost>> plan_per_micro_batch_greedy(const micro_items<Cos
   return out;
 }
 
+// The limits of one cell as rank constraints for `balance` (one cap: tokens, else bytes; the
+// others are checked on its plan).
+inline constraints cell_constraints(const micro_batch_limits& l, bool allow_empty) {
+  constraints out;
+  if (l.tokens < std::numeric_limits<std::int64_t>::max())
+    out.cap = capacity{capacity::measure::tokens, l.tokens};
+  else if (l.bytes < std::numeric_limits<std::int64_t>::max())
+    out.cap = capacity{capacity::measure::bytes, l.bytes};
+  out.min_items = allow_empty ? 0 : 1;
+  out.max_items = l.items;
+  return out;
+}
+
+// The items `ids` (ascending) of one micro-batch balanced over the d ranks by the balancer under
+// the cell limits: the rank of each and the d cell loads, or nullopt when the balancer finds no
+// plan that keeps every limit. The micro-batch is a layout on the ranks its items were sampled
+// on (the balancer sees where they are), with their segments.
+template <class Cost, class C>
+std::optional<std::pair<std::vector<rank_t>, std::vector<Cost>>> balance_group(
+    const batch_layout& layout, const micro_items<Cost>& in, std::span<const std::int64_t> ids,
+    const any_balancer& b, const cell_rules<Cost, C>& rules, const constraints& cell_limits) {
+  const rank_t d = layout.num_ranks();
+  std::vector<std::int64_t> offsets(static_cast<std::size_t>(d) + 1, 0), lengths, bytes,
+      seg_offsets, seg_lengths;
+  for (const auto g : ids) {
+    ++offsets[static_cast<std::size_t>(layout.rank_of(g)) + 1];
+    lengths.push_back(layout.length(g));
+    bytes.push_back(layout.bytes(g));
+  }
+  for (rank_t r = 0; r < d; ++r)
+    offsets[static_cast<std::size_t>(r) + 1] += offsets[static_cast<std::size_t>(r)];
+  if (layout.has_segments()) {
+    seg_offsets.push_back(0);
+    for (const auto g : ids) {
+      const auto s = layout.segments(g);
+      seg_lengths.insert(seg_lengths.end(), s.begin(), s.end());
+      seg_offsets.push_back(static_cast<std::int64_t>(seg_lengths.size()));
+    }
+  }
+  const batch_layout group(std::move(offsets), std::move(lengths), std::move(bytes), {},
+                           std::move(seg_offsets), std::move(seg_lengths));
+  std::optional<balance_result<Cost>> res;
+  try {
+    res = balance(group, rules.cost, rules.policy, b, cell_limits);
+  } catch (const infeasible_error&) {
+    return std::nullopt;
+  }
+  // Every limit of every cell, on the new cells.
+  std::vector<cell_load<Cost>> cells(static_cast<std::size_t>(d), cell_load<Cost>(rules.policy));
+  std::vector<rank_t> rank(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const auto g = static_cast<std::size_t>(ids[i]);
+    rank[i] = res->plan.dst_ranks()[i];
+    auto& cell = cells[static_cast<std::size_t>(rank[i])];
+    if (!rules.fits(cell, in.shape[g], in.cost[g])) return std::nullopt;
+    cell.add(in.shape[g], in.cost[g], rules.cost);
+  }
+  std::vector<Cost> load(static_cast<std::size_t>(d));
+  for (rank_t r = 0; r < d; ++r)
+    load[static_cast<std::size_t>(r)] = cells[static_cast<std::size_t>(r)].load(rules.cost);
+  return std::pair{std::move(rank), std::move(load)};
+}
+
 // The second pass of the per-micro-batch plan: each micro-batch's items balanced over the ranks
-// by the balancer under the cell limits (one cap: tokens, else bytes; the others checked), kept
-// where its makespan is smaller and every limit holds. Only cells move within a micro-batch.
+// by the balancer under the cell limits, kept where its top is lower. Only cells move within a
+// micro-batch.
 template <class Cost, class C>
 void rebalance_micro_batches(const batch_layout& layout, const micro_items<Cost>& in,
                              std::int64_t m_count, bool allow_empty, const any_balancer& b,
                              const cell_rules<Cost, C>& rules, cell_plan<Cost>& plan) {
   const rank_t d = layout.num_ranks();
-  const auto& l = rules.limits;
-  constraints cell_limits;
-  if (l.tokens < std::numeric_limits<std::int64_t>::max())
-    cell_limits.cap = capacity{capacity::measure::tokens, l.tokens};
-  else if (l.bytes < std::numeric_limits<std::int64_t>::max())
-    cell_limits.cap = capacity{capacity::measure::bytes, l.bytes};
-  cell_limits.min_items = allow_empty ? 0 : 1;
-  cell_limits.max_items = l.items;
+  const constraints cell_limits = cell_constraints(rules.limits, allow_empty);
   std::vector<std::vector<std::int64_t>> members(static_cast<std::size_t>(m_count));
   for (std::int64_t g = 0; g < layout.num_items(); ++g)  // by id: rank-major, as a layout wants
     members[static_cast<std::size_t>(plan.batch[static_cast<std::size_t>(g)])].push_back(g);
   for (std::int64_t m = 0; m < m_count; ++m) {
     const auto& ids = members[static_cast<std::size_t>(m)];
     if (ids.empty()) continue;
-    // The micro-batch as a layout on the ranks its items were sampled on (the balancer sees
-    // where they are), with their segments.
-    std::vector<std::int64_t> offsets(static_cast<std::size_t>(d) + 1, 0), lengths, bytes,
-        seg_offsets, seg_lengths;
-    for (const auto g : ids) {
-      ++offsets[static_cast<std::size_t>(layout.rank_of(g)) + 1];
-      lengths.push_back(layout.length(g));
-      bytes.push_back(layout.bytes(g));
-    }
-    for (rank_t r = 0; r < d; ++r)
-      offsets[static_cast<std::size_t>(r) + 1] += offsets[static_cast<std::size_t>(r)];
-    if (layout.has_segments()) {
-      seg_offsets.push_back(0);
-      for (const auto g : ids) {
-        const auto s = layout.segments(g);
-        seg_lengths.insert(seg_lengths.end(), s.begin(), s.end());
-        seg_offsets.push_back(static_cast<std::int64_t>(seg_lengths.size()));
-      }
-    }
-    const batch_layout group(std::move(offsets), std::move(lengths), std::move(bytes), {},
-                             std::move(seg_offsets), std::move(seg_lengths));
     Cost current{};
     for (rank_t r = 0; r < d; ++r)
       current = std::max(current, plan.load[static_cast<std::size_t>(r * m_count + m)]);
-    std::optional<balance_result<Cost>> res;
-    try {
-      res = balance(group, rules.cost, rules.policy, b, cell_limits);
-    } catch (const infeasible_error&) {
-      continue;  // the first pass's cells stand
-    }
-    if (!(res->makespan < current)) continue;
-    // Every limit of every cell, on the new cells.
-    std::vector<cell_load<Cost>> cells(static_cast<std::size_t>(d), cell_load<Cost>(rules.policy));
-    bool ok = true;
-    for (std::size_t i = 0; i < ids.size() && ok; ++i) {
-      const auto g = static_cast<std::size_t>(ids[i]);
-      auto& cell = cells[static_cast<std::size_t>(res->plan.dst_ranks()[i])];
-      ok = rules.fits(cell, in.shape[g], in.cost[g]);
-      cell.add(in.shape[g], in.cost[g], rules.cost);
-    }
-    if (!ok) continue;
+    const auto cells =
+        balance_group(layout, in, std::span<const std::int64_t>(ids), b, rules, cell_limits);
+    if (!cells) continue;  // the first pass's cells stand
+    Cost top{};
+    for (const auto l : cells->second) top = std::max(top, l);
+    if (!(top < current)) continue;
     for (std::size_t i = 0; i < ids.size(); ++i)
-      plan.rank[static_cast<std::size_t>(ids[i])] = res->plan.dst_ranks()[i];
+      plan.rank[static_cast<std::size_t>(ids[i])] = cells->first[i];
     for (rank_t r = 0; r < d; ++r)
       plan.load[static_cast<std::size_t>(r * m_count + m)] =
-          cells[static_cast<std::size_t>(r)].load(rules.cost);
+          cells->second[static_cast<std::size_t>(r)];
+  }
+}
+
+// The third pass: a micro-batch whose cells are full to the token limit can keep a top well
+// above its average (its heaviest cell cannot shed tokens to full neighbours). Its shortest
+// items, worth about that gap, move to the micro-batch with the most token room, and both are
+// balanced again; kept when their tops add up to less. The micro-batch with the largest gap
+// above its own bound (its average, its largest item) goes first; up to M rounds while one
+// helps.
+template <class Cost, class C>
+void relieve_full_micro_batches(const batch_layout& layout, const micro_items<Cost>& in,
+                                std::int64_t m_count, bool allow_empty, const any_balancer& b,
+                                const cell_rules<Cost, C>& rules, cell_plan<Cost>& plan) {
+  const rank_t d = layout.num_ranks();
+  if (m_count < 2 || d < 2 || rules.limits.tokens == std::numeric_limits<std::int64_t>::max())
+    return;
+  const constraints cell_limits = cell_constraints(rules.limits, allow_empty);
+  const auto n = static_cast<std::int64_t>(in.cost.size());
+  const auto mc = static_cast<std::size_t>(m_count);
+  for (std::int64_t round = 0; round < m_count; ++round) {
+    std::vector<Cost> top(mc, Cost{}), sum(mc, Cost{}), largest(mc, Cost{});
+    std::vector<long double> tokens(mc, 0);
+    for (std::int64_t m = 0; m < m_count; ++m)
+      for (rank_t r = 0; r < d; ++r) {
+        const Cost l = plan.load[static_cast<std::size_t>(r * m_count + m)];
+        top[static_cast<std::size_t>(m)] = std::max(top[static_cast<std::size_t>(m)], l);
+        sum[static_cast<std::size_t>(m)] += l;
+      }
+    for (std::int64_t g = 0; g < n; ++g) {
+      const auto gi = static_cast<std::size_t>(g);
+      const auto m = static_cast<std::size_t>(plan.batch[gi]);
+      largest[m] = std::max(largest[m], in.alone[gi]);
+      tokens[m] += static_cast<long double>(item_tokens(in.shape[gi], rules.policy));
+    }
+    std::int64_t from = -1, to = -1;
+    Cost gap{};
+    for (std::int64_t m = 0; m < m_count; ++m) {
+      const auto mi = static_cast<std::size_t>(m);
+      const Cost floor = std::max(largest[mi], sum[mi] / static_cast<Cost>(d));
+      if (top[mi] > floor && (from < 0 || top[mi] - floor > gap)) {
+        from = m;
+        gap = top[mi] - floor;
+      }
+    }
+    if (from < 0) return;
+    for (std::int64_t m = 0; m < m_count; ++m)
+      if (m != from &&
+          (to < 0 || tokens[static_cast<std::size_t>(m)] < tokens[static_cast<std::size_t>(to)]))
+        to = m;
+    const long double room =
+        static_cast<long double>(d) * static_cast<long double>(rules.limits.tokens) -
+        tokens[static_cast<std::size_t>(to)];
+    // The shortest items of `from` (cheapest first, ties by id), worth about the gap, none the
+    // last item of its cell unless cells may be empty, within half the room of `to`.
+    std::vector<std::int64_t> ids_from, ids_to;
+    for (std::int64_t g = 0; g < n; ++g) {
+      if (plan.batch[static_cast<std::size_t>(g)] == from) ids_from.push_back(g);
+      if (plan.batch[static_cast<std::size_t>(g)] == to) ids_to.push_back(g);
+    }
+    std::vector<std::int64_t> cheap(ids_from);
+    std::stable_sort(cheap.begin(), cheap.end(), [&](std::int64_t a, std::int64_t c) {
+      return in.alone[static_cast<std::size_t>(a)] < in.alone[static_cast<std::size_t>(c)];
+    });
+    std::vector<std::int64_t> left(static_cast<std::size_t>(d), 0);
+    for (const auto g : ids_from)
+      ++left[static_cast<std::size_t>(plan.rank[static_cast<std::size_t>(g)])];
+    std::vector<char> moved(static_cast<std::size_t>(n), 0);
+    Cost moved_cost{};
+    long double moved_tokens = 0;
+    for (const auto g : cheap) {
+      if (!(moved_cost < gap) && 64 * moved_tokens >= tokens[static_cast<std::size_t>(from)]) break;
+      const auto gi = static_cast<std::size_t>(g);
+      const auto t = static_cast<long double>(item_tokens(in.shape[gi], rules.policy));
+      if (2 * (moved_tokens + t) > room) break;
+      auto& k = left[static_cast<std::size_t>(plan.rank[gi])];
+      if (!allow_empty && k <= 1) continue;
+      --k;
+      moved[gi] = 1;
+      moved_cost += in.alone[gi];
+      moved_tokens += t;
+    }
+    if (moved_tokens == 0 && moved_cost == Cost{}) return;
+    std::vector<std::int64_t> new_from, new_to;
+    for (const auto g : ids_from)
+      (moved[static_cast<std::size_t>(g)] ? new_to : new_from).push_back(g);
+    new_to.insert(new_to.end(), ids_to.begin(), ids_to.end());
+    std::sort(new_to.begin(), new_to.end());
+    const auto a =
+        balance_group(layout, in, std::span<const std::int64_t>(new_from), b, rules, cell_limits);
+    const auto c =
+        balance_group(layout, in, std::span<const std::int64_t>(new_to), b, rules, cell_limits);
+    if (!a || !c) return;
+    Cost top_a{}, top_c{};
+    for (const auto l : a->second) top_a = std::max(top_a, l);
+    for (const auto l : c->second) top_c = std::max(top_c, l);
+    if (!(top_a + top_c < top[static_cast<std::size_t>(from)] + top[static_cast<std::size_t>(to)]))
+      return;
+    for (std::size_t i = 0; i < new_from.size(); ++i)
+      plan.rank[static_cast<std::size_t>(new_from[i])] = a->first[i];
+    for (std::size_t i = 0; i < new_to.size(); ++i) {
+      plan.rank[static_cast<std::size_t>(new_to[i])] = c->first[i];
+      plan.batch[static_cast<std::size_t>(new_to[i])] = to;
+    }
+    for (rank_t r = 0; r < d; ++r) {
+      plan.load[static_cast<std::size_t>(r * m_count + from)] =
+          a->second[static_cast<std::size_t>(r)];
+      plan.load[static_cast<std::size_t>(r * m_count + to)] =
+          c->second[static_cast<std::size_t>(r)];
+    }
   }
 }
 
@@ -824,7 +957,10 @@ micro_batch_result<cost_type_t<C>> balance_micro_batches_impl(const batch_layout
       }
     } else {
       plan = plan_per_micro_batch_greedy(in, d, tried, micro.allow_empty, rules);
-      if (plan) rebalance_micro_batches(layout, in, tried, micro.allow_empty, b, rules, *plan);
+      if (plan) {
+        rebalance_micro_batches(layout, in, tried, micro.allow_empty, b, rules, *plan);
+        relieve_full_micro_batches(layout, in, tried, micro.allow_empty, b, rules, *plan);
+      }
     }
     if (exact) {
       // From the heuristic's objective, keeping only a better plan; it also settles whether
