@@ -445,10 +445,10 @@ void rebalance_micro_batches(const batch_layout& layout, const micro_items<Cost>
 
 // The third pass: a micro-batch whose cells are full to the token limit can keep a top well
 // above its average (its heaviest cell cannot shed tokens to full neighbours). Its shortest
-// items, worth about that gap, move to the micro-batch with the most token room, and both are
-// balanced again; kept when their tops add up to less. The micro-batch with the largest gap
-// above its own bound (its average, its largest item) goes first; up to M rounds while one
-// helps.
+// items, worth the gap and at least 1/16 of its tokens (room for the balancer to work), move to
+// the micro-batch with the most token room, and both are balanced again; kept when their tops add
+// up to less. The micro-batch with the largest gap above its own bound (its average, its largest
+// item) goes first; up to M rounds while one helps.
 template <class Cost, class C>
 void relieve_full_micro_batches(const batch_layout& layout, const micro_items<Cost>& in,
                                 std::int64_t m_count, bool allow_empty, const any_balancer& b,
@@ -492,8 +492,9 @@ void relieve_full_micro_batches(const batch_layout& layout, const micro_items<Co
     const long double room =
         static_cast<long double>(d) * static_cast<long double>(rules.limits.tokens) -
         tokens[static_cast<std::size_t>(to)];
-    // The shortest items of `from` (cheapest first, ties by id), worth about the gap, none the
-    // last item of its cell unless cells may be empty, within half the room of `to`.
+    // The shortest items of `from` (cheapest first, ties by id), worth the gap and 1/16 of its
+    // tokens, none the last item of its cell unless cells may be empty, within half the room of
+    // `to`.
     std::vector<std::int64_t> ids_from, ids_to;
     for (std::int64_t g = 0; g < n; ++g) {
       if (plan.batch[static_cast<std::size_t>(g)] == from) ids_from.push_back(g);
@@ -510,7 +511,7 @@ void relieve_full_micro_batches(const batch_layout& layout, const micro_items<Co
     Cost moved_cost{};
     long double moved_tokens = 0;
     for (const auto g : cheap) {
-      if (!(moved_cost < gap) && 64 * moved_tokens >= tokens[static_cast<std::size_t>(from)]) break;
+      if (!(moved_cost < gap) && 16 * moved_tokens >= tokens[static_cast<std::size_t>(from)]) break;
       const auto gi = static_cast<std::size_t>(g);
       const auto t = static_cast<long double>(item_tokens(in.shape[gi], rules.policy));
       if (2 * (moved_tokens + t) > room) break;
