@@ -3,7 +3,8 @@
 /// Umbrella header: everything that needs no optional dependency.
 ///   core/      batch layout, cost models, padding policies, constraints, rearrangement algebra,
 ///              statistics and lower bounds, errors
-///   balance/   the Batch Post-Balancing Dispatcher (`balance`)
+///   balance/   the Batch Post-Balancing Dispatcher (`balance`), cells of micro-batches
+///              (`balance_micro_batches`)
 ///   topology/  cluster shape and link figures, mapping balanced bins to ranks (`map_bins`)
 ///   comm/      the communicator concept, the in-process backend (`local::run`), metadata
 ///              exchange (`gather_layout`), routes and `dispatch`/`combine` of ragged payloads
@@ -17,6 +18,7 @@
 
 #include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/balance/balancers.hpp"
+#include "orchmllm/balance/micro_batches.hpp"
 #include "orchmllm/balance/problem.hpp"
 #include "orchmllm/balance/split.hpp"
 #include "orchmllm/comm/collectives.hpp"
