@@ -114,5 +114,8 @@ function(orchmllm_add_mpi_test name source ranks)
   target_include_directories(${target} PRIVATE
     "${PROJECT_SOURCE_DIR}/tests" "${PROJECT_SOURCE_DIR}/bench")
   orchmllm_target_warnings(${target})
+  if(COMMAND orchmllm_test_optimisation)  # tests/CMakeLists.txt
+    orchmllm_test_optimisation(${target})
+  endif()
   orchmllm_add_mpi_command_test(${name} ${ranks} ${target} ARGS ${arg_ARGS})
 endfunction()

@@ -26,6 +26,13 @@ if(_count EQUAL 0)
   message(FATAL_ERROR "orchmllm_format_check.cmake: no C++ files under ${ROOT}")
 endif()
 
+execute_process(COMMAND "${CLANG_FORMAT}" --dry-run --Werror ${_files}
+  WORKING_DIRECTORY "${ROOT}" RESULT_VARIABLE _rc OUTPUT_QUIET ERROR_QUIET)
+if(_rc EQUAL 0)
+  message(STATUS "${_count} files formatted as .clang-format says (${CLANG_FORMAT})")
+  return()
+endif()
+# Which ones.
 set(_unformatted "")
 foreach(_file IN LISTS _files)
   execute_process(COMMAND "${CLANG_FORMAT}" --dry-run --Werror "${_file}"
