@@ -92,9 +92,10 @@ ORCHMLLM_MODE_NAMESPACE_BEGIN
 /// breaks a constraint, or no plan, is replaced by the refined constrained first-fit-decreasing
 /// packing (`fallback` set), and `infeasible_error` is raised only when that finds none either
 /// (or `b` proved that none exists). Header-only, a unit instantiates only the algorithms of
-/// the balancer it names (every built-in for an `any_balancer`); in compiled mode
-/// (orchmllm/config.hpp) they run in the library through one indirect call per cost
-/// evaluation, with the same plan.
+/// the balancer it names (every built-in for an `any_balancer`), once per computation type: the
+/// built-ins see the model through `detail::cost_ref` (the costs are computed with the model
+/// itself; the algorithms evaluate it only for a rank's padded unit cost, which they cache). In
+/// compiled mode (orchmllm/config.hpp) they run in the library, with the same plan.
 ///
 /// Complexity: that of `b` plus O(n log n) for the canonical order and the lower bound.
 /// Throws `invalid_argument_error` for an unusable knob (karmarkar_karp with a padded policy,

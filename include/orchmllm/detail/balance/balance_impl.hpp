@@ -73,11 +73,15 @@ void check_feasible(const balance_input<Cost>& in) {
   raise<infeasible_error>(what);
 }
 
-/// One `balance` call on a model that returns its computation type: the checks and the problem
-/// (constructor), the application's plan checked and completed by the fallback (`adopt`), and
-/// the result's figures (`finish`). Templated on the model only, so the balancers that run
-/// between share one instantiation of all of it. Not copyable: the problem refers to members.
-template <class C>
+/// One `balance` call on a model C that returns its computation type: the checks and the
+/// problem (constructor), the application's plan checked and completed by the fallback
+/// (`adopt`), and the result's figures (`finish`). Only the item costs and their checks are
+/// computed with C itself; the problem and everything after it see the model as M: C for an
+/// application's balancer, `cost_ref` for the built-ins, so that every model with the same
+/// computation type shares one instantiation of the built-in algorithms (they evaluate the
+/// model only for a rank's padded unit cost, which they cache). Not copyable: the problem
+/// refers to members.
+template <class C, class M = C>
 class balance_session {
  public:
   using Cost = cost_type_t<C>;
@@ -85,18 +89,18 @@ class balance_session {
   balance_session(const batch_layout& layout, const C& cost, padding_policy policy,
                   const constraints& limits)
       : layout_(layout),
-        cost_(cost),
+        model_(cost),
         policy_(policy),
         limits_(limits),
         costs_(costs_of(layout, cost)),
         order_((check_headroom(layout, std::span<const Cost>(costs_), cost, policy),
                 canonical_order<Cost>(layout, costs_, policy))),
         in_{layout, layout.num_ranks(), costs_, order_, policy, limits},
-        problem_(in_, cost, (check_feasible(in_), input_lower_bound(in_, cost))) {}
+        problem_(in_, model_, (check_feasible(in_), input_lower_bound(in_, model_))) {}
   balance_session(const balance_session&) = delete;
   balance_session& operator=(const balance_session&) = delete;
 
-  [[nodiscard]] const balance_problem<C>& problem() const noexcept { return problem_; }
+  [[nodiscard]] const balance_problem<M>& problem() const noexcept { return problem_; }
 
   /// The application's plan: its shape checked (a clear error), kept if it satisfies the
   /// constraints, else replaced by the refined constrained first-fit fallback unless the
@@ -112,7 +116,7 @@ class balance_session {
         ORCHMLLM_REQUIRE(a[g] >= 0 && a[g] < d, invalid_argument_error, "the balancer sent item ",
                          g, " to rank ", a[g], ", outside [0, ", d, ")");
     }
-    plan_search<C> s(problem_, -1);
+    plan_search<M> s(problem_, -1);
     s.set_infeasible(raw.proven_infeasible && !raw.destination);
     s.consider(std::move(raw.destination), raw.used);
     s.set_proven(raw.proven_optimal && s.found());
@@ -137,7 +141,7 @@ class balance_session {
     result.makespan = out.makespan;
     // The algorithms ran on the structural bound; the result reports the tight one (padded: the
     // optimum without the cap), which only ever proves more plans optimal.
-    result.lower_bound = reported_lower_bound<C>(layout_, order_, d, cost_, policy_, limits_,
+    result.lower_bound = reported_lower_bound<M>(layout_, order_, d, model_, policy_, limits_,
                                                  problem_.lower_bound());
     result.proven_optimal = out.plan.proven_optimal || result.makespan <= result.lower_bound;
     result.plan = rearrangement::from_destinations(layout_.offsets(), *out.plan.destination, d);
@@ -161,14 +165,17 @@ class balance_session {
     return costs;
   }
 
+  // The model as the problem sees it: a reference to C, or a cost_ref to it.
+  using model_holder = std::conditional_t<std::is_same_v<M, C>, const C&, M>;
+
   const batch_layout& layout_;
-  const C& cost_;
+  model_holder model_;
   padding_policy policy_;
   const constraints& limits_;
   std::vector<Cost> costs_;
   std::vector<std::int64_t> order_;
   balance_input<Cost> in_;
-  balance_problem<C> problem_;
+  balance_problem<M> problem_;
 };
 
 /// `balance` with balancer `b` on a model that returns its computation type. Built-in
@@ -182,11 +189,11 @@ balance_result<cost_type_t<C>> balance_with(const batch_layout& layout, const C&
   // whatever the input (search checks them again when called on its own).
   if constexpr (std::is_same_v<B, any_balancer>) {
     check_balancer(b, policy, layout.num_ranks());
-    const balance_session<C> session(layout, cost, policy, limits);
+    const balance_session<C, cost_ref<cost_type_t<C>>> session(layout, cost, policy, limits);
     return session.finish(b.visit([&](const auto& x) { return search(x, session.problem()); }));
   } else if constexpr (is_builtin_balancer_v<B>) {
     check_knobs(b, policy, layout.num_ranks());
-    const balance_session<C> session(layout, cost, policy, limits);
+    const balance_session<C, cost_ref<cost_type_t<C>>> session(layout, cost, policy, limits);
     return session.finish(search(b, session.problem()));
   } else {
     const balance_session<C> session(layout, cost, policy, limits);
