@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <orchmllm/orchmllm.hpp>
 #include <ostream>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "bench/cli/command.hpp"
 #include "bench/cli/json.hpp"
+#include "bench/cli/micro_batch_flags.hpp"
 #include "bench/cli/problem.hpp"
 #include "bench/support/args.hpp"
 
@@ -27,6 +29,7 @@ const command& compare_command() {
     c.name = "compare";
     c.summary = "Run every applicable balancer on ITEMS.csv; print a comparison table.";
     c.flags = problem_flags();
+    for (auto& f : micro_batch_flags()) c.flags.push_back(std::move(f));
     c.flags.push_back({"json", "", "print one JSON object per algorithm and line instead", false});
     c.details =
         "columns: makespan, ratio to the lower bound, imbalance (max/mean load), items moved,\n"
@@ -40,7 +43,14 @@ const command& compare_command() {
         "status is 2. seconds is the balance() call alone.\n"
         "JSON lines: algorithm, status (ok | n/a | failed), and for ok rows used, items, ranks,\n"
         "makespan, lower_bound, ratio, imbalance, imbalance_before, seconds, proven_optimal,\n"
-        "items_moved; otherwise reason.\n";
+        "items_moved; otherwise reason.\n"
+        "\n"
+        "With a micro-batch flag (see `help plan`) every row balances cells (rank, micro-batch)\n"
+        "with its algorithm (orchmllm::balance_micro_batches): the columns become objective (the\n"
+        "step's cost under --sync), ratio (objective / its lower bound), M, moved, seconds; the\n"
+        "summary line adds the objective of the input as sampled; JSON lines add sync,\n"
+        "micro_batches, objective, objective_before, objective_lower_bound, objective_ratio and\n"
+        "objective_proven_optimal.\n";
     c.run = &run_compare;
     return c;
   }();
@@ -137,11 +147,16 @@ void print_table(std::ostream& out, const std::vector<compare_row>& rows) {
 
 int run_compare(const parsed_args& args, std::ostream& out, std::ostream& err) {
   return guarded(compare_command(), err, [&] {
+    const std::optional<micro_batching> micro = parse_micro_batch_flags(args);
     const problem p = load_problem(args);
+    if (micro) check_micro_batch_items(p, *micro);
     const bool as_json = args.has("json");
     std::vector<detail::compare_row> rows;
-    rows.push_back(
-        {{"algorithm", "makespan", "ratio", "imbalance", "moved", "seconds"}, "note", ""});
+    if (micro)
+      rows.push_back({{"algorithm", "objective", "ratio", "M", "moved", "seconds"}, "note", ""});
+    else
+      rows.push_back(
+          {{"algorithm", "makespan", "ratio", "imbalance", "moved", "seconds"}, "note", ""});
     std::exception_ptr auto_failure;
     std::string summary;
 
@@ -156,6 +171,12 @@ int run_compare(const parsed_args& args, std::ostream& out, std::ostream& err) {
                     ", cost " + p.cost_name + ", lower bound " +
                     detail::format_cost<Cost>(base.lower_bound) + ", imbalance before " +
                     detail::format_fixed(base.imbalance_before, 6);
+          std::optional<Cost> objective_before;
+          if (micro) {
+            objective_before = micro_batch_objective_as_sampled(p.layout, cost, p.policy, *micro);
+            summary += ", sync " + std::string(to_string(micro->sync)) + ", objective before " +
+                       detail::format_cost<Cost>(*objective_before);
+          }
           for (const auto& v : detail::compare_variants()) {
             detail::compare_row row;
             json_object j;
@@ -169,18 +190,36 @@ int run_compare(const parsed_args& args, std::ostream& out, std::ostream& err) {
               const bool automatic = v.balancer.get_if<balancers::automatic>() != nullptr;
               try {
                 const auto start = std::chrono::steady_clock::now();
-                const auto result = balance(p.layout, cost, p.policy, v.balancer, p.limits);
+                std::optional<micro_batch_result<Cost>> cells;
+                if (micro)
+                  cells =
+                      balance_micro_batches(p.layout, cost, p.policy, *micro, v.balancer, p.limits);
+                const auto result = cells ? cells->balance
+                                          : balance(p.layout, cost, p.policy, v.balancer, p.limits);
                 const auto stop = std::chrono::steady_clock::now();
                 const double seconds = std::chrono::duration<double>(stop - start).count();
                 const auto s = compute_statistics(p.layout, result.plan, cost, p.policy, p.limits);
-                row.cells = {v.name,
-                             detail::format_cost<Cost>(s.makespan),
-                             detail::format_fixed(s.ratio, 6),
-                             detail::format_fixed(s.imbalance_after, 6),
-                             std::to_string(s.items_moved),
-                             detail::format_fixed(seconds, 6)};
+                const double objective_ratio =
+                    cells && cells->objective_lower_bound > Cost{}
+                        ? static_cast<double>(cells->objective) /
+                              static_cast<double>(cells->objective_lower_bound)
+                        : 1.0;
+                if (cells)
+                  row.cells = {v.name,
+                               detail::format_cost<Cost>(cells->objective),
+                               detail::format_fixed(objective_ratio, 6),
+                               std::to_string(cells->micro_batches),
+                               std::to_string(s.items_moved),
+                               detail::format_fixed(seconds, 6)};
+                else
+                  row.cells = {v.name,
+                               detail::format_cost<Cost>(s.makespan),
+                               detail::format_fixed(s.ratio, 6),
+                               detail::format_fixed(s.imbalance_after, 6),
+                               std::to_string(s.items_moved),
+                               detail::format_fixed(seconds, 6)};
                 if (automatic) row.note = "used " + std::string(result.used);
-                if (result.proven_optimal)
+                if (cells ? cells->objective_proven_optimal : result.proven_optimal)
                   row.note += (row.note.empty() ? "" : ", ") + std::string("proven optimal");
                 using ::orchmllm::detail::statistic;
                 const auto figures = ::orchmllm::detail::statistic_fields(s);
@@ -195,6 +234,14 @@ int run_compare(const parsed_args& args, std::ostream& out, std::ostream& err) {
                 add_statistics(j, figures, {statistic::imbalance_before});
                 j.add("seconds", seconds).add("proven_optimal", result.proven_optimal);
                 add_statistics(j, figures, {statistic::items_moved});
+                if (cells)
+                  j.add("sync", std::string(to_string(micro->sync)))
+                      .add("micro_batches", cells->micro_batches)
+                      .add("objective", cells->objective)
+                      .add("objective_before", *objective_before)
+                      .add("objective_lower_bound", cells->objective_lower_bound)
+                      .add("objective_ratio", objective_ratio)
+                      .add("objective_proven_optimal", cells->objective_proven_optimal);
               } catch (const orchmllm::error& e) {
                 if (automatic) auto_failure = std::current_exception();
                 row.cells = {v.name, "failed"};

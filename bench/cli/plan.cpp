@@ -10,12 +10,15 @@
 #include <ostream>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "bench/cli/command.hpp"
 #include "bench/cli/file_io.hpp"
 #include "bench/cli/json.hpp"
+#include "bench/cli/micro_batch_flags.hpp"
 #include "bench/cli/plan_csv.hpp"
 #include "bench/cli/problem.hpp"
 #include "bench/support/args.hpp"
@@ -61,8 +64,11 @@ const command& plan_command() {
                        "automatic (and locality's base): stop once the makespan is within this "
                        "fraction of the lower bound; default 0 (only at the bound)",
                        false});
-    c.flags.push_back(
-        {"out", "PLAN.csv", "output: rank,slot,dst_rank,dst_slot per input item", true});
+    for (auto& f : micro_batch_flags()) c.flags.push_back(std::move(f));
+    c.flags.push_back({"out", "PLAN.csv",
+                       "output: rank,slot,dst_rank,dst_slot per input item (and "
+                       "dst_micro_batch with micro-batches)",
+                       true});
     c.details =
         "The balancer's bins are mapped to ranks by orchmllm::map_bins (--mapping) and PLAN.csv\n"
         "holds the mapped plan; the byte size of an item is its bytes column (else its length).\n"
@@ -86,6 +92,18 @@ const command& plan_command() {
         "it; any method whose inter-node bytes meet their lower bound),\n"
         "worst_node_bytes_lower_bound (no mapping has a smaller max(egress, ingress) node).\n"
         "Figures of the plan (items_moved, bytes_moved, ...) are those of PLAN.csv.\n"
+        "\n"
+        "With a micro-batch flag (--micro-batches, --micro-batch-tokens, --micro-batch-multiple,\n"
+        "--min-micro-batches, --sync) the items go to cells (rank, micro-batch) under the\n"
+        "per-micro-batch token limit (orchmllm::balance_micro_batches, the algorithm balancing "
+        "the\n"
+        "ranks and each micro-batch); PLAN.csv gains the last column dst_micro_batch, a rank's\n"
+        "slots grouped by micro-batch; plan_seconds covers the whole call; the JSON gains sync,\n"
+        "micro_batches (M, the same on every rank), micro_batch_tokens, objective (the step's\n"
+        "cost under --sync: step max_r sum_m load(r, m), micro-batch sum_m max_r load(r, m)),\n"
+        "objective_before (the input as sampled, each rank's items in slot order cut greedily\n"
+        "under the same limit), objective_lower_bound (no plan with M micro-batches does\n"
+        "better), objective_ratio and objective_proven_optimal.\n"
         "\n"
         "exit status: 0 ok; 2 bad usage (including --mapping transport or bottleneck without\n"
         "--gpus-per-node),\n"
@@ -146,6 +164,31 @@ mapped_plan map_for_tool(const rearrangement& binned, std::span<const std::int64
   return out;
 }
 
+namespace {
+
+/// The micro-batch figures of a plan's JSON (see the command's details).
+template <class C, class Cost>
+void add_micro_batch_figures(json_object& j, const micro_batching& micro,
+                             const micro_batch_result<Cost>& cells, const problem& p,
+                             const C& cost) {
+  const Cost before = micro_batch_objective_as_sampled(p.layout, cost, p.policy, micro);
+  const bool capped = micro.limits.tokens != micro_batch_limits{}.tokens;
+  j.add("sync", std::string(to_string(micro.sync)))
+      .add("micro_batches", cells.micro_batches)
+      .raw("micro_batch_tokens",
+           json_optional(capped ? std::optional(micro.limits.tokens) : std::nullopt))
+      .add("objective", cells.objective)
+      .add("objective_before", before)
+      .add("objective_lower_bound", cells.objective_lower_bound)
+      .add("objective_ratio", cells.objective_lower_bound > Cost{}
+                                  ? static_cast<double>(cells.objective) /
+                                        static_cast<double>(cells.objective_lower_bound)
+                                  : 1.0)
+      .add("objective_proven_optimal", cells.objective_proven_optimal);
+}
+
+}  // namespace
+
 int run_plan(const parsed_args& args, std::ostream& out, std::ostream& err) {
   return guarded(plan_command(), err, [&] {
     any_balancer balancer = parse_algorithm_flag(args);
@@ -160,7 +203,9 @@ int run_plan(const parsed_args& args, std::ostream& out, std::ostream& err) {
     if (!(tolerance >= 0)) throw usage_error("--locality-tolerance must be >= 0");
     const double gap = args.get_double("gap-tolerance", 0.0);
     if (!(gap >= 0) || !std::isfinite(gap)) throw usage_error("--gap-tolerance must be >= 0");
+    const std::optional<micro_batching> micro = parse_micro_batch_flags(args);
     const problem p = load_problem(args);
+    if (micro) check_micro_batch_items(p, *micro);
     const topology topo = topology::uniform(p.ranks, gpus_per_node);
     const std::span<const std::int64_t> item_bytes = p.layout.item_bytes();
     ::orchmllm::detail::set_gap_tolerance(balancer, gap);
@@ -173,20 +218,32 @@ int run_plan(const parsed_args& args, std::ostream& out, std::ostream& err) {
     std::string plan_text;
     std::visit(
         [&](const auto& cost) {
+          using Cost = cost_type_t<std::remove_cvref_t<decltype(cost)>>;
           const auto start = std::chrono::steady_clock::now();
-          const auto result = balance(p.layout, cost, p.policy, balancer, p.limits);
+          std::optional<micro_batch_result<Cost>> cells;
+          if (micro)
+            cells = balance_micro_batches(p.layout, cost, p.policy, *micro, balancer, p.limits);
+          const auto result =
+              cells ? cells->balance : balance(p.layout, cost, p.policy, balancer, p.limits);
           const auto stop = std::chrono::steady_clock::now();
           const double seconds = std::chrono::duration<double>(stop - start).count();
           // Mapping permutes whole bins, so the balance figures are unchanged; the movement
           // figures (items_moved, bytes_moved) are those of the mapped plan, the one written.
-          const auto how = map_for_tool(result.plan, item_bytes, topo, mapping, time_limit);
+          // With micro-batches every item keeps its slot, so its rank's cells stay ranges.
+          auto how = map_for_tool(result.plan, item_bytes, topo, mapping, time_limit);
+          std::vector<std::int64_t> micro_batch_of;
+          if (cells) {
+            micro_batch_of =
+                destination_micro_batches(result.plan, cells->cell_offsets, cells->micro_batches);
+            how.result.plan = move_bins_keeping_slots(result.plan, how.result.rank_of_bin);
+          }
           const auto& mapped = how.result;
           const auto s = compute_statistics(p.layout, mapped.plan, cost, p.policy, p.limits);
           // The time model's figure is the group's, identical on every rank; rank 0 asks.
           const double comm_seconds =
               route::build(mapped.plan, item_bytes, topo, 0, schedule::automatic)
                   .predicted_seconds();
-          plan_text = format_plan(mapped.plan);
+          plan_text = format_plan(mapped.plan, micro_batch_of);
 
           json_object j;
           j.add("algorithm", std::string(result.used))
@@ -232,6 +289,7 @@ int run_plan(const parsed_args& args, std::ostream& out, std::ostream& err) {
               .add("mapping_solver", how.solver)
               .add("mapping_seconds", how.seconds)
               .add("mapping_proven_optimal", how.proven_optimal);
+          if (cells) add_micro_batch_figures(j, *micro, *cells, p, cost);
           line = j.str();
         },
         p.cost);

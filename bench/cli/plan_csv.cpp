@@ -17,9 +17,11 @@
 
 namespace orchmllm::tool {
 
-std::string format_plan(const rearrangement& plan) {
-  std::string out = "rank,slot,dst_rank,dst_slot\n";
-  out.reserve(out.size() + static_cast<std::size_t>(plan.num_items()) * 20);
+std::string format_plan(const rearrangement& plan, std::span<const std::int64_t> dst_micro_batch) {
+  const bool micro = !dst_micro_batch.empty();
+  std::string out =
+      micro ? "rank,slot,dst_rank,dst_slot,dst_micro_batch\n" : "rank,slot,dst_rank,dst_slot\n";
+  out.reserve(out.size() + static_cast<std::size_t>(plan.num_items()) * (micro ? 24 : 20));
   const auto off = plan.src_offsets();
   for (std::size_t r = 0; r + 1 < off.size(); ++r) {
     for (auto g = off[r]; g < off[r + 1]; ++g) {
@@ -31,6 +33,10 @@ std::string format_plan(const rearrangement& plan) {
       out += std::to_string(dst.rank);
       out += ',';
       out += std::to_string(dst.slot);
+      if (micro) {
+        out += ',';
+        out += std::to_string(dst_micro_batch[static_cast<std::size_t>(g)]);
+      }
       out += '\n';
     }
   }
@@ -46,9 +52,14 @@ rearrangement parse_plan(std::string_view text, std::span<const std::int64_t> sr
   std::int64_t number = 0;
   detail::read_header(lines, line, number, f, "the header 'rank,slot,dst_rank,dst_slot'");
   const auto header = detail::split_fields(line);
-  if (header != std::vector<std::string_view>{"rank", "slot", "dst_rank", "dst_slot"})
+  const bool micro = header == std::vector<std::string_view>{"rank", "slot", "dst_rank", "dst_slot",
+                                                             "dst_micro_batch"};
+  if (!micro && header != std::vector<std::string_view>{"rank", "slot", "dst_rank", "dst_slot"})
     raise<parse_error>(f + ":" + std::to_string(number) + ": header is " +
-                       quote_text(detail::trim(line)) + ", expected 'rank,slot,dst_rank,dst_slot'");
+                       quote_text(detail::trim(line)) +
+                       ", expected 'rank,slot,dst_rank,dst_slot' (and optionally "
+                       "',dst_micro_batch')");
+  const std::size_t columns = micro ? 5 : 4;
   const auto n = src_offsets.empty() ? 0 : src_offsets.back();
   const auto d_src = static_cast<std::int64_t>(src_offsets.size()) - 1;
   std::vector<placement> dest(static_cast<std::size_t>(n), placement{-1, -1});
@@ -56,8 +67,10 @@ rearrangement parse_plan(std::string_view text, std::span<const std::int64_t> sr
     if (detail::trim(line).empty()) continue;
     const auto fields = detail::split_fields(line);
     const std::string here = f + ":" + std::to_string(number) + ": ";
-    if (fields.size() != 4)
-      raise<parse_error>(here + std::to_string(fields.size()) + " fields, expected 4");
+    if (fields.size() != columns)
+      raise<parse_error>(here + std::to_string(fields.size()) + " fields, expected " +
+                         std::to_string(columns));
+    if (micro) (void)detail::parse_count(fields[4], "dst_micro_batch", f, number);
     const auto rank = detail::parse_count(fields[0], "rank", f, number);
     const auto slot = detail::parse_count(fields[1], "slot", f, number);
     const auto dst_rank = detail::parse_count(fields[2], "dst_rank", f, number);

@@ -14,6 +14,7 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "support/test_support.hpp"
@@ -535,6 +536,30 @@ TEST_CASE("micro_batches: the input as sampled, cut greedily under the cap") {
                                                          padding_policy::packed(), micro);
       },
       {"item 2", "8 tokens", "4 tokens"});
+}
+
+TEST_CASE("micro_batches: identity keeps every item on its rank under both sync models") {
+  std::mt19937_64 rng(515);
+  for (int trial = 0; trial < 40; ++trial) {
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 6));
+    const std::int64_t n = uniform(rng, 4 * d, 12 * d);
+    const auto layout = random_micro_layout(rng, d, n, 900);
+    micro_batching micro;
+    micro.count = uniform(rng, 1, 3);
+    micro.allow_empty = true;
+    micro.sync = trial % 2 == 0 ? sync_model::micro_batch : sync_model::step;
+    const padding_policy policy =
+        trial % 3 == 0 ? padding_policy::padded() : padding_policy::packed();
+    const auto res = balance_micro_batches(layout, linear_cost{1}, policy, micro,
+                                           orchmllm::balancers::identity{});
+    CAPTURE(trial);
+    CHECK(res.balance.used == std::string_view("identity"));
+    for (std::int64_t g = 0; g < n; ++g)
+      CHECK(res.balance.plan.destination_of(g).rank == layout.rank_of(g));
+    const auto cells = cells_of(res, layout, linear_cost{1}, policy);
+    CHECK(objective_of(cells, d, res.micro_batches, micro.sync) ==
+          doctest::Approx(static_cast<double>(res.objective)));
+  }
 }
 
 TEST_CASE("micro_batches: bad options and impossible inputs raise clear errors") {

@@ -133,15 +133,17 @@ cost_type_t<C> micro_batch_objective_as_sampled_impl(const batch_layout& layout,
 ///
 /// `sync_model::step`: the rank plan of `balance(layout, cost, policy, b, limits)` (the same
 /// makespan), each rank's items then spread over its M cells, heaviest first to the lightest
-/// cell that fits. `sync_model::micro_batch`: the items in canonical order (heaviest
-/// first), each to the micro-batch where Σ_m max_r load grows least (its lightest cell that
-/// fits), then each micro-batch balanced over the ranks by `b` under the cell limits (kept
-/// where it does better), then micro-batches full to the token limit relieved by moving their
-/// shortest items to the emptiest one and balancing both again (kept where it does better). M:
-/// `micro.count`, or the smallest multiple of `multiple_of` from the limits' bound up that fits. Up
-/// to `exact_max_items` items and without `limits`, each M tried is then searched exactly (its plan
-/// is optimal for that M, and an M the heuristics miss is still found). The objective, its lower
-/// bound and their proofs: docs/algorithms.md, "Micro-batches".
+/// cell that fits; so under either sync model with `balancers::identity` (every item stays on
+/// its rank: the input cut into M micro-batches, the baseline of no balancing).
+/// `sync_model::micro_batch`: the items in canonical order (heaviest first), each to the
+/// micro-batch where Σ_m max_r load grows least (its lightest cell that fits), then each
+/// micro-batch balanced over the ranks by `b` under the cell limits (kept where it does better),
+/// then micro-batches full to the token limit relieved by moving their shortest items to the
+/// emptiest one and balancing both again (kept where it does better). M: `micro.count`, or the
+/// smallest multiple of `multiple_of` from the limits' bound up that fits. Up to `exact_max_items`
+/// items and without `limits`, each M tried is then searched exactly (its plan is optimal for that
+/// M, and an M the heuristics miss is still found). The objective, its lower bound and their
+/// proofs: docs/algorithms.md, "Micro-batches".
 ///
 /// Complexity: O(n log n) plus that of `b` on the whole input, per M tried (the limits' bound
 /// usually fits at once), and under sync per micro-batch up to M rounds of `b` on two

@@ -930,8 +930,10 @@ micro_batch_result<cost_type_t<C>> balance_micro_batches_impl(const batch_layout
   std::optional<cell_plan<Cost>> plan;
   // Small inputs without rank constraints: the exact step after the heuristic, for every M.
   const bool by_micro_batch = micro.sync == sync_model::micro_batch;
-  const bool exact =
-      n > 0 && n <= micro.exact_max_items && micro.exact_node_budget > 0 && !limits.any();
+  // identity keeps every item on its rank under either sync model: only the cells are planned.
+  const bool stay_home = b.get_if<balancers::identity>() != nullptr;
+  const bool exact = n > 0 && n <= micro.exact_max_items && micro.exact_node_budget > 0 &&
+                     !limits.any() && !stay_home;
   bool exact_plan = false, proven = false;
   // max_r Σ_m: packed, a rank's cells add up to its load, so the rank-level bound holds; padded,
   // cells pad less than their rank would, and only the items alone bound it.
@@ -942,7 +944,7 @@ micro_batch_result<cost_type_t<C>> balance_micro_batches_impl(const batch_layout
   std::int64_t tried = m_count;
   for (; tried <= last; tried += step) {
     if (!micro.allow_empty && tried * static_cast<std::int64_t>(d) > n) break;
-    if (micro.sync == sync_model::step) {
+    if (micro.sync == sync_model::step || stay_home) {
       if (!rank_result) rank_result = balance(layout, cost, policy, b, limits);
       plan = plan_per_step(layout, in, rank_result->plan, tried, micro.allow_empty, rules);
       if (!plan && !micro.allow_empty && limits.min_items < tried) {

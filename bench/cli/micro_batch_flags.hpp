@@ -1,0 +1,43 @@
+#pragma once
+// orchmllm-bench: the micro-batch flags shared by `plan` and `compare` (--micro-batches,
+// --micro-batch-tokens, --micro-batch-multiple, --min-micro-batches, --sync) and the
+// destination micro-batch of every item of a micro-batch plan. See docs/algorithms.md,
+// "Micro-batches".
+
+#include <cstdint>
+#include <optional>
+#include <orchmllm/balance/micro_batches.hpp>
+#include <orchmllm/core/rearrangement.hpp>
+#include <vector>
+
+#include "bench/cli/problem.hpp"
+#include "bench/support/args.hpp"
+
+namespace orchmllm::tool {
+
+/// The micro-batch flags, in usage order.
+std::vector<flag_spec> micro_batch_flags();
+
+/// The micro-batching the flags ask for, or nullopt when none of them is given (the run then
+/// balances ranks only, as without micro-batches). `--micro-batches` is `auto` (the smallest
+/// count that fits, the default) or a count ≥ 1. Throws usage_error for a bad value.
+std::optional<micro_batching> parse_micro_batch_flags(const parsed_args& args);
+
+/// Raises `invalid_argument_error` naming the ITEMS.csv line of the first item whose physical
+/// tokens alone (packed: its length; padded: its rows at their padded length) exceed the
+/// micro-batch token limit. O(n).
+void check_micro_batch_items(const problem& p, const micro_batching& micro);
+
+/// The micro-batch index of every item's destination, in source global-id order, for a plan
+/// whose slots are grouped by micro-batch as `micro_batch_result` describes (`plan` with
+/// destination offsets; `cell_offsets` its d·M + 1 cell offsets). O(n + d·M).
+std::vector<std::int64_t> destination_micro_batches(const rearrangement& plan,
+                                                    std::span<const std::int64_t> cell_offsets,
+                                                    std::int64_t micro_batches);
+
+/// `binned` with its bins moved to ranks by `rank_of_bin`, every item keeping its slot (so the
+/// grouping of a rank's slots by micro-batch survives the mapping). O(n).
+rearrangement move_bins_keeping_slots(const rearrangement& binned,
+                                      std::span<const rank_t> rank_of_bin);
+
+}  // namespace orchmllm::tool
