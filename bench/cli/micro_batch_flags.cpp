@@ -88,15 +88,4 @@ std::vector<std::int64_t> destination_micro_batches(const rearrangement& plan,
   return out;
 }
 
-rearrangement move_bins_keeping_slots(const rearrangement& binned,
-                                      std::span<const rank_t> rank_of_bin) {
-  std::vector<placement> dest(static_cast<std::size_t>(binned.num_items()));
-  for (std::int64_t g = 0; g < binned.num_items(); ++g) {
-    const auto p = binned.destination_of(g);
-    dest[static_cast<std::size_t>(g)] =
-        placement{rank_of_bin[static_cast<std::size_t>(p.rank)], p.slot};
-  }
-  return rearrangement::from_placements(binned.src_offsets(), dest, binned.num_dst_ranks());
-}
-
 }  // namespace orchmllm::tool

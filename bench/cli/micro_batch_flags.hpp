@@ -35,9 +35,4 @@ std::vector<std::int64_t> destination_micro_batches(const rearrangement& plan,
                                                     std::span<const std::int64_t> cell_offsets,
                                                     std::int64_t micro_batches);
 
-/// `binned` with its bins moved to ranks by `rank_of_bin`, every item keeping its slot (so the
-/// grouping of a rank's slots by micro-batch survives the mapping). O(n).
-rearrangement move_bins_keeping_slots(const rearrangement& binned,
-                                      std::span<const rank_t> rank_of_bin);
-
 }  // namespace orchmllm::tool

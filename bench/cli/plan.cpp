@@ -229,14 +229,12 @@ int run_plan(const parsed_args& args, std::ostream& out, std::ostream& err) {
           const double seconds = std::chrono::duration<double>(stop - start).count();
           // Mapping permutes whole bins, so the balance figures are unchanged; the movement
           // figures (items_moved, bytes_moved) are those of the mapped plan, the one written.
-          // With micro-batches every item keeps its slot, so its rank's cells stay ranges.
-          auto how = map_for_tool(result.plan, item_bytes, topo, mapping, time_limit);
+          // Every item keeps its slot, so a rank's micro-batches stay ranges.
+          const auto how = map_for_tool(result.plan, item_bytes, topo, mapping, time_limit);
           std::vector<std::int64_t> micro_batch_of;
-          if (cells) {
+          if (cells)
             micro_batch_of =
                 destination_micro_batches(result.plan, cells->cell_offsets, cells->micro_batches);
-            how.result.plan = move_bins_keeping_slots(result.plan, how.result.rank_of_bin);
-          }
           const auto& mapped = how.result;
           const auto s = compute_statistics(p.layout, mapped.plan, cost, p.policy, p.limits);
           // The time model's figure is the group's, identical on every rank; rank 0 asks.

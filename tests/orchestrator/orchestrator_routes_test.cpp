@@ -6,7 +6,8 @@
 // comment shows and every received payload is compared byte for byte with a reference computed
 // from the raw batches (not from the routes under test): encoder inputs, text, encoder outputs
 // (composed route) — also against the naive two hops through the origin — and gradients back to
-// the encoder ranks. gather_step_metadata equals make_step_metadata on every rank. Prebuilt
+// the encoder ranks, also with every stage in micro-batches (slots grouped by micro-batch, not
+// canonical). gather_step_metadata equals make_step_metadata on every rank. Prebuilt
 // routes: the collective plan_step agrees once, then every transfer is its hops' all-to-alls.
 //
 // doctest macros are not thread-safe: rank functions record failures as strings (one slot per
@@ -171,7 +172,20 @@ TEST_CASE("end to end on the local backend: every route delivers the documented 
     const auto d = static_cast<rank_t>(trial < 4 ? trial + 1 : uniform(rng, 1, 16));
     const int k_count = static_cast<int>(trial % 4);
     const auto rpn = static_cast<rank_t>(uniform(rng, 0, 5));
-    const auto decl = random_decl(rng, k_count);
+    auto decl = random_decl(rng, k_count);
+    // Every third trial: every stage in micro-batches, so no plan has canonical slots.
+    if (trial % 3 == 2) {
+      const auto micro = [&] {
+        orchmllm::micro_batching m;
+        m.count = uniform(rng, 1, 3);
+        m.allow_empty = true;
+        m.sync = uniform(rng, 0, 1) == 0 ? orchmllm::sync_model::step
+                                         : orchmllm::sync_model::micro_batch;
+        return m;
+      };
+      for (auto& e : decl.encoders) e.micro_batches = micro();
+      decl.llm.micro_batches = micro();
+    }
     const auto batches = random_batches(rng, d, k_count);
     const auto ref = make_reference(batches, k_count);
     // The plan's topology: the group's own nodes, or (odd trials) another, uneven one — the

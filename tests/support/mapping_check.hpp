@@ -49,10 +49,12 @@ inline void check_mapping_result(const mapping_result& res, const rearrangement&
   std::sort(sorted.begin(), sorted.end());
   for (std::size_t k = 0; k < d; ++k) REQUIRE(sorted[k] == static_cast<rank_t>(k));
   res.plan.validate();
-  std::vector<rank_t> want(static_cast<std::size_t>(binned.num_items()));
+  // Every item on its bin's rank, in the slot it has in the binned plan.
+  std::vector<placement> want(static_cast<std::size_t>(binned.num_items()));
   for (std::size_t g = 0; g < want.size(); ++g)
-    want[g] = res.rank_of_bin[static_cast<std::size_t>(binned.dst_ranks()[g])];
-  CHECK(res.plan == rearrangement::from_destinations(binned.src_offsets(), want, topo.num_ranks()));
+    want[g] = placement{res.rank_of_bin[static_cast<std::size_t>(binned.dst_ranks()[g])],
+                        binned.dst_slots()[g]};
+  CHECK(res.plan == rearrangement::from_placements(binned.src_offsets(), want, topo.num_ranks()));
   const auto nodes = static_cast<std::size_t>(topo.num_nodes());
   std::vector<std::int64_t> egress(nodes, 0), ingress(nodes, 0);
   std::int64_t moved = 0, inter = 0;

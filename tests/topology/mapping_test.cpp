@@ -105,11 +105,13 @@ void check_result(const mapping_result& res, const mapping_instance& in) {
   for (std::size_t k = 0; k < d; ++k) CHECK(sorted[k] == static_cast<rank_t>(k));
   res.plan.validate();
   CHECK(std::ranges::equal(res.plan.src_offsets(), in.binned.src_offsets()));
-  std::vector<rank_t> want(static_cast<std::size_t>(in.binned.num_items()));
+  // Every item on its bin's rank, in the slot it has in the binned plan.
+  std::vector<placement> want(static_cast<std::size_t>(in.binned.num_items()));
   for (std::size_t g = 0; g < want.size(); ++g)
-    want[g] = res.rank_of_bin[static_cast<std::size_t>(in.binned.dst_ranks()[g])];
+    want[g] = placement{res.rank_of_bin[static_cast<std::size_t>(in.binned.dst_ranks()[g])],
+                        in.binned.dst_slots()[g]};
   CHECK(res.plan ==
-        rearrangement::from_destinations(in.binned.src_offsets(), want, in.topo.num_ranks()));
+        rearrangement::from_placements(in.binned.src_offsets(), want, in.topo.num_ranks()));
   const auto f = plan_figures(res.plan, in.bytes, in.topo);
   CHECK(res.moved_bytes == f.moved);
   CHECK(res.inter_node_bytes == f.inter);
@@ -439,6 +441,29 @@ TEST_CASE("identity keeps a canonical input plan unchanged") {
   std::vector<std::int64_t> bytes(40, 7);
   const auto res = map_bins(binned, bytes, topology::uniform(8, 4), mappers::identity{});
   CHECK(res.plan == binned);
+}
+
+TEST_CASE("every mapper keeps each item's slot, also in a plan with shuffled slots") {
+  std::mt19937_64 rng(17);
+  for (int rep = 0; rep < 6; ++rep) {
+    const auto d = static_cast<rank_t>(uniform(rng, 4, 24));
+    const auto off = test::random_offsets(rng, d, 12 * d);
+    const auto binned = test::random_rearrangement(rng, off, d, rep % 2 == 0, 30);
+    std::vector<std::int64_t> bytes(static_cast<std::size_t>(off.back()));
+    for (auto& b : bytes) b = uniform(rng, 1, 100);
+    for (const any_mapper m : {any_mapper(mappers::identity{}), any_mapper(mappers::transport{}),
+                               any_mapper(mappers::bottleneck{}), any_mapper(mappers::auction{})}) {
+      const auto res = map_bins(binned, bytes, topology::uniform(d, 4), m);
+      CAPTURE(rep);
+      CAPTURE(m.name());
+      for (std::int64_t g = 0; g < binned.num_items(); ++g) {
+        const auto before = binned.destination_of(g);
+        const auto after = res.plan.destination_of(g);
+        CHECK(after.rank == res.rank_of_bin[static_cast<std::size_t>(before.rank)]);
+        CHECK(after.slot == before.slot);
+      }
+    }
+  }
 }
 
 TEST_CASE("a plan that keeps everything home maps every bin to its own rank") {

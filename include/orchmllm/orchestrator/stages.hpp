@@ -20,6 +20,7 @@
 
 #include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/balance/balancers.hpp"
+#include "orchmllm/balance/micro_batches.hpp"
 #include "orchmllm/balance/problem.hpp"
 #include "orchmllm/balance/split.hpp"
 #include "orchmllm/core/batch_layout.hpp"
@@ -54,6 +55,12 @@ struct encoder_stage {
   /// balancer. Empty by default: sub-items stay whole; set without segmented sub-items it
   /// changes no plan.
   std::optional<split_options> split{};
+  /// Opt-in micro-batches: when set, the stage's units go to cells (rank, micro-batch) by
+  /// `balance_micro_batches` (balance/micro_batches.hpp) with these rules, the stage's policy,
+  /// limits and balancer; every rank's slots are then grouped by micro-batch
+  /// (`step_plan::micro_batches`). Needs a built-in balancer and no `split`. Empty by default:
+  /// one batch per rank, as without the option.
+  std::optional<micro_batching> micro_batches{};
 };
 
 /// The LLM stage: whole samples.
@@ -65,6 +72,9 @@ struct llm_stage {
   stage_balancer balancer{};        ///< as `encoder_stage::balancer`
   stage_mapper mapper{};            ///< as `encoder_stage::mapper`
   std::int64_t text_row_bytes = 0;  ///< bytes of one text token row (e.g. id + label = 8)
+  /// Opt-in micro-batches of the samples, as `encoder_stage::micro_batches` (needs a built-in
+  /// balancer).
+  std::optional<micro_batching> micro_batches{};
 };
 
 /// Everything a trainer declares once. Must be identical on every rank (checked at every
@@ -79,17 +89,19 @@ struct stage_declarations {
   /// Throws `invalid_argument_error`, naming the stage, for an empty or repeated name, a negative
   /// row width, a negative cap, an invalid item-count range, or a built-in balancer's unusable
   /// knob (negative budgets or node ids, a non-finite or negative tolerance, karmarkar_karp with
-  /// a padded policy, padded_exact with packed). The size of `locality::node_of_rank` is
+  /// a padded policy, padded_exact with packed), invalid split or micro-batch options, or
+  /// micro-batches with the application's balancer or with split. The size of
+  /// `locality::node_of_rank` is
   /// checked by `plan_step`, which knows d. O(K² + Σ node_of_rank sizes).
   void validate() const;
 };
 
 /// 64-bit fingerprint of the declarations: names, cost models (by their values at twelve fixed
 /// lengths), policies (a trainer's padding rule by its name), limits, balancers and mappers
-/// with their knobs (the application's by their names), row widths and split options. Equal
-/// declarations give equal fingerprints on every platform; two cost models that agree on all probe
-/// lengths are treated as equal, and so are two padding rules, balancers or mappers of the same
-/// name. O(K), never throws (a throwing cost model aside).
+/// with their knobs (the application's by their names), row widths, split and micro-batch options.
+/// Equal declarations give equal fingerprints on every platform; two cost models that agree on all
+/// probe lengths are treated as equal, and so are two padding rules, balancers or mappers of the
+/// same name. O(K), never throws (a throwing cost model aside).
 [[nodiscard]] inline std::uint64_t fingerprint(const stage_declarations& decl);
 
 }  // namespace orchmllm

@@ -40,6 +40,13 @@ struct stage_report {
   std::int64_t max_bytes_after = 0;
   std::int64_t moved_bytes = 0;       ///< payload bytes that change rank along the plan
   std::int64_t inter_node_bytes = 0;  ///< ... that change node
+  // With micro-batches (the stage's `micro_batches`): M and the step's cost under the stage's
+  // sync model (`balance_micro_batches`), as sampled (each rank's items in slot order cut
+  // greedily under the same limits, `micro_batch_objective_as_sampled`) and planned. 0 without.
+  std::int64_t micro_batches = 0;    ///< M, the same on every rank
+  double objective_before = 0;       ///< the input's own micro-batching
+  double objective_after = 0;        ///< the plan's
+  double objective_lower_bound = 0;  ///< no plan with M micro-batches does better
   // Wall times of the stage's planning phases (measured, not deterministic; a report only).
   double balance_seconds = 0;  ///< the balancer (with its checks)
   double map_seconds = 0;      ///< the mapping onto ranks (`map_bins`)
@@ -83,6 +90,30 @@ struct encoder_unit {
     return first_segment == 0 && last_segment == segments;
   }
   friend bool operator==(const encoder_unit&, const encoder_unit&) = default;
+};
+
+/// The micro-batches of one stage's plan (the stage's `micro_batches`): M cells on every rank,
+/// each a contiguous range of the rank's received slots, in the order the rank runs them.
+struct stage_micro_batches {
+  /// M, the same on every rank; 0 when the stage declares no micro-batches.
+  std::int64_t count = 0;
+  /// d·M + 1 offsets into the stage plan's destination ids (rank-major, as
+  /// `rearrangement::dst_offsets`): micro-batch m of rank r is ids [offsets[r·M + m],
+  /// offsets[r·M + m + 1]). Empty when count is 0.
+  std::vector<std::int64_t> offsets;
+
+  /// Micro-batch m of rank r as slots [first, last) of what r receives (positions in the
+  /// stage's payload on r). O(1). Throws `invalid_argument_error` for r or m out of range, or
+  /// when the stage has no micro-batches.
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> slots(rank_t r, std::int64_t m) const {
+    ORCHMLLM_REQUIRE(count > 0, invalid_argument_error, "the stage has no micro-batches");
+    const auto d = static_cast<std::int64_t>(offsets.size() - 1) / count;
+    ORCHMLLM_REQUIRE(r >= 0 && r < d && m >= 0 && m < count, invalid_argument_error, "micro-batch ",
+                     m, " of rank ", r, " is outside ", d, " ranks × ", count, " micro-batches");
+    const auto at = [&](std::int64_t i) { return offsets[static_cast<std::size_t>(i)]; };
+    const auto base = at(r * count);
+    return {at(r * count + m) - base, at(r * count + m + 1) - base};
+  }
 };
 
 /// What an LLM rank needs to assemble its sequences (docs/orchestrator.md, "Where encoder outputs
@@ -141,6 +172,9 @@ struct step_plan {
   batch_layout llm_layout;               ///< samples: sequence lengths, bytes, origin order
   rearrangement llm;                     ///< Π_M: origin samples → LLM ranks
   std::vector<stage_report> stages;      ///< K encoder stages, then the LLM stage
+  /// K + 1 entries like `stages`: the micro-batches of every stage that declares them (the
+  /// encoder stages' over their units, the LLM stage's over samples); count 0 for the others.
+  std::vector<stage_micro_batches> micro_batches;
   step_routes routes;       ///< this rank's routes when `plan_options::routes_for` asked for them
   double plan_seconds = 0;  ///< wall time of `plan_step` (not deterministic; a report only)
   // Wall times of the phases around the stages (each stage's are in its report). With

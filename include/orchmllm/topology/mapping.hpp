@@ -32,8 +32,9 @@ namespace orchmllm {
 ///
 /// `binned` is a plan whose destination ranks are bins 0..d-1, with d = topo.num_ranks() =
 /// binned.num_src_ranks() = binned.num_dst_ranks(); `item_bytes` has one non-negative entry per
-/// item (source global id order). Returns the bijection bin → rank, the remapped plan (canonical
-/// slots, also for `identity`) and its byte figures (see `mapping_result`).
+/// item (source global id order). Returns the bijection bin → rank, the remapped plan (every
+/// item keeps its slot: a balancer's canonical slots stay canonical, a plan whose slots are
+/// grouped by micro-batch stays grouped) and its byte figures (see `mapping_result`).
 ///
 /// Complexity: O(n + d log d) to gather per-bin bytes by node and by rank; `transport` adds the
 /// flow, d shortest-path augmentations of O((A + V) log V) each in the worst case (A ≤ nnz + d
@@ -73,8 +74,8 @@ ORCHMLLM_FUNC mapping_result map_bins_erased(const rearrangement& binned,
 
 /// Maps the bins of `binned` to ranks with the application's own mapper `m` (or the GLPK one,
 /// backend/glpk/mapping.hpp): checks the inputs as the overload above does, builds the problem,
-/// calls `m` once, checks its answer and returns the remapped plan (canonical slots) with its
-/// figures (`mapping_result`). Complexity: O(n + d + N) around the mapper's own cost. In
+/// calls `m` once, checks its answer and returns the remapped plan (every item in its slot) with
+/// its figures (`mapping_result`). Complexity: O(n + d + N) around the mapper's own cost. In
 /// compiled mode the mapper runs from the library through one std::function call; the result
 /// is the same. Throws what the overload above throws for bad inputs, what `m` throws, and
 /// `invalid_argument_error` when `m` returns a vector whose size is not d or that is not a

@@ -24,8 +24,8 @@ namespace orchmllm {
 struct mapping_result {
   /// Rank of every bin (d entries, a permutation of 0..d-1).
   std::vector<rank_t> rank_of_bin;
-  /// The remapped plan: item g goes to rank_of_bin[bin of g], canonical slots (increasing
-  /// source global id on every destination rank, as `rearrangement::from_destinations`).
+  /// The remapped plan: item g goes to rank_of_bin[bin of g], in the slot it has in the binned
+  /// plan (canonical when the binned plan's slots are).
   rearrangement plan;
   /// Bytes of items whose final rank differs from their source rank.
   std::int64_t moved_bytes = 0;

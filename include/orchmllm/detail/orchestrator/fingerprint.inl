@@ -1,7 +1,8 @@
 #pragma once
 // The declarations' fingerprint, included by orchestrator/stages.hpp at its end: every stage's
 // name, cost model (by its values at fixed probe lengths), policy, limits, balancer and mapper
-// with their knobs, row widths and split options, mixed in one platform-independent FNV-1a.
+// with their knobs, row widths, split and micro-batch options, mixed in one platform-independent
+// FNV-1a.
 
 #include <array>
 #include <cstdint>
@@ -100,6 +101,17 @@ void mix_stage(fnv& f, const Stage& stage) {
   } else {
     f.mix(std::string_view("custom mapper"));
     f.mix(stage.mapper.name());
+  }
+  if (const auto& mb = stage.micro_batches) {
+    f.mix(std::string_view("micro-batches"));
+    const std::array<std::int64_t, 8> values = {
+        mb->count,        mb->min_count,    mb->multiple_of,     mb->limits.tokens,
+        mb->limits.bytes, mb->limits.items, mb->exact_max_items, mb->exact_node_budget};
+    for (const auto v : values) f.mix(static_cast<std::uint64_t>(v));
+    f.mix_double(mb->limits.cost);
+    f.mix(static_cast<std::uint64_t>(mb->sync));
+    f.mix(static_cast<std::uint64_t>(mb->allow_empty));
+    f.mix(static_cast<std::uint64_t>(mb->order));
   }
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/balance/micro_batches.hpp"
 #include "orchmllm/balance/split.hpp"
 #include "orchmllm/config.hpp"
 #include "orchmllm/core/batch_layout.hpp"
@@ -34,8 +35,33 @@ namespace orchmllm {
 #if !ORCHMLLM_USE_COMPILED
 namespace detail {
 
-// Balance + map one stage; fills its report. `bytes` are the layout's item bytes. With `split`
-// (an encoder stage that splits), the stage is balanced by balance_split, the cut goes to
+// The cells of a micro-batch plan after its bins moved to ranks (`rank_of_bin`; empty: every
+// bin stays). O(d·M).
+template <class Cost>
+stage_micro_batches micro_batches_on_ranks(const micro_batch_result<Cost>& micro,
+                                           std::span<const rank_t> rank_of_bin) {
+  stage_micro_batches out;
+  out.count = micro.micro_batches;
+  const std::int64_t m_count = micro.micro_batches;
+  const auto d =
+      static_cast<std::int64_t>(micro.cell_offsets.size() - 1) / std::max<std::int64_t>(m_count, 1);
+  std::vector<std::int64_t> sizes(micro.cell_offsets.size() - 1);
+  for (std::int64_t b = 0; b < d; ++b) {
+    const std::int64_t r = rank_of_bin.empty() ? b : rank_of_bin[static_cast<std::size_t>(b)];
+    for (std::int64_t m = 0; m < m_count; ++m) {
+      const auto from = static_cast<std::size_t>(b * m_count + m);
+      sizes[static_cast<std::size_t>(r * m_count + m)] =
+          micro.cell_offsets[from + 1] - micro.cell_offsets[from];
+    }
+  }
+  out.offsets.assign(sizes.size() + 1, 0);
+  for (std::size_t i = 0; i < sizes.size(); ++i) out.offsets[i + 1] = out.offsets[i] + sizes[i];
+  return out;
+}
+
+// Balance + map one stage; fills its report and, when the stage declares micro-batches, `cells`.
+// `bytes` are the layout's item bytes. With `split` (an encoder stage that splits), the stage is
+// balanced by balance_split, the cut goes to
 // `*pieces`, and the plan, mapping and report are over the pieces. With `parallel` (and at
 // least `parallel_min_items` items) the report is computed on a thread of its own beside the
 // mapping, and automatic may run its kk beside its lpt (`balancers::automatic::concurrent`, the
@@ -44,7 +70,8 @@ namespace detail {
 // permutes, so it reads the balanced plan and gives the mapped plan's figures.
 template <class Stage>
 rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const topology& topo,
-                         stage_report& rep, bool parallel, const split_options* split = nullptr,
+                         stage_report& rep, stage_micro_batches& cells, bool parallel,
+                         const split_options* split = nullptr,
                          std::optional<piece_layout>* pieces = nullptr) {
   // A built-in balancer, with the topology's nodes for a locality balancer that names none and,
   // planning in parallel, automatic's kk beside its lpt (the same plan).
@@ -76,7 +103,13 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
       return std::chrono::duration<double>(t1 - std::exchange(t, t1)).count();
     };
     std::optional<Cost> split_bound;
+    std::optional<micro_batch_result<Cost>> micro;
     const auto balanced = [&] {
+      if (stage.micro_batches) {
+        micro = balance_micro_batches(layout, cost, stage.policy, *stage.micro_batches, builtin,
+                                      stage.limits);
+        return std::move(micro->balance);
+      }
       if (split) {
         auto s = balance_split(layout, cost, stage.policy, builtin, stage.limits, *split);
         *pieces = std::move(s.pieces);
@@ -130,6 +163,15 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
     };
     auto m = map();
     rep.map_seconds = lap(t0);
+    if (micro) {
+      // Every item kept its slot, so bin b's cells are rank_of_bin[b]'s.
+      cells = micro_batches_on_ranks(*micro, m.rank_of_bin);
+      rep.micro_batches = micro->micro_batches;
+      rep.objective_after = static_cast<double>(micro->objective);
+      rep.objective_lower_bound = static_cast<double>(micro->objective_lower_bound);
+      rep.objective_before = static_cast<double>(
+          micro_batch_objective_as_sampled(layout, cost, stage.policy, *stage.micro_batches));
+    }
     const auto after = beside.valid() ? beside.get() : report();
     rep.used = balanced.used;
     rep.makespan_before = static_cast<double>(after.makespan_before);

@@ -50,6 +50,7 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
   const auto kc = static_cast<std::size_t>(decl.num_encoders());
   step_plan out;
   out.stages.resize(kc + 1);
+  out.micro_batches.resize(kc + 1);
   auto in_stage = [](const std::string& name, auto&& f) {
     try {
       return f();
@@ -94,7 +95,8 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
       er.input = in_stage(decl.encoders[k].name, [&] {
         const auto& split = decl.encoders[k].split;
         return detail::plan_stage(decl.encoders[k], er.layout, topo, out.stages[k],
-                                  options.parallel_stages, split ? &*split : nullptr, &er.pieces);
+                                  out.micro_batches[k], options.parallel_stages,
+                                  split ? &*split : nullptr, &er.pieces);
       });
       stage_end[k] = clock::now();
       std::future<void> input_route;
@@ -112,7 +114,7 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
   try {
     out.llm = in_stage(decl.llm.name, [&] {
       return detail::plan_stage(decl.llm, out.llm_layout, topo, out.stages[kc],
-                                options.parallel_stages);
+                                out.micro_batches[kc], options.parallel_stages);
     });
     stage_end[kc] = clock::now();
     llm_ok = true;

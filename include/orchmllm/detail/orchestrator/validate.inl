@@ -1,7 +1,7 @@
 #pragma once
 // `stage_declarations::validate`, included by orchestrator/stages.hpp at its end: every stage's
-// name, row widths, limits, built-in balancer knobs and split options checked, the first fault
-// raised naming its stage.
+// name, row widths, limits, built-in balancer knobs, split and micro-batch options checked, the
+// first fault raised naming its stage.
 
 #include <cstddef>
 #include <string>
@@ -23,6 +23,16 @@ inline void stage_declarations::validate() const {
                      l.cap ? l.cap->limit : 0, " is negative");
     ORCHMLLM_REQUIRE(l.min_items >= 0 && l.max_items >= l.min_items, invalid_argument_error, what,
                      "items per rank ", l.min_items, "..", l.max_items, " is not a valid range");
+    if (stage.micro_batches) {
+      try {
+        detail::check_micro_batching(*stage.micro_batches);
+      } catch (const invalid_argument_error& err) {
+        detail::raise<invalid_argument_error>(detail::concat(what, err.message()));
+      }
+      ORCHMLLM_REQUIRE(!stage.balancer.custom(), invalid_argument_error, what,
+                       "micro-batches need a built-in balancer, not the application's '",
+                       stage.balancer.name(), "'");
+    }
   };
   std::vector<std::string_view> names;
   for (const auto& e : encoders) {
@@ -31,6 +41,8 @@ inline void stage_declarations::validate() const {
                      "stage '", e.name, "': row widths ", e.input_row_bytes, " and ",
                      e.output_row_bytes, " must be >= 0");
     check_stage(e.name, e);
+    ORCHMLLM_REQUIRE(!(e.split && e.micro_batches), invalid_argument_error, "stage '", e.name,
+                     "': split and micro_batches cannot be combined");
     if (e.split) {
       try {
         detail::check_split_options<double>(*e.split);

@@ -339,23 +339,16 @@ inline bool respects_capacity(const mapping_problem& p, std::span<const std::int
   return count == p.capacity;
 }
 
-// The binned plan with bin b delivered to rank rank_of_bin[b] (a permutation), in canonical
-// slots: `from_destinations(src offsets, dst)`, dst[g] = rank_of_bin[bin of g]. When the
-// binned plan's slots are canonical already (every bin's items by increasing id: the balancers'
-// plans), each item keeps its slot and each bin's block of sources moves whole to its rank:
-// copies instead of the counting sort's scattered writes. Requires a permutation (every
-// caller has one: the built-in solvers', or checked by check_rank_of_bin). O(n + d).
+// The binned plan with bin b delivered to rank rank_of_bin[b] (a permutation), every item
+// keeping its slot: each bin's block of sources moves whole to its rank (copies, no sort), so
+// canonical slots stay canonical and a plan grouped by micro-batch stays grouped. Requires a
+// permutation (every caller has one: the built-in solvers', or checked by check_rank_of_bin).
+// O(n + d).
 inline rearrangement relabel_bins(const rearrangement& binned, std::span<const rank_t> rank_of_bin,
                                   std::vector<rank_t> dst) {
   const auto doff = binned.dst_offsets();
   const auto sources = binned.sources();
   const auto d = rank_of_bin.size();
-  bool canonical = true;
-  for (std::size_t b = 0; b < d && canonical; ++b)
-    for (auto h = doff[b] + 1; h < doff[b + 1] && canonical; ++h)
-      canonical = sources[static_cast<std::size_t>(h - 1)] < sources[static_cast<std::size_t>(h)];
-  if (!canonical)
-    return rearrangement::from_destinations(binned.src_offsets(), dst, binned.num_dst_ranks());
   rearrangement_parts parts;
   parts.src_offsets.assign(binned.src_offsets().begin(), binned.src_offsets().end());
   std::vector<rank_t> bin_at(d);  // the bin each rank receives
@@ -374,7 +367,7 @@ inline rearrangement relabel_bins(const rearrangement& binned, std::span<const r
   return std::move(parts).assemble();
 }
 
-// Builds the result from a rank per bin: the plan (canonical slots) and its byte figures.
+// Builds the result from a rank per bin: the plan (every item in its slot) and its byte figures.
 // O(n + d + N).
 inline mapping_result result_from_ranks(const mapping_problem& p, std::vector<rank_t> rank_of_bin) {
   const topology& topo = *p.topo;
