@@ -27,6 +27,14 @@
 // in front of the LLM and the gradients return to the pieces. The JSON then also has
 // "split": true, vision_units (pieces encoded) and cut_videos (videos cut in two or more).
 //
+// --micro-batches: the LLM stage plans at least 3 micro-batches of at most 288 tokens per rank
+// (`llm_stage::micro_batches`, FSDP-style sync per micro-batch) and the encoders two each (per
+// step); path (b) runs the LLM micro-batch by micro-batch (`step_plan::micro_batches`, each a
+// range of the rank's slots, checked to tile them and to keep the limit) and accumulates the
+// gradients. Every run scales path (b)'s per-token loss by the plan's `loss_scale` (the loss
+// tokens each rank declares in its local batch: every sequence position), path (a) by its own
+// 1 / (global token count). The JSON then has micro_batches (the LLM's M; 0 without).
+//
 // Synthetic data: every rank draws 2-5 samples from stream `rank` of --seed (text lengths
 // lognormal, median 28, clipped to [4, 160]; 0-3 images of 2-48 patches; 0-2 audio clips of
 // 3-48 frames; each sub-item inserted after a random text token, in order). Pixels, frames,
@@ -58,13 +66,14 @@
 //   mllm_training --backend local --ranks N [--ranks-per-node G] [--seed S] (threads)
 //   mllm_training --check-gradients [--seed S]       (finite-difference check, one process)
 //   any of them with --split                         (segmented videos, splitting on)
+//   and/or --micro-batches                           (every stage in micro-batches)
 // Backend: --backend mpi|local. Without --backend: `mpi` when the program was built with MPI
 // (ORCHMLLM_HAS_MPI) and started by an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE or
 // PMIX_RANK set in the environment), else `local`. --ranks (local only, default 8) is the number
 // of ranks; with MPI it is the world size. --ranks-per-node G fakes nodes of G consecutive ranks
 // (MPI default 0: the real nodes; local default 4). CI: `mpirun -np 8 mllm_training
 // --ranks-per-node 4` (2 nodes of 4) and `mllm_training --backend local --ranks 16`, each also
-// with --split.
+// with --split and with --micro-batches.
 //
 // Output (rank 0): a short summary, then as the LAST line one JSON object with
 // grad_max_rel_diff, loss_rel_diff, encoders (K = 2), alltoalls_per_step (3K + 1), stages
@@ -131,9 +140,10 @@ struct step_result {  // the same on every rank (computed from all-gathered data
   int dispatches = 0, node_wise_dispatches = 0;  // payload moves of path (b), node-wise ones
   std::vector<orchmllm::stage_report> stages;
   double plan_seconds = 0;
-  bool split = false;             // --split: segmented videos, vision stage splits
-  std::int64_t vision_units = 0;  // what the vision encoders ran: sub-items or pieces
-  std::int64_t cut_videos = 0;    // videos encoded in two or more pieces
+  bool split = false;              // --split: segmented videos, vision stage splits
+  std::int64_t vision_units = 0;   // what the vision encoders ran: sub-items or pieces
+  std::int64_t cut_videos = 0;     // videos encoded in two or more pieces
+  std::int64_t micro_batches = 0;  // --micro-batches: the LLM stage's M
 };
 
 /// Sum over ranks, in rank order, of every rank's vector (all the same length).
@@ -168,12 +178,12 @@ double train_local(const model& m, const std::vector<sample_data>& samples, doub
 }
 
 template <orchmllm::communicator Comm>
-step_result run_rank(Comm& comm, std::uint64_t seed, bool split) {
+step_result run_rank(Comm& comm, std::uint64_t seed, bool split, bool micro) {
   const rank_t me = comm.rank();
   const rank_t d = comm.size();
   const model m = init_model(seed);
   const auto samples = make_rank_data(seed, me, split);
-  const auto decl = declarations(split);
+  const auto decl = declarations(split, micro);
 
   // Metadata and plan (the same on every rank). Nodes as the communicator sees them; the
   // metadata gather checks that the topology matches the communicator.
@@ -185,6 +195,9 @@ step_result run_rank(Comm& comm, std::uint64_t seed, bool split) {
   std::int64_t total_tokens = 0;  // the GLOBAL token count: every sequence position
   for (std::int64_t g = 0; g < meta.num_samples(); ++g) total_tokens += meta.sequence_length(g);
   const double inv_n = 1.0 / static_cast<double>(total_tokens);
+  // Path (b) scales by the plan's per-token factor (the gradients are summed over the ranks).
+  require(step.loss_tokens == total_tokens, "the plan counts another number of loss tokens");
+  const double loss_scale = step.loss_scale(orchmllm::gradient_reduction::sum);
 
   // ---- (a) no balancing ----
   model grad_a;
@@ -272,31 +285,51 @@ step_result run_rank(Comm& comm, std::uint64_t seed, bool split) {
     const auto text_off = text.byte_offsets();
     require(text.num_items() == static_cast<std::int64_t>(view.samples.size()),
             "text payload and llm_view disagree on the sample count");
-    for (std::size_t s = 0; s < view.samples.size(); ++s) {
-      std::vector<text_row> rows(static_cast<std::size_t>(text.rows[s]));
-      std::memcpy(rows.data(), text.data.data() + text_off[s], rows.size() * sizeof(text_row));
-      require(static_cast<std::int64_t>(rows.size()) ==
-                  meta.text_tokens[static_cast<std::size_t>(view.samples[s])],
-              "text of the wrong length");
-      std::vector<MatrixXd> subs;
-      std::vector<std::pair<std::size_t, std::int64_t>> where;  // (modality, first row)
-      for (auto j = view.sub_item_offsets[s]; j < view.sub_item_offsets[s + 1]; ++j) {
-        const auto [k, idx] = view.sub_items[static_cast<std::size_t>(j)];
-        const auto uk = static_cast<std::size_t>(k);
-        const auto first = view.row_offsets[uk][static_cast<std::size_t>(idx)];
-        const auto rows_k = view.row_offsets[uk][static_cast<std::size_t>(idx) + 1] - first;
-        require(step.encoders[uk].pieces || rows_k == emb[uk].rows[static_cast<std::size_t>(idx)],
-                "a received encoder output has another row count than llm_view says");
-        subs.push_back(read_matrix(emb[uk], first, rows_k, hidden));
-        where.emplace_back(uk, first);
+    // The LLM runs its samples micro-batch by micro-batch (each one range of its slots; with
+    // --micro-batches under the token limit), accumulating the gradients.
+    const auto& cells = step.micro_batches.back();
+    require(!micro || cells.count >= 3, "--micro-batches planned fewer than 3 micro-batches");
+    const std::int64_t micro_batches = cells.count > 0 ? cells.count : 1;
+    const auto all_slots = static_cast<std::int64_t>(view.samples.size());
+    std::int64_t next_slot = 0;
+    for (std::int64_t mb = 0; mb < micro_batches; ++mb) {
+      const auto [slot_begin, slot_end] = cells.count > 0
+                                              ? cells.slots(me, mb)
+                                              : std::pair<std::int64_t, std::int64_t>{0, all_slots};
+      require(slot_begin == next_slot, "the micro-batches do not tile the rank's samples in order");
+      next_slot = slot_end;
+      std::int64_t mb_tokens = 0;
+      for (auto slot = slot_begin; slot < slot_end; ++slot) {
+        const auto s = static_cast<std::size_t>(slot);
+        mb_tokens += meta.sequence_length(view.samples[s]);
+        std::vector<text_row> rows(static_cast<std::size_t>(text.rows[s]));
+        std::memcpy(rows.data(), text.data.data() + text_off[s], rows.size() * sizeof(text_row));
+        require(static_cast<std::int64_t>(rows.size()) ==
+                    meta.text_tokens[static_cast<std::size_t>(view.samples[s])],
+                "text of the wrong length");
+        std::vector<MatrixXd> subs;
+        std::vector<std::pair<std::size_t, std::int64_t>> where;  // (modality, first row)
+        for (auto j = view.sub_item_offsets[s]; j < view.sub_item_offsets[s + 1]; ++j) {
+          const auto [k, idx] = view.sub_items[static_cast<std::size_t>(j)];
+          const auto uk = static_cast<std::size_t>(k);
+          const auto first = view.row_offsets[uk][static_cast<std::size_t>(idx)];
+          const auto rows_k = view.row_offsets[uk][static_cast<std::size_t>(idx) + 1] - first;
+          require(step.encoders[uk].pieces || rows_k == emb[uk].rows[static_cast<std::size_t>(idx)],
+                  "a received encoder output has another row count than llm_view says");
+          subs.push_back(read_matrix(emb[uk], first, rows_k, hidden));
+          where.emplace_back(uk, first);
+        }
+        std::vector<const MatrixXd*> ptrs;
+        for (const auto& o : subs) ptrs.push_back(&o);
+        std::vector<MatrixXd> dsubs(subs.size());
+        loss_b_local += llm_sample(m, rows, ptrs, loss_scale, grad_b, dsubs);
+        for (std::size_t j = 0; j < subs.size(); ++j)
+          write_matrix(demb[where[j].first], where[j].second, dsubs[j]);
       }
-      std::vector<const MatrixXd*> ptrs;
-      for (const auto& o : subs) ptrs.push_back(&o);
-      std::vector<MatrixXd> dsubs(subs.size());
-      loss_b_local += llm_sample(m, rows, ptrs, inv_n, grad_b, dsubs);
-      for (std::size_t j = 0; j < subs.size(); ++j)
-        write_matrix(demb[where[j].first], where[j].second, dsubs[j]);
+      require(cells.count == 0 || mb_tokens <= micro_batch_tokens,
+              "a micro-batch above the token limit");
     }
+    require(next_slot == all_slots, "the micro-batches do not cover the rank's samples");
   }
 
   // Output gradients Π_M → Π_E_k, encoder backward where the encoder ran.
@@ -358,6 +391,7 @@ step_result run_rank(Comm& comm, std::uint64_t seed, bool split) {
   r.stages = step.stages;
   r.plan_seconds = step.plan_seconds;
   r.split = split;
+  r.micro_batches = step.micro_batches.back().count;
   const auto& vis_routes = step.encoders[static_cast<std::size_t>(vision)];
   r.vision_units = vis_routes.units().num_items();
   if (vis_routes.pieces)
@@ -405,7 +439,7 @@ void print(const step_result& r, const char* backend, std::uint64_t seed) {
       "\"loss\":%.17g,\"loss_rel_diff\":%.6e,\"grad_max_rel_diff\":%.6e,"
       "\"tolerance\":%.1e,\"moved_bytes\":%lld,\"inter_node_bytes\":%lld,"
       "\"dispatches\":%d,\"node_wise_dispatches\":%d,\"plan_ms\":%.3f,\"split\":%s,"
-      "\"vision_units\":%lld,\"cut_videos\":%lld,\"stages\":[",
+      "\"vision_units\":%lld,\"cut_videos\":%lld,\"micro_batches\":%lld,\"stages\":[",
       backend, r.ranks, r.nodes, static_cast<unsigned long long>(seed),
       static_cast<long long>(r.samples), static_cast<long long>(r.sub_items[vision]),
       static_cast<long long>(r.sub_items[audio]), static_cast<long long>(r.tokens),
@@ -413,7 +447,7 @@ void print(const step_result& r, const char* backend, std::uint64_t seed) {
       r.loss_rel_diff, r.grad_max_rel_diff, tolerance, static_cast<long long>(moved),
       static_cast<long long>(inter), r.dispatches, r.node_wise_dispatches, 1e3 * r.plan_seconds,
       r.split ? "true" : "false", static_cast<long long>(r.vision_units),
-      static_cast<long long>(r.cut_videos));
+      static_cast<long long>(r.cut_videos), static_cast<long long>(r.micro_batches));
   for (std::size_t i = 0; i < r.stages.size(); ++i) {
     const auto& s = r.stages[i];
     std::printf(
@@ -508,13 +542,15 @@ struct args {
   std::uint64_t seed = 1;
   bool check = false;
   bool split = false;
+  bool micro = false;
 };
 
 constexpr const char* usage_text =
     "usage: mpirun -np N mllm_training [--ranks-per-node G] [--seed S]\n"
     "       mllm_training --backend local --ranks N [--ranks-per-node G] [--seed S]\n"
     "       mllm_training --check-gradients [--seed S]\n"
-    "       (any of them with --split: segmented videos, split across ranks)";
+    "       (any of them with --split: segmented videos, split across ranks;\n"
+    "        --micro-batches: every stage in micro-batches)";
 
 using orchmllm::tool::flag_spec;
 
@@ -529,6 +565,10 @@ const std::vector<flag_spec>& flags() {
       {"seed", "S", "seed of the synthetic data, >= 0; default 1", false},
       {"check-gradients", "", "finite-difference check of the gradients, one process", false},
       {"split", "", "videos of temporal groups, per-group attention, vision stage splits", false},
+      {"micro-batches", "",
+       "the LLM in micro-batches under a token limit (per micro-batch sync), the encoders in two "
+       "(per step)",
+       false},
   };
   return specs;
 }
@@ -541,6 +581,7 @@ std::string parse(int argc, char** argv, args& a) {
     const auto p = orchmllm::tool::parse_flags(flags(), words);
     a.check = p.has("check-gradients");
     a.split = p.has("split");
+    a.micro = p.has("micro-batches");
     if (const auto backend = p.get("backend")) {
       if (*backend != "local" && *backend != "mpi")
         return "--backend must be local or mpi, not " + orchmllm::tool::quote_text(*backend);
@@ -571,7 +612,7 @@ int run_local(const args& a) {
   orchmllm::local::run(
       a.ranks,
       [&](orchmllm::local::communicator& comm) {
-        auto r = run_rank(comm, a.seed, a.split);
+        auto r = run_rank(comm, a.seed, a.split, a.micro);
         if (comm.rank() == 0) {
           std::lock_guard lock(mu);
           result = std::move(r);
@@ -598,7 +639,7 @@ int run_mpi(int argc, char** argv, const args& a) {
     orchmllm::mpi::communicator::options copts;
     copts.ranks_per_node = a.ranks_per_node.value_or(0);
     orchmllm::mpi::communicator comm(MPI_COMM_WORLD, copts);
-    const auto r = run_rank(comm, a.seed, a.split);  // identical on every rank
+    const auto r = run_rank(comm, a.seed, a.split, a.micro);  // identical on every rank
     if (comm.rank() == 0) print(r, "mpi", a.seed);
     return passed(r) ? 0 : 1;
   } catch (const orchmllm::error& e) {

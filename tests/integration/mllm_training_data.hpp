@@ -95,14 +95,26 @@ inline orchmllm::local_batch describe(const std::vector<sample_data>& samples) {
   orchmllm::local_batch b;
   for (std::size_t s = 0; s < samples.size(); ++s) {
     b.text_tokens.push_back(static_cast<std::int64_t>(samples[s].text.size()));
-    for (const auto& d : samples[s].subs)
+    // Every position of the sequence has a target: text and placeholder positions alike.
+    std::int64_t loss_tokens = b.text_tokens.back();
+    for (const auto& d : samples[s].subs) {
       b.sub_items.push_back({d.modality, static_cast<std::int64_t>(s), d.rows(), d.rows(),
                              d.tokens(), std::max<std::int64_t>(d.segments, 1)});
+      loss_tokens += d.tokens();
+    }
+    b.loss_tokens.push_back(loss_tokens);
   }
   return b;
 }
 
-inline orchmllm::stage_declarations declarations(bool split) {
+/// The LLM stage's micro-batch token limit of --micro-batches: a sequence has at most 160 text
+/// tokens, 3 images of 24 tokens and 2 clips of 16 (264), so every sample fits.
+inline constexpr std::int64_t micro_batch_tokens = 288;
+
+/// The stages; with `micro`: the LLM in at least 3 micro-batches of at most
+/// `micro_batch_tokens` tokens (FSDP-style, every micro-batch synchronised), the encoders in two
+/// micro-batches each (DDP-style, per step; not the vision stage when it splits).
+inline orchmllm::stage_declarations declarations(bool split, bool micro) {
   orchmllm::stage_declarations decl;
   orchmllm::encoder_stage vis;
   vis.name = "vision";
@@ -123,6 +135,20 @@ inline orchmllm::stage_declarations declarations(bool split) {
   decl.llm.cost = orchmllm::quadratic_cost{0.0, 1.0, 1.0 / 256.0};
   decl.llm.policy = orchmllm::packed;
   decl.llm.text_row_bytes = static_cast<std::int64_t>(sizeof(text_row));
+  if (micro) {
+    orchmllm::micro_batching two;
+    two.count = 2;
+    two.allow_empty = true;
+    two.sync = orchmllm::sync_model::step;
+    for (auto& e : decl.encoders)
+      if (!e.split) e.micro_batches = two;
+    orchmllm::micro_batching fsdp;
+    fsdp.limits.tokens = micro_batch_tokens;
+    fsdp.min_count = 3;
+    fsdp.allow_empty = true;
+    fsdp.sync = orchmllm::sync_model::micro_batch;
+    decl.llm.micro_batches = fsdp;
+  }
   return decl;
 }
 

@@ -233,6 +233,7 @@ TEST_CASE("bad input: a clear error on every rank, no hang") {
   auto good = random_batches(rng, d, 2);
   for (auto& b : good) {  // every rank has a sample and one sub-item of each modality
     b.text_tokens.push_back(5);
+    if (!b.loss_tokens.empty()) b.loss_tokens.push_back(2);
     const auto p = static_cast<std::int64_t>(b.text_tokens.size()) - 1;
     b.sub_items.push_back(sub_item{
         .modality = 0, .parent = p, .encoder_length = 50, .input_rows = 2, .llm_tokens = 3});
@@ -277,6 +278,15 @@ TEST_CASE("bad input: a clear error on every rank, no hang") {
     bad = good;
     bad[4].sub_items.back().input_rows = -1;
     expect_everywhere(gather_with(bad), kind::invalid, {"rank 4", "negative"});
+  }
+  SUBCASE("loss tokens of the wrong count or sign") {
+    auto bad = good;
+    bad[3].loss_tokens.assign(bad[3].text_tokens.size() + 1, 1);
+    expect_everywhere(gather_with(bad), kind::invalid, {"rank 3", "loss_tokens has"});
+    bad = good;
+    bad[1].loss_tokens.assign(bad[1].text_tokens.size(), 1);
+    bad[1].loss_tokens.back() = -2;
+    expect_everywhere(gather_with(bad), kind::invalid, {"rank 1", "-2 loss tokens"});
   }
   SUBCASE("declarations that differ across ranks") {
     // Rank 3 has another cost model for the vision encoder.

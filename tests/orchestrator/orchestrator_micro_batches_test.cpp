@@ -205,3 +205,70 @@ TEST_CASE("micro-batch declarations: bad options name the stage; the fingerprint
       "mine");
   expect_invalid([&] { bad.validate(); }, {"stage 'llm'", "built-in balancer", "'mine'"});
 }
+
+TEST_CASE("plan_step counts the loss tokens of every LLM micro-batch; loss_scale is per token") {
+  std::mt19937_64 rng(9001);
+  for (int trial = 0; trial < 24; ++trial) {
+    const auto d = static_cast<rank_t>(uniform(rng, 1, 10));
+    const int k_count = trial % 3;
+    auto decl = random_decl(rng, k_count);
+    const auto batches = random_batches(rng, d, k_count);  // odd ranks name their loss tokens
+    const auto meta = orchmllm::make_step_metadata(batches, k_count);
+    if (trial % 2 == 1) {
+      micro_batching micro;
+      micro.count = uniform(rng, 1, 3);
+      micro.allow_empty = true;
+      decl.llm.micro_batches = micro;
+    }
+    const auto plan = orchmllm::plan_step(decl, meta, random_topology(rng, d));
+    CAPTURE(trial);
+    std::int64_t total = 0;
+    for (rank_t r = 0; r < d; ++r) {
+      const auto& b = batches[static_cast<std::size_t>(r)];
+      for (std::size_t i = 0; i < b.text_tokens.size(); ++i) {
+        const auto want = r % 2 == 1 ? (b.text_tokens[i] + 1) / 2 : b.text_tokens[i];
+        CHECK(meta.loss_tokens_of(meta.sample_offsets[static_cast<std::size_t>(r)] +
+                                  static_cast<std::int64_t>(i)) == want);
+        total += want;
+      }
+    }
+    CHECK(plan.loss_tokens == total);
+    const auto& mb = plan.micro_batches.back();
+    const std::int64_t m_count = mb.count > 0 ? mb.count : 1;
+    REQUIRE(plan.micro_batch_loss_tokens.size() == static_cast<std::size_t>(d * m_count));
+    for (rank_t r = 0; r < d; ++r) {
+      const auto samples = plan.llm_view(meta, r).samples;
+      for (std::int64_t m = 0; m < m_count; ++m) {
+        const auto [first, last] = mb.count > 0 ? mb.slots(r, m)
+                                                : std::pair<std::int64_t, std::int64_t>{
+                                                      0, static_cast<std::int64_t>(samples.size())};
+        std::int64_t sum = 0;
+        for (auto s = first; s < last; ++s)
+          sum += meta.loss_tokens_of(samples[static_cast<std::size_t>(s)]);
+        CHECK(plan.loss_tokens_of(r, m) == sum);
+      }
+    }
+    if (total > 0) {
+      CHECK(plan.loss_scale(orchmllm::gradient_reduction::sum) == 1.0 / static_cast<double>(total));
+      CHECK(plan.loss_scale() == static_cast<double>(d) / static_cast<double>(total));
+    } else {
+      CHECK(plan.loss_scale() == 0.0);
+    }
+    expect_invalid([&] { (void)plan.loss_tokens_of(d, 0); }, {"rank"});
+  }
+}
+
+TEST_CASE("loss tokens of a local batch: one per sample and non-negative, or none") {
+  std::vector<orchmllm::local_batch> batches(2);
+  batches[0].text_tokens = {10, 20};
+  batches[1].text_tokens = {5};
+  batches[1].loss_tokens = {1, 2};
+  expect_invalid([&] { (void)orchmllm::make_step_metadata(batches, 0); },
+                 {"rank 1", "loss_tokens has 2 entries for 1 samples"});
+  batches[1].loss_tokens = {-3};
+  expect_invalid([&] { (void)orchmllm::make_step_metadata(batches, 0); },
+                 {"rank 1", "sample 0 has -3 loss tokens"});
+  batches[1].loss_tokens = {4};
+  const auto meta = orchmllm::make_step_metadata(batches, 0);
+  CHECK(meta.loss_tokens == std::vector<std::int64_t>{10, 20, 4});
+}

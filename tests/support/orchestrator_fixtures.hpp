@@ -66,6 +66,11 @@ inline std::vector<local_batch> random_batches(std::mt19937_64& rng, rank_t d, i
         open.erase(open.begin() + static_cast<std::ptrdiff_t>(pick));
     }
   }
+  // Odd ranks name their loss tokens (half the text, rounded up), even ranks leave them to the
+  // default (the text tokens): the metadata must carry both kinds. No draw, so the stream of
+  // `rng` is that of batches without them.
+  for (std::size_t r = 1; r < out.size(); r += 2)
+    for (const auto t : out[r].text_tokens) out[r].loss_tokens.push_back((t + 1) / 2);
   return out;
 }
 
@@ -190,8 +195,9 @@ inline reference make_reference(const std::vector<local_batch>& batches, int k_c
 
 inline bool same_metadata(const step_metadata& a, const step_metadata& b) {
   if (a.ranks != b.ranks || a.sample_offsets != b.sample_offsets ||
-      a.text_tokens != b.text_tokens || a.sample_sub_offsets != b.sample_sub_offsets ||
-      a.sample_sub_items != b.sample_sub_items || a.modalities.size() != b.modalities.size())
+      a.text_tokens != b.text_tokens || a.loss_tokens != b.loss_tokens ||
+      a.sample_sub_offsets != b.sample_sub_offsets || a.sample_sub_items != b.sample_sub_items ||
+      a.modalities.size() != b.modalities.size())
     return false;
   for (std::size_t k = 0; k < a.modalities.size(); ++k) {
     const auto& x = a.modalities[k];

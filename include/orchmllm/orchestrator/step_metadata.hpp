@@ -50,6 +50,9 @@ struct sub_item {
 struct local_batch {
   std::vector<std::int64_t> text_tokens;  ///< one entry per local sample
   std::vector<sub_item> sub_items;
+  /// The tokens of every local sample that carry a label (what a per-token-mean loss divides
+  /// by: `step_plan::loss_tokens`), ≥ 0; empty (the default): its text tokens.
+  std::vector<std::int64_t> loss_tokens{};
   friend bool operator==(const local_batch&, const local_batch&) = default;
 };
 
@@ -81,7 +84,10 @@ struct step_metadata {
   rank_t ranks = 0;
   std::vector<std::int64_t> sample_offsets{0};  ///< CSR per rank (d + 1)
   std::vector<std::int64_t> text_tokens;        ///< per global sample
-  std::vector<modality_items> modalities;       ///< K entries
+  /// Per global sample, its loss tokens (`local_batch::loss_tokens`, or its text tokens); may
+  /// be left empty in metadata built by hand, which means the text tokens (`loss_tokens_of`).
+  std::vector<std::int64_t> loss_tokens{};
+  std::vector<modality_items> modalities;  ///< K entries
   /// Every sample's sub-items in their original order, as (modality, id within the modality):
   /// entries [sample_sub_offsets[g], sample_sub_offsets[g + 1]).
   std::vector<std::int64_t> sample_sub_offsets{0};
@@ -89,6 +95,10 @@ struct step_metadata {
 
   [[nodiscard]] std::int64_t num_samples() const noexcept {
     return static_cast<std::int64_t>(text_tokens.size());
+  }
+  /// The loss tokens of sample g. O(1).
+  [[nodiscard]] std::int64_t loss_tokens_of(std::int64_t g) const noexcept {
+    return (loss_tokens.empty() ? text_tokens : loss_tokens)[static_cast<std::size_t>(g)];
   }
   /// LLM sequence length of sample g: text + the LLM tokens of its sub-items. O(its sub-items).
   /// Throws `invalid_argument_error` when the sum passes 2^63 − 1.

@@ -116,6 +116,10 @@ struct stage_micro_batches {
   }
 };
 
+/// How the trainer reduces gradients over the data-parallel ranks: `sum` (an all-reduce sum) or
+/// `mean` (DDP's and FSDP's default: the sum divided by d).
+enum class gradient_reduction : std::uint8_t { sum, mean };
+
 /// What an LLM rank needs to assemble its sequences (docs/orchestrator.md, "Where encoder outputs
 /// land (the placement contract)").
 struct llm_rank_view {
@@ -175,6 +179,11 @@ struct step_plan {
   /// K + 1 entries like `stages`: the micro-batches of every stage that declares them (the
   /// encoder stages' over their units, the LLM stage's over samples); count 0 for the others.
   std::vector<stage_micro_batches> micro_batches;
+  /// N, the loss tokens of the whole step (`step_metadata::loss_tokens_of` summed over samples).
+  std::int64_t loss_tokens = 0;
+  /// The loss tokens of every (LLM rank r, micro-batch m) at entry r·M + m, M the LLM stage's
+  /// micro-batch count (1 when it declares none); they add up to `loss_tokens`.
+  std::vector<std::int64_t> micro_batch_loss_tokens;
   step_routes routes;       ///< this rank's routes when `plan_options::routes_for` asked for them
   double plan_seconds = 0;  ///< wall time of `plan_step` (not deterministic; a report only)
   // Wall times of the phases around the stages (each stage's are in its report). With
@@ -187,6 +196,30 @@ struct step_plan {
                                ///< `routes_for`, routes and compositions overlap it)
   double compose_seconds = 0;  ///< then until the last lift, composed route and inverse
   double routes_seconds = 0;   ///< then until this rank's last route (`plan_options::routes_for`)
+
+  /// The factor a rank multiplies the sum of the token losses of each of its micro-batches by
+  /// before backward, so that the gradients accumulated over micro-batches and reduced over the
+  /// ranks by `reduction` are those of the per-token mean over the whole step: 1/N for `sum`,
+  /// d/N for `mean` (0 when N = 0). The same on every rank and whatever the plan, so balanced
+  /// and unbalanced steps give the same gradients. A loss already averaged over micro-batch
+  /// (r, m) is multiplied by `loss_tokens_of(r, m) · loss_scale(reduction)` instead. O(1).
+  [[nodiscard]] double loss_scale(gradient_reduction reduction = gradient_reduction::mean) const {
+    if (loss_tokens == 0) return 0.0;
+    const double ranks =
+        reduction == gradient_reduction::mean ? static_cast<double>(llm.num_dst_ranks()) : 1.0;
+    return ranks / static_cast<double>(loss_tokens);
+  }
+  /// The loss tokens of micro-batch m of LLM rank r (m = 0 without micro-batches). O(1).
+  /// Throws `invalid_argument_error` for r or m out of range.
+  [[nodiscard]] std::int64_t loss_tokens_of(rank_t r, std::int64_t m = 0) const {
+    const std::int64_t m_count =
+        micro_batches.empty() || micro_batches.back().count == 0 ? 1 : micro_batches.back().count;
+    const auto d = static_cast<std::int64_t>(micro_batch_loss_tokens.size()) / m_count;
+    ORCHMLLM_REQUIRE(r >= 0 && r < d && m >= 0 && m < m_count, invalid_argument_error,
+                     "micro-batch ", m, " of rank ", r, " is outside ", d, " ranks × ", m_count,
+                     " micro-batches");
+    return micro_batch_loss_tokens[static_cast<std::size_t>(r * m_count + m)];
+  }
 
   /// 3K + 1.
   [[nodiscard]] int alltoalls_per_step() const noexcept {

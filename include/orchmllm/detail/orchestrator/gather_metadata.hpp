@@ -33,6 +33,7 @@ step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
     std::uint64_t fingerprint;
     std::int64_t samples;
     std::int64_t sub_items;
+    std::int64_t loss_tokens;  // entries of local_batch::loss_tokens (0 or samples)
     std::int64_t fault;
     std::int64_t where;
     std::int64_t value;
@@ -46,6 +47,7 @@ step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
   const record mine{fingerprint(decl),
                     static_cast<std::int64_t>(local.text_tokens.size()),
                     static_cast<std::int64_t>(local.sub_items.size()),
+                    static_cast<std::int64_t>(local.loss_tokens.size()),
                     static_cast<std::int64_t>(f.fault),
                     f.where,
                     f.value,
@@ -74,18 +76,21 @@ step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
                      detail::describe(static_cast<detail::batch_fault>(all[r].fault), all[r].where,
                                       all[r].value, kc));
   }
-  // Pack: text tokens, then (modality, parent, length, input rows, llm tokens) per sub-item.
+  // Pack: text tokens, the loss tokens when given, then (modality, parent, length, input rows,
+  // llm tokens) per sub-item.
   // The segment count S rides in the modality word as (S − 1) · 2^32 (both were checked on
   // every rank above: 0 ≤ modality < K < 2^31, 1 ≤ S ≤ 2^31), so S = 1 sends the words of a
   // batch without segments, bit for bit.
   std::vector<std::int64_t> words;
-  words.reserve(local.text_tokens.size() + 5 * local.sub_items.size());
+  words.reserve(local.text_tokens.size() + local.loss_tokens.size() + 5 * local.sub_items.size());
   words.insert(words.end(), local.text_tokens.begin(), local.text_tokens.end());
+  words.insert(words.end(), local.loss_tokens.begin(), local.loss_tokens.end());
   for (const auto& s : local.sub_items)
     words.insert(words.end(), {static_cast<std::int64_t>(s.modality) + ((s.segments - 1) << 32),
                                s.parent, s.encoder_length, s.input_rows, s.llm_tokens});
   std::vector<std::int64_t> counts(d);
-  for (std::size_t r = 0; r < d; ++r) counts[r] = all[r].samples + 5 * all[r].sub_items;
+  for (std::size_t r = 0; r < d; ++r)
+    counts[r] = all[r].samples + all[r].loss_tokens + 5 * all[r].sub_items;
   const std::vector<std::int64_t> global =
       orchmllm::all_gatherv(comm, std::span<const std::int64_t>(words), counts).values;
 
@@ -98,6 +103,10 @@ step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
                          global.begin() + static_cast<std::ptrdiff_t>(
                                               at + static_cast<std::size_t>(all[r].samples)));
     at += static_cast<std::size_t>(all[r].samples);
+    b.loss_tokens.assign(global.begin() + static_cast<std::ptrdiff_t>(at),
+                         global.begin() + static_cast<std::ptrdiff_t>(
+                                              at + static_cast<std::size_t>(all[r].loss_tokens)));
+    at += static_cast<std::size_t>(all[r].loss_tokens);
     b.sub_items.resize(static_cast<std::size_t>(all[r].sub_items));
     for (auto& s : b.sub_items) {
       s = {static_cast<std::int32_t>(global[at] & 0xffffffff),

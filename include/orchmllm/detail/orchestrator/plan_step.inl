@@ -10,12 +10,14 @@
 #include <exception>
 #include <future>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "orchmllm/config.hpp"
 #include "orchmllm/core/error.hpp"
+#include "orchmllm/detail/core/checked.hpp"
 #include "orchmllm/detail/orchestrator/compose_encoder.hpp"
 #include "orchmllm/detail/orchestrator/plan_stage.hpp"
 #include "orchmllm/detail/orchestrator/stage_layouts.hpp"
@@ -24,6 +26,29 @@
 namespace orchmllm {
 
 #if !ORCHMLLM_USE_COMPILED
+namespace detail {
+
+// The step's loss tokens and those of every LLM cell (rank, micro-batch), from Π_M and the LLM
+// stage's micro-batches. O(samples + d·M).
+inline void count_loss_tokens(const step_metadata& meta, step_plan& out) {
+  const stage_micro_batches& cells = out.micro_batches.back();
+  const std::span<const std::int64_t> offsets =
+      cells.count > 0 ? std::span<const std::int64_t>(cells.offsets) : out.llm.dst_offsets();
+  const auto sources = out.llm.sources();
+  out.micro_batch_loss_tokens.assign(offsets.size() - 1, 0);
+  out.loss_tokens = 0;
+  for (std::size_t c = 0; c + 1 < offsets.size(); ++c) {
+    std::int64_t sum = 0;
+    for (auto h = offsets[c]; h < offsets[c + 1]; ++h)
+      sum = checked_add(sum, meta.loss_tokens_of(sources[static_cast<std::size_t>(h)]),
+                        "the loss tokens of the step");
+    out.micro_batch_loss_tokens[c] = sum;
+    out.loss_tokens = checked_add(out.loss_tokens, sum, "the loss tokens of the step");
+  }
+}
+
+}  // namespace detail
+
 // The K + 1 stages are independent, so the encoders run on their own threads while this one
 // plans the LLM (each writes only its own plan and report). Each encoder's thread then goes on
 // as far as its plans allow: its input route (on a thread of its own), then, once Π_M exists,
@@ -117,6 +142,7 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
                                 out.micro_batches[kc], options.parallel_stages);
     });
     stage_end[kc] = clock::now();
+    detail::count_loss_tokens(meta, out);
     llm_ok = true;
   } catch (...) {
     first_error = std::current_exception();

@@ -19,6 +19,8 @@ enum class batch_fault : std::int64_t {
   bad_parent,
   negative_value,
   bad_segments,
+  loss_tokens_size,
+  negative_loss_tokens,
 };
 
 inline std::string describe(batch_fault f, std::int64_t where, std::int64_t detail_value,
@@ -40,6 +42,11 @@ inline std::string describe(batch_fault f, std::int64_t where, std::int64_t deta
       return concat("sub-item ", where, " has ", detail_value,
                     " segments: must be in [1, 2^31] and divide its encoder length, input rows "
                     "and LLM tokens");
+    case batch_fault::loss_tokens_size:
+      return concat("loss_tokens has ", detail_value, " entries for ", where,
+                    " samples (one per sample, or none)");
+    case batch_fault::negative_loss_tokens:
+      return concat("sample ", where, " has ", detail_value, " loss tokens");
   }
   return "?";
 }
@@ -59,6 +66,12 @@ inline fault_report check_local_batch(const local_batch& b, int encoders) {
     if (b.text_tokens[i] < 0)
       return {batch_fault::negative_text, static_cast<std::int64_t>(i), b.text_tokens[i]};
   const auto samples = static_cast<std::int64_t>(b.text_tokens.size());
+  if (!b.loss_tokens.empty() && static_cast<std::int64_t>(b.loss_tokens.size()) != samples)
+    return {batch_fault::loss_tokens_size, samples,
+            static_cast<std::int64_t>(b.loss_tokens.size())};
+  for (std::size_t i = 0; i < b.loss_tokens.size(); ++i)
+    if (b.loss_tokens[i] < 0)
+      return {batch_fault::negative_loss_tokens, static_cast<std::int64_t>(i), b.loss_tokens[i]};
   for (std::size_t i = 0; i < b.sub_items.size(); ++i) {
     const auto& s = b.sub_items[i];
     if (s.modality < 0 || s.modality >= encoders)
@@ -79,6 +92,8 @@ inline fault_report check_local_batch(const local_batch& b, int encoders) {
 inline void append_rank(step_metadata& m, const local_batch& b) {
   const auto first_sample = static_cast<std::int64_t>(m.text_tokens.size());
   m.text_tokens.insert(m.text_tokens.end(), b.text_tokens.begin(), b.text_tokens.end());
+  const auto& loss = b.loss_tokens.empty() ? b.text_tokens : b.loss_tokens;
+  m.loss_tokens.insert(m.loss_tokens.end(), loss.begin(), loss.end());
   m.sample_offsets.push_back(static_cast<std::int64_t>(m.text_tokens.size()));
   // Per sample, its sub-items in order.
   std::vector<std::vector<std::pair<std::int32_t, std::int64_t>>> per_sample(b.text_tokens.size());
