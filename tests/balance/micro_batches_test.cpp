@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "orchmllm/topology/mapping.hpp"
+#include "orchmllm/topology/topology.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -560,6 +562,39 @@ TEST_CASE("micro_batches: identity keeps every item on its rank under both sync 
     CHECK(objective_of(cells, d, res.micro_batches, micro.sync) ==
           doctest::Approx(static_cast<double>(res.objective)));
   }
+}
+
+TEST_CASE("micro_batches: the cells follow their bins through map_bins") {
+  std::mt19937_64 rng(808);
+  for (int trial = 0; trial < 20; ++trial) {
+    const auto d = static_cast<rank_t>(uniform(rng, 2, 12));
+    const auto layout = random_micro_layout(rng, d, uniform(rng, 3 * d, 10 * d), 700);
+    micro_batching micro;
+    micro.count = uniform(rng, 1, 3);
+    const auto res = balance_micro_batches(layout, linear_cost{1}, padding_policy::packed(), micro);
+    const auto mapped = orchmllm::map_bins(res.balance.plan, layout.item_bytes(),
+                                           orchmllm::topology::uniform(d, 2));
+    const auto cells =
+        orchmllm::cell_offsets_on_ranks(res.cell_offsets, res.micro_batches, mapped.rank_of_bin);
+    REQUIRE(cells.size() == res.cell_offsets.size());
+    CAPTURE(trial);
+    for (rank_t b = 0; b < d; ++b) {
+      const rank_t r = mapped.rank_of_bin[static_cast<std::size_t>(b)];
+      for (std::int64_t m = 0; m < res.micro_batches; ++m) {
+        const auto [first, last] = res.cell(b, m);
+        const auto at = static_cast<std::size_t>(r * res.micro_batches + m);
+        REQUIRE(cells[at + 1] - cells[at] == last - first);
+        for (auto h = first; h < last; ++h)
+          CHECK(mapped.plan.source_of(cells[at] + (h - first)) == res.balance.plan.source_of(h));
+      }
+    }
+  }
+  expect_invalid(
+      [] {
+        (void)orchmllm::cell_offsets_on_ranks(std::vector<std::int64_t>{0, 1, 2}, 2,
+                                              std::vector<rank_t>{0, 1});
+      },
+      {"rank_of_bin has 2 entries"});
 }
 
 TEST_CASE("micro_batches: bad options and impossible inputs raise clear errors") {

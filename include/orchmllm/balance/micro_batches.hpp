@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -177,6 +178,16 @@ cost_type_t<C> micro_batch_objective_as_sampled(const batch_layout& layout, cons
     return detail::micro_batch_objective_as_sampled_impl(layout, c, policy, micro);
   });
 }
+
+/// The cell offsets of a micro-batch plan (`micro_batch_result::cell_offsets`: d·M + 1, in the
+/// destination ids of the plan over bins) after `map_bins` moved bin b to rank `rank_of_bin[b]`
+/// (a permutation; empty: every bin stays), every item keeping its slot: cell (r, m) of the
+/// result is cell (b, m) of the input for the bin b on rank r (no cells, M = 0 and one offset,
+/// stay so). O(d·M). Throws `invalid_argument_error` when the sizes disagree (cell_offsets of
+/// d·M + 1 entries, rank_of_bin of d entries or none) or a rank is out of range.
+[[nodiscard]] inline std::vector<std::int64_t> cell_offsets_on_ranks(
+    std::span<const std::int64_t> cell_offsets, std::int64_t micro_batches,
+    std::span<const rank_t> rank_of_bin);
 
 }  // namespace orchmllm
 

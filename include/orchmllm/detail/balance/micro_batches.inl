@@ -1116,3 +1116,35 @@ inline sync_model parse_sync_model(std::string_view text) {
 }
 
 }  // namespace orchmllm
+
+namespace orchmllm {
+
+inline std::vector<std::int64_t> cell_offsets_on_ranks(std::span<const std::int64_t> cell_offsets,
+                                                       std::int64_t micro_batches,
+                                                       std::span<const rank_t> rank_of_bin) {
+  if (micro_batches == 0 && cell_offsets.size() == 1) return {0};  // no cells at all
+  ORCHMLLM_REQUIRE(micro_batches >= 1 && !cell_offsets.empty() &&
+                       (cell_offsets.size() - 1) % static_cast<std::size_t>(micro_batches) == 0,
+                   invalid_argument_error, cell_offsets.size(), " cell offsets for ", micro_batches,
+                   " micro-batches per rank");
+  const auto d = static_cast<std::int64_t>(cell_offsets.size() - 1) / micro_batches;
+  ORCHMLLM_REQUIRE(rank_of_bin.empty() || static_cast<std::int64_t>(rank_of_bin.size()) == d,
+                   invalid_argument_error, "rank_of_bin has ", rank_of_bin.size(),
+                   " entries, expected one per bin (", d, ")");
+  std::vector<std::int64_t> sizes(cell_offsets.size() - 1);
+  for (std::int64_t b = 0; b < d; ++b) {
+    const std::int64_t r = rank_of_bin.empty() ? b : rank_of_bin[static_cast<std::size_t>(b)];
+    ORCHMLLM_REQUIRE(r >= 0 && r < d, invalid_argument_error, "bin ", b, " goes to rank ", r,
+                     ", outside [0, ", d, ")");
+    for (std::int64_t m = 0; m < micro_batches; ++m) {
+      const auto from = static_cast<std::size_t>(b * micro_batches + m);
+      sizes[static_cast<std::size_t>(r * micro_batches + m)] =
+          cell_offsets[from + 1] - cell_offsets[from];
+    }
+  }
+  std::vector<std::int64_t> out(sizes.size() + 1, 0);
+  for (std::size_t i = 0; i < sizes.size(); ++i) out[i + 1] = out[i] + sizes[i];
+  return out;
+}
+
+}  // namespace orchmllm

@@ -35,30 +35,6 @@ namespace orchmllm {
 #if !ORCHMLLM_USE_COMPILED
 namespace detail {
 
-// The cells of a micro-batch plan after its bins moved to ranks (`rank_of_bin`; empty: every
-// bin stays). O(d·M).
-template <class Cost>
-stage_micro_batches micro_batches_on_ranks(const micro_batch_result<Cost>& micro,
-                                           std::span<const rank_t> rank_of_bin) {
-  stage_micro_batches out;
-  out.count = micro.micro_batches;
-  const std::int64_t m_count = micro.micro_batches;
-  const auto d =
-      static_cast<std::int64_t>(micro.cell_offsets.size() - 1) / std::max<std::int64_t>(m_count, 1);
-  std::vector<std::int64_t> sizes(micro.cell_offsets.size() - 1);
-  for (std::int64_t b = 0; b < d; ++b) {
-    const std::int64_t r = rank_of_bin.empty() ? b : rank_of_bin[static_cast<std::size_t>(b)];
-    for (std::int64_t m = 0; m < m_count; ++m) {
-      const auto from = static_cast<std::size_t>(b * m_count + m);
-      sizes[static_cast<std::size_t>(r * m_count + m)] =
-          micro.cell_offsets[from + 1] - micro.cell_offsets[from];
-    }
-  }
-  out.offsets.assign(sizes.size() + 1, 0);
-  for (std::size_t i = 0; i < sizes.size(); ++i) out.offsets[i + 1] = out.offsets[i] + sizes[i];
-  return out;
-}
-
 // Balance + map one stage; fills its report and, when the stage declares micro-batches, `cells`.
 // `bytes` are the layout's item bytes. With `split` (an encoder stage that splits), the stage is
 // balanced by balance_split, the cut goes to
@@ -165,7 +141,9 @@ rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const t
     rep.map_seconds = lap(t0);
     if (micro) {
       // Every item kept its slot, so bin b's cells are rank_of_bin[b]'s.
-      cells = micro_batches_on_ranks(*micro, m.rank_of_bin);
+      cells.count = micro->micro_batches;
+      cells.offsets =
+          cell_offsets_on_ranks(micro->cell_offsets, micro->micro_batches, m.rank_of_bin);
       rep.micro_batches = micro->micro_batches;
       rep.objective_after = static_cast<double>(micro->objective);
       rep.objective_lower_bound = static_cast<double>(micro->objective_lower_bound);
