@@ -152,7 +152,10 @@ def balance(offsets: Any, lengths: Any, cost: CostArg = "linear", policy: str = 
             algorithm: str = "automatic", *, bytes: Any = None, pad_multiple: Optional[int] = None,
             cap: Optional[int] = None, cap_bytes: Optional[int] = None, min_items: int = 0,
             max_items: Optional[int] = None, gpus_per_node: int = 0,
-            locality_tolerance: float = 0.001, gap_tolerance: float = 0.0) -> Plan:
+            locality_tolerance: float = 0.001, gap_tolerance: float = 0.0,
+            micro_batches: Union[None, int, str] = None,
+            max_tokens_per_micro_batch: Optional[int] = None, micro_batch_multiple: int = 1,
+            min_micro_batches: int = 1, sync: Optional[str] = None) -> Plan:
     """Balances the items of D ranks over the same D ranks.
 
     offsets: int64[D+1], the CSR offsets of the ranks' items (rank r holds global ids
@@ -172,6 +175,15 @@ def balance(offsets: Any, lengths: Any, cost: CostArg = "linear", policy: str = 
     gap_tolerance: "automatic" (and "locality"'s base run) stops once its plan is within
         lower bound * (1 + gap_tolerance); the plan is then within that target or exactly the
         plan of 0 (the default: stop only at the bound). For very large inputs.
+    micro_batches, max_tokens_per_micro_batch, micro_batch_multiple, min_micro_batches, sync:
+        with any of them, the items go to cells (rank, micro-batch) as the C++
+        ``balance_micro_batches`` plans them (``orchmllm-bench plan --micro-batches ...``):
+        micro_batches "auto" (the default then: the smallest count that fits) or M >= 1, the
+        same on every rank; max_tokens_per_micro_batch: physical tokens of one micro-batch after
+        the policy's padding, never exceeded; M a multiple of micro_batch_multiple and at least
+        min_micro_batches; sync "micro-batch" (FSDP, ZeRO-3, tensor or pipeline parallelism: the
+        default) or "step" (DDP with no_sync). The plan's ``micro_batches``, ``dst_micro_batch``
+        and ``micro_batch(rank, m)`` give the cells, ``statistics()`` the objective figures.
 
     Returns the :class:`Plan` (the same as ``orchmllm-bench plan`` without --gpus-per-node).
     Raises TypeError / ValueError for malformed arguments (InvalidArgumentError, a ValueError,
@@ -196,12 +208,25 @@ def balance(offsets: Any, lengths: Any, cost: CostArg = "linear", policy: str = 
         raise TypeError(
             "cost must be a str ('linear', 'quadratic:A,B'), a LinearCost, a QuadraticCost or a"
             f" callable, got {type(cost).__name__}")
+    if micro_batches is None or micro_batches == "auto":
+        count = None if micro_batches is None else 0
+    elif isinstance(micro_batches, str):
+        raise ValueError(f"micro_batches must be 'auto' or an int >= 1, got {micro_batches!r}")
+    else:
+        count = _int("micro_batches", micro_batches)
+        if count < 1:
+            raise ValueError(f"micro_batches must be 'auto' or an int >= 1, got {count}")
+    if sync is not None and not isinstance(sync, str):
+        raise TypeError(f"sync must be a str, got {type(sync).__name__}")
     return _orchmllm._balance(
         offsets, lengths, bytes, cost_arg, policy, multiple, algorithm,
         _optional_int("cap", cap), _optional_int("cap_bytes", cap_bytes),
         _int("min_items", min_items), _optional_int("max_items", max_items),
         _int("gpus_per_node", gpus_per_node), _float("locality_tolerance", locality_tolerance),
-        _float("gap_tolerance", gap_tolerance))
+        _float("gap_tolerance", gap_tolerance), count,
+        _optional_int("max_tokens_per_micro_batch", max_tokens_per_micro_batch),
+        _int("micro_batch_multiple", micro_batch_multiple),
+        _int("min_micro_batches", min_micro_batches), sync)
 
 
 def map_bins(plan: Plan, gpus_per_node: int = 0, method: str = "transport", *,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/balance/micro_batches.hpp"
 #include "orchmllm/comm/route.hpp"
 #include "orchmllm/core/error.hpp"
 #include "orchmllm/topology/mapping.hpp"
@@ -106,6 +107,16 @@ struct py_plan {
     i64 gpus_per_node = 0;
   };
   std::optional<mapping_info> mapping;
+  // Set by balance with micro-batches: the cells (rank, micro-batch) and their figures.
+  struct micro_info {
+    orchmllm::micro_batching options;
+    i64 count = 0;                     // M
+    std::vector<i64> offsets;          // d·M + 1 cell offsets in destination ids
+    std::vector<i64> dst_micro_batch;  // per item, by global id
+    double objective = 0, objective_before = 0, objective_lower_bound = 0;
+    bool objective_proven_optimal = false;
+  };
+  std::optional<micro_info> micro;
 };
 
 // What rank `rank` passes to torch.distributed.all_to_all_single to move its items (or their

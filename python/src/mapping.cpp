@@ -67,6 +67,10 @@ std::unique_ptr<py_plan> map_plan(const py_plan& p, const std::string& method, i
     out->dst_rank.assign(ranks.begin(), ranks.end());
     const auto slots = out->plan.dst_slots();
     out->dst_slot.assign(slots.begin(), slots.end());
+    // Every item keeps its slot, so the cells move with their bins.
+    if (out->micro)
+      out->micro->offsets = orchmllm::cell_offsets_on_ranks(out->micro->offsets, out->micro->count,
+                                                            info.figures.rank_of_bin);
   }
   out->mapping = std::move(info);
   return out;

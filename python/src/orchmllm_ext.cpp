@@ -8,6 +8,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
@@ -84,7 +85,35 @@ nb::dict statistics(const py_plan& p) {
         out["load_after"] = to_numpy(std::move(after));
       },
       p.cost);
+  if (p.micro) {
+    // The keys and order of `orchmllm-bench plan`'s micro-batch figures.
+    const auto& m = *p.micro;
+    const bool capped = m.options.limits.tokens != orchmllm::micro_batch_limits{}.tokens;
+    out["sync"] = std::string(orchmllm::to_string(m.options.sync));
+    out["micro_batches"] = m.count;
+    out["micro_batch_tokens"] = capped ? nb::cast(m.options.limits.tokens) : nb::none();
+    out["objective"] = m.objective;
+    out["objective_before"] = m.objective_before;
+    out["objective_lower_bound"] = m.objective_lower_bound;
+    out["objective_ratio"] =
+        m.objective_lower_bound > 0 ? m.objective / m.objective_lower_bound : 1.0;
+    out["objective_proven_optimal"] = m.objective_proven_optimal;
+  }
   return out;
+}
+
+// Micro-batch m of `rank` as destination slots of that rank.
+std::pair<i64, i64> micro_batch_slots(const py_plan& p, i64 rank, i64 m) {
+  ORCHMLLM_REQUIRE(p.micro.has_value(), orchmllm::invalid_argument_error,
+                   "the plan has no micro-batches (balance without micro-batch arguments)");
+  const i64 count = p.micro->count;
+  const i64 d = p.plan.num_dst_ranks();
+  ORCHMLLM_REQUIRE(rank >= 0 && rank < d && m >= 0 && m < count, orchmllm::invalid_argument_error,
+                   "micro-batch ", m, " of rank ", rank, " is outside ", d, " ranks × ", count,
+                   " micro-batches");
+  const auto& off = p.micro->offsets;
+  const auto at = [&](i64 i) { return off[static_cast<std::size_t>(i)]; };
+  return {at(rank * count + m) - at(rank * count), at(rank * count + m + 1) - at(rank * count)};
 }
 
 all_to_all_arrays all_to_all_impl(const py_plan& p, i64 rank, std::optional<i64_in> rows) {
@@ -124,13 +153,39 @@ all_to_all_arrays all_to_all(const py_plan& p, i64 rank, nb::object rows) {
 // ---------------------------------------------------------------------------------------------
 // balance
 
-std::unique_ptr<py_plan> balance(const i64_in& offsets, const i64_in& lengths,
-                                 std::optional<i64_in> bytes, const cost_arg& cost,
-                                 const std::string& policy, i64 pad_multiple,
-                                 const std::string& algorithm, std::optional<i64> cap,
-                                 std::optional<i64> cap_bytes, i64 min_items,
-                                 std::optional<i64> max_items, i64 gpus_per_node,
-                                 double locality_tolerance, double gap_tolerance) {
+// balance_micro_batches for `balance` with micro-batches: its rank plan, with the cells and
+// their figures stored in p.micro.
+template <class C>
+orchmllm::balance_result<orchmllm::cost_type_t<C>> micro_balance(py_plan& p, const C& cost,
+                                                                 const orchmllm::any_balancer& b) {
+  auto& info = *p.micro;
+  auto res = orchmllm::balance_micro_batches(p.layout, cost, p.policy, info.options, b, p.limits);
+  info.count = res.micro_batches;
+  info.offsets = std::move(res.cell_offsets);
+  info.dst_micro_batch.assign(static_cast<std::size_t>(p.layout.num_items()), 0);
+  std::vector<i64> of_id(info.dst_micro_batch.size());
+  for (std::size_t c = 0; c + 1 < info.offsets.size(); ++c)
+    for (auto h = info.offsets[c]; h < info.offsets[c + 1]; ++h)
+      of_id[static_cast<std::size_t>(h)] = static_cast<i64>(c) % info.count;
+  for (i64 g = 0; g < p.layout.num_items(); ++g)
+    info.dst_micro_batch[static_cast<std::size_t>(g)] =
+        of_id[static_cast<std::size_t>(res.balance.plan.destination_id(g))];
+  info.objective = static_cast<double>(res.objective);
+  info.objective_lower_bound = static_cast<double>(res.objective_lower_bound);
+  info.objective_proven_optimal = res.objective_proven_optimal;
+  info.objective_before = static_cast<double>(
+      orchmllm::micro_batch_objective_as_sampled(p.layout, cost, p.policy, info.options));
+  return std::move(res.balance);
+}
+
+std::unique_ptr<py_plan> balance(
+    const i64_in& offsets, const i64_in& lengths, std::optional<i64_in> bytes, const cost_arg& cost,
+    const std::string& policy, i64 pad_multiple, const std::string& algorithm,
+    std::optional<i64> cap, std::optional<i64> cap_bytes, i64 min_items,
+    std::optional<i64> max_items, i64 gpus_per_node, double locality_tolerance,
+    double gap_tolerance, std::optional<i64> micro_batches,
+    std::optional<i64> max_tokens_per_micro_batch, i64 micro_batch_multiple, i64 min_micro_batches,
+    std::optional<std::string> sync) {
   auto out = std::make_unique<py_plan>();
   auto& p = *out;
   // The arguments that are text or objects: parsed with the GIL held (cheap).
@@ -168,6 +223,19 @@ std::unique_ptr<py_plan> balance(const i64_in& offsets, const i64_in& lengths,
   if (locality) locality->tolerance = locality_tolerance;
   ORCHMLLM_REQUIRE(gpus_per_node >= 0, orchmllm::invalid_argument_error, "gpus_per_node is ",
                    gpus_per_node, ", must be >= 0 (0: every rank on one node)");
+  // Micro-batches when any of their arguments is given (the CLI's rule for its flags).
+  if (micro_batches || max_tokens_per_micro_batch || sync || micro_batch_multiple != 1 ||
+      min_micro_batches != 1) {
+    py_plan::micro_info info;
+    auto& m = info.options;
+    m.count = micro_batches.value_or(0);
+    if (max_tokens_per_micro_batch) m.limits.tokens = *max_tokens_per_micro_batch;
+    m.multiple_of = micro_batch_multiple;
+    m.min_count = min_micro_batches;
+    if (sync) m.sync = orchmllm::parse_sync_model(*sync);
+    orchmllm::detail::check_micro_batching(m);
+    p.micro = std::move(info);
+  }
 
   // Zero ranks (offsets [0]) is no cluster to balance over: refused as map_bins and
   // make_step_metadata refuse it (the library's balance returns the empty plan).
@@ -186,7 +254,8 @@ std::unique_ptr<py_plan> balance(const i64_in& offsets, const i64_in& lengths,
     std::visit(
         [&](const auto& c) {
           const auto start = std::chrono::steady_clock::now();
-          auto result = orchmllm::balance(p.layout, c, p.policy, balancer, p.limits);
+          auto result = p.micro ? micro_balance(p, c, balancer)
+                                : orchmllm::balance(p.layout, c, p.policy, balancer, p.limits);
           p.plan_seconds =
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           p.plan = std::move(result.plan);
@@ -467,6 +536,22 @@ NB_MODULE(_orchmllm, m) {
                    "inter_node_bytes_lower_bound, max_node_egress_bytes, max_node_ingress_bytes,\n"
                    "worst_node_bytes_lower_bound, mapping_seconds) plus node_of_rank and\n"
                    "rank_of_bin (int64[D] arrays).")
+      .def_prop_ro(
+          "micro_batches", [](const py_plan& p) { return p.micro ? p.micro->count : i64{0}; },
+          "M, the micro-batches of every rank (balance with micro-batches), else 0.")
+      .def_prop_ro(
+          "dst_micro_batch",
+          [](const py_plan& p) -> nb::object {
+            if (!p.micro) return nb::none();
+            return nb::cast(to_numpy(std::vector<i64>(p.micro->dst_micro_batch)));
+          },
+          nb::sig("def dst_micro_batch(self) -> numpy.typing.NDArray[numpy.int64] | None"),
+          "The micro-batch of every item's destination by global id (None without\n"
+          "micro-batches). A rank's slots are grouped by micro-batch, in run order.")
+      .def("micro_batch", &micro_batch_slots, "rank"_a, "m"_a,
+           nb::sig("def micro_batch(self, rank: int, m: int) -> tuple[int, int]"),
+           "Micro-batch m of `rank` as its destination slots [first, last) (what the rank\n"
+           "receives, in slot order). Raises ValueError out of range or without micro-batches.")
       .def("statistics", &statistics, nb::sig("def statistics(self) -> dict[str, object]"),
            "The figures `orchmllm-bench plan` prints as JSON (same keys) and the per-rank loads\n"
            "(load_before, load_after). O(n log n) (the lower bound sorts), on every call; the GIL\n"
@@ -522,7 +607,9 @@ NB_MODULE(_orchmllm, m) {
   m.def("_fit_quadratic_cost", &fit_quadratic, "lengths"_a, "seconds"_a, "degree"_a);
   m.def("_balance", &balance, "offsets"_a, "lengths"_a, "bytes"_a.none(), "cost"_a, "policy"_a,
         "pad_multiple"_a, "algorithm"_a, "cap"_a.none(), "cap_bytes"_a.none(), "min_items"_a,
-        "max_items"_a.none(), "gpus_per_node"_a, "locality_tolerance"_a, "gap_tolerance"_a);
+        "max_items"_a.none(), "gpus_per_node"_a, "locality_tolerance"_a, "gap_tolerance"_a,
+        "micro_batches"_a.none(), "max_tokens_per_micro_batch"_a.none(), "micro_batch_multiple"_a,
+        "min_micro_batches"_a, "sync"_a.none());
   m.def("_cost_lengths", &cost_lengths, "lengths"_a, "policy"_a, "pad_multiple"_a);
   // The names of the built-ins (`orchmllm::balancer_names()`, `mapper_names()`): ALGORITHMS and
   // MAPPINGS in __init__.py, one list with the library's parsers.

@@ -406,3 +406,61 @@ def test_version():
     init = Path(str(dist.locate_file("orchmllm/__init__.py"))).resolve()
     if init == Path(orchmllm.__file__).resolve():
         assert dist.version == orchmllm.__version__
+
+
+@pytest.mark.parametrize("sync", ["micro-batch", "step"])
+@pytest.mark.parametrize("policy", ["packed", "padded"])
+def test_micro_batches_keep_the_limit_and_tile_every_rank(sync, policy):
+    offsets, lengths, _ = random_batch(11, ranks=12, max_items=16, empty_ranks=False)
+    limit = 2 * int(lengths.max())
+    plan = orchmllm.balance(offsets, lengths, policy=policy, max_tokens_per_micro_batch=limit,
+                            sync=sync)
+    m_count = plan.micro_batches
+    assert m_count >= 1
+    dst_mb = plan.dst_micro_batch
+    loads = np.zeros((12, m_count))
+    for r in range(12):
+        on_rank = np.flatnonzero(plan.dst_rank == r)
+        by_slot = on_rank[np.argsort(plan.dst_slot[on_rank])]
+        end = 0
+        for m in range(m_count):
+            first, last = plan.micro_batch(r, m)
+            assert first == end and last > first  # contiguous, in order, not empty
+            end = last
+            items = by_slot[first:last]
+            assert (dst_mb[items] == m).all()
+            tokens = (len(items) * lengths[items].max() if policy == "padded"
+                      else lengths[items].sum())
+            assert tokens <= limit
+            loads[r, m] = tokens
+        assert end == len(on_rank)
+    stats = plan.statistics()
+    objective = loads.max(axis=0).sum() if sync == "micro-batch" else loads.sum(axis=1).max()
+    assert stats["objective"] == objective
+    assert stats["objective_lower_bound"] <= stats["objective"]
+    assert stats["micro_batches"] == m_count and stats["sync"] == sync
+    # The cells follow their bins through map_bins.
+    mapped = orchmllm.map_bins(plan, gpus_per_node=4)
+    for b in range(12):
+        r = int(mapped.mapping["rank_of_bin"][b])
+        for m in range(m_count):
+            assert (np.diff(plan.micro_batch(b, m)) == np.diff(mapped.micro_batch(r, m))).all()
+
+
+def test_micro_batch_arguments_are_checked():
+    offsets, lengths, _ = random_batch(3, ranks=4, max_items=6, empty_ranks=False)
+    assert orchmllm.balance(offsets, lengths).micro_batches == 0
+    assert orchmllm.balance(offsets, lengths).dst_micro_batch is None
+    with pytest.raises(ValueError, match="micro_batches must be"):
+        orchmllm.balance(offsets, lengths, micro_batches=0)
+    with pytest.raises(ValueError, match="micro_batches must be"):
+        orchmllm.balance(offsets, lengths, micro_batches="many")
+    with pytest.raises(ValueError, match="micro-batch"):
+        orchmllm.balance(offsets, lengths, sync="sometimes")
+    with pytest.raises(ValueError, match="alone needs"):
+        orchmllm.balance(offsets, lengths, max_tokens_per_micro_batch=1)
+    with pytest.raises(ValueError, match="no micro-batches"):
+        orchmllm.balance(offsets, lengths).micro_batch(0, 0)
+    plan = orchmllm.balance(offsets, lengths, micro_batches=1)
+    with pytest.raises(ValueError, match="outside"):
+        plan.micro_batch(0, 1)

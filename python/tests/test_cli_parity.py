@@ -125,3 +125,30 @@ def test_cost_objects_give_the_string_plans():
             np.testing.assert_array_equal(a.dst_rank, b.dst_rank)
             np.testing.assert_array_equal(a.dst_slot, b.dst_slot)
             assert a.makespan == b.makespan and a.cost == b.cost
+
+
+MICRO_CASES = [
+    ({"max_tokens_per_micro_batch": 20000}, ["--micro-batch-tokens", "20000"]),
+    ({"max_tokens_per_micro_batch": 20000, "sync": "step"},
+     ["--micro-batch-tokens", "20000", "--sync", "step"]),
+    ({"micro_batches": 2, "policy": "padded", "cost": "quadratic:1,1.3e-5"},
+     ["--micro-batches", "2", "--policy", "padded", "--cost", "quadratic:1,1.3e-5"]),
+    ({"min_micro_batches": 3, "micro_batch_multiple": 2}, ["--min-micro-batches", "3",
+                                                           "--micro-batch-multiple", "2"]),
+]
+MICRO_KEYS = ["sync", "micro_batches", "micro_batch_tokens", "objective", "objective_before",
+              "objective_lower_bound", "objective_ratio", "objective_proven_optimal"]
+
+
+@pytest.mark.parametrize("kwargs,flags", MICRO_CASES, ids=[" ".join(f) for _, f in MICRO_CASES])
+def test_same_micro_batches_as_cli(bench, tmp_path, kwargs, flags):
+    offsets, lengths, payload = random_batch(5, ranks=8, max_items=14, empty_ranks=False)
+    report, rows = run_cli(bench, tmp_path, offsets, lengths, payload, flags)
+    plan = orchmllm.balance(offsets, lengths, bytes=payload, **kwargs)
+    assert rows.shape == (len(lengths), 5)
+    np.testing.assert_array_equal(rows[:, 2], plan.dst_rank)
+    np.testing.assert_array_equal(rows[:, 3], plan.dst_slot)
+    np.testing.assert_array_equal(rows[:, 4], plan.dst_micro_batch)
+    stats = plan.statistics()
+    for key in MICRO_KEYS + SAME_KEYS:
+        assert stats[key] == report[key], key
