@@ -10,6 +10,16 @@
 # added so that calculate_workload's `torch.Tensor` annotation is not evaluated; the
 # function works unchanged on a numpy int64 array or a Python int.
 #
+# For python/benchmarks/verl_micro_batches.py also ceildiv, roundup_divisible (verbatim,
+# docstrings shortened) and the partitioning of rearrange_micro_batches (source lines 348-422)
+# as `rearrange_micro_batch_indices`, with these changes only: it takes the sequences' token
+# counts (`seq_len_effective`, which verl sums from the TensorDict's attention mask) and the
+# padded sequence length (`max_seq_len`) instead of the TensorDict; the all-reduce (MAX over
+# the DP group) that makes `same_micro_num_in_dp` hold is left to the caller, who passes the
+# group's count as `min_num_micro_batch` (so the count is the same on every rank, as there);
+# it returns the index lists (`micro_bsz_idx`) instead of the sliced TensorDicts. The count,
+# the partition (workloads, equal_size=False) and the dynamic-bsz ordering are verl's lines.
+#
 # Copyright 2024 Bytedance Ltd. and/or its affiliates
 #
 # Licensed under the Apache License, Version 2.0 (the "License");
@@ -257,3 +267,54 @@ def get_seqlen_balanced_partitions(seqlen_list: list[int], k_partitions: int, eq
 
     partitions = karmarkar_karp(seqlen_list=seqlen_list, k_partitions=k_partitions, equal_size=equal_size)
     return _check_and_sort_partitions(partitions)
+
+
+def ceildiv(a: int, b: int) -> int:
+    """Compute ceiling division of a by b."""
+    return -(a // -b)
+
+
+def roundup_divisible(a: int, b: int) -> int:
+    """Round up a to the nearest multiple of b."""
+    return ((a + b - 1) // b) * b
+
+
+def rearrange_micro_batch_indices(
+    seq_len_effective,
+    max_seq_len,
+    max_token_len,
+    num_batches_divided_by=None,
+    min_num_micro_batch=None,
+    use_dynamic_bsz_balance=True,
+):
+    """verl's rearrange_micro_batches on token counts; returns micro_bsz_idx (see the file head)."""
+    assert max_token_len >= max_seq_len, (
+        f"max_token_len must be greater than the sequence length. Got {max_token_len=} and {max_seq_len=}"
+    )
+    total_seqlen = sum(seq_len_effective)
+    # NOTE: num_microbatches <= batch_size, so take the min of this two.
+    num_micro_batches = min(len(seq_len_effective), ceildiv(total_seqlen, max_token_len))
+    if min_num_micro_batch is not None:
+        # used to support pp
+        num_micro_batches = max(min_num_micro_batch, num_micro_batches)
+    if num_batches_divided_by is not None:
+        num_micro_batches = roundup_divisible(num_micro_batches, num_batches_divided_by)
+
+    assert num_micro_batches <= len(seq_len_effective)
+
+    workloads = calculate_workload(seq_len_effective).tolist()
+    micro_bsz_idx = get_seqlen_balanced_partitions(workloads, num_micro_batches, equal_size=False)
+
+    if use_dynamic_bsz_balance:
+        # Use the sum of squared sequence lengths to approximate attention computation workload
+        micro_bsz_idx.sort(
+            key=lambda partition: (
+                sum(workloads[idx] for idx in partition),
+                partition[0] if partition else 0,
+            ),
+            reverse=True,
+        )
+        # Place smaller micro-batches at both ends to reduce the bubbles exposed during the warm-up and cool-down.
+        micro_bsz_idx = micro_bsz_idx[::2][::-1] + micro_bsz_idx[1::2]
+
+    return micro_bsz_idx

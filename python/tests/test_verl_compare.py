@@ -52,3 +52,26 @@ def test_the_benchmark_runs_on_a_small_input() -> None:
     lengths = verl_compare.llava665k(np.random.default_rng(0), 64)
     verl_compare.compare("small", lengths, 4, repeat=1, verl_timeout=60.0, rows=rows)
     assert len(rows) == 8 and all(r.count("|") == 12 for r in rows)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("shape", ["llava665k", "lognormal_rl"])
+def test_micro_batches_against_verls_pipeline(seed: int, shape: str) -> None:
+    """verl_micro_batches.py on small inputs: both plan every sequence once, orchmllm's cells
+    keep the cap, and its Σ_m max_r objective is never above verl's for verl's own M."""
+    import verl_micro_batches as vm  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    d, k = 8, 16
+    lengths = getattr(verl_compare, shape)(rng, d * k)
+    values = verl.calculate_workload(lengths).astype(np.float64)
+    offsets = np.arange(0, d * k + 1, k)
+    cap = max(int(lengths.max()), -(-int(lengths.sum()) // (4 * d)))
+    v_cells, _ = vm.verl_pipeline(lengths, d, cap)
+    assert sorted(i for c in v_cells for p in c for i in p) == list(range(d * k))
+    v_m = max(len(c) for c in v_cells)
+    plan, _ = vm.ours(offsets, lengths, cap, v_m, 1)
+    cells = vm.cells_of(plan, d)
+    assert sorted(i for c in cells for p in c for i in p) == list(range(d * k))
+    assert all(int(lengths[p].sum()) <= cap for c in cells for p in c)
+    assert vm.objective(cells, values) <= vm.objective(v_cells, values)
