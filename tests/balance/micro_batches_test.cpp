@@ -19,6 +19,7 @@
 
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"
+#include "support/micro_batch_objective.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -75,23 +76,9 @@ std::vector<cell_figures> cells_of(const Result& res, const batch_layout& layout
 // Σ_m max_r load(r, m) or max_r Σ_m load(r, m) of the cells.
 double objective_of(const std::vector<cell_figures>& cells, rank_t d, std::int64_t m_count,
                     sync_model sync) {
-  double out = 0;
-  if (sync == sync_model::micro_batch) {
-    for (std::int64_t m = 0; m < m_count; ++m) {
-      double top = 0;
-      for (rank_t r = 0; r < d; ++r)
-        top = std::max(top, cells[static_cast<std::size_t>(r * m_count + m)].load);
-      out += top;
-    }
-  } else {
-    for (rank_t r = 0; r < d; ++r) {
-      double sum = 0;
-      for (std::int64_t m = 0; m < m_count; ++m)
-        sum += cells[static_cast<std::size_t>(r * m_count + m)].load;
-      out = std::max(out, sum);
-    }
-  }
-  return out;
+  std::vector<double> load(cells.size());
+  for (std::size_t i = 0; i < cells.size(); ++i) load[i] = cells[i].load;
+  return orchmllm::test::cells_objective(load, d, m_count, sync);
 }
 
 // n items on d ranks, lengths 1..max_len, 1..3 bytes per token.

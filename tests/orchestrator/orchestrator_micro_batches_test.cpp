@@ -16,6 +16,7 @@
 #include "orchmllm/balance/micro_batches.hpp"
 #include "orchmllm/orchestrator/orchestrator.hpp"
 #include "orchmllm/topology/topology.hpp"
+#include "support/micro_batch_objective.hpp"
 #include "support/orchestrator_fixtures.hpp"
 #include "support/test_support.hpp"
 
@@ -69,26 +70,6 @@ llm_cells llm_cells_of(const orchmllm::step_plan& plan, const orchmllm::step_met
   return out;
 }
 
-double objective(const llm_cells& cells, rank_t d, std::int64_t m_count, sync_model sync) {
-  double out = 0;
-  if (sync == sync_model::micro_batch) {
-    for (std::int64_t m = 0; m < m_count; ++m) {
-      double top = 0;
-      for (rank_t r = 0; r < d; ++r)
-        top = std::max(top, cells.load[static_cast<std::size_t>(r * m_count + m)]);
-      out += top;
-    }
-    return out;
-  }
-  for (rank_t r = 0; r < d; ++r) {
-    double sum = 0;
-    for (std::int64_t m = 0; m < m_count; ++m)
-      sum += cells.load[static_cast<std::size_t>(r * m_count + m)];
-    out = std::max(out, sum);
-  }
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("plan_step with micro-batches: the same M everywhere, ranges under the token limit") {
@@ -136,7 +117,8 @@ TEST_CASE("plan_step with micro-batches: the same M everywhere, ranges under the
     const auto& report = plan.stages.back();
     CHECK(report.micro_batches == mb.count);
     CHECK(report.objective_after ==
-          doctest::Approx(objective(cells, d, mb.count, llm_micro.sync)).epsilon(1e-9));
+          doctest::Approx(orchmllm::test::cells_objective(cells.load, d, mb.count, llm_micro.sync))
+              .epsilon(1e-9));
     CHECK(report.objective_lower_bound <= report.objective_after * (1 + 1e-12));
     CHECK(report.objective_before >= report.objective_lower_bound * (1 - 1e-12));
     if (k_count > 0) {
