@@ -324,15 +324,9 @@ all_to_all_arrays step_all_to_all(const py_step& s, const std::string& name, i64
     nb::gil_scoped_release unlocked;
     const auto r = static_cast<orchmllm::rank_t>(rank);
     orchmllm::step_routes built;
-    if (rank != s.routes_rank) {
-      // Another rank's routes: built exactly as plan_step builds them for routes_for.
-      orchmllm::detail::step_route_builder b(s.decl, *s.meta, s.topo, r, orchmllm::schedule::direct,
-                                             false);
-      b.text(s.step.llm);
-      for (std::size_t e = 0; e < s.step.encoders.size(); ++e)
-        b.input(e, s.step.encoders[e].input, s.step.encoders[e].units());
-      built = b.finish(s.step);
-    }
+    if (rank != s.routes_rank)  // another rank's: as plan_step builds them for routes_for
+      built =
+          orchmllm::build_routes(s.step, s.decl, *s.meta, s.topo, r, orchmllm::schedule::direct);
     const auto& all = rank == s.routes_rank ? s.step.routes : built;
     const auto index = static_cast<std::size_t>(t == transfer::encoder_input    ? k
                                                 : t == transfer::text           ? kc

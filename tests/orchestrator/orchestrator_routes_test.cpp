@@ -345,6 +345,22 @@ TEST_CASE("prebuilt routes: one agreement per step, one all-to-all(v) per hop, t
               }(),
               topo, d - 1, sched)
               .fingerprint());
+    // build_routes: any rank's routes from the plan alone, the ones plan_step builds for it.
+    const auto same_routes = [](const orchmllm::step_routes& a, const orchmllm::step_routes& b) {
+      if (a.all.size() != b.all.size()) return false;
+      for (std::size_t i = 0; i < a.all.size(); ++i)
+        if (a.all[i].fingerprint() != b.all[i].fingerprint()) return false;
+      return true;
+    };
+    CHECK(same_routes(orchmllm::build_routes(plan, decl, meta, topo, d - 1, sched),
+                      with_routes.routes));
+    CHECK(same_routes(
+        orchmllm::build_routes(plan, decl, meta, topo, 0, sched),
+        orchmllm::plan_step(decl, meta, topo, {.routes_for = 0, .sched = sched}).routes));
+    CHECK_THROWS_AS(orchmllm::build_routes(plan, decl, meta, topo, d, sched),
+                    orchmllm::invalid_argument_error);
+    CHECK_THROWS_AS(orchmllm::build_routes(plan, decl, meta, topology::uniform(d + 1, rpn), 0),
+                    orchmllm::invalid_argument_error);
     for (rank_t r = 0; r < d; ++r) {
       const auto& o = outcomes[static_cast<std::size_t>(r)];
       INFO("rank ", r, ": ", o.failures.empty() ? std::string("ok") : o.failures.front());

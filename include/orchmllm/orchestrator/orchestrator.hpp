@@ -57,6 +57,18 @@ namespace orchmllm {
 ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_metadata& meta,
                                   const topology& topo, const plan_options& options = {});
 
+/// One rank's routes of a planned step: the same `step_routes` that `plan_step` builds with
+/// `plan_options{.routes_for = rank, .sched = sched}`, from the step's plans (for a process that
+/// plans for the others, or a tool that inspects another rank's traffic). `step` must be
+/// `plan_step(decl, meta, topo, ...)`'s result.
+///
+/// Complexity: O(n log n) over the step's items and sub-items, on the calling thread.
+/// Deterministic. Throws `invalid_argument_error` when `rank` is outside [0, d) or the step,
+/// metadata and topology disagree on the rank or encoder count.
+ORCHMLLM_FUNC step_routes build_routes(const step_plan& step, const stage_declarations& decl,
+                                       const step_metadata& meta, const topology& topo, rank_t rank,
+                                       schedule sched = schedule::automatic);
+
 /// Collective: gathers every rank's `local_batch` into the step's global metadata, identical on
 /// every rank, and checks that every rank declared the same stages.
 ///

@@ -175,6 +175,26 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
   out.plan_seconds = seconds(start, clock::now());
   return out;
 }
+
+ORCHMLLM_FUNC step_routes build_routes(const step_plan& step, const stage_declarations& decl,
+                                       const step_metadata& meta, const topology& topo, rank_t rank,
+                                       schedule sched) {
+  ORCHMLLM_REQUIRE(rank >= 0 && rank < topo.num_ranks(), invalid_argument_error,
+                   "build_routes: rank ", rank, " outside [0, ", topo.num_ranks(), ")");
+  ORCHMLLM_REQUIRE(meta.ranks == topo.num_ranks() && step.llm.num_dst_ranks() == topo.num_ranks(),
+                   invalid_argument_error, "build_routes: a step of ", step.llm.num_dst_ranks(),
+                   " ranks and metadata of ", meta.ranks, " for a topology of ", topo.num_ranks());
+  ORCHMLLM_REQUIRE(step.encoders.size() == decl.encoders.size() &&
+                       meta.modalities.size() == decl.encoders.size(),
+                   invalid_argument_error, "build_routes: a step of ", step.encoders.size(),
+                   " encoder stages and metadata of ", meta.modalities.size(),
+                   " modalities for declarations of ", decl.encoders.size());
+  detail::step_route_builder b(decl, meta, topo, rank, sched, false);
+  b.text(step.llm);
+  for (std::size_t k = 0; k < step.encoders.size(); ++k)
+    b.input(k, step.encoders[k].input, step.encoders[k].units());
+  return b.finish(step);
+}
 #endif
 
 }  // namespace orchmllm
