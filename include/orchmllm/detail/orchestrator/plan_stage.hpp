@@ -37,13 +37,12 @@ namespace detail {
 
 // Balance + map one stage; fills its report and, when the stage declares micro-batches, `cells`.
 // `bytes` are the layout's item bytes. With `split` (an encoder stage that splits), the stage is
-// balanced by balance_split, the cut goes to
-// `*pieces`, and the plan, mapping and report are over the pieces. With `parallel` (and at
-// least `parallel_min_items` items) the report is computed on a thread of its own beside the
-// mapping, and automatic may run its kk beside its lpt (`balancers::automatic::concurrent`, the
-// same plan): the report's figures are maxima and sums over
-// ranks of what each bin holds (in canonical slot order either way), which the mapping only
-// permutes, so it reads the balanced plan and gives the mapped plan's figures.
+// balanced by balance_split, the cut goes to `*pieces`, and the plan, mapping and report are
+// over the pieces. With `parallel` (and at least `parallel_min_items` items) the report is
+// computed on a thread of its own beside the mapping, and automatic may run its kk beside its
+// lpt (`balancers::automatic::concurrent`, the same plan): the report's figures are maxima and
+// sums over ranks of what each bin holds (in canonical slot order either way), which the
+// mapping only permutes, so it reads the balanced plan and gives the mapped plan's figures.
 template <class Stage>
 rearrangement plan_stage(const Stage& stage, const batch_layout& layout, const topology& topo,
                          stage_report& rep, stage_micro_batches& cells, bool parallel,
