@@ -199,11 +199,7 @@ int run_compare(const parsed_args& args, std::ostream& out, std::ostream& err) {
                 const auto stop = std::chrono::steady_clock::now();
                 const double seconds = std::chrono::duration<double>(stop - start).count();
                 const auto s = compute_statistics(p.layout, result.plan, cost, p.policy, p.limits);
-                const double objective_ratio =
-                    cells && cells->objective_lower_bound > Cost{}
-                        ? static_cast<double>(cells->objective) /
-                              static_cast<double>(cells->objective_lower_bound)
-                        : 1.0;
+                const double objective_ratio = cells ? cells->objective_ratio() : 1.0;
                 if (cells)
                   row.cells = {v.name,
                                detail::format_cost<Cost>(cells->objective),

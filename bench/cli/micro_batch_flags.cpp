@@ -74,18 +74,4 @@ void check_micro_batch_items(const problem& p, const micro_batching& micro) {
   }
 }
 
-std::vector<std::int64_t> destination_micro_batches(const rearrangement& plan,
-                                                    std::span<const std::int64_t> cell_offsets,
-                                                    std::int64_t micro_batches) {
-  // The micro-batch of every destination id, then of every item through its destination.
-  std::vector<std::int64_t> of_id(static_cast<std::size_t>(plan.num_items()));
-  for (std::size_t c = 0; c + 1 < cell_offsets.size(); ++c)
-    for (auto id = cell_offsets[c]; id < cell_offsets[c + 1]; ++id)
-      of_id[static_cast<std::size_t>(id)] = static_cast<std::int64_t>(c) % micro_batches;
-  std::vector<std::int64_t> out(of_id.size());
-  for (std::int64_t g = 0; g < plan.num_items(); ++g)
-    out[static_cast<std::size_t>(g)] = of_id[static_cast<std::size_t>(plan.destination_id(g))];
-  return out;
-}
-
 }  // namespace orchmllm::tool

@@ -28,11 +28,4 @@ std::optional<micro_batching> parse_micro_batch_flags(const parsed_args& args);
 /// micro-batch token limit. O(n).
 void check_micro_batch_items(const problem& p, const micro_batching& micro);
 
-/// The micro-batch index of every item's destination, in source global-id order, for a plan
-/// whose slots are grouped by micro-batch as `micro_batch_result` describes (`plan` with
-/// destination offsets; `cell_offsets` its d·M + 1 cell offsets). O(n + d·M).
-std::vector<std::int64_t> destination_micro_batches(const rearrangement& plan,
-                                                    std::span<const std::int64_t> cell_offsets,
-                                                    std::int64_t micro_batches);
-
 }  // namespace orchmllm::tool

@@ -180,10 +180,7 @@ void add_micro_batch_figures(json_object& j, const micro_batching& micro,
       .add("objective", cells.objective)
       .add("objective_before", before)
       .add("objective_lower_bound", cells.objective_lower_bound)
-      .add("objective_ratio", cells.objective_lower_bound > Cost{}
-                                  ? static_cast<double>(cells.objective) /
-                                        static_cast<double>(cells.objective_lower_bound)
-                                  : 1.0)
+      .add("objective_ratio", cells.objective_ratio())
       .add("objective_proven_optimal", cells.objective_proven_optimal);
 }
 
@@ -234,7 +231,7 @@ int run_plan(const parsed_args& args, std::ostream& out, std::ostream& err) {
           std::vector<std::int64_t> micro_batch_of;
           if (cells)
             micro_batch_of =
-                destination_micro_batches(result.plan, cells->cell_offsets, cells->micro_batches);
+                item_micro_batches(result.plan, cells->cell_offsets, cells->micro_batches);
           const auto& mapped = how.result;
           const auto s = compute_statistics(p.layout, mapped.plan, cost, p.policy, p.limits);
           // The time model's figure is the group's, identical on every rank; rank 0 asks.

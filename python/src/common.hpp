@@ -20,6 +20,7 @@
 #include "orchmllm/balance/micro_batches.hpp"
 #include "orchmllm/comm/route.hpp"
 #include "orchmllm/core/error.hpp"
+#include "orchmllm/orchestrator/step_plan.hpp"
 #include "orchmllm/topology/mapping.hpp"
 #include "orchmllm/topology/topology.hpp"
 
@@ -110,10 +111,9 @@ struct py_plan {
   // Set by balance with micro-batches: the cells (rank, micro-batch) and their figures.
   struct micro_info {
     orchmllm::micro_batching options;
-    i64 count = 0;                     // M
-    std::vector<i64> offsets;          // d·M + 1 cell offsets in destination ids
-    std::vector<i64> dst_micro_batch;  // per item, by global id
-    double objective = 0, objective_before = 0, objective_lower_bound = 0;
+    orchmllm::stage_micro_batches cells;  // M and the d·M + 1 cell offsets in destination ids
+    std::vector<i64> dst_micro_batch;     // per item, by global id
+    double objective = 0, objective_before = 0, objective_lower_bound = 0, objective_ratio = 1;
     bool objective_proven_optimal = false;
   };
   std::optional<micro_info> micro;

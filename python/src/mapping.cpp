@@ -69,8 +69,8 @@ std::unique_ptr<py_plan> map_plan(const py_plan& p, const std::string& method, i
     out->dst_slot.assign(slots.begin(), slots.end());
     // Every item keeps its slot, so the cells move with their bins.
     if (out->micro)
-      out->micro->offsets = orchmllm::cell_offsets_on_ranks(out->micro->offsets, out->micro->count,
-                                                            info.figures.rank_of_bin);
+      out->micro->cells.offsets = orchmllm::cell_offsets_on_ranks(
+          out->micro->cells.offsets, out->micro->cells.count, info.figures.rank_of_bin);
   }
   out->mapping = std::move(info);
   return out;

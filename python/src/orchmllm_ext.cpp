@@ -90,13 +90,12 @@ nb::dict statistics(const py_plan& p) {
     const auto& m = *p.micro;
     const bool capped = m.options.limits.tokens != orchmllm::micro_batch_limits{}.tokens;
     out["sync"] = std::string(orchmllm::to_string(m.options.sync));
-    out["micro_batches"] = m.count;
+    out["micro_batches"] = m.cells.count;
     out["micro_batch_tokens"] = capped ? nb::cast(m.options.limits.tokens) : nb::none();
     out["objective"] = m.objective;
     out["objective_before"] = m.objective_before;
     out["objective_lower_bound"] = m.objective_lower_bound;
-    out["objective_ratio"] =
-        m.objective_lower_bound > 0 ? m.objective / m.objective_lower_bound : 1.0;
+    out["objective_ratio"] = m.objective_ratio;
     out["objective_proven_optimal"] = m.objective_proven_optimal;
   }
   return out;
@@ -106,14 +105,11 @@ nb::dict statistics(const py_plan& p) {
 std::pair<i64, i64> micro_batch_slots(const py_plan& p, i64 rank, i64 m) {
   ORCHMLLM_REQUIRE(p.micro.has_value(), orchmllm::invalid_argument_error,
                    "the plan has no micro-batches (balance without micro-batch arguments)");
-  const i64 count = p.micro->count;
-  const i64 d = p.plan.num_dst_ranks();
-  ORCHMLLM_REQUIRE(rank >= 0 && rank < d && m >= 0 && m < count, orchmllm::invalid_argument_error,
-                   "micro-batch ", m, " of rank ", rank, " is outside ", d, " ranks × ", count,
-                   " micro-batches");
-  const auto& off = p.micro->offsets;
-  const auto at = [&](i64 i) { return off[static_cast<std::size_t>(i)]; };
-  return {at(rank * count + m) - at(rank * count), at(rank * count + m + 1) - at(rank * count)};
+  // A rank beyond rank_t is out of range too (slots checks the rest, with the same message).
+  ORCHMLLM_REQUIRE(rank >= 0 && rank < p.plan.num_dst_ranks(), orchmllm::invalid_argument_error,
+                   "micro-batch ", m, " of rank ", rank, " is outside ", p.plan.num_dst_ranks(),
+                   " ranks × ", p.micro->cells.count, " micro-batches");
+  return p.micro->cells.slots(static_cast<orchmllm::rank_t>(rank), m);
 }
 
 all_to_all_arrays all_to_all_impl(const py_plan& p, i64 rank, std::optional<i64_in> rows) {
@@ -160,18 +156,12 @@ orchmllm::balance_result<orchmllm::cost_type_t<C>> micro_balance(py_plan& p, con
                                                                  const orchmllm::any_balancer& b) {
   auto& info = *p.micro;
   auto res = orchmllm::balance_micro_batches(p.layout, cost, p.policy, info.options, b, p.limits);
-  info.count = res.micro_batches;
-  info.offsets = std::move(res.cell_offsets);
-  info.dst_micro_batch.assign(static_cast<std::size_t>(p.layout.num_items()), 0);
-  std::vector<i64> of_id(info.dst_micro_batch.size());
-  for (std::size_t c = 0; c + 1 < info.offsets.size(); ++c)
-    for (auto h = info.offsets[c]; h < info.offsets[c + 1]; ++h)
-      of_id[static_cast<std::size_t>(h)] = static_cast<i64>(c) % info.count;
-  for (i64 g = 0; g < p.layout.num_items(); ++g)
-    info.dst_micro_batch[static_cast<std::size_t>(g)] =
-        of_id[static_cast<std::size_t>(res.balance.plan.destination_id(g))];
+  info.dst_micro_batch =
+      orchmllm::item_micro_batches(res.balance.plan, res.cell_offsets, res.micro_batches);
+  info.cells = {res.micro_batches, std::move(res.cell_offsets)};
   info.objective = static_cast<double>(res.objective);
   info.objective_lower_bound = static_cast<double>(res.objective_lower_bound);
+  info.objective_ratio = res.objective_ratio();
   info.objective_proven_optimal = res.objective_proven_optimal;
   info.objective_before = static_cast<double>(
       orchmllm::micro_batch_objective_as_sampled(p.layout, cost, p.policy, info.options));
@@ -537,7 +527,7 @@ NB_MODULE(_orchmllm, m) {
                    "worst_node_bytes_lower_bound, mapping_seconds) plus node_of_rank and\n"
                    "rank_of_bin (int64[D] arrays).")
       .def_prop_ro(
-          "micro_batches", [](const py_plan& p) { return p.micro ? p.micro->count : i64{0}; },
+          "micro_batches", [](const py_plan& p) { return p.micro ? p.micro->cells.count : i64{0}; },
           "M, the micro-batches of every rank (balance with micro-batches), else 0.")
       .def_prop_ro(
           "dst_micro_batch",

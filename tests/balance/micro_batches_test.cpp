@@ -565,17 +565,44 @@ TEST_CASE("micro_batches: the cells follow their bins through map_bins") {
         orchmllm::cell_offsets_on_ranks(res.cell_offsets, res.micro_batches, mapped.rank_of_bin);
     REQUIRE(cells.size() == res.cell_offsets.size());
     CAPTURE(trial);
+    // item_micro_batches: every item's micro-batch, the same before and after the mapping.
+    const auto of_item =
+        orchmllm::item_micro_batches(res.balance.plan, res.cell_offsets, res.micro_batches);
+    CHECK(orchmllm::item_micro_batches(mapped.plan, cells, res.micro_batches) == of_item);
+    REQUIRE(of_item.size() == static_cast<std::size_t>(layout.num_items()));
     for (rank_t b = 0; b < d; ++b) {
       const rank_t r = mapped.rank_of_bin[static_cast<std::size_t>(b)];
       for (std::int64_t m = 0; m < res.micro_batches; ++m) {
         const auto [first, last] = res.cell(b, m);
         const auto at = static_cast<std::size_t>(r * res.micro_batches + m);
         REQUIRE(cells[at + 1] - cells[at] == last - first);
-        for (auto h = first; h < last; ++h)
+        for (auto h = first; h < last; ++h) {
           CHECK(mapped.plan.source_of(cells[at] + (h - first)) == res.balance.plan.source_of(h));
+          CHECK(of_item[static_cast<std::size_t>(res.balance.plan.source_of(h))] == m);
+        }
       }
     }
+    CHECK(res.objective_ratio() >= 1.0);
   }
+  const auto two = batch_layout::from_ranks({{3, 4}});
+  const auto plan = balance(two, linear_cost{1}, padding_policy::packed()).plan;
+  CHECK(orchmllm::item_micro_batches(plan, std::vector<std::int64_t>{0, 1, 2}, 2) ==
+        std::vector<std::int64_t>{0, 1});
+  expect_invalid(
+      [&] {
+        (void)orchmllm::item_micro_batches(plan, std::vector<std::int64_t>{0, 1}, 1);
+      },
+      {"run from 0 to 1", "from 0 to 2"});
+  expect_invalid(
+      [&] {
+        (void)orchmllm::item_micro_batches(plan, std::vector<std::int64_t>{0, 2, 1, 2}, 3);
+      },
+      {"below offset"});
+  expect_invalid(
+      [&] {
+        (void)orchmllm::item_micro_batches(plan, std::vector<std::int64_t>{0, 2}, 2);
+      },
+      {"2 cell offsets for 2 micro-batches"});
   expect_invalid(
       [] {
         (void)orchmllm::cell_offsets_on_ranks(std::vector<std::int64_t>{0, 1, 2}, 2,

@@ -28,6 +28,7 @@
 #include "orchmllm/core/constraints.hpp"
 #include "orchmllm/core/cost_model.hpp"
 #include "orchmllm/core/padding.hpp"
+#include "orchmllm/core/rearrangement.hpp"
 
 namespace orchmllm {
 
@@ -104,6 +105,14 @@ struct micro_batch_result {
   /// No plan with M micro-batches under the limits has a smaller objective: the exact step
   /// completed, or the objective meets its lower bound.
   bool objective_proven_optimal = false;
+
+  /// `objective / objective_lower_bound` (1 when the bound is 0): how far above the best
+  /// possible step the plan can be. O(1).
+  [[nodiscard]] double objective_ratio() const noexcept {
+    return objective_lower_bound > Cost{}
+               ? static_cast<double>(objective) / static_cast<double>(objective_lower_bound)
+               : 1.0;
+  }
 
   /// The destination ids of cell (r, m). O(1).
   [[nodiscard]] std::pair<std::int64_t, std::int64_t> cell(rank_t r, std::int64_t m) const {
@@ -188,6 +197,16 @@ cost_type_t<C> micro_batch_objective_as_sampled(const batch_layout& layout, cons
 [[nodiscard]] inline std::vector<std::int64_t> cell_offsets_on_ranks(
     std::span<const std::int64_t> cell_offsets, std::int64_t micro_batches,
     std::span<const rank_t> rank_of_bin);
+
+/// The micro-batch of every item of `plan`, by item id: m for the item whose destination id lies
+/// in cell (r, m) of `cell_offsets` (d·M + 1 offsets into the plan's destination ids, as
+/// `micro_batch_result::cell_offsets` or `cell_offsets_on_ranks` give them for that plan). No
+/// cells (M = 0, offsets {0}) suit only a plan of no items. O(n + d·M). Throws
+/// `invalid_argument_error` when the offsets are not d·M + 1 non-decreasing ids from 0 to the
+/// plan's item count.
+[[nodiscard]] inline std::vector<std::int64_t> item_micro_batches(
+    const rearrangement& plan, std::span<const std::int64_t> cell_offsets,
+    std::int64_t micro_batches);
 
 }  // namespace orchmllm
 

@@ -1147,4 +1147,32 @@ inline std::vector<std::int64_t> cell_offsets_on_ranks(std::span<const std::int6
   return out;
 }
 
+inline std::vector<std::int64_t> item_micro_batches(const rearrangement& plan,
+                                                    std::span<const std::int64_t> cell_offsets,
+                                                    std::int64_t micro_batches) {
+  const std::int64_t n = plan.num_items();
+  const bool no_cells = micro_batches == 0 && cell_offsets.size() == 1;
+  ORCHMLLM_REQUIRE(
+      no_cells || (micro_batches >= 1 && !cell_offsets.empty() &&
+                   (cell_offsets.size() - 1) % static_cast<std::size_t>(micro_batches) == 0),
+      invalid_argument_error, cell_offsets.size(), " cell offsets for ", micro_batches,
+      " micro-batches per rank");
+  ORCHMLLM_REQUIRE(cell_offsets.front() == 0 && cell_offsets.back() == n, invalid_argument_error,
+                   "the cell offsets run from ", cell_offsets.front(), " to ", cell_offsets.back(),
+                   ", the plan's destination ids from 0 to ", n);
+  // The micro-batch of every destination id, then of every item through its destination.
+  std::vector<std::int64_t> of_id(static_cast<std::size_t>(n));
+  for (std::size_t c = 0; c + 1 < cell_offsets.size(); ++c) {
+    ORCHMLLM_REQUIRE(cell_offsets[c] <= cell_offsets[c + 1], invalid_argument_error, "cell offset ",
+                     c + 1, " (", cell_offsets[c + 1], ") is below offset ", c, " (",
+                     cell_offsets[c], ")");
+    for (auto id = cell_offsets[c]; id < cell_offsets[c + 1]; ++id)
+      of_id[static_cast<std::size_t>(id)] = static_cast<std::int64_t>(c) % micro_batches;
+  }
+  std::vector<std::int64_t> out(of_id.size());
+  for (std::int64_t g = 0; g < n; ++g)
+    out[static_cast<std::size_t>(g)] = of_id[static_cast<std::size_t>(plan.destination_id(g))];
+  return out;
+}
+
 }  // namespace orchmllm
