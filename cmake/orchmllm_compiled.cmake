@@ -10,6 +10,20 @@
 # Included from the top-level CMakeLists.txt after the orchmllm target.
 include_guard(GLOBAL)
 
+# orchmllm_link_planner(<target> <PUBLIC|PRIVATE>): links the repository's own programs that plan
+# (the command-line tool and the tests that link it, the Python module, the examples, the docs
+# programs, the mllm_training integration test) to orchmllm::compiled when it is built, so a
+# build compiles the planner once instead of once per program; to the header-only
+# orchmllm::orchmllm otherwise. The unit tests, the benchmarks and the C++ reference of the
+# Python tests stay header-only (what a trainer including the headers compiles).
+function(orchmllm_link_planner target scope)
+  if(TARGET orchmllm::compiled)
+    target_link_libraries(${target} ${scope} orchmllm::compiled)
+  else()
+    target_link_libraries(${target} ${scope} orchmllm::orchmllm)
+  endif()
+endfunction()
+
 option(ORCHMLLM_BUILD_COMPILED
   "Build and install orchmllm::compiled (the optional compiled mode of the library)" ON)
 if(NOT ORCHMLLM_BUILD_COMPILED)

@@ -1,13 +1,16 @@
 # Every ```cpp block of docs/*.md is built by the test suite, so the documentation cannot drift
 # from the headers:
-#  - a block that defines `int main(` is a program: built against orchmllm::orchmllm and run
+#  - a block that defines `int main(` is a program: built against the library (through
+#    orchmllm_link_planner: the compiled library where it is built, as a trainer that rebuilds
+#    often links it; the unit tests cover the header-only mode) and run
 #    (test docs.<file>.<n>, n counting the file's ```cpp blocks from 1; exit code 0 passes);
 #  - the other ```cpp blocks of one file are fragments: concatenated in order into the body of
 #    one function (so a later fragment may use what an earlier one declared), their #include
 #    lines hoisted to the top after <orchmllm/orchmllm.hpp> and the common standard headers;
-#    the unit is compiled (target docs_<file>_fragments), not run. Fragments that include an
-#    MPI backend header (orchmllm/backend/mpi/) form their own unit, docs_<file>_mpi_fragments,
-#    linked to orchmllm::mpi and built only when that backend is enabled.
+#    the unit is compiled (target docs_<file>_fragments, linked as the programs), not run.
+#    Fragments that include an MPI backend header (orchmllm/backend/mpi/) form their own unit,
+#    docs_<file>_mpi_fragments, also linked to orchmllm::mpi and built only when that backend
+#    is enabled.
 # Blocks fenced otherwise (```text, ```sh, ```cuda) are not built.
 
 # Writes the fragments of one file (their #include lines and body) as one compiled unit.
@@ -24,6 +27,7 @@ function(_orchmllm_docs_fragment_unit stem suffix includes body link)
   file(COPY_FILE "${_src}.tmp" "${_src}" ONLY_IF_DIFFERENT)
   file(REMOVE "${_src}.tmp")
   add_executable(docs_${stem}_${suffix} "${_src}")
+  orchmllm_link_planner(docs_${stem}_${suffix} PRIVATE)
   target_link_libraries(docs_${stem}_${suffix} PRIVATE ${link})
   orchmllm_target_warnings(docs_${stem}_${suffix})
   orchmllm_test_optimisation(docs_${stem}_${suffix})
@@ -66,7 +70,7 @@ function(orchmllm_add_docs_examples)
         file(COPY_FILE "${_src}.tmp" "${_src}" ONLY_IF_DIFFERENT)
         file(REMOVE "${_src}.tmp")
         add_executable(docs_${_stem}_${_n} "${_src}")
-        target_link_libraries(docs_${_stem}_${_n} PRIVATE orchmllm::orchmllm)
+        orchmllm_link_planner(docs_${_stem}_${_n} PRIVATE)
         orchmllm_target_warnings(docs_${_stem}_${_n})
         orchmllm_test_optimisation(docs_${_stem}_${_n})
         add_test(NAME docs.${_stem}.${_n} COMMAND docs_${_stem}_${_n})

@@ -50,6 +50,10 @@ endif()
 if(DEFINED CMAKE_CXX_FLAGS)
   list(APPEND _configure_args "-DCMAKE_CXX_FLAGS=${CMAKE_CXX_FLAGS}")
 endif()
+# The consumers check the package (install, find_package, link), not code generation: compiled
+# without optimisation, in a fraction of the time.
+string(TOUPPER "${CONFIG}" _config_upper)
+list(APPEND _configure_args "-DCMAKE_CXX_FLAGS_${_config_upper}=-O0")
 
 if(MODE STREQUAL "find_package")
   set(_prefix "${WORK_DIR}/prefix")
