@@ -611,6 +611,52 @@ TEST_CASE("micro_batches: the cells follow their bins through map_bins") {
       {"rank_of_bin has 2 entries"});
 }
 
+TEST_CASE("micro_batches: rank-level constraints hold under either sync model") {
+  std::mt19937_64 rng(5150);
+  int constrained = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const auto d = static_cast<rank_t>(uniform(rng, 2, 6));
+    const auto layout = random_micro_layout(rng, d, uniform(rng, 2 * d, 8 * d), 300);
+    const std::int64_t n = layout.num_items();
+    std::int64_t total = 0, largest = 0;
+    for (std::int64_t g = 0; g < n; ++g) {
+      total += layout.length(g);
+      largest = std::max(largest, layout.length(g));
+    }
+    orchmllm::constraints limits;
+    if (uniform(rng, 0, 1) == 0)
+      limits.cap = orchmllm::capacity{orchmllm::capacity::measure::tokens,
+                                      std::max(largest, total / d + uniform(rng, 0, largest))};
+    if (uniform(rng, 0, 1) == 0) limits.min_items = uniform(rng, 1, 2);
+    if (uniform(rng, 0, 1) == 0) limits.max_items = (n + d - 1) / d + uniform(rng, 0, 2);
+    micro_batching micro;
+    micro.limits.tokens = std::max(largest, total / d / 2);
+    micro.allow_empty = true;
+    micro.sync = uniform(rng, 0, 1) == 0 ? sync_model::step : sync_model::micro_batch;
+    CAPTURE(trial);
+    std::optional<orchmllm::micro_batch_result<std::int64_t>> res;
+    try {
+      res = balance_micro_batches(layout, linear_cost{1}, padding_policy::packed(), micro,
+                                  orchmllm::balancers::automatic{}, limits);
+    } catch (const infeasible_error&) {
+      continue;  // the rank-level constraints themselves may not fit
+    }
+    if (res->balance.fallback) continue;
+    ++constrained;
+    const auto dst = res->balance.plan.dst_offsets();
+    for (rank_t r = 0; r < d; ++r) {
+      const auto count = dst[static_cast<std::size_t>(r) + 1] - dst[static_cast<std::size_t>(r)];
+      CHECK(count >= limits.min_items);
+      CHECK(count <= limits.max_items);
+      std::int64_t tokens = 0;
+      for (auto h = dst[static_cast<std::size_t>(r)]; h < dst[static_cast<std::size_t>(r) + 1]; ++h)
+        tokens += layout.length(res->balance.plan.source_of(h));
+      if (limits.cap) CHECK(tokens <= limits.cap->limit);
+    }
+  }
+  CHECK(constrained > 100);
+}
+
 TEST_CASE("micro_batches: bad options and impossible inputs raise clear errors") {
   const auto layout = batch_layout::from_ranks({{3, 4, 5}, {6, 7}});
   const auto run = [&](const micro_batching& m) {

@@ -149,7 +149,9 @@ cost_type_t<C> micro_batch_objective_as_sampled_impl(const batch_layout& layout,
 /// micro-batch where Σ_m max_r load grows least (its lightest cell that fits), then each
 /// micro-batch balanced over the ranks by `b` under the cell limits (kept where it does better),
 /// then micro-batches full to the token limit relieved by moving their shortest items to the
-/// emptiest one and balancing both again (kept where it does better). M: `micro.count`, or the
+/// emptiest one and balancing both again (kept where it does better); a plan of cells that
+/// breaks a rank-level constraint of `limits` (a rank's cap, its item counts) gives way to the
+/// per-step plan of the same M, which keeps them. M: `micro.count`, or the
 /// smallest multiple of `multiple_of` from the limits' bound up that fits. Up to `exact_max_items`
 /// items and without `limits`, each M tried is then searched exactly (its plan is optimal for that
 /// M, and an M the heuristics miss is still found). The objective, its lower bound and their

@@ -27,6 +27,7 @@
 #include "orchmllm/core/padding.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/core/statistics.hpp"
+#include "orchmllm/detail/balance/input.hpp"
 #include "orchmllm/detail/core/order.hpp"
 #include "orchmllm/detail/core/statistics_impl.hpp"
 #include "orchmllm/detail/core/text.hpp"
@@ -941,29 +942,41 @@ micro_batch_result<cost_type_t<C>> balance_micro_batches_impl(const batch_layout
     return policy.is_padded() ? micro_batch_bound(in, policy, micro_batch_limits{}, d, 1, false)
                               : makespan_lower_bound(layout, d, cost, policy, limits);
   };
+  // The rank plan of `balance` (it keeps the rank-level constraints), each rank's items then
+  // over its M cells.
+  const auto cells_of_rank_plan = [&](std::int64_t m) {
+    if (!rank_result) rank_result = balance(layout, cost, policy, b, limits);
+    auto cells = plan_per_step(layout, in, rank_result->plan, m, micro.allow_empty, rules);
+    if (!cells && !micro.allow_empty && limits.min_items < m) {
+      // A rank with fewer than M items: the balancer again, every rank given M.
+      constraints at_least = limits;
+      at_least.min_items = m;
+      try {
+        auto again = balance(layout, cost, policy, b, at_least);
+        cells = plan_per_step(layout, in, again.plan, m, micro.allow_empty, rules);
+        if (cells) rank_result = std::move(again);
+      } catch (const infeasible_error&) {
+      }
+    }
+    return cells;
+  };
+  const balance_input<Cost> rank_level{layout, d, in.cost, in.order, policy, limits};
   std::int64_t tried = m_count;
   for (; tried <= last; tried += step) {
     if (!micro.allow_empty && tried * static_cast<std::int64_t>(d) > n) break;
     if (micro.sync == sync_model::step || stay_home) {
-      if (!rank_result) rank_result = balance(layout, cost, policy, b, limits);
-      plan = plan_per_step(layout, in, rank_result->plan, tried, micro.allow_empty, rules);
-      if (!plan && !micro.allow_empty && limits.min_items < tried) {
-        // A rank with fewer than M items: the balancer again, every rank given M.
-        constraints at_least = limits;
-        at_least.min_items = tried;
-        try {
-          auto again = balance(layout, cost, policy, b, at_least);
-          plan = plan_per_step(layout, in, again.plan, tried, micro.allow_empty, rules);
-          if (plan) rank_result = std::move(again);
-        } catch (const infeasible_error&) {
-        }
-      }
+      plan = cells_of_rank_plan(tried);
     } else {
       plan = plan_per_micro_batch_greedy(in, d, tried, micro.allow_empty, rules);
       if (plan) {
         rebalance_micro_batches(layout, in, tried, micro.allow_empty, b, rules, *plan);
         relieve_full_micro_batches(layout, in, tried, micro.allow_empty, b, rules, *plan);
       }
+      // The cells are planned without the rank-level constraints (a cap on a rank's tokens or
+      // bytes, its item counts): a plan that breaks one gives way to the per-step plan, which
+      // keeps them.
+      if (limits.any() && (!plan || !satisfies(rank_level, std::span<const rank_t>(plan->rank))))
+        plan = cells_of_rank_plan(tried);
     }
     if (exact) {
       // From the heuristic's objective, keeping only a better plan; it also settles whether
@@ -1034,6 +1047,7 @@ micro_batch_result<cost_type_t<C>> balance_micro_batches_impl(const batch_layout
   res.used = exact_plan    ? std::string_view("micro_batches_exact")
              : rank_result ? rank_result->used
                            : std::string_view("micro_batches");
+  res.fallback = !exact_plan && rank_result && rank_result->fallback;
   res.makespan = per_step;
   res.lower_bound = step_bound();
   res.proven_optimal = res.makespan <= res.lower_bound;
