@@ -23,7 +23,7 @@ const command& simulate_command() {
         {"workload", "NAME", "vl-sft, omni-pretrain, video-heavy or audio-asr", true},
         {"ranks", "D", "number of data-parallel ranks (GPUs)", true},
         {"gpus-per-node", "G", "GPUs per node (nodes are consecutive blocks of G ranks)", true},
-        {"scenario", "S", "none, llm-only, per-stage, full, beyond or split", true},
+        {"scenario", "S", "none, llm-only, per-stage, full, beyond, split or cells", true},
         {"model", "M", "7b (LLaMA-7B-like LLM, default) or 72b (Qwen2-72B-like)", false},
         {"seed", "S", "random seed of the workload; default 1", false},
         {"samples-per-rank", "K", "samples (omni-pretrain: packed sequences) per rank; default 8",
@@ -44,6 +44,11 @@ const command& simulate_command() {
         {"inter-bandwidth", "B/S", "inter-node bytes/s per GPU NIC per direction; default 48e9",
          false},
         {"schedule", "direct|node-wise|auto", "all-to-all schedule; default auto", false},
+        {"micro-batch-tokens", "T",
+         "the LLM runs micro-batches of at most T sequence tokens, each synchronising every rank "
+         "(FSDP); at least the longest sequence; default 0 (one synchronisation per step); the "
+         "cells scenario needs it",
+         false},
     };
     c.details =
         "SIMULATED figures (simulated: true): per-stage compute = transformer FLOPs (forward +\n"
@@ -55,14 +60,19 @@ const command& simulate_command() {
         "origin, 5K+1), full (plan_step: automatic + auction mapping, composed routes, 3K+1),\n"
         "beyond "
         "(locality balancer + bottleneck mapping, 3K+1), split (full + splitting videos at\n"
-        "temporal-group boundaries on the vision stage, 3K+1); K = encoder stages with items.\n"
+        "temporal-group boundaries on the vision stage, 3K+1), cells (full + the LLM planned\n"
+        "in cells (rank, micro-batch) under --micro-batch-tokens, 3K+1); K = encoder stages\n"
+        "with items. With --micro-batch-tokens T the LLM stage takes the sum over its\n"
+        "micro-batches of the slowest rank's (FSDP): the scenarios that balance rank totals cut\n"
+        "each rank's received samples greedily under T, cells balances the cells.\n"
         "A video costs the sum of its temporal groups' costs (its segments).\n"
         "stdout: one JSON object with simulated, scenario, workload, ranks, gpus_per_node,\n"
         "nodes, model, seed, samples_per_rank, schedule, step_seconds, compute_seconds,\n"
         "comm_seconds, plan_seconds (measured: plan_step_seconds + route_seconds),\n"
         "metadata_seconds, unoverlapped_plan_seconds,\n"
         "overhead_fraction, mfu, model_flops, inter_node_bytes, moved_bytes, alltoalls,\n"
-        "encoder_stages, stages [{name, imbalance, seconds}], transfers [{name, moved_bytes,\n"
+        "encoder_stages, stages [{name, imbalance, seconds}; the LLM's also micro_batches with\n"
+        "cells], micro_batch_tokens (with T), transfers [{name, moved_bytes,\n"
         "inter_node_bytes, seconds, schedule}] and planner (MEASURED phases: layout_seconds,\n"
         "stages_seconds, compose_seconds, route_seconds, stages [{name, balance_seconds,\n"
         "map_seconds, report_seconds}]).\n";
@@ -77,6 +87,7 @@ std::string simulation_json(const bench::sim_result& r, const bench::sim_options
   for (const auto& s : r.stages) {
     json_object j;
     j.add("name", s.name).add("imbalance", s.imbalance).add("seconds", s.seconds);
+    if (s.micro_batches > 0) j.add("micro_batches", s.micro_batches);
     // Appends rather than operator+ (GCC 12's false -Wrestrict, PR 105329).
     if (stages.size() > 1) stages += ',';
     stages.append(j.str());
@@ -140,10 +151,9 @@ std::string simulation_json(const bench::sim_result& r, const bench::sim_options
       .add("inter_node_bytes", r.inter_node_bytes)
       .add("moved_bytes", r.moved_bytes)
       .add("alltoalls", r.alltoalls)
-      .add("encoder_stages", r.encoder_stages)
-      .raw("stages", stages)
-      .raw("transfers", transfers)
-      .raw("planner", planner.str());
+      .add("encoder_stages", r.encoder_stages);
+  if (o.micro_batch_tokens > 0) j.add("micro_batch_tokens", o.micro_batch_tokens);
+  j.raw("stages", stages).raw("transfers", transfers).raw("planner", planner.str());
   return j.str();
 }
 
@@ -164,7 +174,7 @@ int run_simulate(const parsed_args& args, std::ostream& out, std::ostream& err) 
       o.which = bench::parse_scenario(sc);
     } catch (const invalid_argument_error&) {
       throw usage_error("--scenario is '" + sc +
-                        "', expected none, llm-only, per-stage, full, beyond or split");
+                        "', expected none, llm-only, per-stage, full, beyond, split or cells");
     }
     if (auto m = args.get("model")) {
       try {
@@ -201,6 +211,10 @@ int run_simulate(const parsed_args& args, std::ostream& out, std::ostream& err) 
         throw usage_error("--schedule is '" + *s + "', expected direct, node-wise or auto");
       }
     }
+    o.micro_batch_tokens = args.get_int("micro-batch-tokens", 0, 0);
+    if (o.which == bench::scenario::cells && o.micro_batch_tokens == 0)
+      throw usage_error(
+          "--scenario cells needs --micro-batch-tokens T (the LLM's micro-batch cap)");
     const auto r = bench::simulate(o);
     out << simulation_json(r, o) << "\n";
     return exit_ok;

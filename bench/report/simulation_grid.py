@@ -38,7 +38,8 @@ import platform
 import subprocess
 import sys
 
-# The order of `all_scenarios` in bench/support/simulator.hpp (split last).
+# The order of `all_scenarios` in bench/support/simulator.hpp, without cells (the FSDP scenario,
+# which needs --micro-batch-tokens: results.md runs it on its own).
 SCENARIOS = ["none", "llm-only", "per-stage", "full", "beyond", "split"]
 WORKLOADS = ["vl-sft", "omni-pretrain", "video-heavy", "audio-asr"]
 STAGES = ["vision", "audio", "llm"]

@@ -1,7 +1,7 @@
 #pragma once
 /// @file simulator.hpp
 /// A SIMULATED cluster step: what one synchronous data-parallel training step of a multimodal LLM
-/// would take on D GPUs under six rearrangement scenarios, from a FLOPs cost model, the
+/// would take on D GPUs under seven rearrangement scenarios, from a FLOPs cost model, the
 /// communication time model of comm/route.hpp and planning time measured for real. Every figure
 /// it produces except `plan_seconds` is a model output, not a measurement. Not part of the
 /// library.
@@ -18,6 +18,14 @@
 ///  * A rank's stage time = its stage load / (peak_flops · achievable), where the load is Σ item
 ///    FLOPs (packed) or count · FLOPs of its longest item (padded). Stages are synchronous: a
 ///    stage takes as long as its slowest rank; compute_seconds = Σ over stages of max over ranks.
+///  * Micro-batches (`sim_options::micro_batch_tokens` = T > 0, FSDP- or ZeRO-3-style): the LLM
+///    runs micro-batches of at most T sequence tokens, and every micro-batch synchronises all
+///    ranks (its layers' all-gathers and reduce-scatters), so the LLM stage takes Σ_m max_r
+///    load(r, m) / rate instead of max_r load(r) / rate. Scenarios that balance rank totals
+///    leave the cut to the trainer: each rank's received samples, in slot order, packed
+///    greedily under T (`micro_batch_objective_as_sampled`; ranks with fewer micro-batches idle
+///    through the others'); `cells` plans the cells (rank, micro-batch) themselves. The encoder
+///    stages keep one synchronisation per step.
 ///  * Communication: each all-to-all along a plan takes
 ///    `route::build(plan, item_bytes, topo, 0, schedule).predicted_seconds()` (a group-wide
 ///    figure: per hop, the slowest rank's Σ messages · latency + bytes / bandwidth over intra-
@@ -55,8 +63,12 @@
 ///    `plan_step` may cut segmented sub-items (videos) at segment boundaries into pieces encoded
 ///    on different ranks; the vision routes move pieces (input rows and LLM tokens pro rata to
 ///    their segments): 3K + 1. The audio stage does not split: its sub-items are single 30 s
-///    windows already (workloads.hpp), so there is nothing to cut. Listed last so the five earlier
-///    scenarios keep their positions.
+///    windows already (workloads.hpp), so there is nothing to cut. Listed after the five earlier
+///    scenarios so they keep their positions.
+///  * `cells`: `full`, and the LLM stage declares micro-batches (`llm_stage::micro_batches`:
+///    at most T tokens each, `sync_model::micro_batch`, the smallest M that fits): `plan_step`
+///    balances Σ_m max_r over the cells (rank, micro-batch) instead of the rank totals, and the
+///    LLM stage takes the planned objective / rate. Needs T > 0; listed last.
 ///
 /// Determinism: every figure but `plan_seconds` (and what depends on it, only when planning does
 /// not fit under the compute) is a deterministic function of the options and the batch.
@@ -76,6 +88,7 @@
 #include "bench/support/models.hpp"
 #include "bench/support/workloads.hpp"
 #include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/balance/micro_batches.hpp"
 #include "orchmllm/comm/route.hpp"
 #include "orchmllm/core/batch_layout.hpp"
 #include "orchmllm/core/cost_model.hpp"
@@ -136,14 +149,15 @@ inline model_config model_by_name(std::string_view name) {
 // ---------------------------------------------------------------------------------------------
 
 /// What the step does about imbalance (see the file comment).
-enum class scenario : std::uint8_t { none, llm_only, per_stage, full, beyond, split };
+enum class scenario : std::uint8_t { none, llm_only, per_stage, full, beyond, split, cells };
 
-/// The six scenarios in report order (`split` last: the earlier five keep their positions).
-inline constexpr std::array<scenario, 6> all_scenarios = {scenario::none,      scenario::llm_only,
-                                                          scenario::per_stage, scenario::full,
-                                                          scenario::beyond,    scenario::split};
+/// The seven scenarios in report order (the later ones appended, so the earlier keep their
+/// positions).
+inline constexpr std::array<scenario, 7> all_scenarios = {
+    scenario::none,   scenario::llm_only, scenario::per_stage, scenario::full,
+    scenario::beyond, scenario::split,    scenario::cells};
 
-/// "none", "llm-only", "per-stage", "full", "beyond", "split". O(1), never throws.
+/// "none", "llm-only", "per-stage", "full", "beyond", "split", "cells". O(1), never throws.
 constexpr std::string_view to_string(scenario s) noexcept {
   switch (s) {
     case scenario::none:
@@ -158,6 +172,8 @@ constexpr std::string_view to_string(scenario s) noexcept {
       return "beyond";
     case scenario::split:
       return "split";
+    case scenario::cells:
+      return "cells";
   }
   return "?";
 }
@@ -167,7 +183,8 @@ inline scenario parse_scenario(std::string_view text) {
   for (auto s : all_scenarios)
     if (to_string(s) == text) return s;
   ::orchmllm::detail::raise<invalid_argument_error>(::orchmllm::detail::concat(
-      "unknown scenario '", text, "' (expected none, llm-only, per-stage, full, beyond or split)"));
+      "unknown scenario '", text,
+      "' (expected none, llm-only, per-stage, full, beyond, split or cells)"));
 }
 
 /// What to simulate.
@@ -187,10 +204,15 @@ struct sim_options {
   /// `mappers::auction::tolerance` of the auction-mapped stages (full, split): inter-node bytes
   /// at most the transport minimum + this fraction of the keepable bytes per stage.
   double auction_tolerance = mappers::auction::default_tolerance;
+  /// T: the LLM runs micro-batches of at most T sequence tokens, each synchronising every rank
+  /// (FSDP, ZeRO-3; see the file comment); at least the longest sequence of the batch. 0
+  /// (default): one synchronisation per step.
+  std::int64_t micro_batch_tokens = 0;
 
   /// Throws `invalid_argument_error` naming the value: gpus_per_node < 1, peak_flops not
-  /// positive and finite, achievable outside (0, 1], auction_tolerance outside (0, 1], invalid
-  /// links, or invalid model configs.
+  /// positive and finite, achievable outside (0, 1], auction_tolerance outside (0, 1],
+  /// micro_batch_tokens < 0 (or 0 for the `cells` scenario), invalid links, or invalid model
+  /// configs.
   void validate() const {
     ORCHMLLM_REQUIRE(gpus_per_node >= 1, invalid_argument_error, "gpus_per_node is ", gpus_per_node,
                      ", must be >= 1");
@@ -200,6 +222,10 @@ struct sim_options {
                      "gap_tolerance is ", gap_tolerance, ", must be finite and >= 0");
     ORCHMLLM_REQUIRE(auction_tolerance > 0 && auction_tolerance <= 1, invalid_argument_error,
                      "auction_tolerance is ", auction_tolerance, ", must be in (0, 1]");
+    ORCHMLLM_REQUIRE(micro_batch_tokens >= 0, invalid_argument_error, "micro_batch_tokens is ",
+                     micro_batch_tokens, ", must be >= 0 (0: no micro-batches)");
+    ORCHMLLM_REQUIRE(which != scenario::cells || micro_batch_tokens > 0, invalid_argument_error,
+                     "the cells scenario needs micro_batch_tokens > 0 (the LLM's micro-batch cap)");
     ORCHMLLM_REQUIRE(std::isfinite(achievable) && achievable > 0 && achievable <= 1,
                      invalid_argument_error, "achievable is ", achievable, ", must be in (0, 1]");
     links.validate();
@@ -213,7 +239,10 @@ struct sim_options {
 struct stage_figures {
   std::string name;      ///< "vision", "audio", "llm"
   double imbalance = 1;  ///< max / mean over ranks of the stage compute (1 when it has no work)
-  double seconds = 0;    ///< the slowest rank's compute time of the stage
+  /// The slowest rank's compute time of the stage; with micro-batches (the LLM), Σ over
+  /// micro-batches of the slowest rank's.
+  double seconds = 0;
+  std::int64_t micro_batches = 0;  ///< M of the planned cells (`cells`' LLM), else 0
 };
 
 /// Figures of one all-to-all.
@@ -372,11 +401,13 @@ inline double seconds_since(std::chrono::steady_clock::time_point start) {
 /// automatic, identity mapper; per-stage → automatic + identity; full → automatic + auction;
 /// beyond → locality (tolerance 0.001) + bottleneck; split → full plus `split_options{}` on the
 /// vision stage. Every automatic (and locality's base) gets `gap_tolerance`, every auction
-/// `auction_tolerance`. O(1). Throws `invalid_argument_error` for an
+/// `auction_tolerance`; cells → full plus micro-batches of at most `micro_batch_tokens` tokens on
+/// the LLM stage (`sync_model::micro_batch`). O(1). Throws `invalid_argument_error` for an
 /// invalid model config or an auction tolerance outside (0, 1].
 inline stage_declarations make_declarations(
     const model_config& model, scenario which, double gap_tolerance = 0,
-    double auction_tolerance = mappers::auction::default_tolerance) {
+    double auction_tolerance = mappers::auction::default_tolerance,
+    std::int64_t micro_batch_tokens = 0) {
   stage_declarations decl;
   any_balancer enc = balancers::identity{}, llm = balancers::identity{};
   any_mapper map = mappers::identity{};
@@ -391,6 +422,7 @@ inline stage_declarations make_declarations(
       break;
     case scenario::full:
     case scenario::split:
+    case scenario::cells:
       enc = llm = balancers::automatic{};
       map = mappers::auction{.tolerance = auction_tolerance};
       break;
@@ -423,6 +455,9 @@ inline stage_declarations make_declarations(
                        .balancer = llm,
                        .mapper = map,
                        .text_row_bytes = text_row_bytes};
+  if (which == scenario::cells)
+    decl.llm.micro_batches =
+        micro_batching{.sync = sync_model::micro_batch, .limits = {.tokens = micro_batch_tokens}};
   return decl;
 }
 
@@ -445,7 +480,7 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
   const topology topo = topology::uniform(d, options.gpus_per_node, options.links);
   const auto meta = make_step_metadata(batch.ranks, 2);
   const auto decl = make_declarations(options.model, options.which, options.gap_tolerance,
-                                      options.auction_tolerance);
+                                      options.auction_tolerance, options.micro_batch_tokens);
   const double rate = options.peak_flops * options.achievable;
 
   sim_result res;
@@ -495,6 +530,8 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
   std::array<rearrangement, 2> enc_plans;
   std::array<batch_layout, 2> unit_layouts = enc_layouts;  // what enc_plans move (split: pieces)
   rearrangement llm_plan;
+  double llm_cells_objective = 0;  // cells: the planned Σ_m max_r of the LLM (FLOPs)
+  std::int64_t llm_cells = 0;      // and its M
   if (options.which == scenario::none) {
     for (std::size_t k = 0; k < 2; ++k) enc_plans[k] = rearrangement::identity(enc_layouts[k]);
     llm_plan = rearrangement::identity(llm_layout);
@@ -502,7 +539,7 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
     // The composed scenarios move data along plan_step's own routes (rank 0's, built on the
     // planner's threads); the others along routes of their own (the log builds them).
     const bool composed = options.which == scenario::full || options.which == scenario::beyond ||
-                          options.which == scenario::split;
+                          options.which == scenario::split || options.which == scenario::cells;
     plan_options popt;
     popt.sched = options.sched;
     if (composed) popt.routes_for = 0;
@@ -540,8 +577,8 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
           log.add(name + ".gradient.to_origin", er.lifted.inverse(), l_order);
           log.add(name + ".gradient.to_encoder", er.input, out_bytes[k]);
           break;
-        default: {  // full, beyond: composed routes, step_routes' order (inputs, text,
-                    // outputs, gradients)
+        default: {  // full, beyond, split, cells: composed routes, step_routes' order
+                    // (inputs, text, outputs, gradients)
           const auto kc = step.encoders.size();
           const auto& rts = step.routes.all;
           log.add_built(name + ".input", er.input, in_bytes[k], rts[k]);
@@ -570,6 +607,10 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
       enc_plans[k] = std::move(step.encoders[k].input);
     }
     llm_plan = std::move(step.llm);
+    if (options.which == scenario::cells) {
+      llm_cells_objective = step.stages.back().objective_after;
+      llm_cells = step.micro_batches.back().count;
+    }
 
     // Metadata all-gather (see the file comment).
     if (d > 1) {
@@ -594,6 +635,25 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
   res.stages.push_back(sim_detail::figures(
       decl.llm.name, sim_detail::stage_loads(llm_layout, llm_plan, decl.llm.cost, decl.llm.policy),
       rate));
+  if (options.micro_batch_tokens > 0) {  // the LLM synchronises every micro-batch
+    auto& llm = res.stages.back();
+    if (options.which == scenario::cells) {
+      llm.seconds = llm_cells_objective / rate;
+      llm.micro_batches = llm_cells;
+    } else {  // the trainer cuts each rank's received samples greedily, in slot order
+      const auto sources = llm_plan.sources();
+      std::vector<std::int64_t> received(sources.size());
+      for (std::size_t h = 0; h < sources.size(); ++h)
+        received[h] = seq[static_cast<std::size_t>(sources[h])];
+      const auto offsets = llm_plan.dst_offsets();
+      const batch_layout dst(std::vector<std::int64_t>(offsets.begin(), offsets.end()),
+                             std::move(received));
+      const micro_batching cut{.sync = sync_model::micro_batch,
+                               .limits = {.tokens = options.micro_batch_tokens}};
+      llm.seconds =
+          micro_batch_objective_as_sampled(dst, decl.llm.cost, decl.llm.policy, cut) / rate;
+    }
+  }
   for (const auto& s : res.stages) res.compute_seconds += s.seconds;
 
   // Communication and the step.

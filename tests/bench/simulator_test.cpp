@@ -44,6 +44,7 @@ sim_options tiny_options(scenario s) {
   o.workload = tiny_batch().options;
   o.gpus_per_node = 2;
   o.which = s;
+  if (s == scenario::cells) o.micro_batch_tokens = 1000;  // the longest sequence is 905
   return o;
 }
 
@@ -55,6 +56,7 @@ sim_options omni_options(scenario s, std::int64_t ranks = 32) {
   o.workload.seed = 3;
   o.gpus_per_node = 4;
   o.which = s;
+  if (s == scenario::cells) o.micro_batch_tokens = std::int64_t{1} << 40;  // one micro-batch
   return o;
 }
 
@@ -93,6 +95,7 @@ void check_same(const sim_result& a, const sim_result& b) {
     CHECK(a.stages[i].name == b.stages[i].name);
     CHECK(a.stages[i].imbalance == b.stages[i].imbalance);
     CHECK(a.stages[i].seconds == b.stages[i].seconds);
+    CHECK(a.stages[i].micro_batches == b.stages[i].micro_batches);
   }
   REQUIRE(a.transfers.size() == b.transfers.size());
   for (std::size_t i = 0; i < a.transfers.size(); ++i) {
@@ -126,7 +129,8 @@ TEST_CASE("models and scenario names") {
   CHECK(to_string(scenario::llm_only) == "llm-only");
   CHECK(to_string(scenario::per_stage) == "per-stage");
   CHECK(to_string(scenario::split) == "split");
-  CHECK(all_scenarios.back() == scenario::split);
+  CHECK(to_string(scenario::cells) == "cells");
+  CHECK(all_scenarios.back() == scenario::cells);
   CHECK_THROWS_AS((void)parse_scenario("llm_only"), invalid_argument_error);
 }
 
@@ -178,9 +182,11 @@ TEST_CASE("none: the compute figures follow the formula exactly and nothing move
   CHECK(r.encoder_stages == 2);
 }
 
-TEST_CASE("all-to-alls: 0 / 2K+1 / 5K+1 / 3K+1 / 3K+1 / 3K+1, K = encoder stages with items") {
+TEST_CASE(
+    "all-to-alls: 0 / 2K+1 / 5K+1 / 3K+1 / 3K+1 / 3K+1 / 3K+1, K = encoder stages with "
+    "items") {
   const auto w = tiny_batch();
-  const int expected[] = {0, 5, 11, 7, 7, 7};  // K = 2
+  const int expected[] = {0, 5, 11, 7, 7, 7, 7};  // K = 2
   for (std::size_t i = 0; i < all_scenarios.size(); ++i) {
     CAPTURE(to_string(all_scenarios[i]));
     const auto r = simulate(w, tiny_options(all_scenarios[i]));
@@ -193,10 +199,11 @@ TEST_CASE("all-to-alls: 0 / 2K+1 / 5K+1 / 3K+1 / 3K+1 / 3K+1, K = encoder stages
   o.workload.ranks = 16;
   o.workload.samples_per_rank = 4;
   const auto vl = make_workload(o.workload);
-  const int expected_vl[] = {0, 3, 6, 4, 4, 4};
+  const int expected_vl[] = {0, 3, 6, 4, 4, 4, 4};
   for (std::size_t i = 0; i < all_scenarios.size(); ++i) {
     CAPTURE(to_string(all_scenarios[i]));
     o.which = all_scenarios[i];
+    o.micro_batch_tokens = o.which == scenario::cells ? std::int64_t{1} << 40 : 0;
     const auto r = simulate(vl, o);
     CHECK(r.encoder_stages == 1);
     CHECK(r.alltoalls == expected_vl[i]);
@@ -262,11 +269,7 @@ TEST_CASE("scenarios keep the guarantees of their balancers and mappings") {
   const auto o = omni_options(scenario::none);
   const auto w = make_workload(o.workload);
   std::vector<sim_result> r;
-  for (auto s : all_scenarios) {
-    auto so = o;
-    so.which = s;
-    r.push_back(simulate(w, so));
-  }
+  for (auto s : all_scenarios) r.push_back(simulate(w, omni_options(s)));
   const auto &none = r[0], &llm_only = r[1], &per_stage = r[2], &full = r[3], &beyond = r[4];
   REQUIRE(full.encoder_stages == 2);
   // Useful work is the same everywhere; mfu follows it exactly.
@@ -404,6 +407,55 @@ TEST_CASE("split: vision balanced over pieces of videos, never worse than full h
   check_same(simulate(vl, v), vl_full);
 }
 
+TEST_CASE("micro-batches: the LLM pays Σ_m max_r; cells plans it, rank totals leave the cut") {
+  auto o = omni_options(scenario::full, 64);
+  o.workload.samples_per_rank = 8;
+  const auto w = make_workload(o.workload);
+  const auto meta = make_step_metadata(w.ranks, 2);
+  std::int64_t longest = 0, total = 0;
+  for (std::int64_t g = 0; g < meta.num_samples(); ++g) {
+    longest = std::max(longest, meta.sequence_length(g));
+    total += meta.sequence_length(g);
+  }
+  const auto once = simulate(w, o);
+  // A cap of about half a rank's tokens: two or three micro-batches per rank.
+  o.micro_batch_tokens = std::max(longest, total / 64 / 2);
+  const auto full = simulate(w, o);
+  o.which = scenario::cells;
+  const auto cells = simulate(w, o);
+  // Only the LLM's compute changes with the cap; per micro-batch it cannot cost less.
+  CHECK(stage(full, "vision").seconds == stage(once, "vision").seconds);
+  CHECK(stage(full, "audio").seconds == stage(once, "audio").seconds);
+  CHECK(stage(full, "llm").imbalance == stage(once, "llm").imbalance);
+  CHECK(stage(full, "llm").seconds >= stage(once, "llm").seconds);
+  CHECK(stage(full, "llm").micro_batches == 0);
+  CHECK(full.comm_seconds == once.comm_seconds);
+  // cells: the same encoders and traffic shape, the LLM balanced per micro-batch. Its
+  // objective is at least the rank-level bound (a micro-batch's max is at least its mean) and,
+  // on this batch, below the greedy cut of the rank-total plan.
+  CHECK(stage(cells, "vision").seconds == stage(full, "vision").seconds);
+  CHECK(cells.alltoalls == full.alltoalls);
+  const auto m = stage(cells, "llm").micro_batches;
+  CHECK(m >= 2);
+  const double rate = o.peak_flops * o.achievable;
+  const double mean_rank = stage(once, "llm").seconds / stage(once, "llm").imbalance;
+  CHECK(stage(cells, "llm").seconds >= mean_rank * (1 - 1e-12));
+  CHECK(stage(cells, "llm").seconds < stage(full, "llm").seconds);
+  double compute = 0;
+  for (const auto& st : cells.stages) compute += st.seconds;
+  CHECK(cells.compute_seconds == compute);
+  CHECK(cells.step_seconds ==
+        cells.compute_seconds + cells.comm_seconds + cells.unoverlapped_plan_seconds);
+  // The planned cells are plan_step's with the cap on the LLM stage.
+  const auto decl = make_declarations(o.model, scenario::cells, 0,
+                                      mappers::auction::default_tolerance, o.micro_batch_tokens);
+  REQUIRE(decl.llm.micro_batches.has_value());
+  CHECK(decl.llm.micro_batches->limits.tokens == o.micro_batch_tokens);
+  const auto step = plan_step(decl, meta, topology::uniform(64, 4));
+  CHECK(step.micro_batches.back().count == m);
+  CHECK(stage(cells, "llm").seconds == step.stages.back().objective_after / rate);
+}
+
 TEST_CASE("determinism: everything but plan_seconds repeats") {
   const auto w = make_workload(omni_options(scenario::none, 16).workload);
   for (auto s : all_scenarios) {
@@ -451,6 +503,9 @@ TEST_CASE("bad options throw invalid_argument_error") {
   bad([](sim_options& o) { o.auction_tolerance = 1.5; });
   bad([](sim_options& o) { o.links.inter_bandwidth = 0; });
   bad([](sim_options& o) { o.model.llm.heads = 3; });  // does not divide hidden
+  bad([](sim_options& o) { o.micro_batch_tokens = -1; });
+  bad([](sim_options& o) { o.which = scenario::cells; });   // without micro_batch_tokens
+  bad([](sim_options& o) { o.micro_batch_tokens = 100; });  // below the longest sequence (905)
   auto o = tiny_options(scenario::full);
   CHECK_THROWS_AS((void)simulate(workload_batch{}, o), invalid_argument_error);
   auto malformed = w;
@@ -583,6 +638,19 @@ TEST_CASE("orchmllm-bench simulate: JSON keys and exit codes") {
               out, err) == 0);
   CHECK(out.find("\"scenario\":\"split\"") != std::string::npos);
   CHECK(out.find("\"alltoalls\":4") != std::string::npos);  // K = 1: 3K + 1
+  // cells: the LLM in micro-batches under --micro-batch-tokens (needed), and its M in the JSON.
+  usage({"--scenario", "cells"}, "--micro-batch-tokens");
+  usage({"--scenario", "full", "--micro-batch-tokens", "-1"}, "--micro-batch-tokens");
+  REQUIRE(run({"--workload", "vl-sft", "--ranks", "8", "--gpus-per-node", "4", "--scenario",
+               "cells", "--micro-batch-tokens", "100000"},
+              out, err) == 0);
+  CHECK(out.find("\"scenario\":\"cells\"") != std::string::npos);
+  CHECK(out.find("\"micro_batch_tokens\":100000") != std::string::npos);
+  CHECK(out.find("\"micro_batches\":") != std::string::npos);
+  REQUIRE(
+      run({"--workload", "vl-sft", "--ranks", "8", "--gpus-per-node", "4", "--scenario", "full"},
+          out, err) == 0);
+  CHECK(out.find("micro_batch") == std::string::npos);  // without the flag, as before
   usage({"--scenario", "full", "--model", "13b"}, "--model");
   usage({"--scenario", "full", "--schedule", "ring"}, "--schedule");
   usage({"--scenario", "full", "--achievable", "1.5"}, "--achievable");
