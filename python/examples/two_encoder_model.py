@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import copy
 import tempfile
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -137,12 +137,19 @@ def worker(rank: int, world: int, steps: int, store: str, train_step: TrainStep)
         dist.destroy_process_group()
 
 
-def main(description: str, train_step: TrainStep) -> None:
-    """Parses --ranks / --steps and trains on that many gloo ranks, plain and balanced."""
+def main(description: str, train_step: TrainStep,
+         variants: Optional[Dict[str, Tuple[str, TrainStep]]] = None) -> None:
+    """Parses --ranks / --steps and trains on that many gloo ranks, plain and balanced.
+    variants: flag -> (help, training step): the flag trains with that step instead."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--steps", type=int, default=3)
+    for flag, (text, _) in (variants or {}).items():
+        parser.add_argument(flag, action="store_true", help=text)
     args = parser.parse_args()
+    for flag, (_, step) in (variants or {}).items():
+        if getattr(args, flag.lstrip("-").replace("-", "_")):
+            train_step = step
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(worker, args=(args.ranks, args.steps, f"{tmp}/store", train_step),
                  nprocs=args.ranks)

@@ -9,7 +9,7 @@ item. See docs/python.md.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Tuple, Union
 
 import numpy as np
 
@@ -208,6 +208,22 @@ def balance(offsets: Any, lengths: Any, cost: CostArg = "linear", policy: str = 
         raise TypeError(
             "cost must be a str ('linear', 'quadratic:A,B'), a LinearCost, a QuadraticCost or a"
             f" callable, got {type(cost).__name__}")
+    return _orchmllm._balance(
+        offsets, lengths, bytes, cost_arg, policy, multiple, algorithm,
+        _optional_int("cap", cap), _optional_int("cap_bytes", cap_bytes),
+        _int("min_items", min_items), _optional_int("max_items", max_items),
+        _int("gpus_per_node", gpus_per_node), _float("locality_tolerance", locality_tolerance),
+        _float("gap_tolerance", gap_tolerance),
+        *_micro_batch_args(micro_batches, max_tokens_per_micro_batch, micro_batch_multiple,
+                           min_micro_batches, sync))
+
+
+def _micro_batch_args(micro_batches: Union[None, int, str],
+                      max_tokens_per_micro_batch: Optional[int], micro_batch_multiple: int,
+                      min_micro_batches: int, sync: Optional[str]
+                      ) -> Tuple[Optional[int], Optional[int], int, int, Optional[str]]:
+    """The micro-batch arguments of :func:`balance` and of a stage, checked for type, as the
+    native calls take them (count None: not given; 0: "auto")."""
     if micro_batches is None or micro_batches == "auto":
         count = None if micro_batches is None else 0
     elif isinstance(micro_batches, str):
@@ -218,15 +234,9 @@ def balance(offsets: Any, lengths: Any, cost: CostArg = "linear", policy: str = 
             raise ValueError(f"micro_batches must be 'auto' or an int >= 1, got {count}")
     if sync is not None and not isinstance(sync, str):
         raise TypeError(f"sync must be a str, got {type(sync).__name__}")
-    return _orchmllm._balance(
-        offsets, lengths, bytes, cost_arg, policy, multiple, algorithm,
-        _optional_int("cap", cap), _optional_int("cap_bytes", cap_bytes),
-        _int("min_items", min_items), _optional_int("max_items", max_items),
-        _int("gpus_per_node", gpus_per_node), _float("locality_tolerance", locality_tolerance),
-        _float("gap_tolerance", gap_tolerance), count,
-        _optional_int("max_tokens_per_micro_batch", max_tokens_per_micro_batch),
-        _int("micro_batch_multiple", micro_batch_multiple),
-        _int("min_micro_batches", min_micro_batches), sync)
+    return (count, _optional_int("max_tokens_per_micro_batch", max_tokens_per_micro_batch),
+            _int("micro_batch_multiple", micro_batch_multiple),
+            _int("min_micro_batches", min_micro_batches), sync)
 
 
 def map_bins(plan: Plan, gpus_per_node: int = 0, method: str = "transport", *,

@@ -99,8 +99,10 @@ class _Stage:
     def __init__(self, name: str, cost: Any, policy: str, algorithm: str,
                  pad_multiple: Optional[int], cap: Optional[int], cap_bytes: Optional[int],
                  min_items: int, max_items: Optional[int], mapping: str,
-                 gap_tolerance: float) -> None:
-        from . import _float, _int, _optional_int
+                 gap_tolerance: float, micro_batches: Union[None, int, str],
+                 max_tokens_per_micro_batch: Optional[int], micro_batch_multiple: int,
+                 min_micro_batches: int, sync: Optional[str]) -> None:
+        from . import _float, _int, _micro_batch_args, _optional_int
         self.name = _check_str("name", name)
         self.cost: CostArg = _check_cost(name, cost)
         self.policy = _check_str("policy", policy)
@@ -112,6 +114,13 @@ class _Stage:
         self.max_items = _optional_int("max_items", max_items)
         self.mapping = _check_str("mapping", mapping)
         self.gap_tolerance = _float("gap_tolerance", gap_tolerance)
+        self.micro_batches = micro_batches
+        self.max_tokens_per_micro_batch = max_tokens_per_micro_batch
+        self.micro_batch_multiple = micro_batch_multiple
+        self.min_micro_batches = min_micro_batches
+        self.sync = sync
+        self._micro = _micro_batch_args(micro_batches, max_tokens_per_micro_batch,
+                                        micro_batch_multiple, min_micro_batches, sync)
 
     def _common(self) -> Dict[str, Any]:
         # A callable's values depend on the step's lengths: plan_step evaluates it and passes
@@ -121,7 +130,7 @@ class _Stage:
                     pad_multiple=self.pad_multiple, algorithm=self.algorithm, cap=self.cap,
                     cap_bytes=self.cap_bytes, min_items=self.min_items,
                     max_items=self.max_items, mapping=self.mapping,
-                    gap_tolerance=self.gap_tolerance)
+                    gap_tolerance=self.gap_tolerance, micro=self._micro)
 
 
 class EncoderStage(_Stage):
@@ -137,7 +146,11 @@ class EncoderStage(_Stage):
     routes are returned in rows). split: a :class:`SplitOptions` (or True for the defaults)
     to let segmented sub-items be cut into pieces encoded on several ranks. gap_tolerance
     (>= 0, default 0): the stage's "automatic" balancing stops within lower bound * (1 + it), as
-    :func:`orchmllm.balance` takes it.
+    :func:`orchmllm.balance` takes it. micro_batches / max_tokens_per_micro_batch /
+    micro_batch_multiple / min_micro_batches / sync: the stage's micro-batches, as
+    :func:`orchmllm.balance` takes them (with any of them the stage's items go to cells (rank,
+    micro-batch), each rank receiving its items grouped by micro-batch, in run order:
+    :meth:`StepPlan.micro_batch`); needs a built-in algorithm and no split.
 
     Plain values checked for type here (TypeError); the library checks the values when
     :class:`StageDeclarations` is built (InvalidArgumentError).
@@ -149,10 +162,13 @@ class EncoderStage(_Stage):
                  max_items: Optional[int] = None, mapping: str = "transport",
                  input_row_bytes: int = 1, output_row_bytes: int = 1,
                  split: Union[None, bool, SplitOptions] = None,
-                 gap_tolerance: float = 0.0) -> None:
+                 gap_tolerance: float = 0.0, micro_batches: Union[None, int, str] = None,
+                 max_tokens_per_micro_batch: Optional[int] = None, micro_batch_multiple: int = 1,
+                 min_micro_batches: int = 1, sync: Optional[str] = None) -> None:
         from . import _int
         super().__init__(name, cost, policy, algorithm, pad_multiple, cap, cap_bytes, min_items,
-                         max_items, mapping, gap_tolerance)
+                         max_items, mapping, gap_tolerance, micro_batches,
+                         max_tokens_per_micro_batch, micro_batch_multiple, min_micro_batches, sync)
         self.input_row_bytes = _int("input_row_bytes", input_row_bytes)
         self.output_row_bytes = _int("output_row_bytes", output_row_bytes)
         if split is True:
@@ -165,17 +181,23 @@ class EncoderStage(_Stage):
 
 class LLMStage(_Stage):
     """The LLM stage: whole samples, by sequence length (text tokens + the LLM tokens of its
-    sub-items). Arguments as :class:`EncoderStage`'s; text_row_bytes (>= 1): bytes of one text
-    row (e.g. 8 for an int32 id and an int32 label), for the mapping's byte counts."""
+    sub-items). Arguments as :class:`EncoderStage`'s (micro-batches included: a micro-batch's
+    tokens are its samples' sequence lengths after the policy's padding); text_row_bytes (>= 1):
+    bytes of one text row (e.g. 8 for an int32 id and an int32 label), for the mapping's byte
+    counts."""
 
     def __init__(self, name: str = "llm", cost: Any = "linear", policy: str = "packed",
                  algorithm: str = "automatic", *, pad_multiple: Optional[int] = None,
                  cap: Optional[int] = None, cap_bytes: Optional[int] = None, min_items: int = 0,
                  max_items: Optional[int] = None, mapping: str = "transport",
-                 text_row_bytes: int = 1, gap_tolerance: float = 0.0) -> None:
+                 text_row_bytes: int = 1, gap_tolerance: float = 0.0,
+                 micro_batches: Union[None, int, str] = None,
+                 max_tokens_per_micro_batch: Optional[int] = None, micro_batch_multiple: int = 1,
+                 min_micro_batches: int = 1, sync: Optional[str] = None) -> None:
         from . import _int
         super().__init__(name, cost, policy, algorithm, pad_multiple, cap, cap_bytes, min_items,
-                         max_items, mapping, gap_tolerance)
+                         max_items, mapping, gap_tolerance, micro_batches,
+                         max_tokens_per_micro_batch, micro_batch_multiple, min_micro_batches, sync)
         self.text_row_bytes = _int("text_row_bytes", text_row_bytes)
 
 
@@ -235,14 +257,17 @@ class LocalBatch:
     parent (index of its sample on this rank), encoder_length (what the encoder's cost reads),
     input_rows (rows shipped to the encoder), llm_tokens (output rows it becomes in the
     sequence), segments (S >= 1 equal parts its encoder processes independently; default 1).
-    All sub-item arrays have one entry per sub-item (any may be empty). Raises TypeError /
-    ValueError for arrays that are not 1-D integers of matching sizes; the values (negative
-    counts, a parent that does not exist, ...) are checked by :func:`make_step_metadata`.
+    All sub-item arrays have one entry per sub-item (any may be empty). loss_tokens:
+    int64[samples], the tokens of every sample that carry a label (what a per-token-mean loss
+    divides by: :attr:`StepPlan.loss_tokens`); None (the default): its text tokens. Raises
+    TypeError / ValueError for arrays that are not 1-D integers of matching sizes; the values
+    (negative counts, a parent that does not exist, ...) are checked by
+    :func:`make_step_metadata`.
     """
 
     def __init__(self, text_tokens: Any, modality: Any = (), parent: Any = (),
                  encoder_length: Any = (), input_rows: Any = (), llm_tokens: Any = (),
-                 segments: Any = None) -> None:
+                 segments: Any = None, loss_tokens: Any = None) -> None:
         self.text_tokens = _vec("text_tokens", text_tokens)
         self.modality = _vec("modality", modality)
         m = self.modality.shape[0]
@@ -252,6 +277,9 @@ class LocalBatch:
         self.llm_tokens = _vec("llm_tokens", llm_tokens, m)
         self.segments = (np.ones(m, np.int64) if segments is None
                          else _vec("segments", segments, m))
+        self.loss_tokens: Optional[np.ndarray] = (
+            None if loss_tokens is None
+            else _vec("loss_tokens", loss_tokens, self.text_tokens.shape[0]))
 
     @property
     def num_samples(self) -> int:
@@ -263,25 +291,38 @@ class LocalBatch:
         """Sub-items of this rank."""
         return int(self.modality.shape[0])
 
+    @property
+    def num_loss_tokens(self) -> int:
+        """Entries of loss_tokens: 0 (None) or the sample count."""
+        return 0 if self.loss_tokens is None else int(self.loss_tokens.shape[0])
+
     def words(self) -> np.ndarray:
-        """The batch as one int64 array (text tokens, then the six sub-item arrays), what the
-        metadata all-gather sends; :meth:`from_words` reads it back."""
+        """The batch as one int64 array (text tokens, the six sub-item arrays, then the loss
+        tokens when given), what the metadata all-gather sends; :meth:`from_words` reads it
+        back."""
+        loss = [] if self.loss_tokens is None else [self.loss_tokens]
         return np.concatenate([self.text_tokens, self.modality, self.parent,
                                self.encoder_length, self.input_rows, self.llm_tokens,
-                               self.segments]).astype(np.int64)
+                               self.segments, *loss]).astype(np.int64)
 
     @staticmethod
-    def from_words(words: np.ndarray, samples: int, sub_items: int) -> "LocalBatch":
-        """The inverse of :meth:`words`. Raises TypeError / ValueError when ``words`` is not a
-        1-D integer array of ``samples + 6 * sub_items`` entries."""
+    def from_words(words: np.ndarray, samples: int, sub_items: int,
+                   loss_tokens: int = 0) -> "LocalBatch":
+        """The inverse of :meth:`words` (loss_tokens: :attr:`num_loss_tokens`, 0 or samples).
+        Raises TypeError / ValueError when ``words`` is not a 1-D integer array of ``samples +
+        6 * sub_items + loss_tokens`` entries or loss_tokens is neither."""
         from . import _int
         s, m = _int("samples", samples), _int("sub_items", sub_items)
+        n = _int("loss_tokens", loss_tokens)
         words = _vec("words", words)
-        if s < 0 or m < 0 or words.shape[0] != s + 6 * m:
-            raise ValueError(f"words has {words.shape[0]} entries; {s} samples and {m} sub-items"
-                             f" need samples + 6 * sub_items = {s + 6 * m}")
-        parts = np.split(words, np.cumsum([s] + [m] * 5))
-        return LocalBatch(*parts)
+        if s < 0 or m < 0 or n not in (0, s) or words.shape[0] != s + 6 * m + n:
+            raise ValueError(f"words has {words.shape[0]} entries; {s} samples, {m} sub-items"
+                             f" and {n} loss-token counts (0 or samples) need samples + 6 *"
+                             f" sub_items + loss_tokens = {s + 6 * m + n}")
+        text, modality, parent, length, rows, tokens, segments, loss = np.split(
+            words, np.cumsum([s] + [m] * 6))
+        return LocalBatch(text, modality, parent, length, rows, tokens, segments,
+                          loss_tokens=loss if n else None)
 
 
 def make_step_metadata(batches: Sequence[LocalBatch], num_encoders: int) -> StepMetadata:
@@ -307,7 +348,9 @@ def make_step_metadata(batches: Sequence[LocalBatch], num_encoders: int) -> Step
         np.array([b.num_sub_items for b in batches], np.int64),
         cat([b.modality for b in batches]), cat([b.parent for b in batches]),
         cat([b.encoder_length for b in batches]), cat([b.input_rows for b in batches]),
-        cat([b.llm_tokens for b in batches]), cat([b.segments for b in batches]), k)
+        cat([b.llm_tokens for b in batches]), cat([b.segments for b in batches]), k,
+        np.array([b.num_loss_tokens for b in batches], np.int64),
+        cat([b.loss_tokens for b in batches if b.loss_tokens is not None]))
 
 
 def plan_step(decl: StageDeclarations, meta: StepMetadata, gpus_per_node: int = 0, *,

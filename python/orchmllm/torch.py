@@ -580,8 +580,9 @@ def gather_step_metadata(batch: LocalBatch, decl: StageDeclarations,
     checks against every other's). Returns the :class:`~orchmllm.StepMetadata` of the group's
     ranks (rank r of ``group`` is rank r of the metadata), identical on every rank: the
     agreement (as :func:`gather_lengths`), then two all_gathers (each rank's declarations
-    fingerprint and sample and sub-item counts, then its 1 + 6 words per sample and sub-item,
-    padded to the largest), on ``device`` as :func:`gather_lengths`. A collective: every rank
+    fingerprint and sample, sub-item and loss-token counts, then its words: 1 per sample, 6 per
+    sub-item and 1 per loss-token count, padded to the largest), on ``device`` as
+    :func:`gather_lengths`. A collective: every rank
     of the group calls it.
 
     Raises CommunicationError on every rank when a rank's batch or decl is not a LocalBatch /
@@ -598,15 +599,17 @@ def gather_step_metadata(batch: LocalBatch, decl: StageDeclarations,
         fault = f"decl must be an orchmllm.StageDeclarations, got {type(decl).__name__}"
     _gather_agreed(group, dev, timeout, "gather_step_metadata", fault)
     fp = int(np.array(decl.fingerprint, dtype=np.uint64).view(np.int64))
-    heads, parts = _all_gather_ragged([fp, batch.num_samples, batch.num_sub_items],
-                                      batch.words(), group, dev)
+    heads, parts = _all_gather_ragged(
+        [fp, batch.num_samples, batch.num_sub_items, batch.num_loss_tokens], batch.words(),
+        group, dev)
     for r in range(1, heads.shape[0]):
         if heads[r, 0] != heads[0, 0]:
             raise InvalidArgumentError(
                 f"rank {r} declared other stages than rank 0 (declarations fingerprint "
                 f"{int(heads[r, 0]) & (2**64 - 1)} vs {int(heads[0, 0]) & (2**64 - 1)}: names, "
                 "costs, policies, options, row widths or split options differ)")
-    batches = [LocalBatch.from_words(parts[r], int(heads[r, 1]), int(heads[r, 2]))
+    batches = [LocalBatch.from_words(parts[r], int(heads[r, 1]), int(heads[r, 2]),
+                                     int(heads[r, 3]))
                for r in range(heads.shape[0])]
     return make_step_metadata(batches, decl.num_encoders)
 
@@ -722,6 +725,56 @@ class StepDispatchers:
             index = index.to(text.device)
             self._llm_index[text_first] = (index, cu)
         return torch.cat(parts).index_select(0, index), cu
+
+    def llm_micro_batches(self, rows: torch.Tensor, cu_seqlens: np.ndarray
+                          ) -> List[Tuple[torch.Tensor, np.ndarray]]:
+        """This LLM rank's micro-batches of what :meth:`llm_input` returned, in run order.
+
+        Per micro-batch m: (rows [T_m, ...], cu_seqlens int64[S_m + 1] from 0), ``rows`` a view
+        of the input's rows (no copy; gradients flow back into the input); its samples are
+        ``llm_view.samples[first:last]`` for ``(first, last) = step.micro_batch(K, rank, m)``.
+        The LLM stage's micro-batches (``LLMStage(micro_batches=..., ...)``); without them one,
+        the whole input. Scale each micro-batch's summed token loss by
+        ``step.loss_scale(...)`` before its backward for the gradients of the step's
+        per-token mean. O(M). Raises ValueError when cu_seqlens does not describe ``rows`` and
+        this rank's samples.
+        """
+        return self._micro_batch_views(self.step.num_encoders, rows, cu_seqlens)
+
+    def encoder_micro_batches(self, k: int, rows: torch.Tensor
+                              ) -> List[Tuple[torch.Tensor, List[int]]]:
+        """Encoder k's micro-batches on this rank of what ``encoder_inputs[k].dispatch``
+        returned, in run order: per micro-batch (rows, the input rows of each of its units),
+        ``rows`` a view of the received rows (no copy). Concatenate the encoder's outputs of
+        the micro-batches, in order, for ``encoder_outputs[k].dispatch``. The stage's
+        micro-batches (``EncoderStage(micro_batches=..., ...)``); without them one, every unit.
+        O(units). Raises ValueError when ``rows`` is not what this rank receives."""
+        view = self.encoder_views[_int("k", k)]
+        units = view.input_rows
+        cu = np.concatenate([[0], np.cumsum(units)]).astype(np.int64)
+        return [(x, units[first:last].tolist())
+                for (x, _), (first, last) in zip(self._micro_batch_views(k, rows, cu, "rows"),
+                                                 self._slots(k, len(units)))]
+
+    def _slots(self, stage: int, items: int) -> List[Tuple[int, int]]:
+        """The slot range of every micro-batch of ``stage`` on this rank (one, all, without)."""
+        count = int(self.step.micro_batches(stage))
+        if count == 0:
+            return [(0, items)]
+        return [self.step.micro_batch(stage, self.rank, m) for m in range(count)]
+
+    def _micro_batch_views(self, stage: int, rows: torch.Tensor, cu: np.ndarray,
+                           what: str = "cu_seqlens") -> List[Tuple[torch.Tensor, np.ndarray]]:
+        cu = np.asarray(cu, dtype=np.int64).reshape(-1)
+        if cu.shape[0] == 0:
+            raise ValueError(f"{what} is empty; it holds one offset more than the items")
+        items = cu.shape[0] - 1
+        slots = self._slots(stage, items)
+        if slots[-1][1] != items or rows.dim() == 0 or rows.shape[0] != cu[-1]:
+            raise ValueError(f"{what} describes {items} items and {int(cu[-1])} rows, rows has "
+                             f"{rows.shape[0] if rows.dim() else 0}; rank {self.rank} receives "
+                             f"{slots[-1][1]} items in stage {stage}")
+        return [(rows[int(cu[a]):int(cu[b])], cu[a:b + 1] - cu[a]) for a, b in slots]
 
     def _index_of(self, rows: List[int], text_first: bool) -> Tuple[torch.Tensor, np.ndarray]:
         """The row index of every sequence into cat([text, *outputs]), and cu_seqlens."""

@@ -37,6 +37,23 @@ using np_array = nb::ndarray<nb::numpy, T, nb::ndim<1>>;
 
 inline std::vector<i64> to_vector(const i64_in& a) { return {a.data(), a.data() + a.shape(0)}; }
 
+// The micro-batching of balance() and of a stage declaration from their Python arguments: none
+// unless one of them is given (the CLI's rule for its flags); count 0 is "auto". Throws
+// invalid_argument_error as the library's check does.
+inline std::optional<orchmllm::micro_batching> to_micro_batching(
+    std::optional<i64> count, std::optional<i64> max_tokens, i64 multiple, i64 min_count,
+    const std::optional<std::string>& sync) {
+  if (!count && !max_tokens && !sync && multiple == 1 && min_count == 1) return std::nullopt;
+  orchmllm::micro_batching m;
+  m.count = count.value_or(0);
+  if (max_tokens) m.limits.tokens = *max_tokens;
+  m.multiple_of = multiple;
+  m.min_count = min_count;
+  if (sync) m.sync = orchmllm::parse_sync_model(*sync);
+  orchmllm::detail::check_micro_batching(m);
+  return m;
+}
+
 // A fresh numpy array owning `v` (writable: torch.from_numpy takes it without a warning).
 template <class T>
 inline np_array<T> to_numpy(std::vector<T>&& v) {

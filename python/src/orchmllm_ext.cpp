@@ -214,16 +214,10 @@ std::unique_ptr<py_plan> balance(
   ORCHMLLM_REQUIRE(gpus_per_node >= 0, orchmllm::invalid_argument_error, "gpus_per_node is ",
                    gpus_per_node, ", must be >= 0 (0: every rank on one node)");
   // Micro-batches when any of their arguments is given (the CLI's rule for its flags).
-  if (micro_batches || max_tokens_per_micro_batch || sync || micro_batch_multiple != 1 ||
-      min_micro_batches != 1) {
+  if (auto m = to_micro_batching(micro_batches, max_tokens_per_micro_batch, micro_batch_multiple,
+                                 min_micro_batches, sync)) {
     py_plan::micro_info info;
-    auto& m = info.options;
-    m.count = micro_batches.value_or(0);
-    if (max_tokens_per_micro_batch) m.limits.tokens = *max_tokens_per_micro_batch;
-    m.multiple_of = micro_batch_multiple;
-    m.min_count = min_micro_batches;
-    if (sync) m.sync = orchmllm::parse_sync_model(*sync);
-    orchmllm::detail::check_micro_batching(m);
+    info.options = *m;
     p.micro = std::move(info);
   }
 

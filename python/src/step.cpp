@@ -10,6 +10,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -40,6 +41,15 @@ namespace {
 using text_or_cost = std::variant<std::string, orchmllm::linear_cost, orchmllm::quadratic_cost>;
 // (min_piece_segments, max_pieces, rounds, tolerance)
 using split_arg = std::tuple<i64, i64, i64, double>;
+// (micro_batches, max_tokens_per_micro_batch, micro_batch_multiple, min_micro_batches, sync), as
+// orchmllm.balance takes them (to_micro_batching)
+using micro_arg =
+    std::tuple<std::optional<i64>, std::optional<i64>, i64, i64, std::optional<std::string>>;
+
+std::optional<orchmllm::micro_batching> to_stage_micro_batches(const micro_arg& m) {
+  const auto& [count, max_tokens, multiple, min_count, sync] = m;
+  return to_micro_batching(count, max_tokens, multiple, min_count, sync);
+}
 
 orchmllm::stage_cost to_stage_cost(const text_or_cost& cost) {
   if (const auto* text = std::get_if<std::string>(&cost)) {
@@ -83,7 +93,7 @@ struct py_declarations {
                    i64 pad_multiple, const std::string& algorithm, std::optional<i64> cap,
                    std::optional<i64> cap_bytes, i64 min_items, std::optional<i64> max_items,
                    const std::string& mapping, i64 input_row_bytes, i64 output_row_bytes,
-                   std::optional<split_arg> split, double gap_tolerance) {
+                   std::optional<split_arg> split, double gap_tolerance, const micro_arg& micro) {
     orchmllm::encoder_stage e;
     e.name = name;
     e.cost = to_stage_cost(cost);
@@ -109,13 +119,15 @@ struct py_declarations {
                                         .rounds = static_cast<int>(rounds),
                                         .tolerance = tolerance};
     }
+    e.micro_batches = to_stage_micro_batches(micro);
     decl.encoders.push_back(std::move(e));
   }
 
   void set_llm(const std::string& name, const text_or_cost& cost, const std::string& policy,
                i64 pad_multiple, const std::string& algorithm, std::optional<i64> cap,
                std::optional<i64> cap_bytes, i64 min_items, std::optional<i64> max_items,
-               const std::string& mapping, i64 text_row_bytes, double gap_tolerance) {
+               const std::string& mapping, i64 text_row_bytes, double gap_tolerance,
+               const micro_arg& micro) {
     orchmllm::llm_stage l;
     l.name = name;
     l.cost = to_stage_cost(cost);
@@ -126,6 +138,7 @@ struct py_declarations {
     ORCHMLLM_REQUIRE(text_row_bytes >= 1, orchmllm::invalid_argument_error, "stage '", name,
                      "': text row width ", text_row_bytes, " must be >= 1");
     l.text_row_bytes = text_row_bytes;
+    l.micro_batches = to_stage_micro_batches(micro);
     decl.llm = std::move(l);
   }
 };
@@ -145,15 +158,17 @@ constexpr i64 max_encoders = 1024;
 py_metadata make_metadata(const i64_in& sample_counts, const i64_in& text_tokens,
                           const i64_in& sub_counts, const i64_in& modality, const i64_in& parent,
                           const i64_in& encoder_length, const i64_in& input_rows,
-                          const i64_in& llm_tokens, const i64_in& segments, i64 encoders) {
+                          const i64_in& llm_tokens, const i64_in& segments, i64 encoders,
+                          const i64_in& loss_counts, const i64_in& loss_tokens) {
   ORCHMLLM_REQUIRE(encoders >= 0 && encoders <= max_encoders, orchmllm::invalid_argument_error,
                    "num_encoders is ", encoders, ", must be in [0, ", max_encoders, "]");
   nb::gil_scoped_release unlocked;
   const std::size_t d = sample_counts.shape(0);
-  ORCHMLLM_REQUIRE(sub_counts.shape(0) == d, orchmllm::invalid_argument_error, "sub_counts has ",
-                   sub_counts.shape(0), " entries for ", d, " ranks");
+  ORCHMLLM_REQUIRE(sub_counts.shape(0) == d && loss_counts.shape(0) == d,
+                   orchmllm::invalid_argument_error, "sub_counts has ", sub_counts.shape(0),
+                   " entries and loss_counts ", loss_counts.shape(0), " for ", d, " ranks");
   std::vector<orchmllm::local_batch> batches(d);
-  std::size_t s = 0, u = 0;
+  std::size_t s = 0, u = 0, l = 0;
   for (std::size_t r = 0; r < d; ++r) {
     const i64 ns = sample_counts.data()[r], nu = sub_counts.data()[r];
     ORCHMLLM_REQUIRE(ns >= 0 && nu >= 0 &&
@@ -163,6 +178,14 @@ py_metadata make_metadata(const i64_in& sample_counts, const i64_in& text_tokens
                      " sub-items do not fit the arrays");
     auto& b = batches[r];
     b.text_tokens.assign(text_tokens.data() + s, text_tokens.data() + s + ns);
+    // A rank's loss tokens: none (its text tokens) or one per sample (make_step_metadata
+    // names a rank with another count).
+    const i64 nl = loss_counts.data()[r];
+    ORCHMLLM_REQUIRE(nl >= 0 && l + static_cast<std::size_t>(nl) <= loss_tokens.shape(0),
+                     orchmllm::invalid_argument_error, "rank ", r, ": ", nl,
+                     " loss-token counts do not fit the array");
+    b.loss_tokens.assign(loss_tokens.data() + l, loss_tokens.data() + l + nl);
+    l += static_cast<std::size_t>(nl);
     b.sub_items.resize(static_cast<std::size_t>(nu));
     for (i64 i = 0; i < nu; ++i, ++u) {
       const i64 m = modality.data()[u];
@@ -179,10 +202,10 @@ py_metadata make_metadata(const i64_in& sample_counts, const i64_in& text_tokens
     }
     s += static_cast<std::size_t>(ns);
   }
-  ORCHMLLM_REQUIRE(s == text_tokens.shape(0) && u == modality.shape(0),
-                   orchmllm::invalid_argument_error, "the counts cover ", s, " samples and ", u,
-                   " sub-items, the arrays hold ", text_tokens.shape(0), " and ",
-                   modality.shape(0));
+  ORCHMLLM_REQUIRE(s == text_tokens.shape(0) && u == modality.shape(0) && l == loss_tokens.shape(0),
+                   orchmllm::invalid_argument_error, "the counts cover ", s, " samples, ", u,
+                   " sub-items and ", l, " loss-token counts, the arrays hold ",
+                   text_tokens.shape(0), ", ", modality.shape(0), " and ", loss_tokens.shape(0));
   return {std::make_shared<const orchmllm::step_metadata>(
       orchmllm::make_step_metadata(batches, static_cast<int>(encoders)))};
 }
@@ -385,6 +408,35 @@ py_encoder_view encoder_view(const py_step& s, i64 k, i64 rank) {
           to_numpy(std::move(segs)), to_numpy(std::move(in)),    to_numpy(std::move(tok))};
 }
 
+// Stage i of the step as stages() lists them: the K encoders, then the LLM.
+const orchmllm::stage_micro_batches& micro_batches_of(const py_step& s, i64 stage) {
+  ORCHMLLM_REQUIRE(stage >= 0 && stage <= s.encoders(), orchmllm::invalid_argument_error, "stage ",
+                   stage, " outside [0, ", s.encoders(), "] (K encoders, then the LLM)");
+  return s.step.micro_batches[static_cast<std::size_t>(stage)];
+}
+
+i64 stage_micro_batch_count(const py_step& s, i64 stage) {
+  return micro_batches_of(s, stage).count;
+}
+
+std::pair<i64, i64> stage_micro_batch(const py_step& s, i64 stage, i64 rank, i64 m) {
+  const auto& cells = micro_batches_of(s, stage);
+  s.check_rank(rank);
+  return cells.slots(static_cast<orchmllm::rank_t>(rank), m);
+}
+
+i64 step_loss_tokens_of(const py_step& s, i64 rank, i64 m) {
+  s.check_rank(rank);
+  return s.step.loss_tokens_of(static_cast<orchmllm::rank_t>(rank), m);
+}
+
+double step_loss_scale(const py_step& s, const std::string& reduction) {
+  if (reduction == "mean") return s.step.loss_scale(orchmllm::gradient_reduction::mean);
+  if (reduction == "sum") return s.step.loss_scale(orchmllm::gradient_reduction::sum);
+  orchmllm::detail::raise<orchmllm::invalid_argument_error>(orchmllm::detail::concat(
+      "reduction ", orchmllm::detail::quote_text(reduction), " (expected mean or sum)"));
+}
+
 nb::list stage_reports(const py_step& s) {
   nb::list out;
   for (const auto& r : s.step.stages) {
@@ -404,6 +456,10 @@ nb::list stage_reports(const py_step& s) {
     d["inter_node_bytes"] = r.inter_node_bytes;
     d["balance_seconds"] = r.balance_seconds;
     d["map_seconds"] = r.map_seconds;
+    d["micro_batches"] = r.micro_batches;
+    d["objective_before"] = r.objective_before;
+    d["objective"] = r.objective_after;
+    d["objective_lower_bound"] = r.objective_lower_bound;
     out.append(d);
   }
   return out;
@@ -441,10 +497,10 @@ void bind_step(nb::module_& m) {
       .def("add_encoder", &py_declarations::add_encoder, "name"_a, "cost"_a, "policy"_a,
            "pad_multiple"_a, "algorithm"_a, "cap"_a.none(), "cap_bytes"_a.none(), "min_items"_a,
            "max_items"_a.none(), "mapping"_a, "input_row_bytes"_a, "output_row_bytes"_a,
-           "split"_a.none(), "gap_tolerance"_a)
+           "split"_a.none(), "gap_tolerance"_a, "micro"_a)
       .def("set_llm", &py_declarations::set_llm, "name"_a, "cost"_a, "policy"_a, "pad_multiple"_a,
            "algorithm"_a, "cap"_a.none(), "cap_bytes"_a.none(), "min_items"_a, "max_items"_a.none(),
-           "mapping"_a, "text_row_bytes"_a, "gap_tolerance"_a)
+           "mapping"_a, "text_row_bytes"_a, "gap_tolerance"_a, "micro"_a)
       .def("validate", [](const py_declarations& d) { d.decl.validate(); })
       .def_prop_ro("fingerprint",
                    [](const py_declarations& d) { return orchmllm::fingerprint(d.decl); });
@@ -472,6 +528,17 @@ void bind_step(nb::module_& m) {
           "text_tokens",
           [](const py_metadata& m) { return to_numpy(std::vector<i64>(m.meta->text_tokens)); },
           nb::rv_policy::reference, "int64[samples]: every sample's own text tokens.")
+      .def_prop_ro(
+          "loss_tokens",
+          [](const py_metadata& m) {
+            std::vector<i64> out(static_cast<std::size_t>(m.meta->num_samples()));
+            for (std::size_t g = 0; g < out.size(); ++g)
+              out[g] = m.meta->loss_tokens_of(static_cast<i64>(g));
+            return to_numpy(std::move(out));
+          },
+          nb::rv_policy::reference,
+          "int64[samples]: every sample's loss tokens (LocalBatch.loss_tokens, else its text\n"
+          "tokens).")
       .def(
           "sequence_lengths",
           [](const py_metadata& m) {
@@ -490,7 +557,7 @@ void bind_step(nb::module_& m) {
 
   m.def("_make_step_metadata", &make_metadata, "sample_counts"_a, "text_tokens"_a, "sub_counts"_a,
         "modality"_a, "parent"_a, "encoder_length"_a, "input_rows"_a, "llm_tokens"_a, "segments"_a,
-        "encoders"_a);
+        "encoders"_a, "loss_counts"_a, "loss_tokens"_a);
 
   nb::class_<py_rearrangement>(
       m, "Rearrangement",
@@ -608,8 +675,10 @@ void bind_step(nb::module_& m) {
       .def("stages", &stage_reports, nb::sig("def stages(self) -> list[dict[str, object]]"),
            "Per stage (K encoders, then the LLM) a dict: name, algorithm, makespan_before,\n"
            "makespan, lower_bound, imbalance_before, imbalance_after (max / mean stage cost),\n"
-           "max_tokens(_before), max_bytes(_before), moved_bytes, inter_node_bytes, and the\n"
-           "wall times balance_seconds, map_seconds. O(K).")
+           "max_tokens(_before), max_bytes(_before), moved_bytes, inter_node_bytes, the\n"
+           "wall times balance_seconds, map_seconds, and with micro-batches micro_batches (M,\n"
+           "else 0), objective_before, objective, objective_lower_bound (the step's cost under\n"
+           "the stage's sync model, as sampled and planned, and its bound). O(K).")
       .def(
           "llm_plan", [](const py_step& s) { return py_rearrangement{s.step.llm}; },
           "Π_M: origin samples -> LLM ranks.")
@@ -628,6 +697,28 @@ void bind_step(nb::module_& m) {
            "output_items: the transfer plan's destination items on `rank` (units of stage k;\n"
            "samples for text). The GIL is released. Raises InvalidArgumentError for an unknown\n"
            "transfer, k or rank.")
+      .def("micro_batches", &stage_micro_batch_count, "stage"_a,
+           "M of stage `stage` (0..K-1: the encoders, K: the LLM, as stages() lists them): the\n"
+           "micro-batches every rank runs, 0 when the stage declares none. Raises\n"
+           "InvalidArgumentError for a stage outside [0, K].")
+      .def("micro_batch", &stage_micro_batch, "stage"_a, "rank"_a, "m"_a,
+           nb::sig("def micro_batch(self, stage: int, rank: int, m: int) -> tuple[int, int]"),
+           "Micro-batch m of `rank` in stage `stage` as its slots [first, last): positions in\n"
+           "what the rank receives for the stage (the LLM: llm_view.samples; encoder k:\n"
+           "encoder_view(k, rank)'s units). O(1). Raises InvalidArgumentError out of range or\n"
+           "when the stage declares no micro-batches.")
+      .def_prop_ro(
+          "loss_tokens", [](const py_step& s) { return s.step.loss_tokens; },
+          "N, the loss tokens of the whole step (StepMetadata.loss_tokens summed).")
+      .def("loss_tokens_of", &step_loss_tokens_of, "rank"_a, "m"_a = 0,
+           "The loss tokens of micro-batch m of LLM rank `rank` (m = 0 without LLM\n"
+           "micro-batches). O(1). Raises InvalidArgumentError out of range.")
+      .def("loss_scale", &step_loss_scale, "reduction"_a = "mean",
+           "The factor every rank multiplies the sum of its token losses by (each micro-batch's\n"
+           "before its backward) so that, after the gradient all-reduce ('mean': DDP and FSDP's\n"
+           "default, the sum over ranks divided by D; 'sum'), the gradients are those of the\n"
+           "step's per-token mean: D / N for 'mean', 1 / N for 'sum', 0 when N = 0. The same\n"
+           "balanced or not. Raises InvalidArgumentError for another reduction.")
       .def("llm_view", &llm_view, "rank"_a,
            "The LLMView of `rank` (where its samples' sub-item outputs are in the received\n"
            "payloads). O(its samples and sub-items + D). Raises InvalidArgumentError for a bad\n"

@@ -239,8 +239,11 @@ def check_plan(plan: Any, d: int, n: int) -> None:
           f"lower bound {plan.lower_bound}")
     check(plan.lower_bound <= plan.makespan * (1 + 1e-9) + 1e-9,
           f"lower bound {plan.lower_bound} above makespan {plan.makespan}")
-    check(isinstance(plan.algorithm, str) and plan.algorithm in orchmllm.ALGORITHMS,
-          f"algorithm {plan.algorithm!r}")
+    # A plan of cells reports the micro-batch planner.
+    check(isinstance(plan.algorithm, str) and (
+        plan.algorithm in orchmllm.ALGORITHMS or
+        (plan.micro_batches > 0 and plan.algorithm.startswith("micro_batches"))),
+        f"algorithm {plan.algorithm!r}")
 
 
 def check_statistics(plan: orchmllm.Plan, stats: Any) -> None:
@@ -248,9 +251,15 @@ def check_statistics(plan: orchmllm.Plan, stats: Any) -> None:
     for key in ("makespan", "makespan_before", "lower_bound", "mean_load", "min_load"):
         v = stats[key]
         check(isinstance(v, float) and math.isfinite(v) and v >= 0, f"statistics {key} = {v}")
-    check(stats["makespan"] == plan.makespan or
-          abs(stats["makespan"] - plan.makespan) <= 1e-9 * max(1.0, plan.makespan),
-          f"statistics makespan {stats['makespan']} != plan makespan {plan.makespan}")
+    # Cells under padding: the plan's makespan pads each micro-batch on its own, the statistics
+    # a rank's items together (the CLI's figures).
+    if plan.micro_batches == 0 or plan.policy == "packed":
+        check(stats["makespan"] == plan.makespan or
+              abs(stats["makespan"] - plan.makespan) <= 1e-9 * max(1.0, plan.makespan),
+              f"statistics makespan {stats['makespan']} != plan makespan {plan.makespan}")
+    else:
+        check(plan.makespan <= stats["makespan"] * (1 + 1e-9),
+              f"padded cells' makespan {plan.makespan} above the rank's {stats['makespan']}")
     after = stats["load_after"]
     check(after.shape == (plan.num_ranks,) and bool(np.isfinite(after).all()), "load_after")
     for key in ("items_moved", "bytes_moved", "max_tokens", "max_bytes"):
@@ -350,6 +359,23 @@ def policy_arg(g: Gen) -> Tuple[Any, Any]:
     return policy, multiple
 
 
+def micro_batch_kwargs(g: Gen, tokens: int, kw: Dict[str, Any]) -> None:
+    """Sometimes the micro-batch arguments (of balance and of a stage), into ``kw``; ``tokens``
+    sizes the token cap."""
+    if not g.coin(0.2):
+        return
+    if g.coin(0.5):
+        kw["micro_batches"] = g.pick(["auto", None]) if g.coin(0.3) else g.int_(1, 4)
+    if g.coin(0.6):
+        kw["max_tokens_per_micro_batch"] = g.int_(1, max(tokens, 1))
+    if g.coin(0.2):
+        kw["micro_batch_multiple"] = g.int_(1, 3)
+    if g.coin(0.2):
+        kw["min_micro_batches"] = g.int_(1, 3)
+    if g.coin(0.4):
+        kw["sync"] = g.str_(["micro-batch", "step"], ["micro_batch", "steps"])
+
+
 def balance_kwargs(g: Gen, offsets: np.ndarray, lengths: np.ndarray) -> Dict[str, Any]:
     n = int(lengths.shape[0])
     policy, multiple = policy_arg(g)
@@ -373,6 +399,7 @@ def balance_kwargs(g: Gen, offsets: np.ndarray, lengths: np.ndarray) -> Dict[str
         kw["locality_tolerance"] = g.float_(0.0, 0.1)
     if g.coin(0.1):
         kw["gap_tolerance"] = g.float_(0.0, 0.1)
+    micro_batch_kwargs(g, int(lengths.sum()), kw)
     return kw
 
 
@@ -406,8 +433,9 @@ def t_balance(g: Gen) -> int:
     multiple = kw.get("pad_multiple") or 1
     weight = (cost.weight if isinstance(cost, orchmllm.LinearCost) else
               1 if cost == "linear" else None)
-    if weight is not None:
-        # Integer costs: the makespan is exact; recompute it without overflow.
+    if weight is not None and (plan.micro_batches == 0 or policy == "packed"):
+        # Integer costs: the makespan is exact; recompute it without overflow (cells under
+        # padding pad each micro-batch on its own: below these rank loads, checked above).
         loads = exact_linear_loads(plan, ls, weight, policy, multiple)
         check(max(loads, default=0) <= INT64_MAX, f"a load of {max(loads)} was not refused")
         check(float(max(loads, default=0)) == plan.makespan,
@@ -419,6 +447,16 @@ def t_balance(g: Gen) -> int:
         check(bool((counts >= kw["min_items"]).all()), "min_items broken")
     if kw.get("cap") is not None and not plan.fallback:
         check(stats["max_tokens"] <= kw["cap"], f"cap {kw['cap']} broken: {stats['max_tokens']}")
+    if plan.micro_batches:
+        m_count = plan.micro_batches
+        check(stats["objective"] >= stats["objective_lower_bound"] * (1 - 1e-12),
+              "objective below its bound")
+        for r in range(d):
+            ranges = [plan.micro_batch(r, m) for m in range(m_count)]
+            received = int(plan.dst_offsets[r + 1] - plan.dst_offsets[r])
+            check(ranges[0][0] == 0 and ranges[-1][1] == received and
+                  all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), "micro-batch ranges")
+        return 1 + d * m_count
     return 1
 
 
@@ -592,6 +630,7 @@ def stage_kwargs(g: Gen) -> Dict[str, Any]:
         kw["mapping"] = g.str_(orchmllm.MAPPINGS, ["flow"])
     if g.coin(0.1):
         kw["gap_tolerance"] = g.float_(0.0, 0.1)
+    micro_batch_kwargs(g, 400, kw)
     return kw
 
 
@@ -629,7 +668,8 @@ def local_batches(g: Gen, d: int, k: int) -> List[orchmllm.LocalBatch]:
             encoder_length=g.array(4 * base * segments),
             input_rows=g.array(2 * base * segments, EDGE_ROWS),
             llm_tokens=g.array(base * segments, EDGE_ROWS),
-            segments=None if g.coin(0.3) else g.array(segments, EDGE_ROWS))
+            segments=None if g.coin(0.3) else g.array(segments, EDGE_ROWS),
+            loss_tokens=None if g.coin(0.7) else g.array(g.rng.integers(0, 50, ns), EDGE_ROWS))
         out.append(orchmllm.LocalBatch(**fields))
     return out
 
@@ -660,7 +700,9 @@ def t_step(g: Gen) -> int:
         words = b.words()
         samples: Any = b.num_samples if not g.coin(g.bad) else g.pick(EDGE + [garbage(g.rng)])
         subs: Any = b.num_sub_items if not g.coin(g.bad) else g.pick(EDGE + [garbage(g.rng)])
-        back = orchmllm.LocalBatch.from_words(words, samples, subs)
+        loss: Any = (b.num_loss_tokens if not g.coin(g.bad)
+                     else g.pick(EDGE + [garbage(g.rng)]))
+        back = orchmllm.LocalBatch.from_words(words, samples, subs, loss)
         check(np.array_equal(back.words(), words), "from_words(words()) round trip")
         return 2
     decl = declarations(orchmllm_gen_ok(g), k)
@@ -704,6 +746,28 @@ def t_step(g: Gen) -> int:
         makespan = rep["makespan"]
         check(isinstance(makespan, float) and math.isfinite(makespan) and makespan >= 0,
               f"stage makespan {makespan}")
+    for stage in range(k + 1):
+        m_count = step.micro_batches(stage)
+        check(isinstance(m_count, int) and m_count >= 0, "micro_batches")
+        if m_count:
+            for r in range(d):
+                ranges = [step.micro_batch(stage, r, m) for m in range(m_count)]
+                check(ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])),
+                      "a stage's micro-batch ranges")
+            calls += d * m_count
+    loss_tokens = int(meta.loss_tokens.sum())
+    check(step.loss_tokens == loss_tokens, "loss_tokens")
+    reduction = g.str_(["mean", "sum"], ["avg", "Mean"])
+    scale = step.loss_scale(reduction)
+    check(scale == (0.0 if loss_tokens == 0 else
+                    (d if reduction == "mean" else 1) / loss_tokens), "loss_scale")
+    llm_m = max(step.micro_batches(k), 1)
+    check(sum(step.loss_tokens_of(r, m) for r in range(d) for m in range(llm_m)) == loss_tokens,
+          "loss_tokens_of")
+    if g.coin(0.2):
+        step.micro_batch(g.int_(0, k), g.int_(0, d - 1), g.int_(0, 3))
+        step.loss_tokens_of(g.int_(0, d - 1), g.int_(0, 3))
+    calls += 3 + d * llm_m
     routes_rank = -1 if kw.get("rank") is None else as_index(kw["rank"])
     check(step.routes_rank == routes_rank and step.plan_seconds >= 0, "routes_rank")
     llm = step.llm_plan()
