@@ -11,6 +11,7 @@
 
 #include <doctest/doctest.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <numeric>
@@ -71,11 +72,14 @@ TEST_CASE("automatic with concurrent kk: the same plans as serial") {
     std::int64_t n;
     bool narrow;
   };
-  for (const shape s : {shape{64, n0, false},        // many items per rank: lpt meets the bound
-                        shape{8192, n0 + 1, false},  // 8 per rank: lpt + refinement miss it
-                        shape{32768, 2 * n0, true},  // 4 per rank, near-equal items
-                        shape{n0 / 2, n0, true},     // 2 per rank: kk's pairing can win
-                        shape{n0 / 2, n0, false}}) {
+  const std::array shapes = {shape{64, n0, false},        // many per rank: lpt meets the bound
+                             shape{n0 / 2, n0, true},     // 2 per rank: kk's pairing can win
+                             shape{8192, n0 + 1, false},  // 8 per rank: lpt + refinement miss
+                             shape{32768, 2 * n0, true},  // 4 per rank, near-equal items
+                             shape{n0 / 2, n0, false}};
+  // Under a sanitizer the first two: the kk thread stopped unused, and its plan kept.
+  for (std::size_t i = 0; i < (test::sanitized ? 2 : shapes.size()); ++i) {
+    const shape s = shapes[i];
     INFO("d = ", s.d, ", n = ", s.n, ", narrow = ", s.narrow);
     const auto layout = large_layout(rng, s.d, s.n, s.narrow);
     const balancers::automatic automatic;

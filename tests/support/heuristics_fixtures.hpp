@@ -1,9 +1,9 @@
 #pragma once
 // Shared by the tests of the heuristic balancers (tests/balance/heuristics_*_test.cpp): whether
-// the build is sanitized (smaller large cases), random layouts with deliberate ties and zeros
-// (fixed seeds; own distributions so the numbers are the same everywhere), the cost model of a
-// TEST_CASE_TEMPLATE instantiation, the heuristics by name, comparisons with a few ulps of slack
-// for floating costs, and every invariant of a façade result checked against oracles from
+// the build is sanitized (test_support.hpp; smaller large cases), random layouts with deliberate
+// ties and zeros (fixed seeds; own distributions so the numbers are the same everywhere), the cost
+// model of a TEST_CASE_TEMPLATE instantiation, the heuristics by name, comparisons with a few ulps
+// of slack for floating costs, and every invariant of a façade result checked against oracles from
 // support/test_support.hpp.
 
 #include <doctest/doctest.h>
@@ -24,17 +24,7 @@
 
 namespace orchmllm::test::heuristics_fixtures {
 
-#if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool sanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-inline constexpr bool sanitized = true;
-#else
-inline constexpr bool sanitized = false;
-#endif
-#else
-inline constexpr bool sanitized = false;
-#endif
+using orchmllm::test::sanitized;
 
 // Lengths with deliberate ties and zeros: small alphabets make equal costs common.
 inline batch_layout random_layout(std::mt19937_64& rng, rank_t d, std::int64_t n,

@@ -4,6 +4,7 @@
 //  - fixed-seed random numbers from the raw engine (the same numbers on every platform), and
 //    random layouts and plans built from them;
 //  - expect_error / expect_invalid: "throws this error type, naming these values";
+//  - `sanitized`: whether the build runs under a sanitizer (smaller large cases there);
 //  - for the balancer suites, oracles independent of the library: the per-rank figures of an
 //    assignment, and a brute-force optimum over every assignment.
 
@@ -28,6 +29,20 @@
 #include "orchmllm/detail/balance/common.hpp"
 
 namespace orchmllm::test {
+
+// Whether this build runs under AddressSanitizer or ThreadSanitizer (the asan and tsan presets):
+// the slowest large cases are smaller there.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool sanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool sanitized = true;
+#else
+inline constexpr bool sanitized = false;
+#endif
+#else
+inline constexpr bool sanitized = false;
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Random inputs.
