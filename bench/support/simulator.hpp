@@ -641,13 +641,9 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
       llm.seconds = llm_cells_objective / rate;
       llm.micro_batches = llm_cells;
     } else {  // the trainer cuts each rank's received samples greedily, in slot order
-      const auto sources = llm_plan.sources();
-      std::vector<std::int64_t> received(sources.size());
-      for (std::size_t h = 0; h < sources.size(); ++h)
-        received[h] = seq[static_cast<std::size_t>(sources[h])];
       const auto offsets = llm_plan.dst_offsets();
       const batch_layout dst(std::vector<std::int64_t>(offsets.begin(), offsets.end()),
-                             std::move(received));
+                             orchmllm::apply(llm_plan, seq));
       const micro_batching cut{.sync = sync_model::micro_batch,
                                .limits = {.tokens = options.micro_batch_tokens}};
       llm.seconds =

@@ -749,12 +749,10 @@ class StepDispatchers:
         the micro-batches, in order, for ``encoder_outputs[k].dispatch``. The stage's
         micro-batches (``EncoderStage(micro_batches=..., ...)``); without them one, every unit.
         O(units). Raises ValueError when ``rows`` is not what this rank receives."""
-        view = self.encoder_views[_int("k", k)]
-        units = view.input_rows
+        units = self.encoder_views[_int("k", k)].input_rows
         cu = np.concatenate([[0], np.cumsum(units)]).astype(np.int64)
-        return [(x, units[first:last].tolist())
-                for (x, _), (first, last) in zip(self._micro_batch_views(k, rows, cu, "rows"),
-                                                 self._slots(k, len(units)))]
+        return [(x, np.diff(cu_m).tolist()) for x, cu_m in self._micro_batch_views(k, rows, cu,
+                                                                                  "rows")]
 
     def _slots(self, stage: int, items: int) -> List[Tuple[int, int]]:
         """The slot range of every micro-batch of ``stage`` on this rank (one, all, without)."""

@@ -1133,15 +1133,27 @@ inline sync_model parse_sync_model(std::string_view text) {
 
 namespace orchmllm {
 
-inline std::vector<std::int64_t> cell_offsets_on_ranks(std::span<const std::int64_t> cell_offsets,
-                                                       std::int64_t micro_batches,
-                                                       std::span<const rank_t> rank_of_bin) {
-  if (micro_batches == 0 && cell_offsets.size() == 1) return {0};  // no cells at all
+namespace detail {
+
+// The rank count d of d·M + 1 cell offsets for M micro-batches per rank (0 for no cells: M = 0
+// and one offset). O(1). Throws invalid_argument_error when the sizes disagree.
+inline std::int64_t cell_ranks(std::span<const std::int64_t> cell_offsets,
+                               std::int64_t micro_batches) {
+  if (micro_batches == 0 && cell_offsets.size() == 1) return 0;
   ORCHMLLM_REQUIRE(micro_batches >= 1 && !cell_offsets.empty() &&
                        (cell_offsets.size() - 1) % static_cast<std::size_t>(micro_batches) == 0,
                    invalid_argument_error, cell_offsets.size(), " cell offsets for ", micro_batches,
                    " micro-batches per rank");
-  const auto d = static_cast<std::int64_t>(cell_offsets.size() - 1) / micro_batches;
+  return static_cast<std::int64_t>(cell_offsets.size() - 1) / micro_batches;
+}
+
+}  // namespace detail
+
+inline std::vector<std::int64_t> cell_offsets_on_ranks(std::span<const std::int64_t> cell_offsets,
+                                                       std::int64_t micro_batches,
+                                                       std::span<const rank_t> rank_of_bin) {
+  const auto d = detail::cell_ranks(cell_offsets, micro_batches);
+  if (micro_batches == 0) return {0};  // no cells at all
   ORCHMLLM_REQUIRE(rank_of_bin.empty() || static_cast<std::int64_t>(rank_of_bin.size()) == d,
                    invalid_argument_error, "rank_of_bin has ", rank_of_bin.size(),
                    " entries, expected one per bin (", d, ")");
@@ -1165,12 +1177,7 @@ inline std::vector<std::int64_t> item_micro_batches(const rearrangement& plan,
                                                     std::span<const std::int64_t> cell_offsets,
                                                     std::int64_t micro_batches) {
   const std::int64_t n = plan.num_items();
-  const bool no_cells = micro_batches == 0 && cell_offsets.size() == 1;
-  ORCHMLLM_REQUIRE(
-      no_cells || (micro_batches >= 1 && !cell_offsets.empty() &&
-                   (cell_offsets.size() - 1) % static_cast<std::size_t>(micro_batches) == 0),
-      invalid_argument_error, cell_offsets.size(), " cell offsets for ", micro_batches,
-      " micro-batches per rank");
+  (void)detail::cell_ranks(cell_offsets, micro_batches);
   ORCHMLLM_REQUIRE(cell_offsets.front() == 0 && cell_offsets.back() == n, invalid_argument_error,
                    "the cell offsets run from ", cell_offsets.front(), " to ", cell_offsets.back(),
                    ", the plan's destination ids from 0 to ", n);
