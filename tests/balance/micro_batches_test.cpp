@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <numeric>
 #include <optional>
+#include <queue>
 #include <random>
 #include <span>
 #include <string_view>
@@ -425,6 +427,35 @@ TEST_CASE("micro_batches: the bound's fractional knapsack against a full sort") 
   }
 }
 
+TEST_CASE("micro_batches: the cells' heap pops in the order of a priority queue") {
+  std::mt19937_64 rng(77);
+  using entry = std::pair<std::int64_t, int>;
+  for (int iter = 0; iter < 40; ++iter) {
+    orchmllm::detail::min_heap<entry> heap;
+    std::priority_queue<entry, std::vector<entry>, std::greater<>> reference;
+    int next = 0;
+    for (int op = 0; op < 400; ++op) {
+      const auto kind = uniform(rng, 0, 2);
+      if (kind == 0 || reference.empty()) {
+        const entry e{uniform(rng, 0, 50), next++};
+        heap.push(e);
+        reference.push(e);
+      } else if (kind == 1) {
+        REQUIRE(heap.top() == reference.top());
+        heap.pop();
+        reference.pop();
+      } else {  // the top grows
+        const entry e{reference.top().first + uniform(rng, 0, 20), reference.top().second};
+        heap.replace_top(e);
+        reference.pop();
+        reference.push(e);
+      }
+      REQUIRE(heap.empty() == reference.empty());
+      if (!reference.empty()) REQUIRE(heap.top() == reference.top());
+    }
+  }
+}
+
 TEST_CASE("micro_batches: relieving full micro-batches keeps every limit and never costs more") {
   namespace detail = orchmllm::detail;
   std::mt19937_64 rng(1234);
@@ -451,12 +482,20 @@ TEST_CASE("micro_batches: relieving full micro-batches keeps every limit and nev
     const detail::cell_rules<double, quadratic_cost> rules{orchmllm::packed, limits, cost};
     auto plan = detail::plan_per_micro_batch_greedy(in, d, m_count, false, rules);
     if (!plan) continue;
-    detail::rebalance_micro_batches(layout, in, m_count, false, orchmllm::any_balancer{}, rules,
-                                    *plan);
+    auto members = detail::members_of(in, std::span<const std::int64_t>(plan->batch), m_count);
+    const auto greedy = detail::objectives(plan->load, d, m_count).first;
+    // Odd iterations balance the micro-batches again with lpt, even ones refine their cells.
+    const orchmllm::any_balancer lpt = orchmllm::balancers::lpt{};
+    const orchmllm::any_balancer* const b = iter % 2 != 0 ? &lpt : nullptr;
+    detail::rebalance_micro_batches(layout, in, m_count, false, b, rules, members, *plan);
     const auto before = detail::objectives(plan->load, d, m_count).first;
-    detail::relieve_full_micro_batches(layout, in, m_count, false, orchmllm::any_balancer{}, rules,
-                                       *plan);
+    CHECK(before <= greedy);
+    detail::relieve_full_micro_batches(layout, in, m_count, false, b, rules, members, *plan);
     CAPTURE(iter);
+    // The members it keeps are the plan's.
+    const auto fresh = detail::members_of(in, std::span<const std::int64_t>(plan->batch), m_count);
+    CHECK(fresh.ids == members.ids);
+    CHECK(fresh.order == members.order);
     // The cells from scratch: every item once, every limit, no empty cell, the loads it keeps.
     std::vector<std::int64_t> tokens(static_cast<std::size_t>(d * m_count), 0),
         items(static_cast<std::size_t>(d * m_count), 0);

@@ -27,8 +27,11 @@
 #include "orchmllm/core/padding.hpp"
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/core/statistics.hpp"
+#include "orchmllm/detail/balance/common.hpp"
 #include "orchmllm/detail/balance/input.hpp"
+#include "orchmllm/detail/balance/refine.hpp"
 #include "orchmllm/detail/core/order.hpp"
+#include "orchmllm/detail/core/prefetch.hpp"
 #include "orchmllm/detail/core/statistics_impl.hpp"
 #include "orchmllm/detail/core/text.hpp"
 
@@ -165,6 +168,13 @@ std::pair<Cost, Cost> objectives(const std::vector<Cost>& load, rank_t d, std::i
   return {per_mb, per_step};
 }
 
+// A packed cell under the packed policy: what its limits and load need.
+template <class Cost>
+struct packed_cell {
+  Cost load{};
+  std::int64_t count = 0, tokens = 0, bytes = 0;
+};
+
 // Places the items of `items` (heaviest first) into `cells` cells of one group: each to the
 // lightest cell that fits (ties: the one with fewer items, then the lowest index), so the
 // first `cells` items open one cell each. Returns the cell of every item, or nullopt when an item
@@ -177,6 +187,41 @@ std::optional<std::vector<std::int64_t>> pack_into_cells(std::span<const std::in
                                                          std::vector<cell_load<Cost>>& state) {
   state.assign(static_cast<std::size_t>(cells), cell_load<Cost>(rules.policy));
   std::vector<std::int64_t> where(items.size());
+  if (!rules.policy.is_padded()) {
+    // Packed: the same choice on four numbers per cell, the cells' loads added up at the end.
+    std::vector<packed_cell<Cost>> cell(static_cast<std::size_t>(cells));
+    const auto& l = rules.limits;
+    const bool cost_cap = std::isfinite(l.cost);
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const auto g = static_cast<std::size_t>(items[i]);
+      const auto& s = in.shape[g];
+      std::int64_t best = -1;
+      for (std::int64_t k = 0; k < cells; ++k) {
+        const auto& c = cell[static_cast<std::size_t>(k)];
+        if (best >= 0) {
+          const auto& b = cell[static_cast<std::size_t>(best)];
+          if (!(c.load < b.load || (c.load == b.load && c.count < b.count))) continue;
+        }
+        if (c.count + 1 > l.items || s.length > l.tokens - c.tokens ||
+            s.bytes > l.bytes - c.bytes ||
+            (cost_cap && static_cast<double>(c.load + in.cost[g]) > l.cost))
+          continue;
+        best = k;
+      }
+      if (best < 0) return std::nullopt;
+      auto& c = cell[static_cast<std::size_t>(best)];
+      c.load += in.cost[g];
+      ++c.count;
+      c.tokens += s.length;
+      c.bytes += s.bytes;
+      where[i] = best;
+    }
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const auto g = static_cast<std::size_t>(items[i]);
+      state[static_cast<std::size_t>(where[i])].add(in.shape[g], in.cost[g], rules.cost);
+    }
+    return where;
+  }
   for (std::size_t i = 0; i < items.size(); ++i) {
     const auto g = static_cast<std::size_t>(items[i]);
     std::int64_t best = -1;
@@ -232,15 +277,77 @@ std::optional<cell_plan<Cost>> plan_per_step(const batch_layout& layout,
   return out;
 }
 
+// A 4-ary min-heap (by `<`) that can also replace its top by a larger entry in one sift (a cell
+// that takes an item only grows); four children share a cache line or two. The order must be
+// total, so the top is the same whatever the heap's shape. O(log size) per operation.
+template <class T>
+class min_heap {
+ public:
+  [[nodiscard]] bool empty() const noexcept { return h_.empty(); }
+  [[nodiscard]] const T& top() const { return h_.front(); }
+  void push(T e) {
+    std::size_t i = h_.size();
+    h_.push_back(e);
+    while (i > 0) {
+      const std::size_t p = (i - 1) / 4;
+      if (!(e < h_[p])) break;
+      h_[i] = h_[p];
+      i = p;
+    }
+    h_[i] = e;
+  }
+  void pop() {
+    const T last = h_.back();
+    h_.pop_back();
+    if (!h_.empty()) sift_down(last);
+  }
+  // Replaces the top by `e`, no smaller than it.
+  void replace_top(T e) { sift_down(e); }
+
+ private:
+  // Puts `e` at the root's place and moves it down to where it belongs.
+  void sift_down(T e) {
+    const std::size_t n = h_.size();
+    std::size_t i = 0;
+    for (;;) {
+      const std::size_t first = 4 * i + 1;
+      if (first >= n) break;
+      const std::size_t end = std::min(first + 4, n);
+      std::size_t c = first;
+      for (std::size_t k = first + 1; k < end; ++k)
+        if (h_[k] < h_[c]) c = k;
+      if (!(h_[c] < e)) break;
+      h_[i] = h_[c];
+      i = c;
+    }
+    h_[i] = e;
+  }
+  std::vector<T> h_;
+};
+
 // The cells of one micro-batch during the first per-micro-batch pass: a min-heap of the open
 // cells by (load, items, rank), the cells set aside because an item's tokens did not fit them
 // (a max-heap by token room: they reopen for a later, smaller item), and the top load. Entries
 // whose load or count is not the cell's any more are stale and skipped.
 template <class Cost>
 struct group_cells {
-  using entry = std::tuple<Cost, std::int64_t, rank_t>;
-  std::vector<cell_load<Cost>> cell;
-  std::priority_queue<entry, std::vector<entry>, std::greater<>> open;
+  // (load, items, rank), ordered so: a total order. Items and rank share one word (items in
+  // the high half: a cell holds fewer than 2^31 items).
+  struct entry {
+    Cost load;
+    std::uint64_t items_rank;
+    entry(Cost l, std::int64_t items, rank_t rank)
+        : load(l),
+          items_rank(static_cast<std::uint64_t>(items) << 32 | static_cast<std::uint32_t>(rank)) {}
+    [[nodiscard]] std::int64_t items() const { return static_cast<std::int64_t>(items_rank >> 32); }
+    [[nodiscard]] rank_t rank() const { return static_cast<rank_t>(items_rank & 0xffffffffU); }
+    friend bool operator<(const entry& a, const entry& b) {
+      return a.load < b.load || (a.load == b.load && a.items_rank < b.items_rank);
+    }
+  };
+  std::vector<cell_load<Cost>> cell;      // padded policies
+  std::vector<packed_cell<Cost>> packed;  // packed
+  min_heap<entry> open;
   std::priority_queue<std::pair<std::int64_t, rank_t>> aside;  // (token room, rank)
   Cost top{};
 };
@@ -260,11 +367,43 @@ std::optional<cell_plan<Cost>> plan_per_micro_batch_greedy(const micro_items<Cos
   const auto n = static_cast<std::int64_t>(in.cost.size());
   const auto cells = static_cast<std::size_t>(d * m_count);
   const std::int64_t token_cap = rules.limits.tokens;
+  // Packed cells are four numbers each (`packed_cell`), padded ones a `cell_load`.
+  const bool packed_cells = !rules.policy.is_padded();
   std::vector<group_cells<Cost>> group(static_cast<std::size_t>(m_count));
   for (auto& gc : group) {
-    gc.cell.assign(static_cast<std::size_t>(d), cell_load<Cost>(rules.policy));
+    if (packed_cells) {
+      gc.packed.assign(static_cast<std::size_t>(d), packed_cell<Cost>{});
+    } else {
+      gc.cell.assign(static_cast<std::size_t>(d), cell_load<Cost>(rules.policy));
+    }
     for (rank_t r = 0; r < d; ++r) gc.open.push({Cost{}, 0, r});
   }
+  const auto load_of = [&](const group_cells<Cost>& gc, rank_t r) {
+    return packed_cells ? gc.packed[static_cast<std::size_t>(r)].load
+                        : gc.cell[static_cast<std::size_t>(r)].load(rules.cost);
+  };
+  const auto count_of = [&](const group_cells<Cost>& gc, rank_t r) {
+    return packed_cells ? gc.packed[static_cast<std::size_t>(r)].count
+                        : gc.cell[static_cast<std::size_t>(r)].count();
+  };
+  const auto tokens_in = [&](const group_cells<Cost>& gc, rank_t r) {
+    return packed_cells ? gc.packed[static_cast<std::size_t>(r)].tokens
+                        : gc.cell[static_cast<std::size_t>(r)].tokens();
+  };
+  // `rules.fits` on a packed cell's numbers: its count, tokens, bytes and load.
+  const auto packed_fits = [&](Cost load, std::int64_t count, std::int64_t token_room,
+                               std::int64_t byte_room, std::size_t g) {
+    return count + 1 <= rules.limits.items && in.shape[g].length <= token_room &&
+           in.shape[g].bytes <= byte_room &&
+           !(std::isfinite(rules.limits.cost) &&
+             static_cast<double>(load + in.cost[g]) > rules.limits.cost);
+  };
+  const auto fits = [&](const group_cells<Cost>& gc, rank_t r, std::size_t g) {
+    if (!packed_cells)
+      return rules.fits(gc.cell[static_cast<std::size_t>(r)], in.shape[g], in.cost[g]);
+    const auto& c = gc.packed[static_cast<std::size_t>(r)];
+    return packed_fits(c.load, c.count, token_cap - c.tokens, rules.limits.bytes - c.bytes, g);
+  };
   // The tokens item g adds to a cell's footprint at least (exact for the packed policy; padded
   // cells re-check in `fits`).
   const auto tokens_of = [&](std::size_t g) { return item_tokens(in.shape[g], rules.policy); };
@@ -276,21 +415,22 @@ std::optional<cell_plan<Cost>> plan_per_micro_batch_greedy(const micro_items<Cos
     while (!gc.aside.empty() && gc.aside.top().first >= t) {
       const rank_t r = gc.aside.top().second;
       gc.aside.pop();
-      const auto& c = gc.cell[static_cast<std::size_t>(r)];
-      gc.open.push({c.load(rules.cost), c.count(), r});
+      gc.open.push({load_of(gc, r), count_of(gc, r), r});
     }
     std::size_t tried = 0;
     while (!gc.open.empty()) {
-      const auto [l, k, r] = gc.open.top();
-      const auto& c = gc.cell[static_cast<std::size_t>(r)];
-      if (l != c.load(rules.cost) || k != c.count()) {  // stale
+      const auto& e = gc.open.top();
+      const Cost l = e.load;
+      const std::int64_t k = e.items();
+      const rank_t r = e.rank();
+      if (l != load_of(gc, r) || k != count_of(gc, r)) {  // stale
         gc.open.pop();
         continue;
       }
       if (owed && k > 0) return -1;  // empty cells load 0 and sort first: none is left
-      if (rules.fits(c, in.shape[g], in.cost[g])) return r;
+      if (fits(gc, r, g)) return r;
       gc.open.pop();
-      const std::int64_t room = token_cap - c.tokens();
+      const std::int64_t room = token_cap - tokens_in(gc, r);
       if (room < t) {
         gc.aside.push({room, r});  // too full for this item; maybe not for a smaller one
       } else if (++tried > 64) {   // another limit: give up on this micro-batch for the item
@@ -302,6 +442,50 @@ std::optional<cell_plan<Cost>> plan_per_micro_batch_greedy(const micro_items<Cos
     }
     return -1;
   };
+  // Packed: each micro-batch's lightest open cell (the open heap's valid top) with what `fits`
+  // and the load read of it, so that the micro-batch of an item is chosen from M of these
+  // instead of M heaps and cells; `lightest` itself only when a set-aside cell may reopen for the
+  // item or the head does not fit it. Refreshed after every change to the micro-batch's cells.
+  struct head {
+    rank_t r = -1;  // -1: no open cell
+    Cost load{};
+    std::int64_t count = 0, token_room = 0, byte_room = 0, aside_room = -1;
+  };
+  std::vector<head> heads(static_cast<std::size_t>(m_count));
+  const auto refresh = [&](std::int64_t m) {
+    auto& gc = group[static_cast<std::size_t>(m)];
+    auto& h = heads[static_cast<std::size_t>(m)];
+    h.aside_room = gc.aside.empty() ? -1 : gc.aside.top().first;
+    h.r = -1;
+    while (!gc.open.empty()) {
+      const auto& e = gc.open.top();
+      const auto& c = gc.packed[static_cast<std::size_t>(e.rank())];
+      if (e.load != c.load || e.items() != c.count) {  // stale
+        gc.open.pop();
+        continue;
+      }
+      h.r = e.rank();
+      h.load = c.load;
+      h.count = c.count;
+      h.token_room = token_cap - c.tokens;
+      h.byte_room = rules.limits.bytes - c.bytes;
+      return;
+    }
+  };
+  // `lightest(m, g, owed)`, from the head where it decides.
+  const auto probe = [&](std::int64_t m, std::size_t g, bool owed) -> rank_t {
+    const auto& h = heads[static_cast<std::size_t>(m)];
+    if (packed_cells && h.aside_room < in.shape[g].length) {
+      if (h.r < 0) return -1;
+      if (owed && h.count > 0) return -1;
+      if (packed_fits(h.load, h.count, h.token_room, h.byte_room, g)) return h.r;
+    }
+    const rank_t r = lightest(m, g, owed);
+    if (packed_cells) refresh(m);
+    return r;
+  };
+  if (packed_cells)
+    for (std::int64_t m = 0; m < m_count; ++m) refresh(m);
   std::int64_t empty = allow_empty ? 0 : static_cast<std::int64_t>(cells);
   cell_plan<Cost> out;
   out.rank.assign(static_cast<std::size_t>(n), 0);
@@ -309,17 +493,26 @@ std::optional<cell_plan<Cost>> plan_per_micro_batch_greedy(const micro_items<Cos
   std::vector<rank_t> cand(static_cast<std::size_t>(m_count));
   for (std::int64_t i = 0; i < n; ++i) {
     const auto g = static_cast<std::size_t>(in.order[static_cast<std::size_t>(i)]);
+    if (i + prefetch_distance < n) {
+      const auto ahead =
+          static_cast<std::size_t>(in.order[static_cast<std::size_t>(i + prefetch_distance)]);
+      prefetch(&in.shape[ahead]);
+      prefetch(&in.cost[ahead]);
+      prefetch(&out.rank[ahead], true);
+      prefetch(&out.batch[ahead], true);
+    }
     const bool owed = empty > 0 && n - i <= empty;
     // The best micro-batch: least growth; no growth: the tightest fit; ties: the lowest m.
     std::int64_t best_m = -1;
     Cost best_inc{}, best_after{};
     for (std::int64_t m = 0; m < m_count; ++m) {
-      const rank_t r = lightest(m, g, owed);
+      const rank_t r = probe(m, g, owed);
       cand[static_cast<std::size_t>(m)] = r;
       if (r < 0) continue;
       const auto& gc = group[static_cast<std::size_t>(m)];
-      const Cost after =
-          gc.cell[static_cast<std::size_t>(r)].load_if_added(in.shape[g], in.cost[g], rules.cost);
+      const Cost after = packed_cells ? heads[static_cast<std::size_t>(m)].load + in.cost[g]
+                                      : gc.cell[static_cast<std::size_t>(r)].load_if_added(
+                                            in.shape[g], in.cost[g], rules.cost);
       const Cost inc = after > gc.top ? after - gc.top : Cost{};
       if (best_m < 0 || inc < best_inc ||
           (inc == best_inc && inc == Cost{} && after > best_after)) {
@@ -331,12 +524,21 @@ std::optional<cell_plan<Cost>> plan_per_micro_batch_greedy(const micro_items<Cos
     if (best_m < 0) return std::nullopt;
     auto& gc = group[static_cast<std::size_t>(best_m)];
     const rank_t r = cand[static_cast<std::size_t>(best_m)];
-    auto& c = gc.cell[static_cast<std::size_t>(r)];
-    if (c.count() == 0 && !allow_empty) --empty;
-    c.add(in.shape[g], in.cost[g], rules.cost);
-    const Cost now = c.load(rules.cost);
+    if (count_of(gc, r) == 0 && !allow_empty) --empty;
+    if (packed_cells) {
+      auto& c = gc.packed[static_cast<std::size_t>(r)];
+      c.load += in.cost[g];
+      ++c.count;
+      c.tokens += in.shape[g].length;
+      c.bytes += in.shape[g].bytes;
+    } else {
+      gc.cell[static_cast<std::size_t>(r)].add(in.shape[g], in.cost[g], rules.cost);
+    }
+    const Cost now = load_of(gc, r);
     gc.top = std::max(gc.top, now);
-    gc.open.push({now, c.count(), r});
+    // The cell was the lightest open one, the heap's top: its entry is replaced in place.
+    gc.open.replace_top({now, count_of(gc, r), r});
+    if (packed_cells) refresh(best_m);
     out.rank[g] = r;
     out.batch[g] = best_m;
   }
@@ -345,7 +547,7 @@ std::optional<cell_plan<Cost>> plan_per_micro_batch_greedy(const micro_items<Cos
   for (std::int64_t m = 0; m < m_count; ++m)
     for (rank_t r = 0; r < d; ++r)
       out.load[static_cast<std::size_t>(r * m_count + m)] =
-          group[static_cast<std::size_t>(m)].cell[static_cast<std::size_t>(r)].load(rules.cost);
+          load_of(group[static_cast<std::size_t>(m)], r);
   return out;
 }
 
@@ -362,19 +564,18 @@ inline constraints cell_constraints(const micro_batch_limits& l, bool allow_empt
   return out;
 }
 
-// The items `ids` (ascending) of one micro-batch balanced over the d ranks by the balancer under
-// the cell limits: the rank of each and the d cell loads, or nullopt when the balancer finds no
-// plan that keeps every limit. The micro-batch is a layout on the ranks its items were sampled
-// on (the balancer sees where they are), with their segments.
-template <class Cost, class C>
-std::optional<std::pair<std::vector<rank_t>, std::vector<Cost>>> balance_group(
-    const batch_layout& layout, const micro_items<Cost>& in, std::span<const std::int64_t> ids,
-    const any_balancer& b, const cell_rules<Cost, C>& rules, const constraints& cell_limits) {
+// The items `ids` (ascending) of one micro-batch as a layout on the ranks they were sampled on,
+// with their segments. O(k + d).
+inline batch_layout group_layout(const batch_layout& layout, std::span<const std::int64_t> ids) {
   const rank_t d = layout.num_ranks();
   std::vector<std::int64_t> offsets(static_cast<std::size_t>(d) + 1, 0), lengths, bytes,
       seg_offsets, seg_lengths;
+  lengths.reserve(ids.size());
+  bytes.reserve(ids.size());
+  rank_t home = 0;  // the rank of g: ids ascend, so it only moves forward
   for (const auto g : ids) {
-    ++offsets[static_cast<std::size_t>(layout.rank_of(g)) + 1];
+    while (g >= layout.offset(home + 1)) ++home;
+    ++offsets[static_cast<std::size_t>(home) + 1];
     lengths.push_back(layout.length(g));
     bytes.push_back(layout.bytes(g));
   }
@@ -388,20 +589,36 @@ std::optional<std::pair<std::vector<rank_t>, std::vector<Cost>>> balance_group(
       seg_offsets.push_back(static_cast<std::int64_t>(seg_lengths.size()));
     }
   }
-  const batch_layout group(std::move(offsets), std::move(lengths), std::move(bytes), {},
-                           std::move(seg_offsets), std::move(seg_lengths));
-  std::optional<balance_result<Cost>> res;
-  try {
-    res = balance(group, rules.cost, rules.policy, b, cell_limits);
-  } catch (const infeasible_error&) {
-    return std::nullopt;
+  return batch_layout(std::move(offsets), std::move(lengths), std::move(bytes), {},
+                      std::move(seg_offsets), std::move(seg_lengths));
+}
+
+// The cells of one micro-batch: the rank of each of its items and the d cell loads.
+template <class Cost>
+using group_cells_plan = std::pair<std::vector<rank_t>, std::vector<Cost>>;
+
+// The d cell loads of the items `ids` on the ranks `rank`, or nullopt when a cell breaks a limit.
+// `tracked`: the cells are known to keep the token or byte cap and the item count (a plan the
+// balancers' refinement kept): packed cells then only add up their costs, unless a cap on the
+// other measure or on cost needs checking. O(k + d).
+template <class Cost, class C>
+std::optional<std::vector<Cost>> group_loads(const micro_items<Cost>& in, rank_t d,
+                                             std::span<const std::int64_t> ids,
+                                             std::span<const rank_t> rank,
+                                             const cell_rules<Cost, C>& rules,
+                                             bool tracked = false) {
+  constexpr auto none = std::numeric_limits<std::int64_t>::max();
+  const auto& l = rules.limits;
+  if (tracked && !rules.policy.is_padded() && (l.tokens == none || l.bytes == none) &&
+      !std::isfinite(l.cost)) {
+    std::vector<Cost> load(static_cast<std::size_t>(d), Cost{});
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      load[static_cast<std::size_t>(rank[i])] += in.cost[static_cast<std::size_t>(ids[i])];
+    return load;
   }
-  // Every limit of every cell, on the new cells.
   std::vector<cell_load<Cost>> cells(static_cast<std::size_t>(d), cell_load<Cost>(rules.policy));
-  std::vector<rank_t> rank(ids.size());
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const auto g = static_cast<std::size_t>(ids[i]);
-    rank[i] = res->plan.dst_ranks()[i];
     auto& cell = cells[static_cast<std::size_t>(rank[i])];
     if (!rules.fits(cell, in.shape[g], in.cost[g])) return std::nullopt;
     cell.add(in.shape[g], in.cost[g], rules.cost);
@@ -409,29 +626,159 @@ std::optional<std::pair<std::vector<rank_t>, std::vector<Cost>>> balance_group(
   std::vector<Cost> load(static_cast<std::size_t>(d));
   for (rank_t r = 0; r < d; ++r)
     load[static_cast<std::size_t>(r)] = cells[static_cast<std::size_t>(r)].load(rules.cost);
-  return std::pair{std::move(rank), std::move(load)};
+  return load;
 }
 
-// The second pass of the per-micro-batch plan: each micro-batch's items balanced over the ranks
-// by the balancer under the cell limits, kept where its top is lower. Only cells move within a
-// micro-batch.
+// The items `ids` (ascending) of one micro-batch balanced over the d ranks by the balancer under
+// the cell limits, or nullopt when the balancer finds no plan that keeps every limit. The
+// balancer sees the items on the ranks they were sampled on.
+template <class Cost, class C>
+std::optional<group_cells_plan<Cost>> balance_group(
+    const batch_layout& layout, const micro_items<Cost>& in, std::span<const std::int64_t> ids,
+    const any_balancer& b, const cell_rules<Cost, C>& rules, const constraints& cell_limits) {
+  const batch_layout group = group_layout(layout, ids);
+  std::optional<balance_result<Cost>> res;
+  try {
+    res = balance(group, rules.cost, rules.policy, b, cell_limits);
+  } catch (const infeasible_error&) {
+    return std::nullopt;
+  }
+  std::vector<rank_t> rank(res->plan.dst_ranks().begin(), res->plan.dst_ranks().end());
+  auto load = group_loads(in, layout.num_ranks(), ids, std::span<const rank_t>(rank), rules);
+  if (!load) return std::nullopt;
+  return group_cells_plan<Cost>{std::move(rank), std::move(*load)};
+}
+
+// The cells `start` of the items `ids` (ascending; `order`: their local indices heaviest first,
+// as the canonical order has them) improved by the balancers' local search (moves and swaps from
+// the heaviest cell, docs/algorithms.md "Refinement") under the cell limits, down to the
+// micro-batch's own bound max(Σ cost / d, the largest item alone). Items whose start is −1 are
+// placed first, heaviest first, each on the lightest cell that takes it. nullopt when nothing
+// changes, when an item to place fits no cell, or when the cells break a limit the search does
+// not track (a second cap, the cost limit). The placed items must keep the cell limits.
+// O(k + d + placed · log d + steps · (log d + items of two cells)), plus the cells passed over
+// while placing.
+template <class Cost, class C>
+std::optional<group_cells_plan<Cost>> refine_group(
+    const batch_layout& layout, const micro_items<Cost>& in, std::span<const std::int64_t> ids,
+    std::span<const std::int64_t> order, std::vector<rank_t> start,
+    const cell_rules<Cost, C>& rules, const constraints& cell_limits) {
+  const rank_t d = layout.num_ranks();
+  const auto placed = std::count(start.begin(), start.end(), rank_t{-1});
+  const bool changed = placed > 0;
+  if (changed) {
+    std::vector<cell_load<Cost>> cells(static_cast<std::size_t>(d), cell_load<Cost>(rules.policy));
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      if (start[i] >= 0) {
+        const auto g = static_cast<std::size_t>(ids[i]);
+        cells[static_cast<std::size_t>(start[i])].add(in.shape[g], in.cost[g], rules.cost);
+      }
+    using entry = std::pair<Cost, rank_t>;  // (load, rank), lightest first
+    std::priority_queue<entry, std::vector<entry>, std::greater<>> lightest;
+    for (rank_t r = 0; r < d; ++r)
+      lightest.push({cells[static_cast<std::size_t>(r)].load(rules.cost), r});
+    std::vector<entry> passed;
+    for (const auto i : order) {
+      const auto li = static_cast<std::size_t>(i);
+      if (start[li] >= 0) continue;
+      const auto g = static_cast<std::size_t>(ids[li]);
+      while (!lightest.empty()) {
+        const auto [l, r] = lightest.top();
+        lightest.pop();
+        auto& cell = cells[static_cast<std::size_t>(r)];
+        if (!rules.fits(cell, in.shape[g], in.cost[g])) {
+          passed.push_back({l, r});
+          continue;
+        }
+        cell.add(in.shape[g], in.cost[g], rules.cost);
+        lightest.push({cell.load(rules.cost), r});
+        start[li] = r;
+        break;
+      }
+      if (start[li] < 0) return std::nullopt;
+      for (const auto& e : passed) lightest.push(e);
+      passed.clear();
+    }
+  }
+  const batch_layout group = group_layout(layout, ids);
+  std::vector<Cost> costs(ids.size());
+  Cost sum{}, largest{};
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const auto g = static_cast<std::size_t>(ids[i]);
+    costs[i] = in.cost[g];
+    sum += in.cost[g];
+    largest = std::max(largest, in.alone[g]);
+  }
+  const balance_input<Cost> problem{group,        d,          std::span<const Cost>(costs), order,
+                                    rules.policy, cell_limits};
+  const std::vector<rank_t> before = start;
+  refine(problem, rules.cost, start,
+         2 * (changed ? placed : static_cast<std::int64_t>(ids.size())) + 64,
+         std::max(largest, sum / static_cast<Cost>(d)));
+  if (!changed && start == before) return std::nullopt;
+  auto load = group_loads(in, d, ids, std::span<const rank_t>(start), rules, true);
+  if (!load) return std::nullopt;
+  return group_cells_plan<Cost>{std::move(start), std::move(*load)};
+}
+
+// The cells of one micro-batch balanced again: by the balancer `b` from scratch (the ranks it
+// starts from are ignored), or, without one (`automatic`), by refine_group from `start`.
+template <class Cost, class C>
+std::optional<group_cells_plan<Cost>> improve_group(
+    const batch_layout& layout, const micro_items<Cost>& in, std::span<const std::int64_t> ids,
+    std::span<const std::int64_t> order, std::vector<rank_t> start, const any_balancer* b,
+    const cell_rules<Cost, C>& rules, const constraints& cell_limits) {
+  if (b != nullptr) return balance_group(layout, in, ids, *b, rules, cell_limits);
+  return refine_group(layout, in, ids, order, std::move(start), rules, cell_limits);
+}
+
+// The members of every micro-batch of a plan: their ids ascending (a layout's order) and their
+// local indices in canonical order (heaviest first). O(n).
+struct micro_batch_members {
+  std::vector<std::vector<std::int64_t>> ids, order;
+};
+template <class Cost>
+micro_batch_members members_of(const micro_items<Cost>& in, std::span<const std::int64_t> batch,
+                               std::int64_t m_count) {
+  micro_batch_members out;
+  out.ids.resize(static_cast<std::size_t>(m_count));
+  out.order.resize(static_cast<std::size_t>(m_count));
+  std::vector<std::int64_t> local(batch.size());
+  for (std::size_t g = 0; g < batch.size(); ++g) {
+    auto& ids = out.ids[static_cast<std::size_t>(batch[g])];
+    local[g] = static_cast<std::int64_t>(ids.size());
+    ids.push_back(static_cast<std::int64_t>(g));
+  }
+  for (const auto g : in.order)
+    out.order[static_cast<std::size_t>(batch[static_cast<std::size_t>(g)])].push_back(
+        local[static_cast<std::size_t>(g)]);
+  return out;
+}
+
+// The second pass of the per-micro-batch plan: each micro-batch's cells balanced again
+// (improve_group with `b`), kept where its top is lower. Only cells move within a micro-batch.
+// `members`: members_of the plan. O(n + d · M) plus the refinement steps, or the balancer's
+// time on each micro-batch.
 template <class Cost, class C>
 void rebalance_micro_batches(const batch_layout& layout, const micro_items<Cost>& in,
-                             std::int64_t m_count, bool allow_empty, const any_balancer& b,
-                             const cell_rules<Cost, C>& rules, cell_plan<Cost>& plan) {
+                             std::int64_t m_count, bool allow_empty, const any_balancer* b,
+                             const cell_rules<Cost, C>& rules, const micro_batch_members& members,
+                             cell_plan<Cost>& plan) {
   const rank_t d = layout.num_ranks();
   const constraints cell_limits = cell_constraints(rules.limits, allow_empty);
-  std::vector<std::vector<std::int64_t>> members(static_cast<std::size_t>(m_count));
-  for (std::int64_t g = 0; g < layout.num_items(); ++g)  // by id: rank-major, as a layout wants
-    members[static_cast<std::size_t>(plan.batch[static_cast<std::size_t>(g)])].push_back(g);
   for (std::int64_t m = 0; m < m_count; ++m) {
-    const auto& ids = members[static_cast<std::size_t>(m)];
+    const auto& ids = members.ids[static_cast<std::size_t>(m)];
     if (ids.empty()) continue;
     Cost current{};
     for (rank_t r = 0; r < d; ++r)
       current = std::max(current, plan.load[static_cast<std::size_t>(r * m_count + m)]);
+    std::vector<rank_t> start(ids.size());
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      start[i] = plan.rank[static_cast<std::size_t>(ids[i])];
     const auto cells =
-        balance_group(layout, in, std::span<const std::int64_t>(ids), b, rules, cell_limits);
+        improve_group(layout, in, std::span<const std::int64_t>(ids),
+                      std::span<const std::int64_t>(members.order[static_cast<std::size_t>(m)]),
+                      std::move(start), b, rules, cell_limits);
     if (!cells) continue;  // the first pass's cells stand
     Cost top{};
     for (const auto l : cells->second) top = std::max(top, l);
@@ -446,111 +793,186 @@ void rebalance_micro_batches(const batch_layout& layout, const micro_items<Cost>
 
 // The third pass: a micro-batch whose cells are full to the token limit can keep a top well
 // above its average (its heaviest cell cannot shed tokens to full neighbours). Its shortest
-// items, worth the gap and at least 1/16 of its tokens (room for the balancer to work), move to
-// the micro-batch with the most token room, and both are balanced again; kept when their tops add
-// up to less. The micro-batch with the largest gap above its own bound (its average, its largest
-// item) goes first; up to M rounds while one helps.
+// items, worth the gap and at least 1/16 of its tokens (room for the cells to even out), move to
+// the micro-batch with the most token room (placed on its lightest cells), and both are refined
+// (refine_group); kept when their tops add up to less. The micro-batch with the largest gap above
+// its own bound (its average, its largest item) goes first; up to M rounds while one helps.
+// `members` (members_of the plan) is kept current. O(d · M + n) per round.
 template <class Cost, class C>
 void relieve_full_micro_batches(const batch_layout& layout, const micro_items<Cost>& in,
-                                std::int64_t m_count, bool allow_empty, const any_balancer& b,
-                                const cell_rules<Cost, C>& rules, cell_plan<Cost>& plan) {
+                                std::int64_t m_count, bool allow_empty, const any_balancer* b,
+                                const cell_rules<Cost, C>& rules, micro_batch_members& members,
+                                cell_plan<Cost>& plan) {
   const rank_t d = layout.num_ranks();
   if (m_count < 2 || d < 2 || rules.limits.tokens == std::numeric_limits<std::int64_t>::max())
     return;
   const constraints cell_limits = cell_constraints(rules.limits, allow_empty);
   const auto n = static_cast<std::int64_t>(in.cost.size());
   const auto mc = static_cast<std::size_t>(m_count);
+  // The canonical position of every item: the two sides' orders merge by it.
+  std::vector<std::int64_t> position(static_cast<std::size_t>(n));
+  for (std::int64_t p = 0; p < n; ++p)
+    position[static_cast<std::size_t>(in.order[static_cast<std::size_t>(p)])] = p;
+  // Each micro-batch's tokens and largest item.
+  std::vector<long double> tokens(mc, 0);
+  std::vector<Cost> largest(mc, Cost{});
+  const auto tally = [&](std::size_t m) {
+    tokens[m] = 0;
+    largest[m] = Cost{};
+    for (const auto g : members.ids[m]) {
+      const auto gi = static_cast<std::size_t>(g);
+      largest[m] = std::max(largest[m], in.alone[gi]);
+      tokens[m] += static_cast<long double>(item_tokens(in.shape[gi], rules.policy));
+    }
+  };
+  for (std::size_t m = 0; m < mc; ++m) tally(m);
   for (std::int64_t round = 0; round < m_count; ++round) {
-    std::vector<Cost> top(mc, Cost{}), sum(mc, Cost{}), largest(mc, Cost{});
-    std::vector<long double> tokens(mc, 0);
+    std::vector<Cost> top(mc, Cost{}), sum(mc, Cost{});
     for (std::int64_t m = 0; m < m_count; ++m)
       for (rank_t r = 0; r < d; ++r) {
         const Cost l = plan.load[static_cast<std::size_t>(r * m_count + m)];
         top[static_cast<std::size_t>(m)] = std::max(top[static_cast<std::size_t>(m)], l);
         sum[static_cast<std::size_t>(m)] += l;
       }
-    for (std::int64_t g = 0; g < n; ++g) {
-      const auto gi = static_cast<std::size_t>(g);
-      const auto m = static_cast<std::size_t>(plan.batch[gi]);
-      largest[m] = std::max(largest[m], in.alone[gi]);
-      tokens[m] += static_cast<long double>(item_tokens(in.shape[gi], rules.policy));
-    }
-    std::int64_t from = -1, to = -1;
+    std::int64_t from_m = -1, to_m = -1;
     Cost gap{};
     for (std::int64_t m = 0; m < m_count; ++m) {
       const auto mi = static_cast<std::size_t>(m);
       const Cost floor = std::max(largest[mi], sum[mi] / static_cast<Cost>(d));
-      if (top[mi] > floor && (from < 0 || top[mi] - floor > gap)) {
-        from = m;
+      if (top[mi] > floor && (from_m < 0 || top[mi] - floor > gap)) {
+        from_m = m;
         gap = top[mi] - floor;
       }
     }
-    if (from < 0) return;
+    if (from_m < 0) return;
     for (std::int64_t m = 0; m < m_count; ++m)
-      if (m != from &&
-          (to < 0 || tokens[static_cast<std::size_t>(m)] < tokens[static_cast<std::size_t>(to)]))
-        to = m;
+      if (m != from_m && (to_m < 0 || tokens[static_cast<std::size_t>(m)] <
+                                          tokens[static_cast<std::size_t>(to_m)]))
+        to_m = m;
+    const auto from = static_cast<std::size_t>(from_m), to = static_cast<std::size_t>(to_m);
     const long double room =
-        static_cast<long double>(d) * static_cast<long double>(rules.limits.tokens) -
-        tokens[static_cast<std::size_t>(to)];
-    // The shortest items of `from` (cheapest first, ties by id), worth the gap and 1/16 of its
-    // tokens, none the last item of its cell unless cells may be empty, within half the room of
-    // `to`.
-    std::vector<std::int64_t> ids_from, ids_to;
-    for (std::int64_t g = 0; g < n; ++g) {
-      if (plan.batch[static_cast<std::size_t>(g)] == from) ids_from.push_back(g);
-      if (plan.batch[static_cast<std::size_t>(g)] == to) ids_to.push_back(g);
+        static_cast<long double>(d) * static_cast<long double>(rules.limits.tokens) - tokens[to];
+    const auto& ids_from = members.ids[from];
+    const auto& ids_to = members.ids[to];
+    // The shortest items of `from` (cheapest alone first: packed, the canonical order backwards;
+    // padded, by their load alone, ties by id), worth the gap and 1/16 of its tokens, none the
+    // last item of its cell unless cells may be empty, within half the room of `to`.
+    std::vector<std::int64_t> cheap;  // local indices
+    cheap.reserve(ids_from.size());
+    if (!rules.policy.is_padded()) {
+      cheap.assign(members.order[from].rbegin(), members.order[from].rend());
+    } else {
+      cheap.resize(ids_from.size());
+      std::iota(cheap.begin(), cheap.end(), std::int64_t{0});
+      std::stable_sort(cheap.begin(), cheap.end(), [&](std::int64_t x, std::int64_t y) {
+        return in.alone[static_cast<std::size_t>(ids_from[static_cast<std::size_t>(x)])] <
+               in.alone[static_cast<std::size_t>(ids_from[static_cast<std::size_t>(y)])];
+      });
     }
-    std::vector<std::int64_t> cheap(ids_from);
-    std::stable_sort(cheap.begin(), cheap.end(), [&](std::int64_t a, std::int64_t c) {
-      return in.alone[static_cast<std::size_t>(a)] < in.alone[static_cast<std::size_t>(c)];
-    });
     std::vector<std::int64_t> left(static_cast<std::size_t>(d), 0);
     for (const auto g : ids_from)
       ++left[static_cast<std::size_t>(plan.rank[static_cast<std::size_t>(g)])];
-    std::vector<char> moved(static_cast<std::size_t>(n), 0);
+    std::vector<char> moved(ids_from.size(), 0);
     Cost moved_cost{};
     long double moved_tokens = 0;
-    for (const auto g : cheap) {
-      if (!(moved_cost < gap) && 16 * moved_tokens >= tokens[static_cast<std::size_t>(from)]) break;
-      const auto gi = static_cast<std::size_t>(g);
+    for (const auto i : cheap) {
+      if (!(moved_cost < gap) && 16 * moved_tokens >= tokens[from]) break;
+      const auto gi = static_cast<std::size_t>(ids_from[static_cast<std::size_t>(i)]);
       const auto t = static_cast<long double>(item_tokens(in.shape[gi], rules.policy));
       if (2 * (moved_tokens + t) > room) break;
       auto& k = left[static_cast<std::size_t>(plan.rank[gi])];
       if (!allow_empty && k <= 1) continue;
       --k;
-      moved[gi] = 1;
+      moved[static_cast<std::size_t>(i)] = 1;
       moved_cost += in.alone[gi];
       moved_tokens += t;
     }
     if (moved_tokens == 0 && moved_cost == Cost{}) return;
-    std::vector<std::int64_t> new_from, new_to;
-    for (const auto g : ids_from)
-      (moved[static_cast<std::size_t>(g)] ? new_to : new_from).push_back(g);
-    new_to.insert(new_to.end(), ids_to.begin(), ids_to.end());
-    std::sort(new_to.begin(), new_to.end());
-    const auto a =
-        balance_group(layout, in, std::span<const std::int64_t>(new_from), b, rules, cell_limits);
-    const auto c =
-        balance_group(layout, in, std::span<const std::int64_t>(new_to), b, rules, cell_limits);
+    // The items that stay, on their cells; the receiving micro-batch's on theirs with the moved
+    // ones to place (−1), ids ascending; each side's local order, heaviest first.
+    std::vector<std::int64_t> new_from, new_to, at_from(ids_from.size()), at_to(ids_to.size());
+    std::vector<rank_t> start_from, start_to;
+    for (std::size_t i = 0; i < ids_from.size(); ++i)
+      if (!moved[i]) {
+        at_from[i] = static_cast<std::int64_t>(new_from.size());
+        new_from.push_back(ids_from[i]);
+        start_from.push_back(plan.rank[static_cast<std::size_t>(ids_from[i])]);
+      }
+    for (std::size_t i = 0, j = 0; i < ids_from.size() || j < ids_to.size();) {
+      while (i < ids_from.size() && !moved[i]) ++i;
+      const bool take_moved =
+          i < ids_from.size() && (j == ids_to.size() || ids_from[i] < ids_to[j]);
+      if (!take_moved && j == ids_to.size()) break;
+      if (take_moved) {
+        at_from[i] = static_cast<std::int64_t>(new_to.size());
+        new_to.push_back(ids_from[i++]);
+        start_to.push_back(-1);
+      } else {
+        at_to[j] = static_cast<std::int64_t>(new_to.size());
+        start_to.push_back(plan.rank[static_cast<std::size_t>(ids_to[j])]);
+        new_to.push_back(ids_to[j++]);
+      }
+    }
+    std::vector<std::int64_t> order_from, order_to;
+    order_from.reserve(new_from.size());
+    order_to.reserve(new_to.size());
+    for (const auto i : members.order[from])
+      if (!moved[static_cast<std::size_t>(i)])
+        order_from.push_back(at_from[static_cast<std::size_t>(i)]);
+    {
+      const auto& old_to = members.order[to];
+      const auto& old_from = members.order[from];
+      std::size_t i = 0, j = 0;
+      const auto next_moved = [&] {
+        while (i < old_from.size() && !moved[static_cast<std::size_t>(old_from[i])]) ++i;
+      };
+      next_moved();
+      while (i < old_from.size() || j < old_to.size()) {
+        const bool take_moved =
+            i < old_from.size() &&
+            (j == old_to.size() ||
+             position[static_cast<std::size_t>(ids_from[static_cast<std::size_t>(old_from[i])])] <
+                 position[static_cast<std::size_t>(ids_to[static_cast<std::size_t>(old_to[j])])]);
+        if (take_moved) {
+          order_to.push_back(at_from[static_cast<std::size_t>(old_from[i++])]);
+          next_moved();
+        } else {
+          order_to.push_back(at_to[static_cast<std::size_t>(old_to[j++])]);
+        }
+      }
+    }
+    auto a =
+        improve_group(layout, in, std::span<const std::int64_t>(new_from),
+                      std::span<const std::int64_t>(order_from), start_from, b, rules, cell_limits);
+    if (!a) {  // nothing to refine: the cells as they are without the moved items
+      auto load = group_loads(in, d, std::span<const std::int64_t>(new_from),
+                              std::span<const rank_t>(start_from), rules);
+      if (load) a = group_cells_plan<Cost>{std::move(start_from), std::move(*load)};
+    }
+    const auto c = improve_group(layout, in, std::span<const std::int64_t>(new_to),
+                                 std::span<const std::int64_t>(order_to), std::move(start_to), b,
+                                 rules, cell_limits);
     if (!a || !c) return;
     Cost top_a{}, top_c{};
     for (const auto l : a->second) top_a = std::max(top_a, l);
     for (const auto l : c->second) top_c = std::max(top_c, l);
-    if (!(top_a + top_c < top[static_cast<std::size_t>(from)] + top[static_cast<std::size_t>(to)]))
-      return;
+    if (!(top_a + top_c < top[from] + top[to])) return;
     for (std::size_t i = 0; i < new_from.size(); ++i)
       plan.rank[static_cast<std::size_t>(new_from[i])] = a->first[i];
     for (std::size_t i = 0; i < new_to.size(); ++i) {
       plan.rank[static_cast<std::size_t>(new_to[i])] = c->first[i];
-      plan.batch[static_cast<std::size_t>(new_to[i])] = to;
+      plan.batch[static_cast<std::size_t>(new_to[i])] = to_m;
     }
     for (rank_t r = 0; r < d; ++r) {
-      plan.load[static_cast<std::size_t>(r * m_count + from)] =
-          a->second[static_cast<std::size_t>(r)];
-      plan.load[static_cast<std::size_t>(r * m_count + to)] =
-          c->second[static_cast<std::size_t>(r)];
+      plan.load[static_cast<std::size_t>(r) * mc + from] = a->second[static_cast<std::size_t>(r)];
+      plan.load[static_cast<std::size_t>(r) * mc + to] = c->second[static_cast<std::size_t>(r)];
     }
+    members.ids[from] = std::move(new_from);
+    members.ids[to] = std::move(new_to);
+    members.order[from] = std::move(order_from);
+    members.order[to] = std::move(order_to);
+    tally(from);
+    tally(to);
   }
 }
 
@@ -787,30 +1209,45 @@ long double fractional_knapsack(const std::vector<Cost>& value,
       by_ratio.emplace_back(static_cast<double>(value[i]) / static_cast<double>(weight[i]), i);
     }
   }
-  // Only the best prefix that fills the capacity is needed: select 1,024, 2,048, ... items
-  // (a total order, so the same set on every rank) until they weigh enough, then sort those.
+  // The items in that order until the capacity is filled, without sorting them: a weighted
+  // selection. The pivot of [lo, hi) is put in place by nth_element; the items before it either
+  // fill what is left, and the search goes on among them, or are taken whole with the pivot (cut
+  // if it fills the rest) and the search goes on after it. The pivot's place is the share of the
+  // range's weight that the capacity is (most prefixes are short), at most the middle, and the
+  // middle after a pivot that fell short: the range halves at least every second step, so O(n)
+  // expected. The same items and cut on every rank (a total order).
   const auto before = [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
-  std::size_t chosen = 0, take = 1024;
-  long double weight_chosen = 0;
-  while (chosen < by_ratio.size() && weight_chosen < capacity) {
-    const std::size_t end = std::min(by_ratio.size(), chosen + take);
-    std::nth_element(by_ratio.begin() + static_cast<std::ptrdiff_t>(chosen),
-                     by_ratio.begin() + static_cast<std::ptrdiff_t>(end - 1), by_ratio.end(),
-                     before);
-    for (std::size_t k = chosen; k < end; ++k)
-      weight_chosen += static_cast<long double>(weight[by_ratio[k].second]);
-    chosen = end;
-    take *= 2;
-  }
-  std::sort(by_ratio.begin(), by_ratio.begin() + static_cast<std::ptrdiff_t>(chosen), before);
-  for (std::size_t k = 0; k < chosen && capacity > 0; ++k) {
-    const auto i = by_ratio[k].second;
-    const auto w = static_cast<long double>(weight[i]);
-    const auto v = static_cast<long double>(value[i]);
-    out += w <= capacity ? v : v * capacity / w;
+  long double range_weight = 0;
+  for (const auto& e : by_ratio) range_weight += static_cast<long double>(weight[e.second]);
+  auto lo = by_ratio.begin(), hi = by_ratio.end();
+  bool fell_short = false;
+  while (lo != hi && capacity > 0) {
+    const auto len = hi - lo;
+    auto k = len / 2;
+    if (!fell_short && range_weight > 0 && capacity < range_weight)
+      k = std::min(
+          k, static_cast<std::ptrdiff_t>(static_cast<long double>(len) * capacity / range_weight));
+    const auto mid = lo + k;
+    std::nth_element(lo, mid, hi, before);
+    long double w = 0;
+    for (auto it = lo; it != mid; ++it) w += static_cast<long double>(weight[it->second]);
+    if (w >= capacity) {
+      hi = mid;
+      range_weight = w;
+      fell_short = false;
+      continue;
+    }
+    for (auto it = lo; it != mid; ++it) out += static_cast<long double>(value[it->second]);
     capacity -= w;
+    const auto pw = static_cast<long double>(weight[mid->second]);
+    const auto pv = static_cast<long double>(value[mid->second]);
+    out += pw <= capacity ? pv : pv * capacity / pw;
+    capacity -= pw;
+    range_weight -= w + pw;
+    lo = mid + 1;
+    fell_short = true;
   }
   return out;
 }
@@ -933,14 +1370,19 @@ micro_batch_result<cost_type_t<C>> balance_micro_batches_impl(const batch_layout
   const bool by_micro_batch = micro.sync == sync_model::micro_batch;
   // identity keeps every item on its rank under either sync model: only the cells are planned.
   const bool stay_home = b.get_if<balancers::identity>() != nullptr;
+  // The balancer that balances a micro-batch's cells again: the one asked for, or, for
+  // `automatic`, none (the first pass's cells are refined where they are).
+  const any_balancer* const cell_balancer =
+      b.get_if<balancers::automatic>() != nullptr ? nullptr : &b;
   const bool exact = n > 0 && n <= micro.exact_max_items && micro.exact_node_budget > 0 &&
                      !limits.any() && !stay_home;
   bool exact_plan = false, proven = false;
   // max_r Σ_m: packed, a rank's cells add up to its load, so the rank-level bound holds; padded,
   // cells pad less than their rank would, and only the items alone bound it.
+  const balance_input<Cost> rank_level{layout, d, in.cost, in.order, policy, limits};
   const auto step_bound = [&] {
     return policy.is_padded() ? micro_batch_bound(in, policy, micro_batch_limits{}, d, 1, false)
-                              : makespan_lower_bound(layout, d, cost, policy, limits);
+                              : input_lower_bound(rank_level, cost);
   };
   // The rank plan of `balance` (it keeps the rank-level constraints), each rank's items then
   // over its M cells.
@@ -960,7 +1402,6 @@ micro_batch_result<cost_type_t<C>> balance_micro_batches_impl(const batch_layout
     }
     return cells;
   };
-  const balance_input<Cost> rank_level{layout, d, in.cost, in.order, policy, limits};
   std::int64_t tried = m_count;
   for (; tried <= last; tried += step) {
     if (!micro.allow_empty && tried * static_cast<std::int64_t>(d) > n) break;
@@ -969,8 +1410,11 @@ micro_batch_result<cost_type_t<C>> balance_micro_batches_impl(const batch_layout
     } else {
       plan = plan_per_micro_batch_greedy(in, d, tried, micro.allow_empty, rules);
       if (plan) {
-        rebalance_micro_batches(layout, in, tried, micro.allow_empty, b, rules, *plan);
-        relieve_full_micro_batches(layout, in, tried, micro.allow_empty, b, rules, *plan);
+        auto members = members_of(in, std::span<const std::int64_t>(plan->batch), tried);
+        rebalance_micro_batches(layout, in, tried, micro.allow_empty, cell_balancer, rules, members,
+                                *plan);
+        relieve_full_micro_batches(layout, in, tried, micro.allow_empty, cell_balancer, rules,
+                                   members, *plan);
       }
       // The cells are planned without the rank-level constraints (a cap on a rank's tokens or
       // bytes, its item counts): a plan that breaks one gives way to the per-step plan, which
