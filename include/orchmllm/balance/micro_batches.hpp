@@ -147,24 +147,28 @@ cost_type_t<C> micro_batch_objective_as_sampled_impl(const batch_layout& layout,
 /// its rank: the input cut into M micro-batches, the baseline of no balancing).
 /// `sync_model::micro_batch`: the items in canonical order (heaviest first), each to the
 /// micro-batch where Σ_m max_r load grows least (its lightest cell that fits), then each
-/// micro-batch balanced over the ranks by `b` under the cell limits (kept where it does better),
-/// then micro-batches full to the token limit relieved by moving their shortest items to the
-/// emptiest one and balancing both again (kept where it does better); a plan of cells that
-/// breaks a rank-level constraint of `limits` (a rank's cap, its item counts) gives way to the
-/// per-step plan of the same M, which keeps them. M: `micro.count`, or the
-/// smallest multiple of `multiple_of` from the limits' bound up that fits. Up to `exact_max_items`
-/// items and without `limits`, each M tried is then searched exactly (its plan is optimal for that
-/// M, and an M the heuristics miss is still found). The objective, its lower bound and their
-/// proofs: docs/algorithms.md, "Micro-batches".
+/// micro-batch's cells balanced again under the cell limits, kept where they do better: with
+/// `balancers::automatic` refined where they are (the balancers' moves and swaps from the
+/// heaviest cell), with any other `b` balanced by it from scratch; then micro-batches full to
+/// the token limit relieved by moving their shortest items to the emptiest one (onto its
+/// lightest cells) and balancing both again the same way (kept where it does better); a plan of
+/// cells that breaks a rank-level constraint of `limits` (a rank's cap, its item counts) gives way
+/// to the per-step plan of the same M, which keeps them. M: `micro.count`, or the smallest multiple
+/// of `multiple_of` from the limits' bound up that fits. Up to `exact_max_items` items and without
+/// `limits`, each M tried is then searched exactly (its plan is optimal for that M, and an M the
+/// heuristics miss is still found). The objective, its lower bound and their proofs:
+/// docs/algorithms.md, "Micro-batches".
 ///
-/// Complexity: O(n log n) plus that of `b` on the whole input, per M tried (the limits' bound
-/// usually fits at once), and under sync per micro-batch up to M rounds of `b` on two
-/// micro-batches and O(n log n) each, plus at most `exact_node_budget` search nodes of O(d·M
-/// log(d·M)) on small inputs. Deterministic. Throws `invalid_argument_error` for invalid options
-/// (count < 0, min_count or multiple_of < 1, a count that is not a multiple, negative limits or
-/// budgets) or an item that alone exceeds a limit (naming the item, the limit and its size), and
-/// what `balance` throws; `infeasible_error` when no M fits (the given count, or every count that
-/// leaves each cell an item) — the message names M and the limits.
+/// Complexity, per M tried (the limits' bound usually fits at once): O(n log n) plus, per step,
+/// that of `b` on the whole input and O(n·M); per micro-batch, O(n (M + log d)) for the first
+/// pass (plus the cells set aside and reopened), then O(n + d·M) and the refinement steps
+/// (`automatic`; at most 2·n + 64 per micro-batch) or `b` on every micro-batch, and up to M
+/// rounds of O(n + d·M) and the same on two micro-batches; plus at most `exact_node_budget`
+/// search nodes of O(d·M log(d·M)) on small inputs. Deterministic. Throws `invalid_argument_error`
+/// for invalid options (count < 0, min_count or multiple_of < 1, a count that is not a multiple,
+/// negative limits or budgets) or an item that alone exceeds a limit (naming the item, the limit
+/// and its size), and what `balance` throws; `infeasible_error` when no M fits (the given count, or
+/// every count that leaves each cell an item) — the message names M and the limits.
 template <cost_model C>
 micro_batch_result<cost_type_t<C>> balance_micro_batches(const batch_layout& layout, const C& cost,
                                                          padding_policy policy,

@@ -794,10 +794,11 @@ void rebalance_micro_batches(const batch_layout& layout, const micro_items<Cost>
 // The third pass: a micro-batch whose cells are full to the token limit can keep a top well
 // above its average (its heaviest cell cannot shed tokens to full neighbours). Its shortest
 // items, worth the gap and at least 1/16 of its tokens (room for the cells to even out), move to
-// the micro-batch with the most token room (placed on its lightest cells), and both are refined
-// (refine_group); kept when their tops add up to less. The micro-batch with the largest gap above
-// its own bound (its average, its largest item) goes first; up to M rounds while one helps.
-// `members` (members_of the plan) is kept current. O(d · M + n) per round.
+// the micro-batch with the most token room (placed on its lightest cells), and both are balanced
+// again (improve_group); kept when their tops add up to less. The micro-batch with the largest gap
+// above its own bound (its average, its largest item) goes first, if the gap is above 1/1024 of its
+// top; up to M rounds while one helps.
+// `members` (members_of the plan) is kept current. O(d · M + n) per round besides improve_group.
 template <class Cost, class C>
 void relieve_full_micro_batches(const batch_layout& layout, const micro_items<Cost>& in,
                                 std::int64_t m_count, bool allow_empty, const any_balancer* b,
@@ -839,7 +840,7 @@ void relieve_full_micro_batches(const batch_layout& layout, const micro_items<Co
     for (std::int64_t m = 0; m < m_count; ++m) {
       const auto mi = static_cast<std::size_t>(m);
       const Cost floor = std::max(largest[mi], sum[mi] / static_cast<Cost>(d));
-      if (top[mi] > floor && (from_m < 0 || top[mi] - floor > gap)) {
+      if (top[mi] - floor > top[mi] / 1024 && (from_m < 0 || top[mi] - floor > gap)) {
         from_m = m;
         gap = top[mi] - floor;
       }
