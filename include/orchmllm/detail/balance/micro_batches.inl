@@ -950,12 +950,18 @@ void relieve_full_micro_batches(const batch_layout& layout, const micro_items<Co
                               std::span<const rank_t>(start_from), rules);
       if (load) a = group_cells_plan<Cost>{std::move(start_from), std::move(*load)};
     }
+    if (!a) return;
+    Cost top_a{}, top_c{};
+    for (const auto l : a->second) top_a = std::max(top_a, l);
+    // The receiving micro-batch was balanced before and only gains items: unless `from`'s top
+    // falls, the round cannot help, and `to` is not balanced again; nor when `to`'s top after
+    // it, at least its average (loads are superadditive), already cancels the gain.
+    if (!(top_a < top[from])) return;
+    if (!(top_a + (sum[to] + moved_cost) / static_cast<Cost>(d) < top[from] + top[to])) return;
     const auto c = improve_group(layout, in, std::span<const std::int64_t>(new_to),
                                  std::span<const std::int64_t>(order_to), std::move(start_to), b,
                                  rules, cell_limits);
-    if (!a || !c) return;
-    Cost top_a{}, top_c{};
-    for (const auto l : a->second) top_a = std::max(top_a, l);
+    if (!c) return;
     for (const auto l : c->second) top_c = std::max(top_c, l);
     if (!(top_a + top_c < top[from] + top[to])) return;
     for (std::size_t i = 0; i < new_from.size(); ++i)
