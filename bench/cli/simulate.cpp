@@ -9,6 +9,7 @@
 #include "bench/cli/command.hpp"
 #include "bench/cli/json.hpp"
 #include "bench/cli/problem.hpp"
+#include "bench/cli/trace_csv.hpp"
 #include "bench/support/args.hpp"
 #include "bench/support/simulator.hpp"
 
@@ -20,12 +21,17 @@ const command& simulate_command() {
     c.name = "simulate";
     c.summary = "Simulate one training step of a workload under a rearrangement scenario.";
     c.flags = {
-        {"workload", "NAME", "vl-sft, omni-pretrain, video-heavy or audio-asr", true},
+        {"workload", "NAME", "vl-sft, omni-pretrain, video-heavy or audio-asr (or --trace)", false},
+        {"trace", "FILE",
+         "draw the samples from a length trace (sample,image_tokens,text_tokens) instead of "
+         "--workload",
+         false},
         {"ranks", "D", "number of data-parallel ranks (GPUs)", true},
         {"gpus-per-node", "G", "GPUs per node (nodes are consecutive blocks of G ranks)", true},
         {"scenario", "S", "none, llm-only, per-stage, full, beyond, split or cells", true},
         {"model", "M", "7b (LLaMA-7B-like LLM, default) or 72b (Qwen2-72B-like)", false},
-        {"seed", "S", "random seed of the workload; default 1", false},
+        {"seed", "S", "random seed of the workload; with --trace the batch number; default 1",
+         false},
         {"samples-per-rank", "K", "samples (omni-pretrain: packed sequences) per rank; default 8",
          false},
         {"achievable", "F", "fraction of peak FLOP/s a stage reaches, in (0, 1]; default 0.5",
@@ -66,6 +72,8 @@ const command& simulate_command() {
         "micro-batches of the slowest rank's (FSDP): the scenarios that balance rank totals cut\n"
         "each rank's received samples greedily under T, cells balances the cells.\n"
         "A video costs the sum of its temporal groups' costs (its segments).\n"
+        "--trace FILE draws the batch from a length trace as `workload --trace` does (--seed is\n"
+        "the batch number; workload \"trace\", and a trace key names the file).\n"
         "stdout: one JSON object with simulated, scenario, workload, ranks, gpus_per_node,\n"
         "nodes, model, seed, samples_per_rank, schedule, step_seconds, compute_seconds,\n"
         "comm_seconds, plan_seconds (measured: plan_step_seconds + route_seconds),\n"
@@ -82,7 +90,8 @@ const command& simulate_command() {
   return cmd;
 }
 
-std::string simulation_json(const bench::sim_result& r, const bench::sim_options& o) {
+std::string simulation_json(const bench::sim_result& r, const bench::sim_options& o,
+                            const std::string& trace) {
   std::string stages = "[";
   for (const auto& s : r.stages) {
     json_object j;
@@ -125,8 +134,9 @@ std::string simulation_json(const bench::sim_result& r, const bench::sim_options
   json_object j;
   j.add("simulated", true)
       .add("scenario", bench::to_string(r.which))
-      .add("workload", bench::to_string(r.workload.name))
-      .add("ranks", r.ranks)
+      .add("workload", trace.empty() ? bench::to_string(r.workload.name) : "trace");
+  if (!trace.empty()) j.add("trace", trace);
+  j.add("ranks", r.ranks)
       .add("gpus_per_node", r.gpus_per_node)
       .add("nodes", r.nodes)
       .add("model", r.model)
@@ -160,12 +170,17 @@ std::string simulation_json(const bench::sim_result& r, const bench::sim_options
 int run_simulate(const parsed_args& args, std::ostream& out, std::ostream& err) {
   return guarded(simulate_command(), err, [&] {
     bench::sim_options o;
-    const std::string workload = args.require("workload");
-    try {
-      o.workload.name = bench::parse_workload(workload);
-    } catch (const invalid_argument_error&) {
-      throw usage_error("--workload is '" + workload +
-                        "', expected vl-sft, omni-pretrain, video-heavy or audio-asr");
+    const auto trace = args.get("trace");
+    if (trace.has_value() == args.has("workload"))
+      throw usage_error("give one of --workload NAME and --trace FILE");
+    if (!trace) {
+      const std::string workload = args.require("workload");
+      try {
+        o.workload.name = bench::parse_workload(workload);
+      } catch (const invalid_argument_error&) {
+        throw usage_error("--workload is '" + workload +
+                          "', expected vl-sft, omni-pretrain, video-heavy or audio-asr");
+      }
     }
     o.workload.ranks = args.require_int("ranks", 1, max_ranks);
     o.gpus_per_node = static_cast<rank_t>(args.require_int("gpus-per-node", 1, max_ranks));
@@ -215,8 +230,12 @@ int run_simulate(const parsed_args& args, std::ostream& out, std::ostream& err) 
     if (o.which == bench::scenario::cells && o.micro_batch_tokens == 0)
       throw usage_error(
           "--scenario cells needs --micro-batch-tokens T (the LLM's micro-batch cap)");
-    const auto r = bench::simulate(o);
-    out << simulation_json(r, o) << "\n";
+    const auto r =
+        trace ? bench::simulate(bench::trace_workload(read_trace_file(*trace), o.workload.ranks,
+                                                      o.workload.samples_per_rank, o.workload.seed),
+                                o)
+              : bench::simulate(o);
+    out << simulation_json(r, o, trace ? *trace : std::string()) << "\n";
     return exit_ok;
   });
 }

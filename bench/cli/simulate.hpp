@@ -29,8 +29,10 @@ inline constexpr std::int64_t simulate_max_samples = 20'000'000;
 /// The `simulate` subcommand.
 const command& simulate_command();
 
-/// The result as one JSON object (no trailing newline).
-std::string simulation_json(const bench::sim_result& r, const bench::sim_options& o);
+/// The result as one JSON object (no trailing newline). `trace`: the trace file the batch was
+/// drawn from (workload "trace" and a trace key), or empty for a generated workload.
+std::string simulation_json(const bench::sim_result& r, const bench::sim_options& o,
+                            const std::string& trace = {});
 
 /// Runs `simulate`. Returns the exit code (see command.hpp).
 int run_simulate(const parsed_args& args, std::ostream& out, std::ostream& err);

@@ -15,6 +15,7 @@
 #include "bench/cli/items_csv.hpp"
 #include "bench/cli/json.hpp"
 #include "bench/cli/problem.hpp"
+#include "bench/cli/trace_csv.hpp"
 #include "bench/support/args.hpp"
 #include "bench/support/workloads.hpp"
 
@@ -26,14 +27,20 @@ const command& workload_command() {
     c.name = "workload";
     c.summary = "Write the per-stage ITEMS.csv files of a benchmark workload.";
     c.flags = {
-        {"name", "NAME", "vl-sft, omni-pretrain, video-heavy or audio-asr", true},
+        {"name", "NAME", "vl-sft, omni-pretrain, video-heavy or audio-asr (or --trace)", false},
+        {"trace", "FILE",
+         "draw the samples from a length trace (sample,image_tokens,text_tokens) instead of "
+         "--name",
+         false},
         {"ranks", "D", "number of data-parallel ranks", true},
         {"samples-per-rank", "K",
          "samples per rank (omni-pretrain: packed 8192-token sequences); default 8", false},
-        {"seed", "S", "random seed; default 1", false},
+        {"seed", "S", "random seed; with --trace the batch number; default 1", false},
         {"long-form", "", "audio-asr only: add the 5% long-form (30-600 s) stress clips", false},
         {"out-dir", "DIR", "directory for vision.csv, audio.csv, llm.csv (created if missing)",
          true},
+        {"trace-out", "FILE", "also write the batch as a length trace (images and text only)",
+         false},
     };
     c.details =
         "Rank r draws its samples from stream r of the seed, so rank r's samples do not depend\n"
@@ -44,7 +51,10 @@ const command& workload_command() {
         "text + encoder tokens,\n"
         "bytes 8 per token). stdout: one JSON object with the workload, D, K, seed, samples and\n"
         "per stage items, length, bytes (llm also text_tokens, mean/max sequence length and the\n"
-        "max/mean imbalance of the per-rank LLM tokens before balancing).\n";
+        "max/mean imbalance of the per-rank LLM tokens before balancing).\n"
+        "--trace FILE: slot i of rank r holds trace row ((S*D + r)*K + i) mod rows (file order),\n"
+        "every image a vision item of its patches (patches/4 LLM tokens); the JSON's workload\n"
+        "is \"trace\" and trace names the file (docs/tool.md, Traces).\n";
     c.run = &run_workload;
     return c;
   }();
@@ -73,13 +83,18 @@ void write_workload_items(const bench::workload_batch& w, const std::filesystem:
 
 int run_workload(const parsed_args& args, std::ostream& out, std::ostream& err) {
   return guarded(workload_command(), err, [&] {
-    const std::string name_text = args.require("name");
+    const auto trace = args.get("trace");
+    if (trace.has_value() == args.has("name"))
+      throw usage_error("give one of --name NAME and --trace FILE");
+    const std::string name_text = trace ? std::string("trace") : args.require("name");
     bench::workload_options o;
-    try {
-      o.name = bench::parse_workload(name_text);
-    } catch (const invalid_argument_error&) {
-      throw usage_error("--name is '" + name_text +
-                        "', expected vl-sft, omni-pretrain, video-heavy or audio-asr");
+    if (!trace) {
+      try {
+        o.name = bench::parse_workload(name_text);
+      } catch (const invalid_argument_error&) {
+        throw usage_error("--name is '" + name_text +
+                          "', expected vl-sft, omni-pretrain, video-heavy or audio-asr");
+      }
     }
     o.ranks = args.require_int("ranks", 1, max_ranks);
     o.samples_per_rank = args.get_int("samples-per-rank", 8, 0, workload_max_samples);
@@ -89,12 +104,24 @@ int run_workload(const parsed_args& args, std::ostream& out, std::ostream& err) 
                         std::to_string(workload_max_samples) + " samples");
     o.seed = static_cast<std::uint64_t>(args.get_int("seed", 1, 0));
     o.long_form_audio = args.has("long-form");
-    if (o.long_form_audio && o.name != bench::workload_name::audio_asr)
+    if (o.long_form_audio && (trace || o.name != bench::workload_name::audio_asr))
       throw usage_error("--long-form applies to --name audio-asr only, not '" + name_text + "'");
     const std::filesystem::path dir = args.require("out-dir");
 
-    const auto w = bench::make_workload(o);
+    const auto w =
+        trace ? bench::trace_workload(read_trace_file(*trace), o.ranks, o.samples_per_rank, o.seed)
+              : bench::make_workload(o);
+    const auto trace_out = args.get("trace-out");
+    std::string trace_text;
+    if (trace_out) {
+      try {
+        trace_text = format_trace(w);
+      } catch (const invalid_argument_error& e) {
+        throw usage_error("--trace-out: " + e.message());
+      }
+    }
     write_workload_items(w, dir);
+    if (trace_out) write_file_atomically(*trace_out, trace_text);
     const auto s = bench::summarize(w);
     auto encoder = [](const bench::modality_totals& m) {
       json_object j;
@@ -114,7 +141,7 @@ int run_workload(const parsed_args& args, std::ostream& out, std::ostream& err) 
         .add("max_length", s.max_sequence)
         .add("imbalance", s.llm_imbalance);
     json_object j;
-    j.add("workload", bench::to_string(o.name))
+    j.add("workload", trace ? std::string_view("trace") : bench::to_string(o.name))
         .add("ranks", o.ranks)
         .add("samples_per_rank", o.samples_per_rank)
         .add("seed", o.seed)
@@ -124,6 +151,8 @@ int run_workload(const parsed_args& args, std::ostream& out, std::ostream& err) 
         .raw("audio", encoder(s.audio))
         .raw("llm", llm.str())
         .add("out_dir", dir.string());
+    if (trace) j.add("trace", *trace);
+    if (trace_out) j.add("trace_out", *trace_out);
     out << j.str() << "\n";
     return exit_ok;
   });

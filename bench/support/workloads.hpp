@@ -95,6 +95,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -611,6 +612,55 @@ inline workload_batch make_workload(const workload_options& o) {
   w.options = o;
   w.ranks.reserve(static_cast<std::size_t>(o.ranks));
   for (std::int64_t r = 0; r < o.ranks; ++r) w.ranks.push_back(workload_detail::make_rank(o, r));
+  return w;
+}
+
+/// One sample of a length trace (bench/cli/trace_csv.hpp, docs/tool.md "Traces"): its own text
+/// tokens and the vision-encoder patch counts of its images (Qwen2-VL: 4 patches per LLM token).
+struct trace_sample {
+  std::int64_t text_tokens = 0;
+  std::vector<std::int64_t> image_patches;  ///< each a positive multiple of 4
+};
+
+/// The global batch number `batch` of a trace for `ranks` × `samples_per_rank` samples: slot i of
+/// rank r holds trace row ((batch · ranks + r) · samples_per_rank + i) mod rows (rows in file
+/// order, wrapping around), every image a vision sub-item of patches/4 LLM tokens. The batch's
+/// options carry `ranks`, `samples_per_rank` and `batch` as the seed. O(d·k·images);
+/// deterministic. Throws invalid_argument_error for ranks < 1, samples_per_rank < 0, an empty
+/// trace (with samples to draw) or an image whose patch count is not a positive multiple of 4.
+inline workload_batch trace_workload(std::span<const trace_sample> trace, std::int64_t ranks,
+                                     std::int64_t samples_per_rank, std::uint64_t batch) {
+  ORCHMLLM_REQUIRE(ranks >= 1, invalid_argument_error, "trace_workload: ranks ", ranks,
+                   " must be >= 1");
+  ORCHMLLM_REQUIRE(samples_per_rank >= 0, invalid_argument_error,
+                   "trace_workload: samples_per_rank ", samples_per_rank, " must be >= 0");
+  ORCHMLLM_REQUIRE(!trace.empty() || samples_per_rank == 0, invalid_argument_error,
+                   "trace_workload: the trace has no samples");
+  workload_batch w;
+  w.options.ranks = ranks;
+  w.options.samples_per_rank = samples_per_rank;
+  w.options.seed = batch;
+  w.ranks.resize(static_cast<std::size_t>(ranks));
+  const auto rows = static_cast<std::uint64_t>(trace.size());
+  for (std::int64_t r = 0; r < ranks; ++r) {
+    auto& b = w.ranks[static_cast<std::size_t>(r)];
+    for (std::int64_t i = 0; i < samples_per_rank; ++i) {
+      // (batch · d + r) · k + i mod rows, reduced at every step (no overflow below 2^32 rows).
+      const auto mod = [rows](std::uint64_t x) { return x % rows; };
+      const std::uint64_t at = mod(mod(mod(mod(batch) * mod(static_cast<std::uint64_t>(ranks)) +
+                                           static_cast<std::uint64_t>(r)) *
+                                       mod(static_cast<std::uint64_t>(samples_per_rank))) +
+                                   static_cast<std::uint64_t>(i));
+      const auto& t = trace[static_cast<std::size_t>(at)];
+      std::vector<sub_item> items;
+      for (const auto p : t.image_patches) {
+        ORCHMLLM_REQUIRE(p > 0 && p % 4 == 0, invalid_argument_error, "trace_workload: row ", at,
+                         " has an image of ", p, " patches (must be a positive multiple of 4)");
+        items.push_back(vision_sub_item(p / 4));
+      }
+      workload_detail::append_sample(b, t.text_tokens, items);
+    }
+  }
   return w;
 }
 

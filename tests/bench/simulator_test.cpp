@@ -15,7 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "bench/cli/file_io.hpp"
 #include "bench/cli/simulate.hpp"
+#include "bench/cli/trace_csv.hpp"
+#include "support/scratch_dir.hpp"
 
 using namespace orchmllm;
 using namespace orchmllm::bench;
@@ -651,6 +654,25 @@ TEST_CASE("orchmllm-bench simulate: JSON keys and exit codes") {
       run({"--workload", "vl-sft", "--ranks", "8", "--gpus-per-node", "4", "--scenario", "full"},
           out, err) == 0);
   CHECK(out.find("micro_batch") == std::string::npos);  // without the flag, as before
+  // --trace: batch --seed of a length trace, the same figures as simulate(trace_workload(...)).
+  {
+    const orchmllm::test::scratch_dir dir("orchmllm_simulate_trace_");
+    const std::string trace = (dir.path() / "trace.csv").string();
+    tool::write_file_atomically(
+        trace, tool::format_trace(make_workload({workload_name::vl_sft, 4, 16, 2})));
+    REQUIRE(run({"--trace", trace, "--ranks", "8", "--gpus-per-node", "4", "--scenario", "full",
+                 "--samples-per-rank", "4", "--seed", "3"},
+                out, err) == 0);
+    CHECK(out.find("\"workload\":\"trace\",\"trace\":\"" + trace + "\"") != std::string::npos);
+    sim_options t;
+    t.workload.ranks = 8;
+    t.gpus_per_node = 4;
+    t.which = scenario::full;
+    const auto rt = simulate(trace_workload(tool::read_trace_file(trace), 8, 4, 3), t);
+    CHECK(out.find("\"compute_seconds\":" + tool::json_number(rt.compute_seconds)) !=
+          std::string::npos);
+    usage({"--scenario", "full", "--trace", trace}, "give one of --workload NAME and --trace FILE");
+  }
   usage({"--scenario", "full", "--model", "13b"}, "--model");
   usage({"--scenario", "full", "--schedule", "ring"}, "--schedule");
   usage({"--scenario", "full", "--achievable", "1.5"}, "--achievable");

@@ -17,10 +17,13 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "bench/cli/file_io.hpp"
 #include "bench/cli/items_csv.hpp"
+#include "bench/cli/trace_csv.hpp"
 #include "bench/cli/workload.hpp"
 #include "support/scratch_dir.hpp"
 #include "support/test_support.hpp"
@@ -696,4 +699,89 @@ TEST_CASE("workload subcommand: usage errors exit 2 and name the flag") {
   CHECK(run({"--name", "audio-asr", "--ranks", "2", "--long-form", "--out-dir", out}, err) ==
         tool::exit_ok);
   CHECK(fs::exists(fs::path(out) / "audio.csv"));
+}
+
+TEST_CASE("traces: a batch written as a trace reads back as the same batch") {
+  scratch_dir dir;
+  const auto trace = dir.path() / "t.csv";
+  const auto run = [](std::vector<std::string> argv) {
+    std::ostringstream so, se;
+    const int rc =
+        tool::run_workload(tool::parse_flags(tool::workload_command().flags, argv), so, se);
+    CHECK_MESSAGE(rc == tool::exit_ok, se.str());
+    return so.str();
+  };
+  run({"--name", "vl-sft", "--ranks", "4", "--samples-per-rank", "6", "--seed", "9", "--trace-out",
+       trace.string(), "--out-dir", (dir.path() / "a").string()});
+  const auto rows = tool::read_trace_file(trace);
+  REQUIRE(rows.size() == 24);
+  // Batch 0 of 4 × 6 is the trace in file order: the same samples on the same ranks.
+  const auto out = run({"--trace", trace.string(), "--ranks", "4", "--samples-per-rank", "6",
+                        "--seed", "0", "--out-dir", (dir.path() / "b").string()});
+  CHECK(out.find("\"workload\":\"trace\"") != std::string::npos);
+  CHECK(out.find("\"trace\":\"" + trace.string() + "\"") != std::string::npos);
+  const auto want = make_stage_layouts(make_workload({workload_name::vl_sft, 4, 6, 9}));
+  const auto got = make_stage_layouts(trace_workload(rows, 4, 6, 0));
+  for (const auto& [g, w] :
+       {std::pair{&got.vision, &want.vision}, std::pair{&got.llm, &want.llm}}) {
+    CHECK(std::ranges::equal(g->offsets(), w->offsets()));
+    CHECK(std::ranges::equal(g->lengths(), w->lengths()));
+    CHECK(std::ranges::equal(g->parents(), w->parents()));
+  }
+  for (const char* f : {"vision.csv", "llm.csv"})
+    CHECK(tool::read_file(dir.path() / "a" / f) == tool::read_file(dir.path() / "b" / f));
+  // Batch b takes rows from (b · d + r) · k, wrapping around the trace.
+  const auto batch = trace_workload(rows, 2, 5, 3);  // rows 30.. = 6, 7, ... mod 24
+  for (std::int64_t r = 0; r < 2; ++r)
+    for (std::int64_t i = 0; i < 5; ++i) {
+      const auto& s = rows[static_cast<std::size_t>(((3 * 2 + r) * 5 + i) % 24)];
+      CHECK(batch.ranks[static_cast<std::size_t>(r)].text_tokens[static_cast<std::size_t>(i)] ==
+            s.text_tokens);
+    }
+}
+
+TEST_CASE("traces: malformed files name the line and the value") {
+  const auto error_of = [](std::string_view text) {
+    try {
+      tool::parse_trace(text, "t.csv");
+    } catch (const orchmllm::parse_error& e) {
+      return e.message();
+    }
+    return std::string("no error");
+  };
+  CHECK(error_of("") ==
+        "t.csv: empty file (expected the header 'sample,image_tokens,text_tokens')");
+  CHECK(error_of("sample,images,text\n").find("t.csv:1: header") == 0);
+  CHECK(error_of("sample,image_tokens,text_tokens\n0,1296\n").find("t.csv:2: 2 fields") == 0);
+  CHECK(error_of("sample,image_tokens,text_tokens\n0,1297,4\n").find("t.csv:2: image of 1297") ==
+        0);
+  CHECK(error_of("sample,image_tokens,text_tokens\n0,8;;4,4\n").find("t.csv:2: image_tokens ''") ==
+        0);
+  CHECK(error_of("sample,image_tokens,text_tokens\n0,,-3\n").find("t.csv:2: negative") == 0);
+  CHECK(error_of("sample,image_tokens,text_tokens\n\n0,,0\n").find("t.csv:3: a sample of no") == 0);
+  // Tolerated: spaces, CRLF, blank lines, text-only samples.
+  const auto ok =
+      tool::parse_trace("sample,image_tokens,text_tokens\r\n 0 , 8 ; 16 , 3 \r\n\n1,,7\n", "t.csv");
+  REQUIRE(ok.size() == 2);
+  CHECK(ok[0].image_patches == std::vector<std::int64_t>{8, 16});
+  CHECK(ok[0].text_tokens == 3);
+  CHECK(ok[1].image_patches.empty());
+  // Workloads with audio or videos cannot be written as a trace; --name and --trace exclude
+  // each other.
+  scratch_dir dir;
+  std::ostringstream so, se;
+  std::vector<std::string> argv = {"--name",      "audio-asr",
+                                   "--ranks",     "2",
+                                   "--trace-out", (dir.path() / "t.csv").string(),
+                                   "--out-dir",   (dir.path() / "w").string()};
+  CHECK(tool::run_workload(tool::parse_flags(tool::workload_command().flags, argv), so, se) ==
+        tool::exit_error);
+  CHECK(se.str().find("a trace holds images only: sample 0 has an audio clip") !=
+        std::string::npos);
+  CHECK(!fs::exists(dir.path() / "t.csv"));
+  argv = {"--ranks", "2", "--out-dir", (dir.path() / "w").string()};
+  std::ostringstream so2, se2;
+  CHECK(tool::run_workload(tool::parse_flags(tool::workload_command().flags, argv), so2, se2) ==
+        tool::exit_error);
+  CHECK(se2.str().find("give one of --name NAME and --trace FILE") != std::string::npos);
 }
