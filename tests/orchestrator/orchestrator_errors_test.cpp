@@ -61,6 +61,12 @@ TEST_CASE("plan_step rejects inconsistent inputs") {
   orchmllm::test::expect_invalid(
       [&] { (void)orchmllm::plan_step(decl, meta0, topology::uniform(2, 0)); },
       {"0 modalities", "1 encoder stages"});
+  // A cost model that returns a negative cost: the error names the stage and the item.
+  auto negative = decl;
+  negative.encoders[0].cost = orchmllm::linear_cost{-1};
+  orchmllm::test::expect_invalid(
+      [&] { (void)orchmllm::plan_step(negative, meta, topology::uniform(2, 0)); },
+      {"stage 'vision': ", "cost of item 0", "must be >= 0"});
   auto bad = decl;
   bad.llm.name = "vision";
   orchmllm::test::expect_invalid(

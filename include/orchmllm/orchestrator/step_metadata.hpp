@@ -63,13 +63,15 @@ struct local_batch {
 /// ids per modality, rank-major, in local order: modalities[k].offsets[r] + (index among rank
 /// r's sub-items of modality k).
 struct step_metadata {
-  /// Sub-items of one modality.
+  /// Sub-items of one modality (encoder stage k), by global id within the modality.
   struct modality_items {
-    std::vector<std::int64_t> offsets{0};  ///< CSR per rank (d + 1)
-    std::vector<std::int64_t> parent;      ///< global sample id
-    std::vector<std::int64_t> encoder_length;
-    std::vector<std::int64_t> input_rows;
-    std::vector<std::int64_t> llm_tokens;
+    /// d + 1 entries: rank r sampled the sub-items [offsets[r], offsets[r + 1]), so rank r's
+    /// first global id is offsets[r].
+    std::vector<std::int64_t> offsets{0};
+    std::vector<std::int64_t> parent;          ///< the global sample id it belongs to
+    std::vector<std::int64_t> encoder_length;  ///< `sub_item::encoder_length`: what it costs
+    std::vector<std::int64_t> input_rows;      ///< `sub_item::input_rows`: what travels in
+    std::vector<std::int64_t> llm_tokens;      ///< `sub_item::llm_tokens`: the LLM rows it becomes
     /// S of every sub-item (`sub_item::segments`); may be left empty in metadata built by
     /// hand, which means S = 1 for all.
     std::vector<std::int64_t> segments;
@@ -81,13 +83,14 @@ struct step_metadata {
       return segments.empty() ? 1 : segments[static_cast<std::size_t>(i)];
     }
   };
-  rank_t ranks = 0;
-  std::vector<std::int64_t> sample_offsets{0};  ///< CSR per rank (d + 1)
-  std::vector<std::int64_t> text_tokens;        ///< per global sample
+  rank_t ranks = 0;  ///< d, the data-parallel ranks
+  /// d + 1 entries: rank r sampled the global samples [sample_offsets[r], sample_offsets[r + 1]).
+  std::vector<std::int64_t> sample_offsets{0};
+  std::vector<std::int64_t> text_tokens;  ///< per global sample, its own (text) tokens
   /// Per global sample, its loss tokens (`local_batch::loss_tokens`, or its text tokens); may
   /// be left empty in metadata built by hand, which means the text tokens (`loss_tokens_of`).
   std::vector<std::int64_t> loss_tokens{};
-  std::vector<modality_items> modalities;  ///< K entries
+  std::vector<modality_items> modalities;  ///< K entries, one per encoder stage, in stage order
   /// Every sample's sub-items in their original order, as (modality, id within the modality):
   /// entries [sample_sub_offsets[g], sample_sub_offsets[g + 1]).
   std::vector<std::int64_t> sample_sub_offsets{0};

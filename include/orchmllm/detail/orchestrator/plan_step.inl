@@ -81,6 +81,8 @@ ORCHMLLM_FUNC step_plan plan_step(const stage_declarations& decl, const step_met
       return f();
     } catch (const infeasible_error& e) {
       detail::raise<infeasible_error>(detail::concat("stage '", name, "': ", e.message()));
+    } catch (const invalid_argument_error& e) {  // e.g. a cost model's negative cost
+      detail::raise<invalid_argument_error>(detail::concat("stage '", name, "': ", e.message()));
     }
   };
   const auto seconds = [](clock::time_point a, clock::time_point b) {
