@@ -133,6 +133,27 @@ class padding_policy {
       padding_policy(P rule)  // NOLINT(google-explicit-constructor)
       : kind_(kind::custom), rule_(detail::intern_rule(std::move(rule))) {}
 
+  /// A class with a `padded_length` member that is not a `padding_rule`: a compile error that
+  /// names the requirement it misses (`padded_length(std::int64_t) const` returning an integer,
+  /// `==`, copy construction).
+  template <class P>
+  requires(!std::same_as<std::remove_cvref_t<P>, padding_policy> && std::is_class_v<P> &&
+           requires { &P::padded_length; } && !padding_rule<P>)
+      padding_policy(P)  // NOLINT(google-explicit-constructor)
+  {
+    static_assert(
+        requires(const P& p, std::int64_t l) {
+          { p.padded_length(l) } -> std::convertible_to<std::int64_t>;
+        },
+        "orchmllm: a padding rule needs `padded_length(std::int64_t) const` returning the padded "
+        "length as an integer");
+    static_assert(std::equality_comparable<P>,
+                  "orchmllm: a padding rule needs `==` (equal rules are one policy; e.g. "
+                  "`friend bool operator==(const my_rule&, const my_rule&) = default;`)");
+    static_assert(std::copy_constructible<P>,
+                  "orchmllm: a padding rule must be copy-constructible");
+  }
+
   /// Sum of item costs (no padding).
   static constexpr padding_policy packed() noexcept { return padding_policy(kind::packed, 1); }
   /// count × cost of the longest item, its length rounded up to a multiple of `multiple`.

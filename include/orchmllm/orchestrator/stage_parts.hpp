@@ -66,6 +66,32 @@ class stage_cost {
       : integral_(make<std::int64_t, C>(c, std::is_integral<cost_type_t<C>>{})),
         floating_(make<double, C>(c, std::is_floating_point<cost_type_t<C>>{})) {}
 
+  /// A callable class (a lambda, a function object) that is not a `cost_model`: a compile error
+  /// that names the requirement it misses (callable as `(std::int64_t) const`, returning a
+  /// non-bool arithmetic type, copy-constructible).
+  template <class C>
+  requires(!std::is_same_v<std::remove_cvref_t<C>, stage_cost> && std::is_class_v<C> &&
+           (requires { &C::operator(); } || std::invocable<C&, std::int64_t>)&&!cost_model<C>)
+      stage_cost(C)  // NOLINT(google-explicit-constructor)
+  {
+    static_assert(std::is_object_v<C> && std::copy_constructible<C>,
+                  "orchmllm: a stage's cost model must be a copy-constructible object");
+    if constexpr (std::is_object_v<C> && std::copy_constructible<C>) {
+      static_assert(std::invocable<const C&, std::int64_t>,
+                    "orchmllm: a stage's cost model must be callable as `(std::int64_t) const` "
+                    "(a `mutable` lambda or a non-const operator() is not)");
+      if constexpr (std::invocable<const C&, std::int64_t>) {
+        using result = std::remove_cvref_t<std::invoke_result_t<const C&, std::int64_t>>;
+        static_assert(!std::is_same_v<result, bool>,
+                      "orchmllm: a stage's cost model returns bool; it must return a non-bool "
+                      "arithmetic type (e.g. std::int64_t or double)");
+        static_assert(std::is_arithmetic_v<result>,
+                      "orchmllm: a stage's cost model must return a non-bool arithmetic type "
+                      "(e.g. std::int64_t or double)");
+      }
+    }
+  }
+
   /// True when the wrapped model's costs are integers (balanced exactly in std::int64_t).
   [[nodiscard]] bool integral() const noexcept { return integral_.has_value(); }
 
