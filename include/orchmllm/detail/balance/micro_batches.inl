@@ -168,7 +168,7 @@ std::pair<Cost, Cost> objectives(const std::vector<Cost>& load, rank_t d, std::i
   return {per_mb, per_step};
 }
 
-// A packed cell under the packed policy: what its limits and load need.
+// A cell under the packed policy: what its limits and load need.
 template <class Cost>
 struct packed_cell {
   Cost load{};
