@@ -5,7 +5,7 @@
 //
 //   --items ITEMS.csv --ranks D
 //   --policy packed|padded|bucketed:B1,B2,... [--pad-multiple K]
-//   --cost linear|quadratic:A,B          cost(l) = A·l + B·l²
+//   --cost linear|quadratic:A,B[,C]      cost(l) = A·l + B·l² + C
 //   --cap C | --cap-bytes B               per-rank cap in tokens or payload bytes
 //   --min-items M  --max-items M          items per destination rank
 

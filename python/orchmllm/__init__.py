@@ -160,7 +160,7 @@ def balance(offsets: Any, lengths: Any, cost: CostArg = "linear", policy: str = 
 
     offsets: int64[D+1], the CSR offsets of the ranks' items (rank r holds global ids
         offsets[r] .. offsets[r+1]-1); lengths: int64[n], every item's length (tokens).
-    cost: "linear" | "quadratic:A,B" (the ``orchmllm-bench --cost`` forms), a
+    cost: "linear" | "quadratic:A,B[,C]" (the ``orchmllm-bench --cost`` forms), a
         :class:`LinearCost` or :class:`QuadraticCost`, or a callable evaluated once on a numpy
         array of the distinct lengths (and padded lengths) returning their costs (finite,
         >= 0, non-decreasing in the length).
@@ -206,7 +206,7 @@ def balance(offsets: Any, lengths: Any, cost: CostArg = "linear", policy: str = 
         cost_arg = _cost_table(cost, lengths, policy, multiple)
     else:
         raise TypeError(
-            "cost must be a str ('linear', 'quadratic:A,B'), a LinearCost, a QuadraticCost or a"
+            "cost must be a str ('linear', 'quadratic:A,B[,C]'), a LinearCost, a QuadraticCost or a"
             f" callable, got {type(cost).__name__}")
     return _orchmllm._balance(
         offsets, lengths, bytes, cost_arg, policy, multiple, algorithm,

@@ -57,7 +57,7 @@ def _check_cost(stage: str, cost: Any) -> CostArg:
     if isinstance(cost, (str, LinearCost, QuadraticCost)) or callable(cost):
         return cost  # type: ignore[no-any-return]
     raise TypeError(
-        f"stage '{stage}': cost must be a str ('linear', 'quadratic:A,B'), a LinearCost, a"
+        f"stage '{stage}': cost must be a str ('linear', 'quadratic:A,B[,C]'), a LinearCost, a"
         f" QuadraticCost or a callable, got {type(cost).__name__}")
 
 

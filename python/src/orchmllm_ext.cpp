@@ -193,7 +193,7 @@ std::unique_ptr<py_plan> balance(
     if (lin->weight == 1) p.cost_text = "linear";
   } else if (const auto* q = std::get_if<orchmllm::quadratic_cost>(&cost)) {
     p.cost = double_cost{q->validated(), nullptr};
-    if (q->constant == 0.0) p.cost_text = orchmllm::to_text(*q);
+    p.cost_text = orchmllm::to_text(*q);
   } else {
     p.table = std::get<std::shared_ptr<cost_table>>(cost);
     p.cost = double_cost{{}, p.table.get()};

@@ -330,7 +330,7 @@ BAD_POLICIES = ["ragged", "bucketed:", "bucketed:0", "bucketed:8,4", "bucketed:1
                 "bucketed:99999999999999999999", "bucketed:9223372036854775807", "padded:8",
                 "bucketed:1,2,x"]
 COSTS = ["linear", "quadratic:1,1e-3", "quadratic:0,0", "quadratic:1,0"]
-BAD_COSTS = ["cubic", "quadratic:1", "quadratic:1,2,3", "quadratic:-1,0", "quadratic:1,nan",
+BAD_COSTS = ["cubic", "quadratic:1", "quadratic:1,2,3,4", "quadratic:-1,0", "quadratic:1,nan",
              "quadratic:1e308,1e308", "quadratic:inf,0", "linear:2", "quadratic:,"]
 
 

@@ -124,7 +124,7 @@ def test_bad_arrays():
 def test_bad_cost_policy_algorithm():
     offsets, lengths, _ = random_batch(10, ranks=4, max_items=5, empty_ranks=False)
     cases = [
-        (dict(cost="cubic"), "cost is 'cubic', expected 'linear' or 'quadratic:A,B'"),
+        (dict(cost="cubic"), "cost is 'cubic', expected 'linear' or 'quadratic:A,B\\[,C\\]'"),
         (dict(cost="quadratic:1"), "cost is 'quadratic:1'"),
         (dict(cost="quadratic:1,x"), "cost expects a finite number, got 'x'"),
         (dict(cost="quadratic:-1,0"), "linear coefficient is -1"),
@@ -209,9 +209,10 @@ def test_cost_objects():
     assert orchmllm.LinearCost() == orchmllm.LinearCost(1) and orchmllm.LinearCost() != "linear"
     assert q != orchmllm.LinearCost()
     assert repr(q) == "QuadraticCost(constant=1, linear=2, quadratic=0.5)"
-    # A quadratic with a constant has no text form: plan.cost is None.
+    # plan.cost: the text form, with the constant as a third coefficient when it is not 0.
     offsets, lengths, _ = random_batch(13, ranks=4, max_items=5)
-    assert orchmllm.balance(offsets, lengths, q).cost is None
+    assert orchmllm.balance(offsets, lengths, q).cost == "quadratic:2,0.5,1"
+    assert orchmllm.balance(offsets, lengths, "quadratic:2,0.5,1").cost == "quadratic:2,0.5,1"
     assert orchmllm.balance(offsets, lengths, orchmllm.QuadraticCost(0, 1, 0.5)).cost == \
         "quadratic:1,0.5"
 
@@ -348,8 +349,9 @@ def test_zero_ranks_are_refused_as_map_bins_and_make_step_metadata_refuse_them()
 def test_text_forms_quote_the_whole_text():
     offsets, lengths = [0, 1, 2], [3, 4]
     with pytest.raises(orchmllm.InvalidArgumentError,
-                       match=r"cost is 'quadratic:1,2,3', expected 'linear' or 'quadratic:A,B'"):
-        orchmllm.balance(offsets, lengths, "quadratic:1,2,3")
+                       match=r"cost is 'quadratic:1,2,3,4', expected 'linear' or "
+                             r"'quadratic:A,B\[,C\]'"):
+        orchmllm.balance(offsets, lengths, "quadratic:1,2,3,4")
     with pytest.raises(orchmllm.InvalidArgumentError,
                        match=r"cost expects a finite number, got 'x' \(in 'quadratic:1,x'\)"):
         orchmllm.balance(offsets, lengths, "quadratic:1,x")

@@ -49,8 +49,13 @@ TEST_CASE("cost text: linear and quadratic, canonical spelling and round trip") 
   CHECK(orchmllm::to_text(orchmllm::parse_cost_model("quadratic:0,2e-3")) == "quadratic:0,0.002");
   // The shortest spelling that reads back as the same double, not %.17g's.
   CHECK(orchmllm::to_text(orchmllm::quadratic_cost{0.0, 1.0, 0.0005}) == "quadratic:1,0.0005");
+  // A per-item constant: a third coefficient, printed only when it is not 0.
+  const auto qc = orchmllm::parse_cost_model("quadratic:2e-4,1e-7,0.01");
+  CHECK(std::get<orchmllm::quadratic_cost>(qc) == orchmllm::quadratic_cost{0.01, 2e-4, 1e-7});
+  CHECK(orchmllm::to_text(qc) == "quadratic:0.0002,1e-07,0.01");
+  CHECK(orchmllm::to_text(orchmllm::parse_cost_model("quadratic:1,2,0")) == "quadratic:1,2");
   for (const char* text : {"linear", "quadratic:1,0.0005", "quadratic:0.1,0.3", "quadratic:0,0",
-                           "quadratic:3,1e-300"}) {
+                           "quadratic:3,1e-300", "quadratic:1,0.5,0.25", "quadratic:0,0,7"}) {
     CAPTURE(text);
     const auto c = orchmllm::parse_cost_model(text);
     CHECK(orchmllm::parse_cost_model(orchmllm::to_text(c)) == c);
@@ -58,7 +63,8 @@ TEST_CASE("cost text: linear and quadratic, canonical spelling and round trip") 
 }
 
 TEST_CASE("cost text: rejections name the text and the reason") {
-  const std::string shape = ", expected 'linear' or 'quadratic:A,B' (cost(l) = A*l + B*l^2)";
+  const std::string shape =
+      ", expected 'linear' or 'quadratic:A,B[,C]' (cost(l) = A*l + B*l^2 + C)";
   CHECK(message_of([] { (void)orchmllm::parse_cost_model("cubic"); }) == "cost is 'cubic'" + shape);
   CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:1"); }) ==
         "cost is 'quadratic:1'" + shape);
@@ -71,13 +77,19 @@ TEST_CASE("cost text: rejections name the text and the reason") {
         "cost expects a finite number, got '' (in 'quadratic:,1')");
   CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:1,inf"); }) ==
         "cost expects a finite number, got 'inf' (in 'quadratic:1,inf')");
-  // Three coefficients (or more) are the wrong shape, named as the whole text.
-  CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:1,2,3"); }) ==
-        "cost is 'quadratic:1,2,3'" + shape);
+  // Four coefficients (or more) are the wrong shape, named as the whole text; an empty third
+  // is not a number.
+  CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:1,2,3,4"); }) ==
+        "cost is 'quadratic:1,2,3,4'" + shape);
+  CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:1,2,3,"); }) ==
+        "cost is 'quadratic:1,2,3,'" + shape);
+  CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:,,,"); }) ==
+        "cost is 'quadratic:,,,'" + shape);
   CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:1,2,"); }) ==
-        "cost is 'quadratic:1,2,'" + shape);
-  CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:,,"); }) ==
-        "cost is 'quadratic:,,'" + shape);
+        "cost expects a finite number, got '' (in 'quadratic:1,2,')");
+  CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:1,2,-3"); }) ==
+        "cost 'quadratic:1,2,-3': quadratic_cost constant coefficient is -3, must be finite and "
+        ">= 0");
   CHECK(message_of([] { (void)orchmllm::parse_cost_model("quadratic:-1,0"); }) ==
         "cost 'quadratic:-1,0': quadratic_cost linear coefficient is -1, must be finite and >= 0");
   // User text is echoed printable: control bytes escaped, never raw.
@@ -86,9 +98,6 @@ TEST_CASE("cost text: rejections name the text and the reason") {
   // Models without a text form.
   CHECK(message_of([] { (void)orchmllm::to_text(orchmllm::linear_cost{2}); }) ==
         "linear_cost of weight 2 has no text form (only weight 1: 'linear')");
-  CHECK(message_of([] {
-          (void)orchmllm::to_text(orchmllm::quadratic_cost{1.0, 1.0, 0.0});
-        }) == "quadratic_cost with constant 1 has no text form (only 'quadratic:A,B', constant 0)");
 }
 
 TEST_CASE("policy text: packed, padded with a multiple, bucketed; round trip") {

@@ -72,7 +72,8 @@ TEST_CASE("problem flags: cost, policy and constraints") {
   CHECK(quad_name == "quadratic:1,0.0005");  // shortest round-trip spelling
   CHECK(tool::parse_cost("quadratic:0,2e-3").second == "quadratic:0,0.002");
   CHECK_THROWS_AS((void)tool::parse_cost("quadratic:1,inf"), tool::usage_error);
-  CHECK_THROWS_AS((void)tool::parse_cost("quadratic:1,2,3"), tool::usage_error);
+  CHECK_THROWS_AS((void)tool::parse_cost("quadratic:1,2,3,4"), tool::usage_error);
+  CHECK(tool::parse_cost("quadratic:1,2,3").second == "quadratic:1,2,3");
 
   const auto specs = tool::problem_flags();
   auto parse = [&](std::vector<std::string> a) { return tool::parse_flags(specs, a); };

@@ -7,6 +7,8 @@
 ///   cost    linear                  cost(l) = l (`linear_cost{}`, exact 64-bit integers)
 ///           quadratic:A,B           cost(l) = A·l + B·l² (`quadratic_cost{0, A, B}`; A, B
 ///                                   finite and >= 0)
+///           quadratic:A,B,C         cost(l) = A·l + B·l² + C (`quadratic_cost{C, A, B}`: a
+///                                   per-item constant, e.g. a calibrated launch overhead)
 ///   policy  packed                  `packed`
 ///           padded                  `padded_to_multiple(pad_multiple)` (pad_multiple >= 1)
 ///           bucketed:B1,B2,...      `bucketed({B1, B2, ...})` (strictly increasing, >= 1)
@@ -76,23 +78,30 @@ inline std::int64_t text_to_int(std::string_view what, std::string_view text, st
 
 }  // namespace detail
 
-/// Parses a cost model's text form: "linear" or "quadratic:A,B" (A, B finite and >= 0; numbers
-/// as `std::from_chars` reads them, e.g. "1", "1.3e-5"). O(length of text), deterministic.
-/// Throws `invalid_argument_error`: "cost is '<text>', expected 'linear' or 'quadratic:A,B'
-/// (cost(l) = A*l + B*l^2)" for any other shape (one coefficient, or three), "cost expects a
-/// finite number, got '<A>' (in '<text>')" for a coefficient that is not a finite number,
-/// "cost '<text>': <reason>" for a negative one.
+/// Parses a cost model's text form: "linear", "quadratic:A,B" or "quadratic:A,B,C" (A, B, C
+/// finite and >= 0; numbers as `std::from_chars` reads them, e.g. "1", "1.3e-5"). O(length of
+/// text), deterministic. Throws `invalid_argument_error`: "cost is '<text>', expected 'linear' or
+/// 'quadratic:A,B[,C]' (cost(l) = A*l + B*l^2 + C)" for any other shape (one coefficient, or
+/// four), "cost expects a finite number, got '<A>' (in '<text>')" for a coefficient that is not
+/// a finite number, "cost '<text>': <reason>" for a negative one.
 inline text_cost_model parse_cost_model(std::string_view text) {
   if (text == "linear") return linear_cost{};
   constexpr std::string_view prefix = "quadratic:";
   if (text.substr(0, prefix.size()) == prefix) {
     const auto rest = text.substr(prefix.size());
-    const auto comma = rest.find(',');
-    if (comma != std::string_view::npos && rest.find(',', comma + 1) == std::string_view::npos) {
-      const double a = detail::text_to_double("cost", rest.substr(0, comma), text);
-      const double b = detail::text_to_double("cost", rest.substr(comma + 1), text);
+    std::vector<std::string_view> fields;
+    for (std::size_t at = 0;;) {
+      const auto comma = rest.find(',', at);
+      fields.push_back(rest.substr(at, comma == std::string_view::npos ? comma : comma - at));
+      if (comma == std::string_view::npos) break;
+      at = comma + 1;
+    }
+    if (fields.size() == 2 || fields.size() == 3) {
+      const double a = detail::text_to_double("cost", fields[0], text);
+      const double b = detail::text_to_double("cost", fields[1], text);
+      const double c = fields.size() == 3 ? detail::text_to_double("cost", fields[2], text) : 0.0;
       try {
-        return quadratic_cost{0.0, a, b}.validated();
+        return quadratic_cost{c, a, b}.validated();
       } catch (const invalid_argument_error& e) {
         detail::raise<invalid_argument_error>(
             detail::concat("cost ", detail::quote_text(text), ": ", e.message()));
@@ -101,13 +110,13 @@ inline text_cost_model parse_cost_model(std::string_view text) {
   }
   detail::raise<invalid_argument_error>(
       detail::concat("cost is ", detail::quote_text(text),
-                     ", expected 'linear' or 'quadratic:A,B' (cost(l) = A*l + B*l^2)"));
+                     ", expected 'linear' or 'quadratic:A,B[,C]' (cost(l) = A*l + B*l^2 + C)"));
 }
 
-/// The canonical text form of a cost model: "linear", or "quadratic:A,B" with the shortest
-/// numbers that read back as exactly A and B ("quadratic:1,0.0005"). O(1), deterministic.
-/// Throws `invalid_argument_error` for a model without a text form (a `linear_cost` of weight
-/// other than 1, a `quadratic_cost` with a constant term other than 0).
+/// The canonical text form of a cost model: "linear", or "quadratic:A,B" (constant 0) or
+/// "quadratic:A,B,C" with the shortest numbers that read back as exactly A, B and C
+/// ("quadratic:1,0.0005"). O(1), deterministic. Throws `invalid_argument_error` for a model
+/// without a text form (a `linear_cost` of weight other than 1).
 inline std::string to_text(const text_cost_model& cost) {
   if (const auto* lin = std::get_if<linear_cost>(&cost)) {
     ORCHMLLM_REQUIRE(lin->weight == 1, invalid_argument_error, "linear_cost of weight ",
@@ -115,9 +124,13 @@ inline std::string to_text(const text_cost_model& cost) {
     return "linear";
   }
   const auto& q = std::get<quadratic_cost>(cost);
-  ORCHMLLM_REQUIRE(q.constant == 0.0, invalid_argument_error, "quadratic_cost with constant ",
-                   q.constant, " has no text form (only 'quadratic:A,B', constant 0)");
-  return "quadratic:" + detail::shortest_text(q.linear) + "," + detail::shortest_text(q.quadratic);
+  // Appends rather than operator+ (GCC 12's false -Wrestrict, PR 105329).
+  std::string out = "quadratic:";
+  out.append(detail::shortest_text(q.linear))
+      .append(",")
+      .append(detail::shortest_text(q.quadratic));
+  if (q.constant != 0.0) out.append(",").append(detail::shortest_text(q.constant));
+  return out;
 }
 
 /// Parses a padding policy's text form: "packed", "padded" (rounded up to a multiple of
