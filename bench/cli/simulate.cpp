@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <variant>
 
 #include "bench/cli/command.hpp"
 #include "bench/cli/json.hpp"
@@ -12,6 +13,7 @@
 #include "bench/cli/trace_csv.hpp"
 #include "bench/support/args.hpp"
 #include "bench/support/simulator.hpp"
+#include "orchmllm/core/text_forms.hpp"
 
 namespace orchmllm::tool {
 
@@ -49,7 +51,28 @@ const command& simulate_command() {
          false},
         {"inter-bandwidth", "B/S", "inter-node bytes/s per GPU NIC per direction; default 48e9",
          false},
+        {"intra-latency", "S", "intra-node seconds per message; default 3e-6", false},
+        {"inter-latency", "S", "inter-node seconds per message; default 10e-6", false},
         {"schedule", "direct|node-wise|auto", "all-to-all schedule; default auto", false},
+        {"vision-cost", "quadratic:A,B[,C]",
+         "the vision stage's measured cost of an item in SECONDS (A*l + B*l^2 + C, l = "
+         "patches), replacing its FLOPs / (peak x achievable), also for planning",
+         false},
+        {"audio-cost", "quadratic:A,B[,C]", "the same for the audio stage (l = frames)", false},
+        {"llm-cost", "quadratic:A,B[,C]", "the same for the LLM stage (l = sequence tokens)",
+         false},
+        {"vision-row-bytes", "B", "bytes of a vision input row; default 2352 (a ViT patch)", false},
+        {"output-row-bytes", "B", "bytes of an encoder output row; default 2 x LLM hidden", false},
+        {"text-row-bytes", "B", "bytes of a text row; default 8", false},
+        {"sync", "stage|step",
+         "stage (default): every stage waits for its slowest rank (FSDP); step: only the "
+         "all-to-alls and the step's end do (DDP), so stages with no all-to-all between them "
+         "run back to back",
+         false},
+        {"blocking-planning", "",
+         "planning runs before the step (adds metadata + planning) instead of overlapping the "
+         "previous step",
+         false},
         {"micro-batch-tokens", "T",
          "the LLM runs micro-batches of at most T sequence tokens, each synchronising every rank "
          "(FSDP); at least the longest sequence; default 0 (one synchronisation per step); the "
@@ -72,6 +95,10 @@ const command& simulate_command() {
         "micro-batches of the slowest rank's (FSDP): the scenarios that balance rank totals cut\n"
         "each rank's received samples greedily under T, cells balances the cells.\n"
         "A video costs the sum of its temporal groups' costs (its segments).\n"
+        "--vision-cost, --audio-cost and --llm-cost replace a stage's FLOPs model by a measured\n"
+        "cost in seconds (python/benchmarks/real_step.py calibrates them on a real model and\n"
+        "compares this figure with its measured step; docs/results.md \"Measured training\n"
+        "steps\").\n"
         "--trace FILE draws the batch from a length trace as `workload --trace` does (--seed is\n"
         "the batch number; workload \"trace\", and a trace key names the file).\n"
         "stdout: one JSON object with simulated, scenario, workload, ranks, gpus_per_node,\n"
@@ -147,7 +174,12 @@ std::string simulation_json(const bench::sim_result& r, const bench::sim_options
       .add("achievable", o.achievable)
       .add("gap_tolerance", o.gap_tolerance)
       .add("auction_tolerance", o.auction_tolerance)
-      .add("step_seconds", r.step_seconds)
+      .add("sync", bench::to_string(o.sync))
+      .add("planning", o.overlap_planning ? "overlapped" : "blocking");
+  static constexpr const char* cost_keys[] = {"vision_cost", "audio_cost", "llm_cost"};
+  for (std::size_t k = 0; k < 3; ++k)
+    if (o.seconds_costs[k]) j.add(cost_keys[k], to_text(*o.seconds_costs[k]));
+  j.add("step_seconds", r.step_seconds)
       .add("compute_seconds", r.compute_seconds)
       .add("comm_seconds", r.comm_seconds)
       .add("plan_seconds", r.plan_seconds)
@@ -219,6 +251,38 @@ int run_simulate(const parsed_args& args, std::ostream& out, std::ostream& err) 
     if (!(o.links.intra_bandwidth > 0)) throw usage_error("--intra-bandwidth must be positive");
     o.links.inter_bandwidth = args.get_double("inter-bandwidth", o.links.inter_bandwidth);
     if (!(o.links.inter_bandwidth > 0)) throw usage_error("--inter-bandwidth must be positive");
+    o.links.intra_latency = args.get_double("intra-latency", o.links.intra_latency);
+    if (!(o.links.intra_latency >= 0 && std::isfinite(o.links.intra_latency)))
+      throw usage_error("--intra-latency must be finite and >= 0");
+    o.links.inter_latency = args.get_double("inter-latency", o.links.inter_latency);
+    if (!(o.links.inter_latency >= 0 && std::isfinite(o.links.inter_latency)))
+      throw usage_error("--inter-latency must be finite and >= 0");
+    static constexpr const char* stage_names[] = {"vision", "audio", "llm"};
+    for (std::size_t k = 0; k < 3; ++k) {
+      const std::string flag = std::string(stage_names[k]) + "-cost";
+      const auto text = args.get(flag);
+      if (!text) continue;
+      text_cost_model cost;
+      try {
+        cost = parse_cost_model(*text);
+      } catch (const invalid_argument_error& e) {  // the library's messages start with "cost"
+        throw usage_error("--" + std::string(stage_names[k]) + "-" + e.message());
+      }
+      const auto* q = std::get_if<quadratic_cost>(&cost);
+      if (q == nullptr)
+        throw usage_error("--" + flag + " is '" + *text +
+                          "', expected quadratic:A,B[,C] (seconds per item)");
+      o.seconds_costs[k] = *q;
+    }
+    o.vision_row_bytes = args.get_int("vision-row-bytes", 0, 1);
+    o.output_row_bytes = args.get_int("output-row-bytes", 0, 1);
+    o.text_row_bytes = args.get_int("text-row-bytes", 0, 1);
+    if (auto s = args.get("sync")) {
+      if (*s != "stage" && *s != "step")
+        throw usage_error("--sync is '" + *s + "', expected stage or step");
+      o.sync = *s == "step" ? bench::sync_scope::step : bench::sync_scope::stage;
+    }
+    o.overlap_planning = !args.has("blocking-planning");
     if (auto s = args.get("schedule")) {
       try {
         o.sched = parse_schedule(*s);
@@ -230,6 +294,10 @@ int run_simulate(const parsed_args& args, std::ostream& out, std::ostream& err) 
     if (o.which == bench::scenario::cells && o.micro_batch_tokens == 0)
       throw usage_error(
           "--scenario cells needs --micro-batch-tokens T (the LLM's micro-batch cap)");
+    if (o.sync == bench::sync_scope::step && o.micro_batch_tokens > 0)
+      throw usage_error(
+          "--sync step and --micro-batch-tokens exclude each other (micro-batches "
+          "synchronise every micro-batch)");
     const auto r =
         trace ? bench::simulate(bench::trace_workload(read_trace_file(*trace), o.workload.ranks,
                                                       o.workload.samples_per_rank, o.workload.seed),

@@ -41,6 +41,14 @@
 ///    timed for real on this machine (`plan_step`, or the equivalent for the scenario, plus
 ///    building rank 0's route of every all-to-all). Planning is asynchronous: it runs while the
 ///    previous step computes, so only max(0, metadata + plan − compute) lengthens the step.
+///  * `sim_options::sync` = `sync_scope::step` (DDP: the ranks wait for each other only at the
+///    all-to-alls and the step's end): stages with no all-to-all between them run back to back,
+///    compute = max_r of their sum (`none`: the whole step, max_r Σ_stages; otherwise the
+///    encoders, then the LLM). `sim_options::seconds_costs` replace a stage's FLOPs / rate by a
+///    measured per-item cost in seconds (a real run's `cost_calibration`), `*_row_bytes` the row
+///    widths, and `overlap_planning = false` adds metadata + planning to the step (a trainer
+///    that plans before it computes): how `python/benchmarks/real_step.py` holds the model to a
+///    measured step.
 ///  * step_seconds = compute + communication + unoverlapped planning;
 ///    overhead_fraction = (communication + unoverlapped planning) / step_seconds;
 ///    mfu = model FLOPs / (step_seconds · D · peak_flops), model FLOPs = Σ over every item of
@@ -79,6 +87,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -187,6 +196,22 @@ inline scenario parse_scenario(std::string_view text) {
       "' (expected none, llm-only, per-stage, full, beyond, split or cells)"));
 }
 
+/// Where the ranks wait for each other besides the all-to-alls.
+enum class sync_scope : std::uint8_t {
+  /// Every stage waits for its slowest rank (FSDP, ZeRO-3, tensor parallelism: every layer
+  /// synchronises): compute = Σ over stages of max over ranks. The default.
+  stage,
+  /// Once per step (DDP: the gradient all-reduce at the end): stages with no all-to-all between
+  /// them run back to back on every rank, so such a run of stages takes max over ranks of the
+  /// rank's sum (`none`: the whole step; the other scenarios: the encoders, then the LLM).
+  step,
+};
+
+/// "stage" or "step". O(1), never throws.
+constexpr std::string_view to_string(sync_scope s) noexcept {
+  return s == sync_scope::step ? "step" : "stage";
+}
+
 /// What to simulate.
 struct sim_options {
   workload_options workload;  ///< the sampled batch (D = workload.ranks)
@@ -208,6 +233,19 @@ struct sim_options {
   /// (FSDP, ZeRO-3; see the file comment); at least the longest sequence of the batch. 0
   /// (default): one synchronisation per step.
   std::int64_t micro_batch_tokens = 0;
+  /// Measured per-item costs in seconds (e.g. `cost_calibration` of a real run) of the vision,
+  /// audio and LLM stages: a set one replaces the stage's FLOPs / (peak · achievable), for the
+  /// stage's time and for planning it. Unset (default): the model's FLOPs.
+  std::array<std::optional<quadratic_cost>, 3> seconds_costs{};
+  /// Row widths in bytes replacing the defaults when > 0: a vision input row (default 2352, a
+  /// ViT patch), an encoder output row (default 2 · LLM hidden), a text row (default 8).
+  std::int64_t vision_row_bytes = 0;
+  std::int64_t output_row_bytes = 0;
+  std::int64_t text_row_bytes = 0;
+  sync_scope sync = sync_scope::stage;  ///< see `sync_scope`
+  /// Planning runs while the previous step computes (default; only what does not fit lengthens
+  /// the step), or before the step, blocking it (false: metadata + plan add to the step).
+  bool overlap_planning = true;
 
   /// Throws `invalid_argument_error` naming the value: gpus_per_node < 1, peak_flops not
   /// positive and finite, achievable outside (0, 1], auction_tolerance outside (0, 1],
@@ -226,6 +264,13 @@ struct sim_options {
                      micro_batch_tokens, ", must be >= 0 (0: no micro-batches)");
     ORCHMLLM_REQUIRE(which != scenario::cells || micro_batch_tokens > 0, invalid_argument_error,
                      "the cells scenario needs micro_batch_tokens > 0 (the LLM's micro-batch cap)");
+    ORCHMLLM_REQUIRE(vision_row_bytes >= 0 && output_row_bytes >= 0 && text_row_bytes >= 0,
+                     invalid_argument_error, "row bytes must be >= 0 (0: the default)");
+    ORCHMLLM_REQUIRE(sync == sync_scope::stage || micro_batch_tokens == 0, invalid_argument_error,
+                     "micro-batches synchronise every micro-batch: sync_scope::step needs "
+                     "micro_batch_tokens 0");
+    for (const auto& c : seconds_costs)
+      if (c) (void)c->validated();
     ORCHMLLM_REQUIRE(std::isfinite(achievable) && achievable > 0 && achievable <= 1,
                      invalid_argument_error, "achievable is ", achievable, ", must be in (0, 1]");
     links.validate();
@@ -276,18 +321,19 @@ struct sim_result {
   rank_t nodes = 0;
   int encoder_stages = 0;        ///< K: encoder stages with at least one item
   double step_seconds = 0;       ///< compute + comm + unoverlapped planning
-  double compute_seconds = 0;    ///< Σ over stages of the slowest rank
+  double compute_seconds = 0;    ///< Σ over stages of the slowest rank (see `sync_scope`)
   double comm_seconds = 0;       ///< Σ over the all-to-alls (no overlap with compute)
   double plan_seconds = 0;       ///< MEASURED planning wall time: plan_step + route seconds
   double plan_step_seconds = 0;  ///< MEASURED wall time of `plan_step` (balancing and mapping)
   double route_seconds = 0;      ///< MEASURED wall time of building rank 0's routes
   double metadata_seconds = 0;   ///< modelled metadata all-gather
-  double unoverlapped_plan_seconds = 0;  ///< max(0, metadata + plan − compute)
-  double mfu = 0;                        ///< model_flops / (step_seconds · D · peak)
-  double overhead_fraction = 0;          ///< (comm + unoverlapped planning) / step_seconds
-  double model_flops = 0;                ///< useful FLOPs of the global batch (no padding)
-  std::int64_t inter_node_bytes = 0;     ///< Σ over the all-to-alls
-  std::int64_t moved_bytes = 0;          ///< Σ over the all-to-alls
+  /// max(0, metadata + plan − compute); metadata + plan without `overlap_planning`
+  double unoverlapped_plan_seconds = 0;
+  double mfu = 0;                     ///< model_flops / (step_seconds · D · peak)
+  double overhead_fraction = 0;       ///< (comm + unoverlapped planning) / step_seconds
+  double model_flops = 0;             ///< useful FLOPs of the global batch (no padding)
+  std::int64_t inter_node_bytes = 0;  ///< Σ over the all-to-alls
+  std::int64_t moved_bytes = 0;       ///< Σ over the all-to-alls
   int alltoalls = 0;
   std::vector<stage_figures> stages;        ///< vision, audio, llm
   std::vector<transfer_figures> transfers;  ///< one per all-to-all
@@ -479,9 +525,23 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
   const auto d = static_cast<rank_t>(batch.ranks.size());
   const topology topo = topology::uniform(d, options.gpus_per_node, options.links);
   const auto meta = make_step_metadata(batch.ranks, 2);
-  const auto decl = make_declarations(options.model, options.which, options.gap_tolerance,
-                                      options.auction_tolerance, options.micro_batch_tokens);
-  const double rate = options.peak_flops * options.achievable;
+  auto decl = make_declarations(options.model, options.which, options.gap_tolerance,
+                                options.auction_tolerance, options.micro_batch_tokens);
+  // Per stage (vision, audio, llm): FLOPs per second, or 1 for a cost measured in seconds.
+  std::array<double, 3> rate;
+  rate.fill(options.peak_flops * options.achievable);
+  for (std::size_t k = 0; k < 3; ++k) {
+    if (!options.seconds_costs[k]) continue;
+    (k < 2 ? decl.encoders[k].cost : decl.llm.cost) = *options.seconds_costs[k];
+    rate[k] = 1.0;
+  }
+  if (options.vision_row_bytes > 0) decl.encoders[0].input_row_bytes = options.vision_row_bytes;
+  if (options.output_row_bytes > 0)
+    for (auto& e : decl.encoders) e.output_row_bytes = options.output_row_bytes;
+  if (options.text_row_bytes > 0) decl.llm.text_row_bytes = options.text_row_bytes;
+  const std::array<stage_cost, 3> flops = {transformer_flops_cost(options.model.vision),
+                                           transformer_flops_cost(options.model.audio),
+                                           transformer_flops_cost(options.model.llm)};
 
   sim_result res;
   res.which = options.which;
@@ -505,17 +565,16 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
   const batch_layout llm_layout(meta.sample_offsets, seq);
   for (std::size_t k = 0; k < 2; ++k)
     for (std::int64_t g = 0; g < enc_layouts[k].num_items(); ++g)
-      res.model_flops += item_cost<double>(enc_layouts[k], g, decl.encoders[k].cost);
-  for (auto l : seq) res.model_flops += decl.llm.cost(l);
+      res.model_flops += item_cost<double>(enc_layouts[k], g, flops[k]);
+  for (auto l : seq) res.model_flops += flops[2](l);
 
   // Bytes per origin item.
-  const auto out_row = options.model.output_row_bytes();
   std::array<std::vector<std::int64_t>, 2> in_bytes, out_bytes;
   for (std::size_t k = 0; k < 2; ++k) {
     const auto& m = meta.modalities[k];
     for (std::size_t i = 0; i < m.parent.size(); ++i) {
       in_bytes[k].push_back(m.input_rows[i] * decl.encoders[k].input_row_bytes);
-      out_bytes[k].push_back(m.llm_tokens[i] * out_row);
+      out_bytes[k].push_back(m.llm_tokens[i] * decl.encoders[k].output_row_bytes);
     }
   }
   std::vector<std::int64_t> text_bytes(meta.text_tokens.size());
@@ -627,18 +686,18 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
   }
 
   // Compute.
+  std::array<std::vector<double>, 3> loads;
   for (std::size_t k = 0; k < 2; ++k) {
-    const auto loads = sim_detail::stage_loads(unit_layouts[k], enc_plans[k], decl.encoders[k].cost,
-                                               decl.encoders[k].policy);
-    res.stages.push_back(sim_detail::figures(decl.encoders[k].name, loads, rate));
+    loads[k] = sim_detail::stage_loads(unit_layouts[k], enc_plans[k], decl.encoders[k].cost,
+                                       decl.encoders[k].policy);
+    res.stages.push_back(sim_detail::figures(decl.encoders[k].name, loads[k], rate[k]));
   }
-  res.stages.push_back(sim_detail::figures(
-      decl.llm.name, sim_detail::stage_loads(llm_layout, llm_plan, decl.llm.cost, decl.llm.policy),
-      rate));
+  loads[2] = sim_detail::stage_loads(llm_layout, llm_plan, decl.llm.cost, decl.llm.policy);
+  res.stages.push_back(sim_detail::figures(decl.llm.name, loads[2], rate[2]));
   if (options.micro_batch_tokens > 0) {  // the LLM synchronises every micro-batch
     auto& llm = res.stages.back();
     if (options.which == scenario::cells) {
-      llm.seconds = llm_cells_objective / rate;
+      llm.seconds = llm_cells_objective / rate[2];
       llm.micro_batches = llm_cells;
     } else {  // the trainer cuts each rank's received samples greedily, in slot order
       const auto offsets = llm_plan.dst_offsets();
@@ -647,10 +706,28 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
       const micro_batching cut{.sync = sync_model::micro_batch,
                                .limits = {.tokens = options.micro_batch_tokens}};
       llm.seconds =
-          micro_batch_objective_as_sampled(dst, decl.llm.cost, decl.llm.policy, cut) / rate;
+          micro_batch_objective_as_sampled(dst, decl.llm.cost, decl.llm.policy, cut) / rate[2];
     }
   }
-  for (const auto& s : res.stages) res.compute_seconds += s.seconds;
+  if (options.sync == sync_scope::stage) {
+    for (const auto& s : res.stages) res.compute_seconds += s.seconds;
+  } else {  // stages with no all-to-all between them run back to back on every rank
+    // Stages 0 .. joined - 1 form one run: without rearrangement the whole step; otherwise the
+    // encoders (their inputs arrive before both and their outputs leave after both), then the
+    // LLM after its all-to-alls.
+    const std::size_t joined = options.which == scenario::none ? 3 : 2;
+    const auto run_seconds = [&](std::size_t k0, std::size_t k1) {  // max over ranks of the sum
+      double mx = 0;
+      for (std::size_t r = 0; r < static_cast<std::size_t>(d); ++r) {
+        double s = 0;
+        for (std::size_t k = k0; k < k1; ++k) s += loads[k][r] / rate[k];
+        mx = std::max(mx, s);
+      }
+      return mx;
+    };
+    res.compute_seconds = run_seconds(0, joined);
+    for (std::size_t k = joined; k < 3; ++k) res.compute_seconds += run_seconds(k, k + 1);
+  }
 
   // Communication and the step.
   res.transfers = log.take();
@@ -661,7 +738,9 @@ inline sim_result simulate(const workload_batch& batch, const sim_options& optio
     res.inter_node_bytes += t.inter_node_bytes;
   }
   res.unoverlapped_plan_seconds =
-      std::max(0.0, res.metadata_seconds + res.plan_seconds - res.compute_seconds);
+      options.overlap_planning
+          ? std::max(0.0, res.metadata_seconds + res.plan_seconds - res.compute_seconds)
+          : res.metadata_seconds + res.plan_seconds;
   res.step_seconds = res.compute_seconds + res.comm_seconds + res.unoverlapped_plan_seconds;
   if (res.step_seconds > 0) {
     res.mfu = res.model_flops / (res.step_seconds * static_cast<double>(d) * options.peak_flops);

@@ -185,6 +185,79 @@ TEST_CASE("none: the compute figures follow the formula exactly and nothing move
   CHECK(r.encoder_stages == 2);
 }
 
+TEST_CASE("measured costs in seconds, row widths, sync per step and blocking planning") {
+  const auto w = tiny_batch();
+  // Per-item costs in seconds (a calibrated run's): stage time = max over ranks of Σ cost.
+  const quadratic_cost cv{0.01, 1e-4, 1e-7}, ca{0.02, 2e-5, 0}, cl{0.005, 2e-4, 3e-7};
+  const std::vector<double> vision = {cv(64), cv(256) + cv(16), 0, 0};
+  const std::vector<double> audio = {ca(1500), 0, ca(3000), 0};
+  const std::vector<double> llm = {cl(10 + 16) + cl(20 + 75), cl(5 + 64 + 4), cl(30 + 875) + cl(7),
+                                   cl(1)};
+  const auto max_of = [](const std::vector<double>& l) {
+    return *std::max_element(l.begin(), l.end());
+  };
+  auto o = tiny_options(scenario::none);
+  o.seconds_costs = {cv, ca, cl};
+  const auto stage_sync = simulate(w, o);
+  CHECK(stage(stage_sync, "vision").seconds == max_of(vision));
+  CHECK(stage(stage_sync, "audio").seconds == max_of(audio));
+  CHECK(stage(stage_sync, "llm").seconds == max_of(llm));
+  CHECK(stage_sync.compute_seconds == max_of(vision) + max_of(audio) + max_of(llm));
+  // The useful FLOPs stay the model's, whatever the stage times.
+  CHECK(stage_sync.model_flops == simulate(w, tiny_options(scenario::none)).model_flops);
+
+  // sync per step: without rearrangement the whole step runs back to back on every rank.
+  o.sync = sync_scope::step;
+  const auto step_sync = simulate(w, o);
+  std::vector<double> sum(4);
+  for (std::size_t r = 0; r < 4; ++r) sum[r] = vision[r] + audio[r] + llm[r];
+  CHECK(step_sync.compute_seconds == doctest::Approx(max_of(sum)).epsilon(1e-15));
+  CHECK(step_sync.compute_seconds < stage_sync.compute_seconds);
+  CHECK(stage(step_sync, "llm").seconds == max_of(llm));  // stage figures unchanged
+
+  // With rearrangement: the encoders back to back, then the LLM after its all-to-alls.
+  for (auto s : {scenario::llm_only, scenario::per_stage, scenario::full}) {
+    CAPTURE(to_string(s));
+    auto f = tiny_options(s);
+    f.seconds_costs = {cv, ca, cl};
+    const auto staged = simulate(w, f);
+    f.sync = sync_scope::step;
+    const auto stepped = simulate(w, f);
+    CHECK(stepped.compute_seconds <= staged.compute_seconds);
+    CHECK(stepped.compute_seconds >=
+          stage(staged, "llm").seconds +
+              std::max(stage(staged, "vision").seconds, stage(staged, "audio").seconds));
+    if (s == scenario::llm_only) {  // encoders where their items were sampled
+      std::vector<double> enc(4);
+      for (std::size_t r = 0; r < 4; ++r) enc[r] = vision[r] + audio[r];
+      CHECK(stepped.compute_seconds ==
+            doctest::Approx(max_of(enc) + stage(staged, "llm").seconds).epsilon(1e-15));
+    }
+    // Blocking planning adds the whole metadata + planning time.
+    f.overlap_planning = false;
+    const auto blocking = simulate(w, f);
+    CHECK(blocking.unoverlapped_plan_seconds == blocking.metadata_seconds + blocking.plan_seconds);
+    CHECK(blocking.step_seconds ==
+          blocking.compute_seconds + blocking.comm_seconds + blocking.unoverlapped_plan_seconds);
+  }
+
+  // Row widths: the bytes of every transfer follow them (identity mapping: the same rows move).
+  auto a = tiny_options(scenario::per_stage);
+  auto b = a;
+  b.vision_row_bytes = 384;
+  b.output_row_bytes = 1024;
+  b.text_row_bytes = 16;
+  const auto ra = simulate(w, a), rb = simulate(w, b);
+  CHECK(transfer(rb, "vision.input").moved_bytes * 2352 ==
+        transfer(ra, "vision.input").moved_bytes * 384);
+  CHECK(transfer(rb, "vision.output.to_llm").moved_bytes * a.model.output_row_bytes() ==
+        transfer(ra, "vision.output.to_llm").moved_bytes * 1024);
+  CHECK(transfer(rb, "text").moved_bytes * 8 == transfer(ra, "text").moved_bytes * 16);
+  CHECK(transfer(rb, "audio.input").moved_bytes == transfer(ra, "audio.input").moved_bytes);
+  CHECK(to_string(sync_scope::step) == "step");
+  CHECK(to_string(sync_scope::stage) == "stage");
+}
+
 TEST_CASE(
     "all-to-alls: 0 / 2K+1 / 5K+1 / 3K+1 / 3K+1 / 3K+1 / 3K+1, K = encoder stages with "
     "items") {
@@ -509,6 +582,12 @@ TEST_CASE("bad options throw invalid_argument_error") {
   bad([](sim_options& o) { o.micro_batch_tokens = -1; });
   bad([](sim_options& o) { o.which = scenario::cells; });   // without micro_batch_tokens
   bad([](sim_options& o) { o.micro_batch_tokens = 100; });  // below the longest sequence (905)
+  bad([](sim_options& o) {  // micro-batches synchronise every micro-batch
+    o.sync = sync_scope::step;
+    o.micro_batch_tokens = 1000;
+  });
+  bad([](sim_options& o) { o.vision_row_bytes = -1; });
+  bad([](sim_options& o) { o.seconds_costs[2] = quadratic_cost{-1, 1, 0}; });
   auto o = tiny_options(scenario::full);
   CHECK_THROWS_AS((void)simulate(workload_batch{}, o), invalid_argument_error);
   auto malformed = w;
@@ -673,6 +752,66 @@ TEST_CASE("orchmllm-bench simulate: JSON keys and exit codes") {
           std::string::npos);
     usage({"--scenario", "full", "--trace", trace}, "give one of --workload NAME and --trace FILE");
   }
+  // Measured costs, row widths, links, sync and planning: echoed, and the library's figures.
+  REQUIRE(run({"--workload",
+               "vl-sft",
+               "--ranks",
+               "8",
+               "--gpus-per-node",
+               "8",
+               "--scenario",
+               "per-stage",
+               "--vision-cost",
+               "quadratic:8e-5,1e-7,0.001",
+               "--llm-cost",
+               "quadratic:1.5e-4,4e-7",
+               "--vision-row-bytes",
+               "384",
+               "--output-row-bytes",
+               "1024",
+               "--text-row-bytes",
+               "16",
+               "--intra-latency",
+               "1e-4",
+               "--intra-bandwidth",
+               "1e9",
+               "--sync",
+               "step",
+               "--blocking-planning"},
+              out, err) == 0);
+  for (const char* key : {"\"sync\":\"step\"", "\"planning\":\"blocking\"",
+                          "\"vision_cost\":\"quadratic:8e-05,1e-07,0.001\"",
+                          "\"llm_cost\":\"quadratic:0.00015,4e-07\""}) {
+    CAPTURE(key);
+    CHECK(out.find(key) != std::string::npos);
+  }
+  CHECK(out.find("audio_cost") == std::string::npos);
+  {
+    sim_options m;
+    m.workload.ranks = 8;
+    m.gpus_per_node = 8;
+    m.which = scenario::per_stage;
+    m.seconds_costs[0] = quadratic_cost{0.001, 8e-5, 1e-7};
+    m.seconds_costs[2] = quadratic_cost{0, 1.5e-4, 4e-7};
+    m.vision_row_bytes = 384;
+    m.output_row_bytes = 1024;
+    m.text_row_bytes = 16;
+    m.links.intra_latency = 1e-4;
+    m.links.intra_bandwidth = 1e9;
+    m.sync = sync_scope::step;
+    m.overlap_planning = false;
+    const auto rm = simulate(m);
+    CHECK(out.find("\"compute_seconds\":" + tool::json_number(rm.compute_seconds)) !=
+          std::string::npos);
+    CHECK(out.find("\"comm_seconds\":" + tool::json_number(rm.comm_seconds)) != std::string::npos);
+  }
+  usage({"--scenario", "full", "--vision-cost", "cubic"}, "--vision-cost is 'cubic'");
+  usage({"--scenario", "full", "--llm-cost", "linear"}, "--llm-cost is 'linear'");
+  usage({"--scenario", "full", "--audio-cost", "quadratic:-1,0"}, "--audio-cost 'quadratic:-1,0'");
+  usage({"--scenario", "full", "--sync", "layer"}, "--sync");
+  usage({"--scenario", "full", "--sync", "step", "--micro-batch-tokens", "100000"}, "--sync");
+  usage({"--scenario", "full", "--text-row-bytes", "0"}, "--text-row-bytes");
+  usage({"--scenario", "full", "--intra-latency", "-1"}, "--intra-latency");
   usage({"--scenario", "full", "--model", "13b"}, "--model");
   usage({"--scenario", "full", "--schedule", "ring"}, "--schedule");
   usage({"--scenario", "full", "--achievable", "1.5"}, "--achievable");
