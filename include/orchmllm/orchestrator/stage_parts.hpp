@@ -13,6 +13,7 @@
 /// (`plan_step` may plan stages concurrently) and deterministic (every rank runs them on the
 /// same problem). See docs/orchestrator.md, "Data model".
 
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -162,6 +163,29 @@ class stage_balancer {
     };
   }
 
+  /// A class that is not a balancer: a compile error that names the requirement it misses
+  /// (callable as `(const balance_problem<C>&) const` for the stage's model types, returning
+  /// `balancer_plan`, `std::vector<rank_t>` or `std::optional<std::vector<rank_t>>`).
+  template <class B>
+  requires(!std::is_same_v<std::remove_cvref_t<B>, stage_balancer> && std::is_class_v<B> &&
+           !is_builtin_balancer_v<B> && !std::is_same_v<B, any_balancer> &&
+           !(balancer<B, detail::cost_ref<std::int64_t>> && balancer<B, detail::cost_ref<double>>))
+      stage_balancer(B, std::string = {})  // NOLINT(google-explicit-constructor)
+  {
+    using P = balance_problem<detail::cost_ref<std::int64_t>>;
+    using Q = balance_problem<detail::cost_ref<double>>;
+    static_assert(std::invocable<const B&, const P&> && std::invocable<const B&, const Q&>,
+                  "orchmllm: a stage's balancer must be callable as `(const "
+                  "orchmllm::balance_problem<C>&) const` for every cost model type C (a template "
+                  "or `const auto&` parameter; a non-const operator() is not)");
+    if constexpr (std::invocable<const B&, const P&> && std::invocable<const B&, const Q&>)
+      static_assert(detail::balancer_return<std::invoke_result_t<const B&, const P&>> &&
+                        detail::balancer_return<std::invoke_result_t<const B&, const Q&>>,
+                    "orchmllm: a stage's balancer must return orchmllm::balancer_plan, "
+                    "std::vector<orchmllm::rank_t> (the bin of every item) or "
+                    "std::optional<std::vector<orchmllm::rank_t>>");
+  }
+
   /// The built-in balancer, or null for the application's.
   [[nodiscard]] const any_balancer* builtin() const noexcept {
     return builtin_ ? &*builtin_ : nullptr;
@@ -231,6 +255,23 @@ class stage_mapper {
     }
     auto shared = std::make_shared<const M>(std::move(m));
     custom_ = [shared](const bin_mapping_problem& p) { return std::vector<rank_t>((*shared)(p)); };
+  }
+
+  /// A class that is not a mapper: a compile error that names the requirement it misses
+  /// (callable as `(const bin_mapping_problem&) const`, returning the rank of every bin).
+  template <class M>
+  requires(!std::is_same_v<std::remove_cvref_t<M>, stage_mapper> && std::is_class_v<M> &&
+           !is_builtin_mapper_v<M> && !std::is_same_v<M, any_mapper> && !mapper<M>)
+      stage_mapper(M, std::string = {})  // NOLINT(google-explicit-constructor)
+  {
+    static_assert(std::invocable<const M&, const bin_mapping_problem&>,
+                  "orchmllm: a stage's mapper must be callable as `(const "
+                  "orchmllm::bin_mapping_problem&) const` (a non-const operator() is not)");
+    if constexpr (std::invocable<const M&, const bin_mapping_problem&>)
+      static_assert(std::convertible_to<std::invoke_result_t<const M&, const bin_mapping_problem&>,
+                                        std::vector<rank_t>>,
+                    "orchmllm: a stage's mapper must return std::vector<orchmllm::rank_t> (the "
+                    "rank of every bin)");
   }
 
   /// The built-in mapper, or null for a custom one.
