@@ -9,11 +9,14 @@
 //   training_step [--ranks N] [--ranks-per-node G]            (local; exit 0: every row arrived)
 //   mpirun [--oversubscribe] -np 8 mpi_training_step [--ranks-per-node G]   (MPI)
 
-#include <orchmllm/orchmllm.hpp>
+// The step's one façade, and the communicator backend.
+#include <orchmllm/orchestrator/orchestrator.hpp>
 #if defined(ORCHMLLM_EXAMPLE_MPI)
 #include <mpi.h>
 
 #include <orchmllm/backend/mpi/communicator.hpp>
+#else
+#include <orchmllm/comm/local.hpp>
 #endif
 
 #include <algorithm>

@@ -16,6 +16,12 @@
 /// topo)` gives the same plans without communicating (e.g. on `async_planner`'s thread).
 /// Determinism: every rank computes the same plans from the same inputs. See
 /// docs/orchestrator.md (data model, receive order on an LLM rank, per-step communication).
+///
+/// The step's one header: it also brings the declarations (orchestrator/stages.hpp), the local
+/// batch from the trainer's own samples (orchestrator/samples.hpp: `make_local_batch`,
+/// `sub_item_size`), the payloads (comm/payload.hpp: `ragged_payload`) and `dispatch`
+/// (comm/dispatch.hpp). A communicator backend comes from its own header (backend/mpi/…,
+/// backend/nccl/…, comm/local.hpp).
 
 #include <cstdint>
 #include <string>
@@ -24,7 +30,9 @@
 #include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/comm/collectives.hpp"
 #include "orchmllm/comm/communicator.hpp"
+#include "orchmllm/comm/dispatch.hpp"  // IWYU pragma: export
 #include "orchmllm/comm/metadata.hpp"
+#include "orchmllm/comm/payload.hpp"  // IWYU pragma: export
 #include "orchmllm/comm/route.hpp"
 #include "orchmllm/config.hpp"
 #include "orchmllm/core/batch_layout.hpp"
@@ -32,6 +40,7 @@
 #include "orchmllm/core/rearrangement.hpp"
 #include "orchmllm/core/statistics.hpp"
 #include "orchmllm/detail/orchestrator/gather_metadata.hpp"
+#include "orchmllm/orchestrator/samples.hpp"  // IWYU pragma: export
 #include "orchmllm/orchestrator/stages.hpp"
 #include "orchmllm/orchestrator/step_plan.hpp"
 #include "orchmllm/topology/mapping.hpp"
