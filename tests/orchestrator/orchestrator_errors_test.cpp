@@ -307,18 +307,18 @@ TEST_CASE("bad input: a clear error on every rank, no hang") {
                           },
                           decl, good),
                       kind::invalid, {"rank 3", "declared other stages"});
-    // Rank 0 has another LLM row width: the first rank that differs from it is named.
+    // Rank 0 has another LLM row width and every other rank agrees: rank 0 is named.
     other = decl;
     other.llm.text_row_bytes = 16;
-    expect_everywhere(run_bad(
-                          d,
-                          [&](orchmllm::local::communicator& comm) {
-                            (void)orchmllm::gather_step_metadata(
-                                comm, comm.rank() == 0 ? other : decl,
-                                good[static_cast<std::size_t>(comm.rank())]);
-                          },
-                          decl, good),
-                      kind::invalid, {"rank 1", "declared other stages"});
+    expect_everywhere(
+        run_bad(
+            d,
+            [&](orchmllm::local::communicator& comm) {
+              (void)orchmllm::gather_step_metadata(comm, comm.rank() == 0 ? other : decl,
+                                                   good[static_cast<std::size_t>(comm.rank())]);
+            },
+            decl, good),
+        kind::invalid, {"rank 0 declared other stages than the other", "which agree"});
     // Rank 4 has one encoder fewer (its batch has no audio then).
     other = decl;
     other.encoders.pop_back();

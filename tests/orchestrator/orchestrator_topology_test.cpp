@@ -90,6 +90,16 @@ TEST_CASE(
     for (const auto& e : errors)
       CHECK(e.find("rank 3 passed another topology than rank 0") != std::string::npos);
   }
+  SUBCASE("rank 0 alone disagrees: rank 0 is named") {
+    const auto [ok, errors] = run_with([](auto& comm) {
+      auto t = orchmllm::topology::uniform(4, 2);
+      if (comm.rank() == 0) t.links.inter_bandwidth = 1e9;
+      return t;
+    });
+    for (const auto& e : errors)
+      CHECK(e.find("rank 0 passed another topology than the other 3 ranks, which agree") !=
+            std::string::npos);
+  }
 }
 
 TEST_CASE("a trainer's topology model passes wherever a topology does, with the same results") {

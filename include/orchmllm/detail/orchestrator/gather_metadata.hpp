@@ -56,10 +56,24 @@ step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
                     topo && me >= 0 && me < topo->num_ranks() ? topo->node_of(me) : -1,
                     comm.node()};
   const std::vector<record> all = orchmllm::all_gather(comm, mine);
+  // Rank 0 is the odd one out when every other rank agrees on another value: name it then.
+  const auto rank0_alone = [&](std::uint64_t record::*field) {
+    return d > 2 && std::all_of(all.begin() + 1, all.end(),
+                                [&](const record& x) { return x.*field == all[1].*field; });
+  };
   for (std::size_t r = 0; r < d; ++r) {
+    if (all[r].fingerprint != all[0].fingerprint && rank0_alone(&record::fingerprint))
+      detail::raise<invalid_argument_error>(
+          detail::concat("rank 0 declared other stages than the other ", d - 1,
+                         " ranks, which agree (declaration fingerprints ", all[0].fingerprint,
+                         " and ", all[1].fingerprint, ")"));
     ORCHMLLM_REQUIRE(all[r].fingerprint == all[0].fingerprint, invalid_argument_error, "rank ", r,
                      " declared other stages than rank 0 (declaration fingerprints ",
                      all[r].fingerprint, " and ", all[0].fingerprint, ")");
+    if (all[r].topology_fp != all[0].topology_fp && rank0_alone(&record::topology_fp))
+      detail::raise<invalid_argument_error>(detail::concat(
+          "rank 0 passed another topology than the other ", d - 1,
+          " ranks, which agree (or passed one where they did not, or none where they did)"));
     ORCHMLLM_REQUIRE(all[r].topology_fp == all[0].topology_fp, invalid_argument_error, "rank ", r,
                      " passed another topology than rank 0 (or passed one where rank 0 did not)");
     if (all[r].topology_ranks >= 0) {
