@@ -40,6 +40,7 @@ endif()
 find_dependency(MPI COMPONENTS CXX)
 ")
 orchmllm_add_backend(mpi DEFINE ORCHMLLM_HAS_MPI LINK MPI::MPI_CXX)
+message(STATUS "orchmllm: MPI ${MPI_CXX_VERSION} (${MPI_CXX_COMPILER})")
 
 # ---------------------------------------------------------------------------------------------
 # ctest helpers (used by tests/backend/mpi/ and any other test that needs several ranks).
