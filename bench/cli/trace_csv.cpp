@@ -20,10 +20,8 @@ std::vector<bench::trace_sample> parse_trace(std::string_view text, std::string_
   std::string_view line;
   std::int64_t number = 0;
   detail::read_header(lines, line, number, f, "the header 'sample,image_tokens,text_tokens'");
-  const auto header = detail::split_fields(line);
-  static constexpr std::string_view expected[] = {"sample", "image_tokens", "text_tokens"};
-  if (header.size() != 3 || header[0] != expected[0] || header[1] != expected[1] ||
-      header[2] != expected[2])
+  if (detail::split_fields(line) !=
+      std::vector<std::string_view>{"sample", "image_tokens", "text_tokens"})
     raise<parse_error>(f + ":" + std::to_string(number) + ": header " + quote_text(line) +
                        ", expected 'sample,image_tokens,text_tokens'");
   std::vector<bench::trace_sample> out;

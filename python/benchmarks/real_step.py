@@ -73,7 +73,6 @@ class Trace:
     """A length trace: per row, the patch counts of its images and its text tokens."""
 
     def __init__(self, path: str) -> None:
-        self.path = path
         self.images: List[np.ndarray] = []
         self.text: List[int] = []
         with open(path, encoding="utf-8") as f:
@@ -185,7 +184,6 @@ class Stages:
     """The model's two stages as the step runs them."""
 
     def __init__(self, model: torch.nn.Module) -> None:
-        self.model = model
         self.visual = model.model.visual
         self.llm = model.model.language_model
         self.head = model.lm_head
@@ -247,9 +245,9 @@ def assemble(image_rows: torch.Tensor, image_tokens: np.ndarray, emb: torch.Tens
 class Step:
     """Runs the scenarios' steps on one rank."""
 
-    def __init__(self, args: argparse.Namespace, rank: int, stages: Stages,
-                 device: torch.device, dtype: torch.dtype) -> None:
-        self.args, self.rank, self.s = args, rank, stages
+    def __init__(self, rank: int, stages: Stages, device: torch.device,
+                 dtype: torch.dtype) -> None:
+        self.rank, self.s = rank, stages
         self.device, self.dtype = device, dtype
         self.row = torch.tensor([], dtype=dtype).element_size()
         # The stages' cost models: calibrated by the warm-up steps (which do not plan).
@@ -531,7 +529,7 @@ def run(rank: int, args: argparse.Namespace, device: torch.device,
     model = make_model(dtype, device)
     stages = Stages(model)
     params = stages.params
-    step = Step(args, rank, stages, device, dtype)
+    step = Step(rank, stages, device, dtype)
     D, K = args.ranks, args.samples_per_rank
     comm = measure_comm(device)
 
