@@ -21,9 +21,10 @@ include("${CMAKE_CURRENT_LIST_DIR}/orchmllm_backend_target.cmake")
 include(CheckLanguage)
 
 # Probe only for what may be enabled: a backend whose option is set OFF costs no search (a
-# configure with every backend OFF never looks for the toolkit, the CUDA compiler or NCCL).
+# configure with every backend OFF never looks for the toolkit, the CUDA compiler or NCCL), and
+# a subproject probes only the backends its parent set ON.
 macro(_orchmllm_may_enable var result)
-  if(NOT DEFINED ${var} OR ${var})
+  if(${var} OR (NOT DEFINED ${var} AND PROJECT_IS_TOP_LEVEL))
     set(${result} TRUE)
   else()
     set(${result} FALSE)

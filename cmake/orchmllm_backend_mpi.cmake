@@ -14,11 +14,18 @@ include("${CMAKE_CURRENT_LIST_DIR}/orchmllm_backend_target.cmake")
 if(NOT DEFINED MPI_CXX_SKIP_MPICXX)
   set(MPI_CXX_SKIP_MPICXX ON)
 endif()
-# Only look for MPI when the option is unset (its default follows the result) or ON.
-if(NOT DEFINED ORCHMLLM_ENABLE_MPI OR ORCHMLLM_ENABLE_MPI)
+# Only look for MPI when the option is ON, or unset in the top-level project (its default then
+# follows the result); a parent project that add_subdirectory()s orchmllm asks for the backend
+# by setting ORCHMLLM_ENABLE_MPI ON.
+set(_orchmllm_mpi_default OFF)
+if(ORCHMLLM_ENABLE_MPI OR (NOT DEFINED ORCHMLLM_ENABLE_MPI AND PROJECT_IS_TOP_LEVEL))
   find_package(MPI QUIET COMPONENTS CXX)
+  if(PROJECT_IS_TOP_LEVEL AND MPI_CXX_FOUND)
+    set(_orchmllm_mpi_default ON)
+  endif()
 endif()
-option(ORCHMLLM_ENABLE_MPI "Build the MPI backend (target orchmllm::mpi) and its tests" ${MPI_CXX_FOUND})
+option(ORCHMLLM_ENABLE_MPI "Build the MPI backend (target orchmllm::mpi) and its tests"
+  ${_orchmllm_mpi_default})
 
 if(NOT ORCHMLLM_ENABLE_MPI)
   return()

@@ -24,8 +24,11 @@ function(orchmllm_link_planner target scope)
   endif()
 endfunction()
 
+# On by default as the top-level project; a parent that add_subdirectory()s orchmllm and wants
+# the compiled mode sets ORCHMLLM_BUILD_COMPILED ON first.
 option(ORCHMLLM_BUILD_COMPILED
-  "Build and install orchmllm::compiled (the optional compiled mode of the library)" ON)
+  "Build and install orchmllm::compiled (the optional compiled mode of the library)"
+  ${PROJECT_IS_TOP_LEVEL})
 if(NOT ORCHMLLM_BUILD_COMPILED)
   return()
 endif()
@@ -40,5 +43,7 @@ target_link_libraries(orchmllm_compiled PUBLIC orchmllm::orchmllm)
 target_compile_definitions(orchmllm_compiled
   PUBLIC ORCHMLLM_COMPILED=1
   PRIVATE ORCHMLLM_COMPILED_BUILD=1)
-install(TARGETS orchmllm_compiled EXPORT orchmllmTargets
-  ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}")
+if(ORCHMLLM_INSTALL)
+  install(TARGETS orchmllm_compiled EXPORT orchmllmTargets
+    ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}")
+endif()

@@ -1,15 +1,21 @@
 # Driver for the package.* ctest entries (run with `cmake -P`).
 #
-# Required: -DMODE=find_package|add_subdirectory -DWORK_DIR=<dir>
+# Required: -DMODE=find_package|add_subdirectory|fetchcontent -DWORK_DIR=<dir>
 #           -DORCHMLLM_SOURCE_DIR=<repo root> -DORCHMLLM_BINARY_DIR=<build dir>
 # Optional: -DCMAKE_GENERATOR=... -DCMAKE_MAKE_PROGRAM=... -DCMAKE_CXX_COMPILER=...
 #           -DCMAKE_CXX_FLAGS=... -DCONFIG=<build type>
+#           -DMPIEXEC=<mpiexec> [-DMPIEXEC_NUMPROC_FLAG=-np] [-DMPIEXEC_FLAGS=<flags, space-separated>]:
+#           the consumer also takes the MPI component and builds examples/training_step.cpp
+#           as an MPI trainer (mpi_consumer), run here on 4 ranks faked as 2 nodes of 2.
 #
 # find_package:     installs the orchmllm build tree into WORK_DIR/prefix, then
 #                   configures/builds/runs tests/package/find_package against it.
 # add_subdirectory: configures/builds/runs tests/package/add_subdirectory, which
-#                   add_subdirectory()s the repo root, and checks that orchmllm's
-#                   tests/benchmarks/examples are not configured there.
+#                   add_subdirectory()s the repo root (header-only).
+# fetchcontent:     the same through FetchContent, asking for the compiled library.
+# Both vendoring modes check (tests/package/subproject_checks.cmake) that orchmllm's tests,
+# benchmarks, examples, tool and install rules are off and that it probes and builds only the
+# backends asked for; here, that installing the consumer installs nothing of orchmllm.
 cmake_minimum_required(VERSION 3.25)
 
 foreach(_var IN ITEMS MODE WORK_DIR ORCHMLLM_SOURCE_DIR ORCHMLLM_BINARY_DIR)
@@ -61,26 +67,28 @@ if(MODE STREQUAL "find_package")
     --prefix "${_prefix}" --config "${CONFIG}")
   # Only the fresh install prefix must satisfy find_package(orchmllm).
   list(APPEND _configure_args "-DCMAKE_PREFIX_PATH=${_prefix}")
-elseif(MODE STREQUAL "add_subdirectory")
-  list(APPEND _configure_args "-DORCHMLLM_SOURCE_DIR=${ORCHMLLM_SOURCE_DIR}")
-else()
+elseif(NOT MODE MATCHES "^(add_subdirectory|fetchcontent)$")
   message(FATAL_ERROR "orchmllm_package_test: unknown MODE '${MODE}'")
+endif()
+list(APPEND _configure_args "-DORCHMLLM_SOURCE_DIR=${ORCHMLLM_SOURCE_DIR}")
+if(MPIEXEC)
+  list(APPEND _configure_args -DORCHMLLM_PACKAGE_MPI=ON)
 endif()
 
 run_step("configure" "${CMAKE_COMMAND}" ${_configure_args})
-# add_subdirectory: only what the consumer links (the vendored project's own targets, such as the
-# compiled library, are the main build's to check).
-set(_build_targets "")
-if(MODE STREQUAL "add_subdirectory")
-  set(_build_targets --target consumer)
-endif()
-run_step("build" "${CMAKE_COMMAND}" --build "${_build}" --config "${CONFIG}" ${_build_targets})
-
-# Locate and run the consumer executables (find_package builds a second one against
-# orchmllm::compiled).
+# The consumers' targets only (and what they link).
 set(_consumers consumer)
 if(MODE STREQUAL "find_package")
   list(APPEND _consumers consumer_compiled)
+endif()
+if(MPIEXEC)
+  list(APPEND _consumers mpi_consumer)
+endif()
+run_step("build" "${CMAKE_COMMAND}" --build "${_build}" --config "${CONFIG}" --target ${_consumers})
+
+# Locate and run the consumer executables; the MPI trainer on 4 ranks as 2 nodes of 2.
+if(NOT DEFINED MPIEXEC_NUMPROC_FLAG)
+  set(MPIEXEC_NUMPROC_FLAG -np)
 endif()
 foreach(_name IN LISTS _consumers)
   set(_exe "")
@@ -94,11 +102,21 @@ foreach(_name IN LISTS _consumers)
   if(NOT _exe)
     message(FATAL_ERROR "[${MODE}] ${_name} executable not found under ${_build}")
   endif()
-  execute_process(COMMAND "${_exe}" RESULT_VARIABLE _rc OUTPUT_VARIABLE _out
-    OUTPUT_STRIP_TRAILING_WHITESPACE)
+  set(_command "${_exe}")
+  if(_name STREQUAL "mpi_consumer")
+    separate_arguments(_flags UNIX_COMMAND "${MPIEXEC_FLAGS}")
+    set(_command "${MPIEXEC}" ${MPIEXEC_NUMPROC_FLAG} 4 ${_flags} "${_exe}"
+      --ranks-per-node 2)
+  endif()
+  execute_process(COMMAND ${_command} RESULT_VARIABLE _rc OUTPUT_VARIABLE _out
+    ERROR_VARIABLE _out OUTPUT_STRIP_TRAILING_WHITESPACE)
   message(STATUS "[${MODE}] ${_name} output: ${_out}")
   if(NOT _rc EQUAL 0)
     message(FATAL_ERROR "[${MODE}] ${_name} exited with ${_rc}")
+  endif()
+  if(_name STREQUAL "mpi_consumer" AND
+     NOT _out MATCHES "transfers along prebuilt routes on 2 nodes: every row reached")
+    message(FATAL_ERROR "[${MODE}] the MPI trainer did not report every row reached")
   endif()
 endforeach()
 
@@ -136,15 +154,16 @@ if(MODE STREQUAL "find_package")
     message(FATAL_ERROR "[${MODE}] orchmllm was not found in the install prefix ${_prefix}: orchmllm_DIR=${_found_dir}")
   endif()
 else()
-  foreach(_opt IN ITEMS TESTS BENCHMARKS EXAMPLES)
-    set(_line "${_cache}")
-    list(FILTER _line INCLUDE REGEX "^ORCHMLLM_BUILD_${_opt}:")
-    if(NOT _line MATCHES "=OFF$")
-      message(FATAL_ERROR "[${MODE}] ORCHMLLM_BUILD_${_opt} should default to OFF when not top-level: ${_line}")
-    endif()
-  endforeach()
+  # Installing the parent installs nothing of orchmllm (ORCHMLLM_INSTALL is off in a subproject).
+  set(_consumer_prefix "${WORK_DIR}/consumer-prefix")
+  run_step("install the consumer" "${CMAKE_COMMAND}" --install "${_build}"
+    --prefix "${_consumer_prefix}" --config "${CONFIG}")
+  file(GLOB_RECURSE _installed RELATIVE "${_consumer_prefix}" "${_consumer_prefix}/*")
+  if(NOT _installed MATCHES "consumer" OR _installed MATCHES "orchmllm")
+    message(FATAL_ERROR "[${MODE}] installing the consumer installed: ${_installed}")
+  endif()
   foreach(_dir IN ITEMS tests bench examples)
-    if(EXISTS "${_build}/orchmllm-build/${_dir}")
+    if(EXISTS "${_build}/orchmllm-build/${_dir}" OR EXISTS "${_build}/_deps/orchmllm-build/${_dir}")
       message(FATAL_ERROR "[${MODE}] orchmllm's ${_dir}/ was configured in a non-top-level build")
     endif()
   endforeach()

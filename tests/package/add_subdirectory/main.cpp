@@ -1,4 +1,4 @@
-// Consumer of orchmllm via add_subdirectory (package.add_subdirectory test).
+// Consumer of a vendored orchmllm (package.add_subdirectory and package.fetchcontent tests).
 #include <cstdio>
 #include <cstring>
 #include <orchmllm/orchmllm.hpp>
@@ -7,6 +7,6 @@ static_assert(ORCHMLLM_VERSION_MAJOR == 0, "unexpected major version");
 
 int main() {
   const char* v = orchmllm::version_string();
-  std::printf("orchmllm %s (add_subdirectory)\n", v);
+  std::printf("orchmllm %s (vendored)\n", v);
   return (v != nullptr && std::strlen(v) > 0) ? 0 : 1;
 }
