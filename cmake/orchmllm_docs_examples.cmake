@@ -6,8 +6,9 @@
 #    (test docs.<file>.<n>, n counting the file's ```cpp blocks from 1; exit code 0 passes);
 #  - the other ```cpp blocks of one file are fragments: concatenated in order into the body of
 #    one function (so a later fragment may use what an earlier one declared), their #include
-#    lines hoisted to the top after <orchmllm/orchmllm.hpp> and the common standard headers;
-#    the unit is compiled (target docs_<file>_fragments, linked as the programs), not run.
+#    lines hoisted to the top after a few common standard headers and nothing else of the
+#    library: the headers a page shows are the headers its fragments compile with; the unit is
+#    compiled (target docs_<file>_fragments, linked as the programs), not run.
 #    Fragments that include an MPI backend header (orchmllm/backend/mpi/) form their own unit,
 #    docs_<file>_mpi_fragments, also linked to orchmllm::mpi and built only when that backend
 #    is enabled.
@@ -20,8 +21,8 @@ function(_orchmllm_docs_fragment_unit stem suffix includes body link)
   set(_src "${PROJECT_BINARY_DIR}/docs_examples/${stem}_${suffix}.cpp")
   file(WRITE "${_src}.tmp"
     "// The C++ fragments of docs/${stem}.md, in order, as one function body.\n"
-    "#include <orchmllm/orchmllm.hpp>\n\n#include <cstdint>\n#include <cstdio>\n"
-    "#include <type_traits>\n#include <vector>\n${_incs}\n\n"
+    "#include <cstdint>\n#include <cstdio>\n#include <type_traits>\n#include <vector>\n\n"
+    "${_incs}\n\n"
     "namespace {\n[[maybe_unused]] void docs_fragments() {\n${body}}\n}  // namespace\n\n"
     "int main() { return 0; }\n")
   file(COPY_FILE "${_src}.tmp" "${_src}" ONLY_IF_DIFFERENT)
