@@ -223,3 +223,28 @@ TEST_CASE("padded: the reported lower bound is the optimum without a cap (ratio 
     }
   }
 }
+
+TEST_CASE("automatic: whole tiles, the bound knows them and lpt's optimum ends the search") {
+  // Images of 1–6 tiles of 1,025 tokens, 8 per rank on 256 ranks, linear cost: every load is
+  // whole tiles, so ⌈tiles / d⌉ tiles is a bound the plans can meet; automatic proves lpt's
+  // plan optimal by it and searches no further.
+  std::mt19937_64 rng(1025);
+  const rank_t d = 256;
+  std::vector<std::vector<std::int64_t>> per_rank(static_cast<std::size_t>(d));
+  std::int64_t tiles = 0;
+  for (auto& r : per_rank)
+    for (int i = 0; i < 8; ++i) {
+      const auto t = uniform(rng, 1, 6);
+      tiles += t;
+      r.push_back(t * 1025);
+    }
+  REQUIRE(tiles % d != 0);  // else ⌈total / d⌉ alone would be a multiple of the tile
+  const auto layout = batch_layout::from_ranks(per_rank);
+  const std::int64_t bound = (tiles + d - 1) / d * 1025;
+  CHECK(makespan_lower_bound(layout, d, linear_cost{}, packed) == bound);
+  const auto r = balance(layout, linear_cost{}, packed, balancers::automatic{});
+  CHECK(r.lower_bound == bound);
+  CHECK(r.makespan == bound);
+  CHECK(r.proven_optimal);
+  CHECK(r.used == "lpt");
+}

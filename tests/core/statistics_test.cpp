@@ -377,6 +377,62 @@ TEST_CASE("statistics: makespan_lower_bound never exceeds the brute-force optimu
   CHECK(tight_lin * 2 >= tight_total);
 }
 
+TEST_CASE("statistics: makespan_lower_bound knows the granularity of integral costs") {
+  // Three images of 3, 2 and 2 tiles of 1,025 tokens on 2 ranks, linear cost: total / d is
+  // 3.5 tiles, but a rank's load is whole tiles, so the busiest rank holds at least 4.
+  const auto tiles = batch_layout::from_ranks({{3 * 1025, 2 * 1025}, {2 * 1025}});
+  CHECK(makespan_lower_bound(tiles, 2, linear_cost{}, orchmllm::packed) == 4 * 1025);
+  // Padded (units 3,075 and 2,050, gcd 1,025): the optimum {3} {2, 2}, 2 · 2,050.
+  CHECK(makespan_lower_bound(tiles, 2, linear_cost{}, orchmllm::padded) == 4100);
+  // Costs without a common factor above 1 keep the plain bound.
+  const auto mixed = batch_layout::from_ranks({{3, 2}, {2}});
+  CHECK(makespan_lower_bound(mixed, 2, linear_cost{}, orchmllm::packed) == 4);
+  CHECK(makespan_lower_bound(batch_layout::from_ranks({{7, 7, 7}}), 2, linear_cost{},
+                             orchmllm::packed) == 14);
+
+  // Random inputs whose lengths share a factor g: the bound stays below the brute-force
+  // optimum, is a multiple of g (packed, linear), and meets the optimum exactly as often as on
+  // the same inputs divided by g (the bound scales with the lengths once it knows g).
+  std::mt19937_64 rng(1025);
+  const linear_cost lin;
+  auto squares = [](std::int64_t l) { return l * l + 2 * l; };
+  const std::vector<padding_policy> policies{orchmllm::packed, orchmllm::padded,
+                                             orchmllm::padded_to_multiple(2)};
+  int tight = 0, tight_unscaled = 0, packed_cases = 0;
+  for (int iter = 0; iter < 600; ++iter) {
+    const std::int64_t g = std::vector<std::int64_t>{2, 3, 5, 1025}[iter % 4];
+    const auto d = static_cast<rank_t>(uniform(rng, 2, 4));
+    const auto n = uniform(rng, 1, 9);
+    const auto base = random_layout(rng, static_cast<rank_t>(uniform(rng, 1, 4)), n, 12, false);
+    vec scaled(base.lengths().begin(), base.lengths().end());
+    for (auto& l : scaled) l *= g;
+    const auto layout = batch_layout(vec(base.offsets().begin(), base.offsets().end()), scaled);
+    const auto policy = policies[static_cast<std::size_t>(iter) % policies.size()];
+    const auto m = uniform(rng, 0, 1);
+    INFO("iteration ", iter, " g ", g, " d ", d, " padded ", policy.is_padded());
+    std::int64_t opt = 0;
+    if (!brute_force(scaled, d, lin, policy, m, opt)) continue;
+    const auto lb = makespan_lower_bound(layout, d, lin, policy, with_min(m));
+    CHECK(lb <= opt);
+    std::int64_t opt_sq = 0;
+    if (brute_force(scaled, d, squares, policy, m, opt_sq))
+      CHECK(makespan_lower_bound(layout, d, squares, policy, with_min(m)) <= opt_sq);
+    if (!policy.is_padded() && m == 0) {
+      ++packed_cases;
+      CHECK(lb % g == 0);
+      tight += lb == opt;
+      const vec plain(base.lengths().begin(), base.lengths().end());
+      std::int64_t opt_plain = 0;
+      REQUIRE(brute_force(plain, d, lin, policy, 0, opt_plain));
+      tight_unscaled += makespan_lower_bound(base, d, lin, policy) == opt_plain;
+    }
+  }
+  MESSAGE("packed linear, lengths × g: bound == optimum on ", tight, " of ", packed_cases,
+          " (the same inputs ÷ g: ", tight_unscaled, ")");
+  CHECK(packed_cases >= 90);
+  CHECK(tight == tight_unscaled);
+}
+
 TEST_CASE("statistics: the brute force itself on hand cases") {
   const linear_cost lin;
   std::int64_t opt = 0;
@@ -469,8 +525,9 @@ TEST_CASE("statistics: makespan_lower_bound on known tight cases") {
     CHECK(structural(b, 2, as_double, orchmllm::padded) == 12.5);
     CHECK(makespan_lower_bound(b, 2, as_double, orchmllm::padded) == 18.0);
     // padded to a multiple of 8: every item costs 16 or 8 → count terms 16, 16, 2·8, 2·8;
-    // sum (16 + 8 + 8 + 8) / 2 = 20; the optimum {16} {8, 8, 8} = 24.
-    CHECK(structural(b, 2, lin, orchmllm::padded_to_multiple(8)) == 20);
+    // sum (16 + 8 + 8 + 8) / 2 = 20, a load is a multiple of the units' gcd 8, so 24: the
+    // optimum {16} {8, 8, 8}.
+    CHECK(structural(b, 2, lin, orchmllm::padded_to_multiple(8)) == 24);
     CHECK(makespan_lower_bound(b, 2, lin, orchmllm::padded_to_multiple(8)) == 24);
     // A cap is not in the bound (it can only raise the optimum).
     orchmllm::constraints capped;

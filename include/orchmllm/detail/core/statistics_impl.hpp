@@ -36,6 +36,18 @@ Cost ceil_div(Cost total, rank_t d) {
   return static_cast<Cost>(total / dd + (total % dd != 0 ? 1 : 0));
 }
 
+/// Integral costs: every rank's load is a multiple of g (the greatest common divisor of the
+/// terms it is a sum or a multiple of), so a makespan of at least `bound` is at least `bound`
+/// rounded up to a multiple of g. g = 0 (every term 0) leaves `bound`. Never passes the largest
+/// load that a plan can have when `bound` does not: that load is itself a multiple of g.
+template <class Cost>
+Cost round_up_to_multiple(Cost bound, Cost g) {
+  if constexpr (std::is_integral_v<Cost>) {
+    if (g > 1 && bound % g != 0) return static_cast<Cost>(bound - bound % g + g);
+  }
+  return bound;
+}
+
 /// makespan_lower_bound on an already computed canonical order (detail/core/order.hpp) and
 /// per-item costs: O(n), so a balancer that has sorted once does not sort again.
 template <class C, class Cost = cost_type_t<C>>
@@ -53,6 +65,7 @@ Cost lower_bound_in_order(const batch_layout& layout, std::span<const std::int64
     // at least the unit of item i; an item alone costs its rows × its unit.
     Cost best{};
     Cost total{};
+    Cost unit_gcd{};  // a rank's load is rows × the unit of one of its items
     std::int64_t rows = 0;
     padded_unit_cost<Cost, C> unit_of(cost, policy);
     for (std::int64_t i = 0; i < n; ++i) {
@@ -64,17 +77,19 @@ Cost lower_bound_in_order(const batch_layout& layout, std::span<const std::int64
       best = std::max<Cost>(best, rule::padded_load(count, c));
       best = std::max<Cost>(best, rule::padded_load(item.rows, c));
       total += rule::padded_load(item.rows, c);
+      if constexpr (std::is_integral_v<Cost>) unit_gcd = std::gcd(unit_gcd, c);
     }
     if constexpr (std::is_integral_v<Cost>) {
       best = std::max<Cost>(best, ceil_div(total, d));
     } else {
       best = std::max<Cost>(best, total / static_cast<Cost>(d));
     }
-    return best;
+    return round_up_to_multiple(best, unit_gcd);
   }
   if (policy.is_padded()) {
     Cost best{};
     Cost total{};
+    Cost unit_gcd{};  // a rank's load is its count × the unit of one of its items
     padded_unit_cost<Cost, C> unit_of(cost, policy);
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t count = std::max<std::int64_t>(m, i / d + 1);
@@ -82,13 +97,14 @@ Cost lower_bound_in_order(const batch_layout& layout, std::span<const std::int64
       using rule = rank_load<Cost, rank_load_mode::add_only>;
       best = std::max<Cost>(best, rule::padded_load(count, c));
       total += c;
+      if constexpr (std::is_integral_v<Cost>) unit_gcd = std::gcd(unit_gcd, c);
     }
     if constexpr (std::is_integral_v<Cost>) {
       best = std::max<Cost>(best, ceil_div(total, d));
     } else {
       best = std::max<Cost>(best, total / static_cast<Cost>(d));
     }
-    return best;
+    return round_up_to_multiple(best, unit_gcd);
   }
   auto p = [&](std::int64_t i) { return costs[static_cast<std::size_t>(at(i))]; };
   // Suffix sums give "sum of the k smallest" in O(1).
@@ -116,7 +132,12 @@ Cost lower_bound_in_order(const batch_layout& layout, std::span<const std::int64
     best = std::max(best, s);
     if (r > 0 && (r + 1) * (r + 1) > 4 * n) break;  // keeps the scan O(n)
   }
-  return best;
+  // A rank's load is a sum of item costs: a multiple of their greatest common divisor (lengths
+  // in whole tiles under a linear model, say), which proves such plans optimal.
+  Cost cost_gcd{};
+  if constexpr (std::is_integral_v<Cost>)
+    for (std::int64_t i = 0; i < n && cost_gcd != 1; ++i) cost_gcd = std::gcd(cost_gcd, p(i));
+  return round_up_to_multiple(best, cost_gcd);
 }
 
 /// A padded instance with segments: the optimum of its row relaxation (`padded_impl::
