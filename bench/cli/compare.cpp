@@ -215,6 +215,9 @@ int run_compare(const parsed_args& args, std::ostream& out, std::ostream& err) {
                                std::to_string(s.items_moved),
                                detail::format_fixed(seconds, 6)};
                 if (automatic) row.note = "used " + std::string(result.used);
+                if (v.balancer.get_if<balancers::karmarkar_karp>() &&
+                    result.used == balancers::karmarkar_karp_equal::name)
+                  row.note = "ran karmarkar_karp_equal (n*d above 2^21)";
                 if (cells ? cells->objective_proven_optimal : result.proven_optimal)
                   row.note += (row.note.empty() ? "" : ", ") + std::string("proven optimal");
                 using ::orchmllm::detail::statistic;

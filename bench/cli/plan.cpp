@@ -290,6 +290,12 @@ int run_plan(const parsed_args& args, std::ostream& out, std::ostream& err) {
         p.cost);
 
     write_file_atomically(out_path, plan_text);
+    if (balancer.get_if<balancers::karmarkar_karp>() &&
+        !kk_complete_fits(p.layout.num_items(), p.ranks))
+      err << program_name << " plan: warning: karmarkar_karp ran the equal-count "
+          << "karmarkar_karp_equal: n*d = " << p.layout.num_items() << "*" << p.ranks
+          << " exceeds the complete method's " << kk_complete_max_entries
+          << " (2^21) entries (\"algorithm\" in the JSON says so)\n";
     out << line << "\n";
     return exit_ok;
   });
