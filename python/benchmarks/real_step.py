@@ -21,8 +21,9 @@ Each step: plan (metadata all-gather + planning), move the vision inputs, vision
 its outputs (and the text) to the LLM ranks, LLM forward and backward sample by sample (the
 per-token-mean loss of next-token prediction over the text), the gradients of the vision
 outputs back, vision backward, one all-reduce of every gradient, SGD. The warm-up steps run
-unbalanced and calibrate each stage's cost model (``orchmllm.CostCalibration``) from the ranks'
-measured stage times, which then plans every balanced step. Every measured step also computes
+unbalanced and, all but the first (which pays one-off costs), calibrate each stage's cost model
+(``orchmllm.CostCalibration``) from the ranks' measured stage times, which then plans every
+balanced step. Every measured step also computes
 the unbalanced step's loss and gradients on the same parameters (untimed) and reports the
 largest relative difference (``max_rel_grad_diff``). ``predicted_step_seconds`` is
 ``orchmllm-bench simulate``'s step for the same batches, fed the calibrated costs and the
@@ -30,7 +31,12 @@ measured exchange latency and bandwidth of this setup, plus the gradient all-red
 
     python real_step.py --trace FILE --ranks D --samples-per-rank K --steps N --seed S
         --scenario none|llm|per-stage|orchestrated --json OUT.json [--device cpu|cuda]
-        [--warmup W] [--dtype float32|float64] [--simulator PATH]
+        [--warmup W] [--dtype float32|float64] [--paired SCENARIO] [--simulator PATH]
+
+``--paired SCENARIO`` also times SCENARIO on every measured step's batch and parameters, in the
+same processes, alternately before and after the step itself, and reports the paired difference
+(``paired``): two scenarios whose difference is below what separates two runs of one scenario
+on a shared machine are compared without that drift.
 
 Needs torch, transformers (pinned in .ci/install-deps) and the orchmllm package (docs/python.md).
 The report's fields are in docs/python.md ("A real model's step").
@@ -538,10 +544,11 @@ def run(rank: int, args: argparse.Namespace, device: torch.device,
     llm_cal = orchmllm.CostCalibration(degree=2, fit_overhead=False)
     steps: List[Dict[str, Any]] = []
     worst_grad = worst_loss = 0.0
-    for t in range(args.warmup + args.steps):
-        warm = t < args.warmup
-        b = Batch(trace, args.seed + t, D, K, rank)
-        pixels, text_rows = step.inputs(b)  # the data loader's work, before the step
+    def timed_step(scenario: str, b: Batch, pixels: torch.Tensor, text_rows: torch.Tensor
+                   ) -> Tuple[torch.Tensor, torch.Tensor, Dict[str, Any], Timer, np.ndarray]:
+        """One timed step from a barrier to the end of the gradient all-reduce: the summed
+        gradients (flat), the global loss, the plan's figures, the timer and every rank's
+        [step, phases...] seconds."""
         timer = Timer(device)
         for p in params:
             p.grad = None
@@ -549,7 +556,7 @@ def run(rank: int, args: argparse.Namespace, device: torch.device,
         gc.disable()
         dist.barrier()
         t0 = timer.now()
-        loss, info = step.run("none" if warm else args.scenario, b, pixels, text_rows, timer)
+        loss, info = step.run(scenario, b, pixels, text_rows, timer)
         t1 = timer.now()
         flat = reduce_grads(params)
         total = torch.tensor([float(loss)], dtype=torch.float64, device=device)
@@ -557,14 +564,33 @@ def run(rank: int, args: argparse.Namespace, device: torch.device,
         t2 = timer.add("grad_sync", t1)
         gc.enable()
         per_rank = gather_floats([t2 - t0] + [timer.seconds.get(k, 0.0) for k in PHASES], device)
+        return flat, total, info, timer, per_rank
+
+    for t in range(args.warmup + args.steps):
+        warm = t < args.warmup
+        b = Batch(trace, args.seed + t, D, K, rank)
+        pixels, text_rows = step.inputs(b)  # the data loader's work, before the step
+        paired_seconds = None
+        if args.paired and not warm and t % 2 == 1:  # ABBA: the paired scenario first
+            paired_seconds = float(timed_step(args.paired, b, pixels, text_rows)[4][:, 0].max())
+        flat, total, info, timer, per_rank = timed_step("none" if warm else args.scenario, b,
+                                                        pixels, text_rows)
+        if args.paired and not warm and t % 2 == 0:
+            flat = flat.clone()
+            paired_seconds = float(timed_step(args.paired, b, pixels, text_rows)[4][:, 0].max())
+            set_grads(params, flat)
         record: Dict[str, Any] = {"step": t, "batch": args.seed + t, "warmup": warm,
                                   "step_seconds": float(per_rank[:, 0].max()),
                                   "loss": float(total)}
         for i, k in enumerate(PHASES):
             record[k + "_seconds_per_rank"] = per_rank[:, 1 + i].tolist()
+        if paired_seconds is not None:
+            record["paired_step_seconds"] = paired_seconds
 
-        if warm:
-            # Calibration: every rank's vision time and its images; every LLM sample's time.
+        if warm and t > 0:
+            # Calibration: every rank's vision time and its images; every LLM sample's time. The
+            # first step is left out: it pays one-off costs (lazy initialisation, the allocator
+            # growing), several times a later step's vision time.
             ioff, ipatch = otorch.gather_lengths(b.patches)
             vision_cal.add_step(ioff, ipatch, per_rank[:, 1] + per_rank[:, 2])
             items = timer.items.get("llm", [])
@@ -620,6 +646,18 @@ def run(rank: int, args: argparse.Namespace, device: torch.device,
         return float(np.median([max(s[key + "_seconds_per_rank"]) for s in measured]))
 
     vfit, lfit = vision_cal.fit(), llm_cal.fit()
+    paired: Optional[Dict[str, Any]] = None
+    if args.paired:
+        other = np.array([s["paired_step_seconds"] for s in measured])
+        diff = times - other
+        half = (1.96 * float(np.std(diff, ddof=1)) / np.sqrt(len(diff))) if len(diff) > 1 else 0.0
+        paired = {"scenario": args.paired, "step_seconds": other.tolist(),
+                  "step_seconds_mean": float(np.mean(other)),
+                  "difference_seconds_mean": float(np.mean(diff)),
+                  "difference_seconds_ci95": [float(np.mean(diff)) - half,
+                                              float(np.mean(diff)) + half],
+                  "ratio_mean": float(np.mean(times) / np.mean(other)),
+                  "faster_steps": int((diff < 0).sum())}
     return {
         "benchmark": "real_step", "simulated": False, "scenario": args.scenario,
         "device": args.device, "backend": backend, "ranks": D, "samples_per_rank": K,
@@ -645,6 +683,7 @@ def run(rank: int, args: argparse.Namespace, device: torch.device,
         "comm_model": comm,
         "row_bytes": {"vision": PATCH_ROW * step.row, "output": HIDDEN * step.row, "text": 16},
         "param_bytes": int(sum(p.numel() for p in params) * step.row),
+        "paired": paired,
         "per_step": steps,
     }
 
@@ -724,17 +763,21 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--samples-per-rank", type=int, default=8)
     p.add_argument("--steps", type=int, default=8, help="measured steps, after the warm-up")
     p.add_argument("--warmup", type=int, default=6,
-                   help="unbalanced steps that calibrate the costs (>= 2)")
+                   help="unbalanced steps; all but the first calibrate the costs (>= 3)")
     p.add_argument("--seed", type=int, default=0, help="the trace batch of the first step")
     p.add_argument("--scenario", choices=SCENARIOS, required=True)
     p.add_argument("--json", required=True, help="where to write the report (one JSON object)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    p.add_argument("--paired", choices=SCENARIOS,
+                   help="also time this scenario on every measured step's batch and parameters "
+                        "(alternately before and after the scenario's own step; its gradients "
+                        "are discarded) and report the paired difference")
     p.add_argument("--simulator", help="orchmllm-bench for the prediction (default: "
                    "$ORCHMLLM_BENCH, else build/default/bench/orchmllm-bench)")
     args = p.parse_args(argv)
-    if args.ranks < 1 or args.samples_per_rank < 1 or args.steps < 1 or args.warmup < 2:
-        p.error("--ranks, --samples-per-rank and --steps must be >= 1, --warmup >= 2")
+    if args.ranks < 1 or args.samples_per_rank < 1 or args.steps < 1 or args.warmup < 3:
+        p.error("--ranks, --samples-per-rank and --steps must be >= 1, --warmup >= 3")
     if args.device == "cuda" and torch.cuda.device_count() < args.ranks:
         p.error(f"--device cuda needs {args.ranks} GPUs, found {torch.cuda.device_count()}")
     if args.device == "cpu" and len(os.sched_getaffinity(0)) < args.ranks:
@@ -757,6 +800,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     predict(r, simulator)
     with open(args.json, "w", encoding="utf-8") as f:
         json.dump(r, f, indent=1)
+    if r["paired"]:
+        q = r["paired"]
+        lo, hi = q["difference_seconds_ci95"]
+        print(f"paired with {q['scenario']}: {1e3 * q['difference_seconds_mean']:+.1f} ms a step "
+              f"(95 % CI {1e3 * lo:+.1f} … {1e3 * hi:+.1f}), faster on {q['faster_steps']} of "
+              f"{len(q['step_seconds'])} steps")
     print(f"{r['scenario']}: step {r['step_seconds_median']:.4f} s median "
           f"(p10 {r['step_seconds_p10']:.4f}, p90 {r['step_seconds_p90']:.4f}); simulator "
           f"{r['predicted_step_seconds']:.4f} s ({100 * r['prediction_error']:+.1f} %); "

@@ -1,10 +1,11 @@
 """The short version of python/benchmarks/real_step.py (ctest python.real_step_short): every
-scenario on 2 gloo ranks, 4 samples per rank, 2 warm-up and 2 measured steps of the shipped
+scenario on 2 gloo ranks, 4 samples per rank, 3 warm-up and 2 measured steps of the shipped
 trace, a real Qwen2-VL model (transformers, random-initialised). Fails unless every report has
 its fields, the loss and gradients equal the unbalanced run's (float32: <= 1e-5 relative), the
 balanced stages' planned imbalance does not grow, and the simulator's prediction names the
-scenario's all-to-alls (none 0, llm 3, per-stage 6, orchestrated 4). Times are reported, never
-asserted (docs/results.md has the measured figures).
+scenario's all-to-alls (none 0, llm 3, per-stage 6, orchestrated 4); the orchestrated run is
+also paired with per-stage (``--paired``), whose report must hold a time per measured step.
+Times are reported, never asserted (docs/results.md has the measured figures).
 
     python real_step_short.py OUT_DIR
 """
@@ -33,8 +34,10 @@ def main() -> None:
         path = out / f"{scenario}.json"
         cmd = [sys.executable, str(BENCH / "real_step.py"), "--trace",
                str(BENCH / "traces" / "vl-sft-cpu.csv"), "--ranks", "2", "--samples-per-rank",
-               "4", "--steps", "2", "--warmup", "2", "--seed", "3", "--scenario", scenario,
+               "4", "--steps", "2", "--warmup", "3", "--seed", "3", "--scenario", scenario,
                "--json", str(path)]
+        if scenario == "orchestrated":
+            cmd += ["--paired", "per-stage"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         print(done.stdout.strip())
         if done.returncode != 0:
@@ -66,6 +69,15 @@ def main() -> None:
                             f" all-to-alls, expected {count}")
         if not r["predicted_step_seconds"] > 0:
             failures.append(f"{scenario}: prediction {r['predicted_step_seconds']}")
+        paired = r["paired"]
+        if scenario == "orchestrated" and not (
+                paired and paired["scenario"] == "per-stage" and len(paired["step_seconds"]) == 2
+                and min(paired["step_seconds"]) > 0
+                and paired["difference_seconds_ci95"][0] <= paired["difference_seconds_mean"]
+                <= paired["difference_seconds_ci95"][1]):
+            failures.append(f"{scenario}: paired report {paired}")
+        if scenario != "orchestrated" and paired is not None:
+            failures.append(f"{scenario}: a paired report without --paired")
     # A malformed trace is refused before any rank starts: exit 2, the line named.
     bad = out / "bad.csv"
     bad.write_text("sample,image_tokens,text_tokens\n0,6,1\n")
