@@ -531,3 +531,30 @@ TEST_CASE("plan: an input without items gives an empty plan") {
   CHECK(j.at("items").integer() == 0);
   CHECK(j.at("makespan").integer() == 0);
 }
+
+TEST_CASE("plan: karmarkar_karp above n*d = 2^21 runs the equal-count method and says so") {
+  // 4,096 items on 1,024 ranks: n * d = 2^22, past the complete method's memory guard.
+  scratch_dir dir;
+  const std::string items = dir.file("items.csv");
+  const std::string out = dir.file("plan.csv");
+  std::string text = "rank,slot,length\n";
+  for (int r = 0; r < 1024; ++r)
+    for (int k = 0; k < 4; ++k)
+      text += std::to_string(r) + "," + std::to_string(k) + "," +
+              std::to_string(1 + (r * 7 + k) % 50) + "\n";
+  write_text(items, text);
+  const auto r = run_tool(
+      {"plan", "--items", items, "--ranks", "1024", "--algorithm", "karmarkar_karp", "--out", out});
+  REQUIRE_MESSAGE(r.rc == 0, r.err);
+  CHECK(r.out.find("\"algorithm\":\"karmarkar_karp_equal\"") != std::string::npos);
+  CHECK(count_lines(r.err) == 1);
+  CHECK(r.err.rfind("orchmllm-bench plan: warning: karmarkar_karp ran the equal-count", 0) == 0);
+  CHECK(r.err.find("4096*1024") != std::string::npos);
+  // Within the guard (the first 64 ranks: n * d = 2^14): the complete method, no warning.
+  write_text(items, text.substr(0, text.find("\n64,") + 1));
+  const auto small = run_tool(
+      {"plan", "--items", items, "--ranks", "64", "--algorithm", "karmarkar_karp", "--out", out});
+  REQUIRE_MESSAGE(small.rc == 0, small.err);
+  CHECK(small.out.find("\"algorithm\":\"karmarkar_karp\"") != std::string::npos);
+  CHECK(small.err.empty());
+}
