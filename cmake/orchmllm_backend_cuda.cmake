@@ -20,19 +20,11 @@ include_guard(GLOBAL)
 include("${CMAKE_CURRENT_LIST_DIR}/orchmllm_backend_target.cmake")
 include(CheckLanguage)
 
-# Probe only for what may be enabled: a backend whose option is set OFF costs no search (a
-# configure with every backend OFF never looks for the toolkit, the CUDA compiler or NCCL), and
-# a subproject probes only the backends its parent set ON.
-macro(_orchmllm_may_enable var result)
-  if(${var} OR (NOT DEFINED ${var} AND PROJECT_IS_TOP_LEVEL))
-    set(${result} TRUE)
-  else()
-    set(${result} FALSE)
-  endif()
-endmacro()
-_orchmllm_may_enable(ORCHMLLM_ENABLE_THRUST _orchmllm_probe_thrust)
-_orchmllm_may_enable(ORCHMLLM_ENABLE_CUDA _orchmllm_probe_cuda)
-_orchmllm_may_enable(ORCHMLLM_ENABLE_NCCL _orchmllm_probe_nccl)
+# Probe only for what may be enabled (orchmllm_may_probe, cmake/orchmllm_backend_target.cmake):
+# a configure with every backend OFF never looks for the toolkit, the CUDA compiler or NCCL.
+orchmllm_may_probe(ORCHMLLM_ENABLE_THRUST _orchmllm_probe_thrust)
+orchmllm_may_probe(ORCHMLLM_ENABLE_CUDA _orchmllm_probe_cuda)
+orchmllm_may_probe(ORCHMLLM_ENABLE_NCCL _orchmllm_probe_nccl)
 if(_orchmllm_probe_thrust OR _orchmllm_probe_cuda OR _orchmllm_probe_nccl)
   find_package(CUDAToolkit QUIET)
 endif()

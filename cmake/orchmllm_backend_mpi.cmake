@@ -14,15 +14,13 @@ include("${CMAKE_CURRENT_LIST_DIR}/orchmllm_backend_target.cmake")
 if(NOT DEFINED MPI_CXX_SKIP_MPICXX)
   set(MPI_CXX_SKIP_MPICXX ON)
 endif()
-# Only look for MPI when the option is ON, or unset in the top-level project (its default then
-# follows the result); a parent project that add_subdirectory()s orchmllm asks for the backend
-# by setting ORCHMLLM_ENABLE_MPI ON.
+# Only look for MPI when the backend may be enabled (orchmllm_may_probe): a parent project that
+# add_subdirectory()s orchmllm asks for it by setting ORCHMLLM_ENABLE_MPI ON.
 set(_orchmllm_mpi_default OFF)
-if(ORCHMLLM_ENABLE_MPI OR (NOT DEFINED ORCHMLLM_ENABLE_MPI AND PROJECT_IS_TOP_LEVEL))
+orchmllm_may_probe(ORCHMLLM_ENABLE_MPI _orchmllm_probe_mpi)
+if(_orchmllm_probe_mpi)
   find_package(MPI QUIET COMPONENTS CXX)
-  if(PROJECT_IS_TOP_LEVEL AND MPI_CXX_FOUND)
-    set(_orchmllm_mpi_default ON)
-  endif()
+  set(_orchmllm_mpi_default ${MPI_CXX_FOUND})
 endif()
 option(ORCHMLLM_ENABLE_MPI "Build the MPI backend (target orchmllm::mpi) and its tests"
   ${_orchmllm_mpi_default})

@@ -13,7 +13,7 @@
 # add_subdirectory: configures/builds/runs tests/package/add_subdirectory, which
 #                   add_subdirectory()s the repo root (header-only).
 # fetchcontent:     the same through FetchContent, asking for the compiled library.
-# Both vendoring modes check (tests/package/subproject_checks.cmake) that orchmllm's tests,
+# Both vendoring modes check (tests/package/consumer.cmake) that orchmllm's tests,
 # benchmarks, examples, tool and install rules are off and that it probes and builds only the
 # backends asked for; here, that installing the consumer installs nothing of orchmllm.
 cmake_minimum_required(VERSION 3.25)

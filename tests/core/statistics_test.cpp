@@ -398,9 +398,10 @@ TEST_CASE("statistics: makespan_lower_bound knows the granularity of integral co
   auto squares = [](std::int64_t l) { return l * l + 2 * l; };
   const std::vector<padding_policy> policies{orchmllm::packed, orchmllm::padded,
                                              orchmllm::padded_to_multiple(2)};
+  constexpr std::int64_t factors[] = {2, 3, 5, 1025};
   int tight = 0, tight_unscaled = 0, packed_cases = 0;
   for (int iter = 0; iter < 600; ++iter) {
-    const std::int64_t g = std::vector<std::int64_t>{2, 3, 5, 1025}[iter % 4];
+    const std::int64_t g = factors[iter % 4];
     const auto d = static_cast<rank_t>(uniform(rng, 2, 4));
     const auto n = uniform(rng, 1, 9);
     const auto base = random_layout(rng, static_cast<rank_t>(uniform(rng, 1, 4)), n, 12, false);

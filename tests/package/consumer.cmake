@@ -1,3 +1,17 @@
+# Shared by the consumer projects of the package.* tests (tests/package/*/CMakeLists.txt).
+#
+# orchmllm_add_mpi_consumer(<targets to link>...): with -DORCHMLLM_PACKAGE_MPI=ON, builds
+# examples/training_step.cpp (one façade include and the MPI backend header) as the MPI trainer
+# mpi_consumer, linked to the given targets; nothing otherwise.
+function(orchmllm_add_mpi_consumer)
+  if(ORCHMLLM_PACKAGE_MPI)
+    add_executable(mpi_consumer "${ORCHMLLM_SOURCE_DIR}/examples/training_step.cpp")
+    target_compile_definitions(mpi_consumer PRIVATE ORCHMLLM_EXAMPLE_MPI=1)
+    target_link_libraries(mpi_consumer PRIVATE ${ARGN})
+  endif()
+endfunction()
+
+# orchmllm_check_subproject(COMPILED ON|OFF):
 # What a parent project that vendors orchmllm (add_subdirectory or FetchContent) may rely on,
 # checked right after orchmllm is added: its tests, benchmarks, examples and tool are off, it
 # adds no install rules, it probes and builds a backend only when the parent asked for it, and
