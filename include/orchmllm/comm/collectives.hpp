@@ -51,12 +51,17 @@ struct gathered_values {
 };
 
 /// Collective: every rank's `mine`, in rank order (size() values). One all_gather of
-/// sizeof(T) bytes per rank.
+/// sizeof(T) bytes per rank: the same count on every rank by construction, so a communicator
+/// with `agreed_gather_communicator` runs it without its argument agreement (one collective).
 template <wire_value T, communicator Comm>
 [[nodiscard]] std::vector<T> all_gather(Comm& comm, const T& mine) {
   std::vector<T> all(static_cast<std::size_t>(comm.size()));
-  comm.all_gather(reinterpret_cast<const std::byte*>(&mine), static_cast<std::int64_t>(sizeof(T)),
-                  reinterpret_cast<std::byte*>(all.data()));
+  const auto* send = reinterpret_cast<const std::byte*>(&mine);
+  auto* recv = reinterpret_cast<std::byte*>(all.data());
+  if constexpr (agreed_gather_communicator<Comm>)
+    comm.all_gather(send, static_cast<std::int64_t>(sizeof(T)), recv, agreed_gather{});
+  else
+    comm.all_gather(send, static_cast<std::int64_t>(sizeof(T)), recv);
   return all;
 }
 

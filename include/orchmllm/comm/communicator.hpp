@@ -72,13 +72,33 @@ struct agreed_exchange {
 /// says, so the communicator may skip whatever it would ask its peers before the transfer (an
 /// argument agreement, the choice of a path) and decide from `agreed` alone, identically on
 /// every rank. A rank whose own arguments are bad then raises alone (its peers wait in the
-/// transfer until the backend's deadline). `execute` and `dispatch` along a route use it when
-/// they skip their own agreement; `mpi::communicator` has it (then one MPI_Alltoallv per hop).
+/// transfer until the backend's deadline). `execute` and every `dispatch` run a route's hops
+/// through it once the route is agreed (by the call itself, or once per step by
+/// `agree_on_routes`); `mpi::communicator` and the NCCL communicators have it (then one
+/// MPI_Alltoallv or NCCL group per hop).
 template <class C>
 concept agreed_exchange_communicator = communicator<C> &&
     requires(C& c, const std::byte* in, std::byte* out, std::span<const std::int64_t> v,
              const agreed_exchange& a) {
   c.all_to_allv(in, v, v, out, v, v, a);
+};
+
+/// Tag of an all-gather whose byte count every rank knows to be the same by construction (one
+/// record of a fixed type per rank): see `agreed_gather_communicator`.
+struct agreed_gather {};
+
+/// Optional capability: `all_gather(send, bytes, recv, agreed_gather{})` is `all_gather` for a
+/// caller that guarantees every rank passes the same `bytes` (the size of one fixed type), so
+/// the communicator may skip the argument agreement it would run first and choose its path from
+/// `bytes` and `size()` alone, identically on every rank. A rank whose own arguments are bad
+/// then raises alone (its peers wait in the transfer until the backend's deadline).
+/// `orchmllm::all_gather(comm, value)` uses it, so the library's metadata and agreement records
+/// (a dispatch's, `plan_step`'s) cost one collective each; `mpi::communicator` and the NCCL
+/// communicators have it (one MPI_Allgather, one ncclAllGather).
+template <class C>
+concept agreed_gather_communicator = communicator<C> &&
+    requires(C& c, const std::byte* in, std::byte* out, std::int64_t bytes) {
+  c.all_gather(in, bytes, out, agreed_gather{});
 };
 
 /// Optional capability: `all_max(values)` replaces each of at most 8 host `std::int64_t`

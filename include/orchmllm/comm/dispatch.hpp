@@ -65,7 +65,8 @@ struct dispatch_report {
 
 /// Collective: builds this rank's route for moving items of the given byte sizes along `plan`.
 /// `local_item_bytes` has one entry per item this rank holds (slot order). Exchanges one
-/// record per rank and every item's size (an all-gather and an all-gatherv: O(n) bytes), checks
+/// record per rank and every item's size (an all-gather, plus an all-gatherv when some rank
+/// holds more than 16 items: O(n) bytes), checks
 /// agreement (docs/communication.md, "The agreement check"), takes the node structure from
 /// `comm`, then builds the route locally (`route::build`). Use it to move device payloads
 /// (`dispatch` with a device mover) or to reuse one route for several tensors. Deterministic.
@@ -80,11 +81,13 @@ route build_route(Comm& comm, const rearrangement& plan,
 /// storage (a trainer that keeps `out` between steps allocates nothing once it is large
 /// enough; `out` may be `in` itself, at the cost of a temporary). On return, `out` holds the
 /// items the plan sends this rank, in destination slot order, with their row counts; the row
-/// width is unchanged. Every item arrives exactly once and byte-identical. One metadata
-/// all-gather and all-gatherv, then one all-to-all(v) per hop of the schedule. O(bytes + n log
-/// n) per rank. Deterministic. Throws `communication_error` on every rank when ranks disagree
-/// (plan, row width, schedule, link figures, item counts), one holds an invalid payload or one
-/// cannot allocate; whatever the communicator throws. `out` is unspecified after a throw.
+/// width is unchanged. Every item arrives exactly once and byte-identical. One all-gather of
+/// fixed-size records (plus an all-gatherv of the row counts when some rank holds more than 16
+/// items), one small reduction agreeing that every rank could allocate, then one all-to-all(v)
+/// per hop of the schedule. O(bytes + n log n) per rank. Deterministic. Throws
+/// `communication_error` on every rank when ranks disagree (plan, row width, schedule, link
+/// figures, item counts), one holds an invalid payload or one cannot allocate; whatever the
+/// communicator throws. `out` is unspecified after a throw.
 template <communicator Comm>
 void dispatch(Comm& comm, const rearrangement& plan, const ragged_payload& in, ragged_payload& out,
               const dispatch_options& options = {}, dispatch_report* report = nullptr);

@@ -2,9 +2,10 @@
 // backend.mpi.agreed_route, 4 ranks): after the step's one agreement (`agree_on_routes`: one
 // MPI_Allreduce), a dispatch along a route issues exactly one MPI all-to-all per hop
 // (MPI_Alltoallw on the datatype path, MPI_Alltoallv when packing) and no other MPI collective:
-// no argument agreement, no size exchange. Counted with the MPI profiling interface (this
-// executable defines the collectives it counts and forwards them to PMPI_*), so the count is
-// what MPI saw, not what the library thinks it called. Also: the chunked path (tiny
+// no argument agreement, no size exchange; `verify` adds one MPI_Allreduce; a dispatch along a
+// plan adds one MPI_Allgather of records and that reduction. Counted with the MPI profiling
+// interface (this executable defines the collectives it counts and forwards them to PMPI_*), so the
+// count is what MPI saw, not what the library thinks it called. Also: the chunked path (tiny
 // max_chunk_bytes, decided from the route's group figures on every rank alike) and `verify`
 // deliver the same bytes. Collective throughout: every rank runs the same statements.
 
@@ -21,6 +22,7 @@
 #include "orchmllm/comm/dispatch.hpp"
 #include "orchmllm/comm/metadata.hpp"
 #include "orchmllm/comm/route.hpp"
+#include "orchmllm/detail/comm/plan_agreement.hpp"
 #include "support/test_support.hpp"
 
 namespace {
@@ -111,7 +113,7 @@ struct step_check {
   bool delivered = true;         // every route delivered exactly the planned bytes
   bool one_per_hop = true;       // each dispatch: all-to-alls == hops, nothing else
   bool agreement_is_one = true;  // agree_on_routes: one reduction, nothing else
-  bool verify_adds_some = true;  // verify: the agreement comes back
+  bool verify_adds_one = true;   // verify: the agreement comes back, one reduction
   std::int64_t hops = 0;         // over all routes
 };
 
@@ -163,14 +165,15 @@ step_check run_routes(communicator& comm, int trials, std::uint64_t seed, bool c
       counted = {};
       orchmllm::dispatch(comm, r, std::span<const std::byte>(in), std::span<std::byte>(out), mover,
                          {.verify = true});
-      c.verify_adds_some = c.verify_adds_some && counted.other >= 1;
+      c.verify_adds_one = c.verify_adds_one && counted.other == 1 &&
+                          counted.all_to_all == static_cast<std::int64_t>(r.hops().size());
       c.delivered = c.delivered && out == expected;
     }
   }
   c.delivered = all_ranks(comm, c.delivered);
   c.one_per_hop = all_ranks(comm, c.one_per_hop);
   c.agreement_is_one = all_ranks(comm, c.agreement_is_one);
-  c.verify_adds_some = all_ranks(comm, c.verify_adds_some);
+  c.verify_adds_one = all_ranks(comm, c.verify_adds_one);
   return c;
 }
 
@@ -184,10 +187,66 @@ TEST_CASE("agreed routes over MPI: one all-to-all per hop and no other collectiv
     CHECK(c.delivered);
     CHECK(c.agreement_is_one);
     CHECK(c.one_per_hop);
-    CHECK(c.verify_adds_some);
+    CHECK(c.verify_adds_one);
     CHECK(c.hops > 0);
     CHECK(comm.chunked_calls() == 0);
   }
+}
+
+// Along a plan: the records (one MPI_Allgather, carrying the item counts when no rank holds more
+// than detail::inline_item_counts items, else an all_gatherv more: its MPI_Allreduce and
+// MPI_Allgatherv), one MPI_Allreduce that agrees every rank could allocate, then one all-to-all
+// per hop of the route it builds.
+TEST_CASE("dispatch along a plan over MPI: one gather, one reduction, one all-to-all per hop") {
+  communicator comm(MPI_COMM_WORLD, communicator::options{.ranks_per_node = 2});
+  const rank_t d = comm.size();
+  const rank_t me = comm.rank();
+  const auto topo = orchmllm::gather_topology(comm);
+  constexpr auto inline_items = static_cast<std::int64_t>(orchmllm::detail::inline_item_counts);
+  std::mt19937_64 rng(41);
+  bool delivered = true, counts_ok = true;
+  for (const std::int64_t per_rank :
+       {std::int64_t{0}, inline_items / 2, inline_items, inline_items + 1, 3 * inline_items}) {
+    for (int t = 0; t < 4; ++t) {
+      // Exactly `per_rank` items on rank 0 and at most as many elsewhere.
+      std::vector<std::int64_t> off{0};
+      for (rank_t r = 0; r < d; ++r)
+        off.push_back(off.back() + (r == 0 ? per_rank : orchmllm::test::uniform(rng, 0, per_rank)));
+      const auto n = off.back();
+      const auto plan = orchmllm::test::random_rearrangement(rng, off, d, t % 2 == 1, 20);
+      orchmllm::ragged_payload in;
+      in.row_bytes = 3;
+      std::vector<std::int64_t> rows(static_cast<std::size_t>(n));
+      for (auto& x : rows) x = orchmllm::test::uniform(rng, 0, 40);
+      for (auto g = off[static_cast<std::size_t>(me)]; g < off[static_cast<std::size_t>(me) + 1];
+           ++g) {
+        in.rows.push_back(rows[static_cast<std::size_t>(g)]);
+        for (std::int64_t k = 0; k < rows[static_cast<std::size_t>(g)] * 3; ++k)
+          in.data.push_back(item_byte(g, k));
+      }
+      std::vector<std::int64_t> bytes(rows.size());
+      for (std::size_t g = 0; g < rows.size(); ++g) bytes[g] = rows[g] * 3;
+      const auto hops = static_cast<std::int64_t>(
+          route::build(plan, bytes, topo, me, orchmllm::schedule::automatic).hops().size());
+      orchmllm::ragged_payload out;
+      counted = {};
+      orchmllm::dispatch(comm, plan, in, out);
+      // Beyond the inline counts: the all-gatherv with its argument agreement (an MPI_Allreduce).
+      const std::int64_t metadata = per_rank > inline_items ? 3 : 1;
+      counts_ok = counts_ok && counted.other == metadata + 1 && counted.all_to_all == hops;
+      const auto doff = plan.dst_offsets();
+      std::vector<std::byte> expected;
+      for (auto h = doff[static_cast<std::size_t>(me)]; h < doff[static_cast<std::size_t>(me) + 1];
+           ++h) {
+        const auto g = plan.source_of(h);
+        for (std::int64_t k = 0; k < bytes[static_cast<std::size_t>(g)]; ++k)
+          expected.push_back(item_byte(g, k));
+      }
+      delivered = delivered && out.data == expected;
+    }
+  }
+  CHECK(all_ranks(comm, delivered));
+  CHECK(all_ranks(comm, counts_ok));
 }
 
 TEST_CASE("agreed routes over MPI: the chunked path, chosen alike on every rank") {

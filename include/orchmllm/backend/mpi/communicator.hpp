@@ -100,8 +100,9 @@ struct communicator_options {
 /// Operations are collective, synchronous (buffers may be reused on return), deterministic in
 /// what they deliver, and not thread-safe (one thread per rank at a time; MPI_THREAD_FUNNELED
 /// suffices). Each adds one MPI_Allreduce of a few int64 before the transfer (argument
-/// agreement) and, on the chunked path only, one after it (outcome agreement; see the file
-/// comment). Transfers that fit in `int` and
+/// agreement; not the `agreed_gather` and `agreed_exchange` overloads, whose callers guarantee
+/// the arguments agree) and, on the chunked path only, one after it (outcome agreement; see
+/// the file comment). Transfers that fit in `int` and
 /// `max_chunk_bytes` use one MPI_Alltoallv / MPI_Allgather / MPI_Allgatherv of MPI_BYTE; the
 /// others (ranks agree on the path first) use MPI_Irecv/MPI_Isend per peer in messages of at
 /// most `max_chunk_bytes` bytes, addressed in 64 bits, at most 4 in flight per peer and
@@ -231,6 +232,25 @@ class communicator : public ::orchmllm::detail::node_shape {
     if (a.chunked) ++chunked_calls_;
     ::orchmllm::detail::mpi_backend::move_all_gather(comm(), rank_, size_, limit(), watch_.get(),
                                                      op, send, bytes, recv, a.chunked);
+  }
+
+  /// `orchmllm::agreed_gather_communicator`: the same for a `bytes` that every rank passes by
+  /// construction (a fixed-size record), without the argument agreement: one MPI_Allgather, or
+  /// the chunked path when size()·bytes does not fit MPI's `int` or `max_chunk_bytes` (decided
+  /// from `bytes` and size() alone, the same on every rank). A rank whose own arguments are bad
+  /// throws `invalid_argument_error` alone; its peers wait in the transfer until the timeout.
+  void all_gather(const std::byte* send, std::int64_t bytes, std::byte* recv,
+                  ::orchmllm::agreed_gather) {
+    static constexpr const char* op = "all_gather";
+    ORCHMLLM_REQUIRE(bytes >= 0 && bytes <= std::numeric_limits<std::int64_t>::max() / size_,
+                     invalid_argument_error, op, ": bytes = ", bytes,
+                     " is negative or size() * bytes exceeds the 64-bit byte range");
+    ORCHMLLM_REQUIRE(bytes == 0 || (send != nullptr && recv != nullptr), invalid_argument_error, op,
+                     ": null buffer with bytes = ", bytes);
+    const bool chunked = bytes > limit() || bytes * size_ > INT_MAX;
+    if (chunked) ++chunked_calls_;
+    ::orchmllm::detail::mpi_backend::move_all_gather(comm(), rank_, size_, limit(), watch_.get(),
+                                                     op, send, bytes, recv, chunked);
   }
 
   /// Rank r contributes counts[r] bytes (`bytes` must equal counts[rank()]), written at
@@ -459,6 +479,7 @@ class communicator : public ::orchmllm::detail::node_shape {
 };
 
 static_assert(::orchmllm::communicator<communicator>);
+static_assert(::orchmllm::agreed_gather_communicator<communicator>);
 
 /// A non-owning `mpi::communicator` over the caller's MPI communicator, for a trainer that
 /// already has one (e.g. the group its framework created): no MPI_Comm_dup, nothing freed on
@@ -479,6 +500,7 @@ class communicator_ref : public communicator {
 };
 
 static_assert(::orchmllm::communicator<communicator_ref>);
+static_assert(::orchmllm::agreed_gather_communicator<communicator_ref>);
 
 }  // namespace orchmllm::mpi
 

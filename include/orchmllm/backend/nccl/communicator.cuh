@@ -159,6 +159,12 @@ class communicator {
     mpi_.all_gather(send, bytes, recv);
   }
 
+  /// `orchmllm::agreed_gather_communicator`: the same for a `bytes` every rank passes by
+  /// construction, without the argument agreement (see mpi::communicator).
+  void all_gather(const std::byte* send, std::int64_t bytes, std::byte* recv, agreed_gather a) {
+    mpi_.all_gather(send, bytes, recv, a);
+  }
+
   /// Host-memory all_gatherv over MPI (see mpi::communicator::all_gatherv).
   void all_gatherv(const std::byte* send, std::int64_t bytes, std::byte* recv,
                    std::span<const std::int64_t> counts, std::span<const std::int64_t> displs) {
@@ -298,6 +304,7 @@ class communicator {
 
 static_assert(::orchmllm::communicator<communicator>);
 static_assert(::orchmllm::agreed_exchange_communicator<communicator>);
+static_assert(::orchmllm::agreed_gather_communicator<communicator>);
 
 }  // namespace orchmllm::nccl
 

@@ -147,6 +147,16 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
     gather_padded(send, bytes, recv);
   }
 
+  /// `orchmllm::agreed_gather_communicator`: the same for a `bytes` every rank passes by
+  /// construction, without the agreement: one ncclAllGather. A rank whose own arguments are bad
+  /// throws `invalid_argument_error` alone (its peers wait until the deadline).
+  void all_gather(const std::byte* send, std::int64_t bytes, std::byte* recv, agreed_gather) {
+    ORCHMLLM_REQUIRE(bytes >= 0 && (bytes == 0 || (send != nullptr && recv != nullptr)),
+                     invalid_argument_error, "all_gather: rank ", rank_,
+                     " passed a negative size or a null buffer");
+    gather_padded(send, bytes, recv);
+  }
+
   /// Rank r contributes counts[r] host bytes, written at recv + displs[r]; `bytes` must equal
   /// counts[rank()], and every rank passes the same counts (checked). One agreement and one
   /// ncclAllGather of max(counts) bytes per rank (padded; NCCL has no all-gather-v). Throws
@@ -302,6 +312,7 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
 static_assert(::orchmllm::communicator<communicator_ref>);
 static_assert(::orchmllm::max_reducing_communicator<communicator_ref>);
 static_assert(::orchmllm::agreed_exchange_communicator<communicator_ref>);
+static_assert(::orchmllm::agreed_gather_communicator<communicator_ref>);
 
 }  // namespace orchmllm::nccl
 

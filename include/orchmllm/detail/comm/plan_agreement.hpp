@@ -2,9 +2,11 @@
 // The per-call agreement of a dispatch along a plan (comm/dispatch.hpp): every rank gathers one
 // record per rank (plan fingerprint, row width, item count, node, schedule, link figures, local
 // fault) and checks all of them, so ranks that disagree or hold bad input all raise the same
-// `communication_error` before any payload byte moves; then every item's count is gathered.
+// `communication_error` before any payload byte moves; every item's count travels in the records
+// when each rank holds at most `inline_item_counts` items, else in an all-gatherv after them.
 // docs/communication.md, "The agreement check", has the protocol.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -49,6 +51,10 @@ inline const char* to_string(local_fault f) noexcept {
   return "?";
 }
 
+// Item counts a record carries itself: when no rank holds more items, the records are the whole
+// metadata exchange (one all-gather); otherwise an all-gatherv of every item's count follows.
+inline constexpr std::size_t inline_item_counts = 16;
+
 struct rank_record {
   std::uint64_t fingerprint;
   std::int64_t unit_bytes;
@@ -58,8 +64,10 @@ struct rank_record {
   std::int32_t sched;
   std::int32_t plan_ranks;
   double links[4];  // intra bandwidth, intra latency, inter bandwidth, inter latency
+  std::int64_t counts[inline_item_counts];  // the first items' counts (all of them when few)
 };
-static_assert(sizeof(rank_record) == 72 && std::is_trivially_copyable_v<rank_record>);
+static_assert(sizeof(rank_record) == 72 + 8 * inline_item_counts &&
+              std::is_trivially_copyable_v<rank_record>);
 
 inline std::string describe_links(const rank_record& r) {
   return concat("intra ", r.links[0], " B/s + ", r.links[1], " s, inter ", r.links[2], " B/s + ",
@@ -96,7 +104,9 @@ std::vector<std::int64_t> exchange_item_counts(Comm& comm, const rearrangement& 
       static_cast<std::int32_t>(fault),
       static_cast<std::int32_t>(sched),
       plan.num_src_ranks(),
-      {links.intra_bandwidth, links.intra_latency, links.inter_bandwidth, links.inter_latency}};
+      {links.intra_bandwidth, links.intra_latency, links.inter_bandwidth, links.inter_latency},
+      {}};
+  std::copy_n(local_counts.begin(), std::min(local_counts.size(), inline_item_counts), mine.counts);
   const std::vector<rank_record> all = orchmllm::all_gather(comm, mine);
   for (rank_t r = 0; r < d; ++r) {
     const auto& rec = all[static_cast<std::size_t>(r)];
@@ -140,12 +150,23 @@ std::vector<std::int64_t> exchange_item_counts(Comm& comm, const rearrangement& 
     nodes[static_cast<std::size_t>(r)] = all[static_cast<std::size_t>(r)].node;
   topo_out = topology(std::move(nodes), links);
 
-  // Every rank's item count is the plan's (checked above), so rank r's sizes land at off[r].
-  std::vector<std::int64_t> counts(static_cast<std::size_t>(d));
-  for (rank_t r = 0; r < d; ++r)
-    counts[static_cast<std::size_t>(r)] = all[static_cast<std::size_t>(r)].items;
-  const std::vector<std::int64_t> global =
-      orchmllm::all_gatherv(comm, std::span<const std::int64_t>(local_counts), counts).values;
+  // Every rank's item count is the plan's (checked above), so rank r's sizes land at off[r]:
+  // from the records when every rank's fit in one, else from an all-gatherv (the same decision
+  // on every rank: it reads the gathered records only).
+  std::vector<std::int64_t> global;
+  const bool all_inline = std::all_of(all.begin(), all.end(), [](const rank_record& rec) {
+    return rec.items <= static_cast<std::int64_t>(inline_item_counts);
+  });
+  if (all_inline) {
+    global.reserve(static_cast<std::size_t>(off[static_cast<std::size_t>(d)]));
+    for (const auto& rec : all) global.insert(global.end(), rec.counts, rec.counts + rec.items);
+  } else {
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(d));
+    for (rank_t r = 0; r < d; ++r)
+      counts[static_cast<std::size_t>(r)] = all[static_cast<std::size_t>(r)].items;
+    global =
+        orchmllm::all_gatherv(comm, std::span<const std::int64_t>(local_counts), counts).values;
+  }
   for (std::size_t g = 0; g < global.size(); ++g)
     ORCHMLLM_REQUIRE(global[g] >= 0, communication_error, "item ", g, " has size ", global[g]);
   return global;

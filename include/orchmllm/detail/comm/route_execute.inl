@@ -14,9 +14,12 @@
 namespace orchmllm::detail {
 
 // `execute` with a fault this rank already has (a dispatch's receive allocation), agreed with
-// the rest. `agree` false (a route whose agreement was done once for the step,
-// `agree_on_routes`): no collective besides the hops' all-to-alls; a fault is raised on this
-// rank alone.
+// the rest (`agree_on_route`: one small reduction). `agree` false (a route whose agreement was
+// done once for the step, `agree_on_routes`): no collective besides the hops' all-to-alls; a
+// fault is raised on this rank alone. Either way every rank runs a route of the same exchange
+// once the hops start (agreed here or for the step: the fingerprint covers the plan, the item
+// sizes, the node map and the schedule), so each hop passes the group's figures (`hop::group`)
+// to a communicator that takes them, and the transfer needs no agreement of its own.
 template <communicator Comm, byte_mover Mover>
 void execute_route(Comm& comm, const route& r, const std::byte* in, std::byte* out, Mover& mover,
                    route_fault_info fault = {}, bool agree = true) {
@@ -51,10 +54,8 @@ void execute_route(Comm& comm, const route& r, const std::byte* in, std::byte* o
       std::byte* recv = buffer(s.recv, h.recv_bytes);
       bool sent = false;
       if constexpr (agreed_gathering_communicator<Comm>) {
-        sent = agree ? comm.all_to_allv_gather(cur, h.pack, h.send_counts, h.send_displs, recv,
-                                               h.recv_counts, h.recv_displs)
-                     : comm.all_to_allv_gather(cur, h.pack, h.send_counts, h.send_displs, recv,
-                                               h.recv_counts, h.recv_displs, h.group);
+        sent = comm.all_to_allv_gather(cur, h.pack, h.send_counts, h.send_displs, recv,
+                                       h.recv_counts, h.recv_displs, h.group);
       } else {
         sent = comm.all_to_allv_gather(cur, h.pack, h.send_counts, h.send_displs, recv,
                                        h.recv_counts, h.recv_displs);
@@ -74,12 +75,8 @@ void execute_route(Comm& comm, const route& r, const std::byte* in, std::byte* o
     }
     std::byte* recv = buffer(s.recv, h.recv_bytes);
     if constexpr (agreed_exchange_communicator<Comm>) {
-      if (!agree) {
-        comm.all_to_allv(send, h.send_counts, h.send_displs, recv, h.recv_counts, h.recv_displs,
-                         h.group);
-      } else {
-        comm.all_to_allv(send, h.send_counts, h.send_displs, recv, h.recv_counts, h.recv_displs);
-      }
+      comm.all_to_allv(send, h.send_counts, h.send_displs, recv, h.recv_counts, h.recv_displs,
+                       h.group);
     } else {
       comm.all_to_allv(send, h.send_counts, h.send_displs, recv, h.recv_counts, h.recv_displs);
     }
