@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "orchmllm/balance/balancer.hpp"
+#include "orchmllm/detail/balance/builtin.hpp"
 #include "orchmllm/detail/balance/kk.hpp"
 #include "orchmllm/detail/core/order.hpp"
 #include "support/heuristics_fixtures.hpp"
@@ -211,7 +212,9 @@ TEST_CASE_TEMPLATE("karmarkar_karp is the textbook complete differencing (agains
   using Cost = cost_type_t<C>;
   std::mt19937_64 rng(0x5eed000a);
   for (int iter = 0; iter < 300; ++iter) {
-    const auto d = static_cast<rank_t>(uniform(rng, 1, 7));
+    // Up to 40 ranks every third round: tuples mostly zeros (only their positive sums are
+    // sorted), zero-cost items among them.
+    const auto d = static_cast<rank_t>(uniform(rng, 1, iter % 3 == 0 ? 40 : 7));
     const std::int64_t n = uniform(rng, 0, 45);
     const auto layout = random_layout(rng, d, n, uniform(rng, 0, 1) ? 8 : 200, false);
     std::vector<Cost> costs;
@@ -221,6 +224,27 @@ TEST_CASE_TEMPLATE("karmarkar_karp is the textbook complete differencing (agains
     const auto dst = check_result(layout, cost, packed, {}, res);
     CHECK(dst == reference_ldm(layout, d, costs));
   }
+}
+
+TEST_CASE("automatic tries the complete differencing where it can pay") {
+  using orchmllm::detail::kk_complete_pays;
+  // Small inputs (n · d <= 2^16) always.
+  CHECK(kk_complete_pays(256, 32));
+  CHECK(kk_complete_pays(1, 1));
+  CHECK(kk_complete_pays(0, 5));
+  CHECK(kk_complete_pays(256, 256));
+  // Above that, from 12 items per rank on average, within the memory guard.
+  CHECK_FALSE(kk_complete_pays(2048, 256));   // 8 per rank, 2^19 sums
+  CHECK_FALSE(kk_complete_pays(4096, 512));   // 8 per rank
+  CHECK_FALSE(kk_complete_pays(3071, 256));   // just under 12 per rank
+  CHECK(kk_complete_pays(3072, 256));         // 12 per rank
+  CHECK(kk_complete_pays(4096, 256));         // 16 per rank, 2^20 sums
+  CHECK(kk_complete_pays(8192, 256));         // 32 per rank, 2^21 sums: the guard itself
+  CHECK_FALSE(kk_complete_pays(16384, 256));  // above kk_complete_max_entries
+  for (std::int64_t n = 0; n < 5000; n += 37)
+    for (std::int64_t d = 1; d < 700; d += 13)
+      CHECK(kk_complete_pays(n, d) ==
+            (kk_complete_fits(n, d) && (n * d <= (std::int64_t{1} << 16) || n >= 12 * d)));
 }
 
 TEST_CASE_TEMPLATE("karmarkar_karp_equal is the chunked differencing (against a reference)", C,

@@ -109,8 +109,9 @@ struct padded_exact {
 };
 
 /// Packed: lpt and its refinement; while the lower bound is missed, the equal-count then the
-/// complete differencing (each refined), then the exact search on small inputs; the best plan
-/// found. Padded: `padded_exact`. The default balancer.
+/// complete differencing (each refined; the complete one on small inputs, n · d ≤ 2^16, or with
+/// at least 12 items per rank, where it can pay), then the exact search on small inputs; the
+/// best plan found. Padded: `padded_exact`. The default balancer.
 struct automatic {
   static constexpr std::string_view name = "automatic";
   std::int64_t refine_budget = -1;             ///< refinement steps; -1 = 2·n + 64

@@ -43,6 +43,18 @@ inline std::int64_t refine_steps(std::int64_t budget, std::int64_t n) noexcept {
   return budget >= 0 ? budget : 2 * n + 64;
 }
 
+/// Whether `balancers::automatic` tries the complete differencing on n items over d ranks: where
+/// it fits (`kk_complete_fits`) and either the input is small (n · d ≤ 2^16 sums: about a
+/// millisecond) or there are at least 12 items per rank on average. With fewer items per rank
+/// it never improved on the refined lpt and equal-count plans over the measured inputs and cost
+/// up to 400× lpt (docs/algorithms.md, "Where the complete differencing pays"). O(1).
+constexpr bool kk_complete_pays(std::int64_t n, std::int64_t d) noexcept {
+  constexpr std::int64_t small_entries = std::int64_t{1} << 16;
+  constexpr std::int64_t min_items_per_rank = 12;
+  return kk_complete_fits(n, d) &&
+         (d <= small_entries / (n > 1 ? n : 1) || n >= min_items_per_rank * d);
+}
+
 /// m · (1 + tolerance), rounded down for integral costs, clamped to the largest Cost, never
 /// below m: the target of `balancers::locality` (m = the base makespan) and the stopping target
 /// of a search with `balancers::automatic::gap_tolerance` (m = the lower bound).
@@ -241,9 +253,9 @@ builtin_outcome<cost_type_t<C>> search(const balancers::automatic& b, const bala
                  balancers::karmarkar_karp_equal::name);
       s.refine_best();
     }
-    // Then the complete differencing (within its memory guard), refined in a copy: `consider`
-    // keeps it only when its makespan is strictly smaller.
-    if (!s.at_bound() && kk_complete_fits(n, p.num_ranks())) {
+    // Then the complete differencing where it can pay (`kk_complete_pays`), refined in a copy:
+    // `consider` keeps it only when its makespan is strictly smaller.
+    if (!s.at_bound() && kk_complete_pays(n, p.num_ranks())) {
       auto k = karmarkar_karp(in, true);
       if (k && satisfies(in, std::span<const rank_t>(*k))) {
         refine(in, p.cost_model(), *k, s.budget(), s.target());

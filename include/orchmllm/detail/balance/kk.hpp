@@ -37,7 +37,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <numeric>
 #include <optional>
 #include <thread>
 #include <type_traits>
@@ -125,8 +124,16 @@ std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in,
       sort_keys_descending(keyed);
       for (std::size_t i = 0; i < d; ++i) perm[i] = static_cast<std::size_t>(keyed[i].second);
     } else {
-      std::iota(perm.begin(), perm.end(), std::size_t{0});
-      std::sort(perm.begin(), perm.end(), [&](std::size_t p, std::size_t q) {
+      // Costs are >= 0, so every sum that is not positive is a zero: those come last, in
+      // position order, exactly where the comparison puts them, and only the positive sums are
+      // sorted (the complete form's early tuples are mostly zeros).
+      std::size_t at = 0;
+      for (std::size_t i = 0; i < d; ++i)
+        if (js[i] > Cost{}) perm[at++] = i;
+      const auto positive = static_cast<std::ptrdiff_t>(at);
+      for (std::size_t i = 0; i < d; ++i)
+        if (!(js[i] > Cost{})) perm[at++] = i;
+      std::sort(perm.begin(), perm.begin() + positive, [&](std::size_t p, std::size_t q) {
         return js[p] != js[q] ? js[p] > js[q] : p < q;
       });
     }
