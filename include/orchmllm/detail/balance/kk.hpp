@@ -70,11 +70,15 @@ std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in,
   // reused). Only sums are merged; each merge records its operands and the order it gave the
   // joined subsets, and one backward pass over the records at the end tells every starting
   // slot (an item) which subset of the final tuple it ended in.
+  // positive[t]: how many of tuple t's sums are positive. Costs are >= 0 and a tuple is sorted
+  // descending, so those are its first ones and the rest are zeros.
   std::vector<Cost> sum(tuples * d, Cost{});
+  std::vector<std::size_t> positive(tuples, 0);
   for (std::size_t k = 0; k < un; ++k) {
     const std::int64_t g = in.order[k];
     const std::size_t slot = (k / per_tuple) * d + k % per_tuple;  // chunk: k itself
     sum[slot] = in.costs[static_cast<std::size_t>(g)];
+    if (sum[slot] > Cost{}) ++positive[k / per_tuple];
   }
 
   struct node {
@@ -114,33 +118,64 @@ std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in,
     const node b = heap.back();
     heap.pop_back();
     const std::size_t A = a.slot * d, B = b.slot * d;
-    for (std::size_t i = 0; i < d; ++i) js[i] = sum[A + i] + sum[B + (d - 1 - i)];
-    // (sum descending, position ascending): for many ranks by the stable radix sort of the
-    // sums' order keys (the same order: sums are >= 0 and, but for long double, keyed exactly),
-    // else by comparison.
-    if (radix) {
-      for (std::size_t i = 0; i < d; ++i)
-        keyed[i] = {order_key(js[i]), static_cast<std::int64_t>(i)};
-      sort_keys_descending(keyed);
-      for (std::size_t i = 0; i < d; ++i) perm[i] = static_cast<std::size_t>(keyed[i].second);
-    } else {
-      // Costs are >= 0, so every sum that is not positive is a zero: those come last, in
-      // position order, exactly where the comparison puts them, and only the positive sums are
-      // sorted (the complete form's early tuples are mostly zeros).
-      std::size_t at = 0;
-      for (std::size_t i = 0; i < d; ++i)
-        if (js[i] > Cost{}) perm[at++] = i;
-      const auto positive = static_cast<std::ptrdiff_t>(at);
-      for (std::size_t i = 0; i < d; ++i)
-        if (!(js[i] > Cost{})) perm[at++] = i;
-      std::sort(perm.begin(), perm.begin() + positive, [&](std::size_t p, std::size_t q) {
-        return js[p] != js[q] ? js[p] > js[q] : p < q;
-      });
-    }
+    const std::size_t pa = positive[a.slot], pb = positive[b.slot];
+    // The joined subsets in (sum descending, position ascending) order. Where A's positive sums
+    // and B's (joined in reverse: B's j-th at position d − 1 − j) do not meet, each joined sum
+    // is one of theirs or a zero: one merge of the two descending runs (A's positions come
+    // first, so a tie takes A's; a run of equal sums of B goes in reverse, by position), then
+    // the zeros in position order. Otherwise, for many ranks by the stable radix sort of the
+    // sums' order keys (the same order: sums are >= 0 and, but for long double, keyed
+    // exactly), else by comparison.
     const std::size_t m = merges.size();
-    for (std::size_t i = 0; i < d; ++i) {
-      sum[A + i] = js[perm[i]];
-      join_order[m * d + i] = static_cast<std::uint32_t>(perm[i]);
+    if (pa + pb <= d) {
+      std::size_t i = 0, j = 0, at = 0;
+      while (i < pa || j < pb) {
+        if (j == pb || (i < pa && sum[A + i] >= sum[B + j])) {
+          js[at] = sum[A + i];
+          perm[at++] = i++;
+        } else {
+          std::size_t end = j + 1;
+          while (end < pb && sum[B + end] == sum[B + j]) ++end;
+          for (std::size_t t = end; t-- > j;) {
+            js[at] = sum[B + t];
+            perm[at++] = d - 1 - t;
+          }
+          j = end;
+        }
+      }
+      for (std::size_t z = pa; z < d - pb; ++z) perm[at++] = z;
+      std::copy(js.begin(), js.begin() + static_cast<std::ptrdiff_t>(pa + pb),
+                sum.begin() + static_cast<std::ptrdiff_t>(A));
+      for (std::size_t k = 0; k < d; ++k)
+        join_order[m * d + k] = static_cast<std::uint32_t>(perm[k]);
+      positive[a.slot] = pa + pb;
+    } else {
+      for (std::size_t i = 0; i < d; ++i) js[i] = sum[A + i] + sum[B + (d - 1 - i)];
+      if (radix) {
+        for (std::size_t i = 0; i < d; ++i)
+          keyed[i] = {order_key(js[i]), static_cast<std::int64_t>(i)};
+        sort_keys_descending(keyed);
+        for (std::size_t i = 0; i < d; ++i) perm[i] = static_cast<std::size_t>(keyed[i].second);
+      } else {
+        // Every sum that is not positive is a zero: those come last, in position order,
+        // exactly where the comparison puts them, and only the positive sums are sorted.
+        std::size_t at = 0;
+        for (std::size_t i = 0; i < d; ++i)
+          if (js[i] > Cost{}) perm[at++] = i;
+        const auto joined_positive = static_cast<std::ptrdiff_t>(at);
+        for (std::size_t i = 0; i < d; ++i)
+          if (!(js[i] > Cost{})) perm[at++] = i;
+        std::sort(perm.begin(), perm.begin() + joined_positive, [&](std::size_t p, std::size_t q) {
+          return js[p] != js[q] ? js[p] > js[q] : p < q;
+        });
+      }
+      std::size_t joined = 0;
+      for (std::size_t i = 0; i < d; ++i) {
+        sum[A + i] = js[perm[i]];
+        if (sum[A + i] > Cost{}) ++joined;
+        join_order[m * d + i] = static_cast<std::uint32_t>(perm[i]);
+      }
+      positive[a.slot] = joined;
     }
     merges.push_back({a.slot, b.slot});
     heap.push_back(node{sum[A] - sum[A + d - 1], created++, a.slot});
