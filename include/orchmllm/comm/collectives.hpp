@@ -76,14 +76,13 @@ template <wire_value T, communicator Comm>
   return all;
 }
 
-/// Collective: every rank's `mine` when every rank already knows every count: `counts[r]`
-/// values come from rank r (the same counts on every rank). One all_gatherv of
-/// mine.size() · sizeof(T) bytes per rank. O(size()) besides. Throws `invalid_argument_error`
-/// when counts has another size than the group, a count is negative, counts[rank()] differs
-/// from mine.size(), or the total exceeds 2^63 − 1 bytes.
-template <wire_value T, communicator Comm>
-[[nodiscard]] gathered_values<T> all_gatherv(Comm& comm, std::span<const T> mine,
-                                             std::span<const std::int64_t> counts) {
+namespace detail {
+
+// The all_gatherv of the typed overloads below; `agreed`: the counts are the same on every rank
+// by construction (the communicator's agreed overload where it has one).
+template <bool agreed, wire_value T, communicator Comm>
+gathered_values<T> typed_all_gatherv(Comm& comm, std::span<const T> mine,
+                                     std::span<const std::int64_t> counts) {
   const auto d = static_cast<std::size_t>(comm.size());
   ORCHMLLM_REQUIRE(counts.size() == d, invalid_argument_error, "all_gatherv: ", counts.size(),
                    " counts for a group of ", d);
@@ -104,17 +103,44 @@ template <wire_value T, communicator Comm>
                    "all_gatherv: rank ", me, " passes ", mine.size(), " values but counts say ",
                    counts[me]);
   out.values.resize(static_cast<std::size_t>(out.offsets[d]));
-  comm.all_gatherv(reinterpret_cast<const std::byte*>(mine.data()), bytes[me],
-                   reinterpret_cast<std::byte*>(out.values.data()), bytes, displs);
+  const auto* send = reinterpret_cast<const std::byte*>(mine.data());
+  auto* recv = reinterpret_cast<std::byte*>(out.values.data());
+  if constexpr (agreed && agreed_gather_communicator<Comm>)
+    comm.all_gatherv(send, bytes[me], recv, bytes, displs, agreed_gather{});
+  else
+    comm.all_gatherv(send, bytes[me], recv, bytes, displs);
   return out;
 }
 
+}  // namespace detail
+
+/// Collective: every rank's `mine` when every rank already knows every count: `counts[r]`
+/// values come from rank r (the same counts on every rank). One all_gatherv of
+/// mine.size() · sizeof(T) bytes per rank. O(size()) besides. Throws `invalid_argument_error`
+/// when counts has another size than the group, a count is negative, counts[rank()] differs
+/// from mine.size(), or the total exceeds 2^63 − 1 bytes.
+template <wire_value T, communicator Comm>
+[[nodiscard]] gathered_values<T> all_gatherv(Comm& comm, std::span<const T> mine,
+                                             std::span<const std::int64_t> counts) {
+  return detail::typed_all_gatherv<false>(comm, mine, counts);
+}
+
+/// Collective: the same for counts that every rank holds by construction (derived from data
+/// the ranks gathered, e.g. the item counts of records from `exchange_checked`): a communicator
+/// with `agreed_gather_communicator` runs it without its argument agreement. Counts that differ
+/// between ranks break the contract (the transfer may hang until the backend's deadline).
+template <wire_value T, communicator Comm>
+[[nodiscard]] gathered_values<T> all_gatherv(Comm& comm, std::span<const T> mine,
+                                             std::span<const std::int64_t> counts, agreed_gather) {
+  return detail::typed_all_gatherv<true>(comm, mine, counts);
+}
+
 /// Collective: every rank's `mine`, any count per rank: the counts first (one all_gather of 8
-/// bytes per rank), then the values (one all_gatherv).
+/// bytes per rank), then the values (one all_gatherv, of counts agreed by construction).
 template <wire_value T, communicator Comm>
 [[nodiscard]] gathered_values<T> all_gatherv(Comm& comm, std::span<const T> mine) {
   const auto counts = all_gather(comm, static_cast<std::int64_t>(mine.size()));
-  return all_gatherv(comm, mine, std::span<const std::int64_t>(counts));
+  return all_gatherv(comm, mine, std::span<const std::int64_t>(counts), agreed_gather{});
 }
 
 /// Collective: every rank's record (one all_gather of sizeof(T) bytes per rank), then

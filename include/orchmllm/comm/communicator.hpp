@@ -83,22 +83,28 @@ concept agreed_exchange_communicator = communicator<C> &&
   c.all_to_allv(in, v, v, out, v, v, a);
 };
 
-/// Tag of an all-gather whose byte count every rank knows to be the same by construction (one
-/// record of a fixed type per rank): see `agreed_gather_communicator`.
+/// Tag of an all-gather(v) whose sizes every rank knows to be the same by construction (one
+/// record of a fixed type per rank; counts derived from records the ranks gathered): see
+/// `agreed_gather_communicator`.
 struct agreed_gather {};
 
-/// Optional capability: `all_gather(send, bytes, recv, agreed_gather{})` is `all_gather` for a
-/// caller that guarantees every rank passes the same `bytes` (the size of one fixed type), so
-/// the communicator may skip the argument agreement it would run first and choose its path from
-/// `bytes` and `size()` alone, identically on every rank. A rank whose own arguments are bad
-/// then raises alone (its peers wait in the transfer until the backend's deadline).
-/// `orchmllm::all_gather(comm, value)` uses it, so the library's metadata and agreement records
-/// (a dispatch's, `plan_step`'s) cost one collective each; `mpi::communicator` and the NCCL
-/// communicators have it (one MPI_Allgather, one ncclAllGather).
+/// Optional capability: `all_gather(send, bytes, recv, agreed_gather{})` and
+/// `all_gatherv(send, bytes, recv, counts, displs, agreed_gather{})` are `all_gather` and
+/// `all_gatherv` for a caller that guarantees every rank passes the same `bytes` (the size of
+/// one fixed type) or the same `counts` (derived from data every rank gathered), so the
+/// communicator may skip the argument agreement it would run first and choose its path from
+/// those sizes alone, identically on every rank. A rank whose own arguments are bad then raises
+/// alone (its peers wait in the transfer until the backend's deadline).
+/// `orchmllm::all_gather(comm, value)` and the all-gatherv of counts gathered first use it, so
+/// the library's metadata and agreement records (a dispatch's, `plan_step`'s) cost one
+/// collective each; `mpi::communicator` and the NCCL communicators have it (one MPI_Allgather(v),
+/// one ncclAllGather).
 template <class C>
 concept agreed_gather_communicator = communicator<C> &&
-    requires(C& c, const std::byte* in, std::byte* out, std::int64_t bytes) {
+    requires(C& c, const std::byte* in, std::byte* out, std::int64_t bytes,
+             std::span<const std::int64_t> v) {
   c.all_gather(in, bytes, out, agreed_gather{});
+  c.all_gatherv(in, bytes, out, v, v, agreed_gather{});
 };
 
 /// Optional capability: `all_max(values)` replaces each of at most 8 host `std::int64_t`

@@ -194,9 +194,8 @@ TEST_CASE("agreed routes over MPI: one all-to-all per hop and no other collectiv
 }
 
 // Along a plan: the records (one MPI_Allgather, carrying the item counts when no rank holds more
-// than detail::inline_item_counts items, else an all_gatherv more: its MPI_Allreduce and
-// MPI_Allgatherv), one MPI_Allreduce that agrees every rank could allocate, then one all-to-all
-// per hop of the route it builds.
+// than detail::inline_item_counts items, else one MPI_Allgatherv more), one MPI_Allreduce that
+// agrees every rank could allocate, then one all-to-all per hop of the route it builds.
 TEST_CASE("dispatch along a plan over MPI: one gather, one reduction, one all-to-all per hop") {
   communicator comm(MPI_COMM_WORLD, communicator::options{.ranks_per_node = 2});
   const rank_t d = comm.size();
@@ -231,8 +230,8 @@ TEST_CASE("dispatch along a plan over MPI: one gather, one reduction, one all-to
       orchmllm::ragged_payload out;
       counted = {};
       orchmllm::dispatch(comm, plan, in, out);
-      // Beyond the inline counts: the all-gatherv with its argument agreement (an MPI_Allreduce).
-      const std::int64_t metadata = per_rank > inline_items ? 3 : 1;
+      // Beyond the inline counts: one MPI_Allgatherv more (its counts are agreed by the records).
+      const std::int64_t metadata = per_rank > inline_items ? 2 : 1;
       counts_ok = counts_ok && counted.other == metadata + 1 && counted.all_to_all == hops;
       const auto doff = plan.dst_offsets();
       std::vector<std::byte> expected;

@@ -262,6 +262,16 @@ class communicator : public ::orchmllm::detail::node_shape {
   void all_gatherv(const std::byte* send, std::int64_t bytes, std::byte* recv,
                    std::span<const std::int64_t> counts, std::span<const std::int64_t> displs);
 
+  /// `orchmllm::agreed_gather_communicator`: the same for `counts` that every rank holds by
+  /// construction (derived from data the ranks gathered), without the argument agreement: one
+  /// MPI_Allgatherv, or the chunked path when a count or the total does not fit MPI's `int` or
+  /// `max_chunk_bytes` (decided from the counts alone, the same on every rank). A rank whose own
+  /// arguments are bad throws `invalid_argument_error` alone; its peers wait in the transfer
+  /// until the timeout.
+  void all_gatherv(const std::byte* send, std::int64_t bytes, std::byte* recv,
+                   std::span<const std::int64_t> counts, std::span<const std::int64_t> displs,
+                   ::orchmllm::agreed_gather);
+
   /// Optional capability used by `orchmllm::execute`: an all_to_allv whose send buffer is the
   /// gather of `segments` from `in` (a route hop's pack: segment destinations address the
   /// packed send buffer that send_counts/send_displs describe). Each peer's block goes out
@@ -398,6 +408,9 @@ class communicator : public ::orchmllm::detail::node_shape {
     return handle_.comm;
   }
   [[nodiscard]] std::int64_t limit() const noexcept { return opts_.max_chunk_bytes; }
+  void check_all_gatherv(const std::byte* send, std::int64_t bytes, const std::byte* recv,
+                         std::span<const std::int64_t> counts,
+                         std::span<const std::int64_t> displs) const;
 
   // Whether a call with the group's figures `a` takes one MPI call (true) or the chunked path
   // (all_to_allv) / the packing fallback (all_to_allv_gather), the same on every rank.

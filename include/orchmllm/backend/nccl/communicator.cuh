@@ -171,6 +171,14 @@ class communicator {
     mpi_.all_gatherv(send, bytes, recv, counts, displs);
   }
 
+  /// `orchmllm::agreed_gather_communicator`: the same for `counts` every rank holds by
+  /// construction, without the argument agreement (see mpi::communicator).
+  void all_gatherv(const std::byte* send, std::int64_t bytes, std::byte* recv,
+                   std::span<const std::int64_t> counts, std::span<const std::int64_t> displs,
+                   agreed_gather a) {
+    mpi_.all_gatherv(send, bytes, recv, counts, displs, a);
+  }
+
   /// Rank r sends send_counts[q] bytes from send + send_displs[q] to every rank q and receives
   /// recv_counts[q] bytes from q at recv + recv_displs[q]; `send` and `recv` are device memory
   /// of this communicator's device. One NCCL group: ncclSend/ncclRecv of ncclUint8 for each

@@ -165,6 +165,13 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
   void all_gatherv(const std::byte* send, std::int64_t bytes, std::byte* recv,
                    std::span<const std::int64_t> counts, std::span<const std::int64_t> displs);
 
+  /// `orchmllm::agreed_gather_communicator`: the same for `counts` every rank holds by
+  /// construction, without the agreement: one padded ncclAllGather. A rank whose own arguments
+  /// are bad throws `invalid_argument_error` alone (its peers wait until the deadline).
+  void all_gatherv(const std::byte* send, std::int64_t bytes, std::byte* recv,
+                   std::span<const std::int64_t> counts, std::span<const std::int64_t> displs,
+                   agreed_gather);
+
   /// Rank r sends send_counts[q] bytes from send + send_displs[q] to every rank q and receives
   /// recv_counts[q] bytes from q at recv + recv_displs[q] (device memory); counts must match
   /// pairwise. One argument agreement (ncclAllReduce), then one NCCL group of
@@ -276,6 +283,12 @@ class communicator_ref : public ::orchmllm::detail::node_shape {
     });
   }
 
+  bool bad_all_gatherv(const std::byte* send, std::int64_t bytes, const std::byte* recv,
+                       std::span<const std::int64_t> counts, std::span<const std::int64_t> displs,
+                       std::int64_t& widest) const;
+  void gather_v(const std::byte* send, std::int64_t bytes, std::byte* recv,
+                std::span<const std::int64_t> counts, std::span<const std::int64_t> displs,
+                std::int64_t widest);
   // ncclAllGather of `bytes` bytes per rank (in place: this rank's block at rank·bytes).
   void gather_padded(const std::byte* send, std::int64_t bytes, std::byte* recv) {
     if (bytes == 0) return;

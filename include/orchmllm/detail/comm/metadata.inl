@@ -46,9 +46,10 @@ batch_layout gather_layout(Comm& comm, std::span<const std::int64_t> lengths,
   }
   std::vector<std::int64_t> counts(d);
   for (std::size_t r = 0; r < d; ++r) counts[r] = all[r].items;
-  auto global_lengths = orchmllm::all_gatherv(comm, lengths, counts);
+  // The counts come from the gathered records: the same on every rank.
+  auto global_lengths = orchmllm::all_gatherv(comm, lengths, counts, agreed_gather{});
   std::vector<std::int64_t> global_bytes;
-  if (has_bytes) global_bytes = orchmllm::all_gatherv(comm, bytes, counts).values;
+  if (has_bytes) global_bytes = orchmllm::all_gatherv(comm, bytes, counts, agreed_gather{}).values;
   return batch_layout(std::move(global_lengths.offsets), std::move(global_lengths.values),
                       std::move(global_bytes));
 }

@@ -164,8 +164,9 @@ std::vector<std::int64_t> exchange_item_counts(Comm& comm, const rearrangement& 
     std::vector<std::int64_t> counts(static_cast<std::size_t>(d));
     for (rank_t r = 0; r < d; ++r)
       counts[static_cast<std::size_t>(r)] = all[static_cast<std::size_t>(r)].items;
-    global =
-        orchmllm::all_gatherv(comm, std::span<const std::int64_t>(local_counts), counts).values;
+    global = orchmllm::all_gatherv(comm, std::span<const std::int64_t>(local_counts), counts,
+                                   agreed_gather{})
+                 .values;
   }
   for (std::size_t g = 0; g < global.size(); ++g)
     ORCHMLLM_REQUIRE(global[g] >= 0, communication_error, "item ", g, " has size ", global[g]);

@@ -106,7 +106,8 @@ step_metadata gather_step_metadata(Comm& comm, const stage_declarations& decl,
   for (std::size_t r = 0; r < d; ++r)
     counts[r] = all[r].samples + all[r].loss_tokens + 5 * all[r].sub_items;
   const std::vector<std::int64_t> global =
-      orchmllm::all_gatherv(comm, std::span<const std::int64_t>(words), counts).values;
+      orchmllm::all_gatherv(comm, std::span<const std::int64_t>(words), counts, agreed_gather{})
+          .values;
 
   step_metadata m;
   m.modalities.resize(static_cast<std::size_t>(kc));

@@ -81,24 +81,33 @@ inline void communicator::init(MPI_Comm comm, bool own) {
   }
 }
 
+// The local checks of both all_gatherv overloads; throws invalid_argument_error.
+inline void communicator::check_all_gatherv(const std::byte* send, std::int64_t bytes,
+                                            const std::byte* recv,
+                                            std::span<const std::int64_t> counts,
+                                            std::span<const std::int64_t> displs) const {
+  static constexpr const char* op = "all_gatherv";
+  const auto p = static_cast<std::size_t>(size_);
+  const auto me = static_cast<std::size_t>(rank_);
+  ::orchmllm::detail::validate_counts_displs(counts, displs, p, "all_gatherv: recv");
+  ORCHMLLM_REQUIRE(bytes == counts[me], invalid_argument_error, op, ": bytes = ", bytes,
+                   " but counts[", rank_, "] = ", counts[me]);
+  ORCHMLLM_REQUIRE(bytes == 0 || send != nullptr, invalid_argument_error, op,
+                   ": null send buffer with bytes = ", bytes);
+  for (std::size_t q = 0; q < p; ++q) {
+    ORCHMLLM_REQUIRE(counts[q] == 0 || recv != nullptr, invalid_argument_error, op,
+                     ": null recv buffer with counts[", q, "] = ", counts[q]);
+  }
+}
+
 inline void communicator::all_gatherv(const std::byte* send, std::int64_t bytes, std::byte* recv,
                                       std::span<const std::int64_t> counts,
                                       std::span<const std::int64_t> displs) {
   static constexpr const char* op = "all_gatherv";
   namespace d = ::orchmllm::detail;
-  const auto p = static_cast<std::size_t>(size_);
-  const auto me = static_cast<std::size_t>(rank_);
   std::optional<invalid_argument_error> local;
   try {
-    d::validate_counts_displs(counts, displs, p, "all_gatherv: recv");
-    ORCHMLLM_REQUIRE(bytes == counts[me], invalid_argument_error, op, ": bytes = ", bytes,
-                     " but counts[", rank_, "] = ", counts[me]);
-    ORCHMLLM_REQUIRE(bytes == 0 || send != nullptr, invalid_argument_error, op,
-                     ": null send buffer with bytes = ", bytes);
-    for (std::size_t q = 0; q < p; ++q) {
-      ORCHMLLM_REQUIRE(counts[q] == 0 || recv != nullptr, invalid_argument_error, op,
-                       ": null recv buffer with counts[", q, "] = ", counts[q]);
-    }
+    check_all_gatherv(send, bytes, recv, counts, displs);
   } catch (const invalid_argument_error& e) {
     local = e;
   }
@@ -113,5 +122,27 @@ inline void communicator::all_gatherv(const std::byte* send, std::int64_t bytes,
   if (a.chunked) ++chunked_calls_;
   d::mpi_backend::move_all_gatherv(comm(), rank_, size_, limit(), watch_.get(), op, send, bytes,
                                    recv, counts, displs, a.chunked);
+}
+
+inline void communicator::all_gatherv(const std::byte* send, std::int64_t bytes, std::byte* recv,
+                                      std::span<const std::int64_t> counts,
+                                      std::span<const std::int64_t> displs,
+                                      ::orchmllm::agreed_gather) {
+  static constexpr const char* op = "all_gatherv";
+  namespace d = ::orchmllm::detail;
+  check_all_gatherv(send, bytes, recv, counts, displs);
+  // The path from the counts alone, the same on every rank: one MPI_Allgatherv when every count
+  // and their total fit `int` and max_chunk_bytes (then so do packed displacements).
+  std::int64_t total = 0;
+  bool chunked = false;
+  for (const auto c : counts) {
+    chunked = chunked || c > limit() || c > INT_MAX - total;
+    if (!chunked) total += c;
+  }
+  ORCHMLLM_REQUIRE(chunked || d::fits_in_int_call(counts, displs, limit()), invalid_argument_error,
+                   op, ": this rank's displacements do not fit MPI's int while the counts do");
+  if (chunked) ++chunked_calls_;
+  d::mpi_backend::move_all_gatherv(comm(), rank_, size_, limit(), watch_.get(), op, send, bytes,
+                                   recv, counts, displs, chunked);
 }
 }  // namespace orchmllm::mpi

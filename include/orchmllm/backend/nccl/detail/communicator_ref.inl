@@ -53,23 +53,47 @@ inline communicator_ref::communicator_ref(ncclComm_t comm, cudaStream_t stream, 
   }
 }
 
+// Whether this rank's all_gatherv arguments are bad, and the largest count.
+inline bool communicator_ref::bad_all_gatherv(const std::byte* send, std::int64_t bytes,
+                                              const std::byte* recv,
+                                              std::span<const std::int64_t> counts,
+                                              std::span<const std::int64_t> displs,
+                                              std::int64_t& widest) const {
+  widest = 0;
+  try {
+    ::orchmllm::detail::validate_counts_displs(counts, displs, static_cast<std::size_t>(size_),
+                                               "all_gatherv: recv");
+  } catch (const invalid_argument_error&) {
+    return true;
+  }
+  bool bad = bytes != counts[static_cast<std::size_t>(rank_)] || (bytes > 0 && send == nullptr);
+  for (std::size_t q = 0; q < counts.size(); ++q) {
+    widest = std::max(widest, counts[q]);
+    bad = bad || (counts[q] > 0 && recv == nullptr);
+  }
+  return bad;
+}
+
+// The transfer of an all_gatherv whose arguments are valid: one padded ncclAllGather.
+inline void communicator_ref::gather_v(const std::byte* send, std::int64_t bytes, std::byte* recv,
+                                       std::span<const std::int64_t> counts,
+                                       std::span<const std::int64_t> displs, std::int64_t widest) {
+  std::vector<std::byte> padded(static_cast<std::size_t>(widest) * static_cast<std::size_t>(size_));
+  std::vector<std::byte> mine(static_cast<std::size_t>(widest));
+  if (bytes > 0) std::memcpy(mine.data(), send, static_cast<std::size_t>(bytes));
+  gather_padded(mine.data(), widest, padded.data());
+  for (std::size_t q = 0; q < counts.size(); ++q)
+    if (counts[q] > 0)
+      std::memcpy(recv + displs[q], padded.data() + q * static_cast<std::size_t>(widest),
+                  static_cast<std::size_t>(counts[q]));
+}
+
 inline void communicator_ref::all_gatherv(const std::byte* send, std::int64_t bytes,
                                           std::byte* recv, std::span<const std::int64_t> counts,
                                           std::span<const std::int64_t> displs) {
   namespace od = ::orchmllm::detail;
-  bool bad = false;
   std::int64_t widest = 0;
-  try {
-    od::validate_counts_displs(counts, displs, static_cast<std::size_t>(size_),
-                               "all_gatherv: recv");
-    bad = bytes != counts[static_cast<std::size_t>(rank_)] || (bytes > 0 && send == nullptr);
-    for (std::size_t q = 0; q < counts.size(); ++q) {
-      widest = std::max(widest, counts[q]);
-      bad = bad || (counts[q] > 0 && recv == nullptr);
-    }
-  } catch (const invalid_argument_error&) {
-    bad = true;
-  }
+  const bool bad = bad_all_gatherv(send, bytes, recv, counts, displs, widest);
   od::fnv digest;
   if (!bad) digest.mix_all(counts);
   const auto key = bad ? std::int64_t{0} : static_cast<std::int64_t>(digest.h >> 1);
@@ -79,13 +103,16 @@ inline void communicator_ref::all_gatherv(const std::byte* send, std::int64_t by
                    " passed invalid counts, displacements or buffers");
   ORCHMLLM_REQUIRE(v[1] == ~v[2], invalid_argument_error,
                    "all_gatherv: ranks pass different counts");
-  std::vector<std::byte> padded(static_cast<std::size_t>(widest) * static_cast<std::size_t>(size_));
-  std::vector<std::byte> mine(static_cast<std::size_t>(widest));
-  if (bytes > 0) std::memcpy(mine.data(), send, static_cast<std::size_t>(bytes));
-  gather_padded(mine.data(), widest, padded.data());
-  for (std::size_t q = 0; q < counts.size(); ++q)
-    if (counts[q] > 0)
-      std::memcpy(recv + displs[q], padded.data() + q * static_cast<std::size_t>(widest),
-                  static_cast<std::size_t>(counts[q]));
+  gather_v(send, bytes, recv, counts, displs, widest);
+}
+
+inline void communicator_ref::all_gatherv(const std::byte* send, std::int64_t bytes,
+                                          std::byte* recv, std::span<const std::int64_t> counts,
+                                          std::span<const std::int64_t> displs, agreed_gather) {
+  std::int64_t widest = 0;
+  ORCHMLLM_REQUIRE(!bad_all_gatherv(send, bytes, recv, counts, displs, widest),
+                   invalid_argument_error, "all_gatherv: rank ", rank_,
+                   " passed invalid counts, displacements or buffers");
+  gather_v(send, bytes, recv, counts, displs, widest);
 }
 }  // namespace orchmllm::nccl
