@@ -210,18 +210,12 @@ class communicator : public ::orchmllm::detail::node_shape {
     static constexpr const char* op = "all_gather";
     std::optional<invalid_argument_error> local;
     try {
-      ORCHMLLM_REQUIRE(bytes >= 0, invalid_argument_error, op, ": bytes = ", bytes, " is negative");
-      ORCHMLLM_REQUIRE(bytes <= std::numeric_limits<std::int64_t>::max() / size_,
-                       invalid_argument_error, op, ": size() * bytes = ", size_, " * ", bytes,
-                       " exceeds the 64-bit byte range");
-      ORCHMLLM_REQUIRE(bytes == 0 || (send != nullptr && recv != nullptr), invalid_argument_error,
-                       op, ": null buffer with bytes = ", bytes);
+      check_all_gather(send, bytes, recv);
     } catch (const invalid_argument_error& e) {
       local = e;
     }
-    const bool fits = !local && bytes <= limit() && bytes * size_ <= INT_MAX;
-    const agreement a =
-        agree(op, local.has_value(), std::array<std::int64_t, 1>{bytes}, !fits, false);
+    const agreement a = agree(op, local.has_value(), std::array<std::int64_t, 1>{bytes},
+                              !local && all_gather_chunked(bytes), false);
     if (local) throw *local;
     throw_if_invalid(op, a);
     ORCHMLLM_REQUIRE(a.key_min[0] == a.key_max[0], invalid_argument_error, op,
@@ -241,16 +235,11 @@ class communicator : public ::orchmllm::detail::node_shape {
   /// throws `invalid_argument_error` alone; its peers wait in the transfer until the timeout.
   void all_gather(const std::byte* send, std::int64_t bytes, std::byte* recv,
                   ::orchmllm::agreed_gather) {
-    static constexpr const char* op = "all_gather";
-    ORCHMLLM_REQUIRE(bytes >= 0 && bytes <= std::numeric_limits<std::int64_t>::max() / size_,
-                     invalid_argument_error, op, ": bytes = ", bytes,
-                     " is negative or size() * bytes exceeds the 64-bit byte range");
-    ORCHMLLM_REQUIRE(bytes == 0 || (send != nullptr && recv != nullptr), invalid_argument_error, op,
-                     ": null buffer with bytes = ", bytes);
-    const bool chunked = bytes > limit() || bytes * size_ > INT_MAX;
+    check_all_gather(send, bytes, recv);
+    const bool chunked = all_gather_chunked(bytes);
     if (chunked) ++chunked_calls_;
     ::orchmllm::detail::mpi_backend::move_all_gather(comm(), rank_, size_, limit(), watch_.get(),
-                                                     op, send, bytes, recv, chunked);
+                                                     "all_gather", send, bytes, recv, chunked);
   }
 
   /// Rank r contributes counts[r] bytes (`bytes` must equal counts[rank()]), written at
@@ -408,6 +397,21 @@ class communicator : public ::orchmllm::detail::node_shape {
     return handle_.comm;
   }
   [[nodiscard]] std::int64_t limit() const noexcept { return opts_.max_chunk_bytes; }
+  // The local checks of both all_gather overloads; throws invalid_argument_error.
+  void check_all_gather(const std::byte* send, std::int64_t bytes, const std::byte* recv) const {
+    static constexpr const char* op = "all_gather";
+    ORCHMLLM_REQUIRE(bytes >= 0, invalid_argument_error, op, ": bytes = ", bytes, " is negative");
+    ORCHMLLM_REQUIRE(bytes <= std::numeric_limits<std::int64_t>::max() / size_,
+                     invalid_argument_error, op, ": size() * bytes = ", size_, " * ", bytes,
+                     " exceeds the 64-bit byte range");
+    ORCHMLLM_REQUIRE(bytes == 0 || (send != nullptr && recv != nullptr), invalid_argument_error, op,
+                     ": null buffer with bytes = ", bytes);
+  }
+  // Whether an all_gather of valid `bytes` per rank takes the chunked path (the same for the
+  // same `bytes` on every rank).
+  [[nodiscard]] bool all_gather_chunked(std::int64_t bytes) const noexcept {
+    return bytes > limit() || bytes * size_ > INT_MAX;
+  }
   void check_all_gatherv(const std::byte* send, std::int64_t bytes, const std::byte* recv,
                          std::span<const std::int64_t> counts,
                          std::span<const std::int64_t> displs) const;

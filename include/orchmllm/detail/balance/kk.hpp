@@ -150,7 +150,11 @@ std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in,
         join_order[m * d + k] = static_cast<std::uint32_t>(perm[k]);
       positive[a.slot] = pa + pb;
     } else {
-      for (std::size_t i = 0; i < d; ++i) js[i] = sum[A + i] + sum[B + (d - 1 - i)];
+      std::size_t joined = 0;  // positive joined sums
+      for (std::size_t i = 0; i < d; ++i) {
+        js[i] = sum[A + i] + sum[B + (d - 1 - i)];
+        if (js[i] > Cost{}) ++joined;
+      }
       if (radix) {
         for (std::size_t i = 0; i < d; ++i)
           keyed[i] = {order_key(js[i]), static_cast<std::int64_t>(i)};
@@ -159,20 +163,14 @@ std::optional<std::vector<rank_t>> karmarkar_karp(const balance_input<Cost>& in,
       } else {
         // Every sum that is not positive is a zero: those come last, in position order,
         // exactly where the comparison puts them, and only the positive sums are sorted.
-        std::size_t at = 0;
-        for (std::size_t i = 0; i < d; ++i)
-          if (js[i] > Cost{}) perm[at++] = i;
-        const auto joined_positive = static_cast<std::ptrdiff_t>(at);
-        for (std::size_t i = 0; i < d; ++i)
-          if (!(js[i] > Cost{})) perm[at++] = i;
-        std::sort(perm.begin(), perm.begin() + joined_positive, [&](std::size_t p, std::size_t q) {
-          return js[p] != js[q] ? js[p] > js[q] : p < q;
-        });
+        std::size_t pos = 0, zero = joined;
+        for (std::size_t i = 0; i < d; ++i) perm[js[i] > Cost{} ? pos++ : zero++] = i;
+        std::sort(
+            perm.begin(), perm.begin() + static_cast<std::ptrdiff_t>(joined),
+            [&](std::size_t p, std::size_t q) { return js[p] != js[q] ? js[p] > js[q] : p < q; });
       }
-      std::size_t joined = 0;
       for (std::size_t i = 0; i < d; ++i) {
         sum[A + i] = js[perm[i]];
-        if (sum[A + i] > Cost{}) ++joined;
         join_order[m * d + i] = static_cast<std::uint32_t>(perm[i]);
       }
       positive[a.slot] = joined;
