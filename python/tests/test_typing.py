@@ -67,6 +67,11 @@ d2: otorch.Dispatcher = otorch.Dispatcher(route, 0)
 with otorch.AsyncStepPlanner(decl, max_pending=2) as planner:
     planned: orchmllm.StepPlan = planner.submit(orchmllm.LocalBatch([3])).result()
     taken: otorch.StepDispatchers = planner.next()
+
+from orchmllm.compat import verl as cverl
+parts: list[list[int]] = cverl.get_seqlen_balanced_partitions([3, 1, 2, 2], 2, equal_size=True)
+micro, order = cverl.rearrange_micro_batches({"attention_mask": torch.ones(4, 3)}, 6)
+metrics: dict[str, float] = cverl.log_seqlen_unbalance([3, 1, 2, 2], parts, "dp")
 '''
 WRONG = "import orchmllm\norchmllm.balance([0, 1], [1]).makespan.upper()\n"
 
