@@ -72,6 +72,11 @@ from orchmllm.compat import verl as cverl
 parts: list[list[int]] = cverl.get_seqlen_balanced_partitions([3, 1, 2, 2], 2, equal_size=True)
 micro, order = cverl.rearrange_micro_batches({"attention_mask": torch.ones(4, 3)}, 6)
 metrics: dict[str, float] = cverl.log_seqlen_unbalance([3, 1, 2, 2], parts, "dp")
+
+from orchmllm.compat import veomni as cveomni
+encoder_balance = cveomni.Qwen3VLEncoderDataBalance(4, dp_group=None)
+images: orchmllm.Plan = encoder_balance.plan(np.array([0, 1, 2]), np.array([16, 4]))
+table: list[list[torch.Tensor]] = cveomni.balanced_rank_table(torch.ones(3, 1), 2, dim=0)
 '''
 WRONG = "import orchmllm\norchmllm.balance([0, 1], [1]).makespan.upper()\n"
 
