@@ -49,6 +49,7 @@ def main() -> int:
     assert not others, f"the wheel holds files outside the package: {others}"
     for want in ["orchmllm/__init__.py", "orchmllm/py.typed", "orchmllm/_orchmllm.pyi",
                  "orchmllm/step.py", "orchmllm/torch.py", "orchmllm/compat/__init__.py",
+                 "orchmllm/compat/_common.py",
                  "orchmllm/compat/verl.py", "orchmllm/compat/veomni.py"]:
         assert want in package, f"{want} missing from {wheels[0].name}: {package}"
     assert any(n.startswith("orchmllm/_orchmllm.") and n.endswith((".so", ".pyd"))

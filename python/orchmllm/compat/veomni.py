@@ -34,17 +34,12 @@ import torch.distributed as dist
 
 from .. import ALGORITHMS, Plan, balance
 from ..torch import Dispatcher, gather_lengths
+from ._common import one_source
 
 __all__ = ["Qwen3VLEncoderDataBalance", "SORTING_ALGO_FUNC", "balanced_rank_table"]
 
 #: VeOmni's objective for an image of l patch rows: l² (its sorting functions' load).
 PATCHES_SQUARED = "quadratic:0,1"
-
-
-def _one_source(n: int, k: int) -> np.ndarray:
-    offsets = np.full(k + 1, n, dtype=np.int64)
-    offsets[0] = 0
-    return offsets
 
 
 @torch.no_grad()
@@ -63,7 +58,7 @@ def balanced_rank_table(all_data_lengths: torch.Tensor, num_replicas: int,
         raise ValueError(f"num_replicas must be at least 1, got {k}")
     lengths = all_data_lengths[:, dim].cpu().numpy().astype(np.int64)
     n = lengths.shape[0]
-    plan = balance(_one_source(n, k), lengths, PATCHES_SQUARED, min_items=1 if n >= k else 0)
+    plan = balance(one_source(n, k), lengths, PATCHES_SQUARED, min_items=1 if n >= k else 0)
     dst = np.asarray(plan.dst_rank)
     return [[all_data_lengths[i] for i in np.flatnonzero(dst == r)] for r in range(k)]
 

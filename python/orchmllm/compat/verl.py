@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from .. import InfeasibleError, balance
+from ._common import one_source
 
 __all__ = [
     "calculate_workload",
@@ -85,13 +86,6 @@ def _parts_of(dst_rank: np.ndarray, k: int) -> List[List[int]]:
     return [part.tolist() for part in np.split(order, bounds)]
 
 
-def _on_one_source(n: int, k: int) -> np.ndarray:
-    """CSR offsets of k ranks where rank 0 holds all n items: a partition of one list."""
-    offsets = np.full(k + 1, n, dtype=np.int64)
-    offsets[0] = 0
-    return offsets
-
-
 def _values_as_lengths(seqlen_list: Any) -> Tuple[np.ndarray, Any]:
     """The values to partition as (int64 lengths, cost) for orchmllm.balance: integers as
     themselves under a linear cost; other reals as their rank among the distinct values under a
@@ -118,7 +112,7 @@ def _partition(lengths: np.ndarray, cost: Any, k: int, min_items: int,
     :data:`GAP_TOLERANCE` of its lower bound, or the differencing verl runs (largest differencing
     with equal counts, complete otherwise) where that is better, so never worse than verl's."""
     n = lengths.shape[0]
-    offsets = _on_one_source(n, k)
+    offsets = one_source(n, k)
     plan = balance(offsets, lengths, cost, min_items=min_items, max_items=max_items,
                    gap_tolerance=GAP_TOLERANCE)
     if plan.makespan > plan.lower_bound:
@@ -257,7 +251,7 @@ def _capped_parts(lengths: np.ndarray, count: int, cap: int) -> Optional[List[Li
     if n == 0:
         return [[] for _ in range(count)]
     try:
-        plan = balance(_on_one_source(n, count), lengths, WORKLOAD_COST, cap=cap,
+        plan = balance(one_source(n, count), lengths, WORKLOAD_COST, cap=cap,
                        min_items=1 if count <= n else 0)
     except InfeasibleError:
         if count < n:
