@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from .. import InfeasibleError, balance
+from ..torch import _collective_device
 from ._common import one_source
 
 __all__ = [
@@ -304,10 +305,7 @@ def rearrange_micro_batches(batch: Any, max_token_len: int, dp_group: Any = None
         count += 1
         parts = _capped_parts(lengths, count, cap)
     if same_micro_num_in_dp and dist.is_available() and dist.is_initialized():
-        backend = str(dist.get_backend(dp_group)).lower()
-        device = (torch.device("cuda", torch.cuda.current_device())
-                  if "nccl" in backend and "gloo" not in backend else torch.device("cpu"))
-        agreed = torch.tensor([count], dtype=torch.int64, device=device)
+        agreed = torch.tensor([count], dtype=torch.int64, device=_collective_device(dp_group))
         dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=dp_group)
         count = int(agreed.item())
     if num_batches_divided_by is not None:
