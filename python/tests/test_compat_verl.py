@@ -117,6 +117,16 @@ def test_one_more_micro_batch_where_verls_count_cannot_keep_the_budget() -> None
     assert len(want) == 6 and max(map(len, want)) == 5
 
 
+def test_sequences_over_half_the_budget_get_a_micro_batch_each() -> None:
+    lengths = torch.tensor([160] * 40 + [30] * 20)
+    mask = (torch.arange(160)[None, :] < lengths[:, None]).long()
+    batch = tensordict.TensorDict({"input_ids": mask.clone(), "attention_mask": mask},
+                                  batch_size=[60])
+    micro, parts = ours.rearrange_micro_batches(batch, 300)
+    assert len(parts) == 40 and sum(1 for p in parts if int(lengths[p].sum()) >= 160) == 40
+    check_cut(batch, micro, parts, 300)
+
+
 def test_micro_batches_order_and_flags() -> None:
     batch = padded_batch(7, 30)
     tokens = batch["attention_mask"].sum(dim=1).numpy()

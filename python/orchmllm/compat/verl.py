@@ -282,7 +282,8 @@ def rearrange_micro_batches(batch: Any, max_token_len: int, dp_group: Any = None
     batch: a TensorDict (or dict of tensors) with ``attention_mask`` (B x S: a row's tokens are its
     sum) or a nested ``input_ids`` (its rows' lengths); every field is cut along dimension 0.
     The count M: the smallest count at or above min(B, ceil(tokens / max_token_len)) (and
-    ``min_num_micro_batch``) whose micro-batches all fit; with ``same_micro_num_in_dp`` and
+    ``min_num_micro_batch``, and the number of sequences over half the budget) whose
+    micro-batches all fit; with ``same_micro_num_in_dp`` and
     torch.distributed initialised, the largest M over ``dp_group`` (one all-reduce); then rounded
     up to a multiple of ``num_batches_divided_by``. Ranks with fewer sequences than M get empty
     micro-batches. use_dynamic_bsz_balance: order the micro-batches heaviest in the middle,
@@ -298,6 +299,9 @@ def rearrange_micro_batches(batch: Any, max_token_len: int, dp_group: Any = None
         raise ValueError(f"max_token_len must hold the longest sequence: got max_token_len={cap}, "
                          f"longest sequence {longest} tokens")
     count = min(n, max(1, ceildiv(int(lengths.sum()), cap)))
+    # No two sequences over half the budget share a micro-batch: a bound on the count that
+    # spares the search below one plan per count where many are that long.
+    count = max(count, int((2 * lengths > cap).sum()))
     if min_num_micro_batch is not None:
         count = max(int(min_num_micro_batch), count)
     parts = _capped_parts(lengths, count, cap)
