@@ -23,7 +23,6 @@ are not timed: both move each tensor once, orchmllm's fewer rows.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from orchmllm.compat.veomni import Qwen3VLEncoderDataBalance
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import veomni_balance_sorting_algo as veomni  # noqa: E402
+from verl_adapter import command_line  # noqa: E402
 from verl_compare import best_of, fmt_time  # noqa: E402
 
 
@@ -96,15 +96,5 @@ def run(repeat: int, seed: int, quick: bool) -> list:
     return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    run(args.repeat, args.seed, args.quick)
-
-
 if __name__ == "__main__":
-    main()
+    command_line(run)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -134,7 +135,8 @@ def run(repeat: int, seed: int, quick: bool) -> tuple[list, list]:
     return dp_rows, mb_rows
 
 
-def main() -> None:
+def command_line(run: Callable[[int, int, bool], object]) -> None:
+    """The adapter benchmarks' command line (--repeat, --seed, --quick), on one intra-op thread."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
@@ -145,4 +147,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    command_line(run)
