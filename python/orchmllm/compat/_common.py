@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, List
+
 import numpy as np
 
 
@@ -11,3 +13,11 @@ def one_source(n: int, k: int) -> np.ndarray:
     offsets = np.full(k + 1, n, dtype=np.int64)
     offsets[0] = 0
     return offsets
+
+
+def parts_of(dst_rank: Any, k: int) -> List[List[int]]:
+    """Item ids by destination rank (a plan's ``dst_rank``), k lists, each ascending. O(n log n)."""
+    dst = np.asarray(dst_rank)
+    order = np.argsort(dst, kind="stable")
+    bounds = np.cumsum(np.bincount(dst, minlength=k))[:-1]
+    return [part.tolist() for part in np.split(order, bounds)]

@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from .. import ALGORITHMS, Plan, balance
 from ..torch import Dispatcher, gather_lengths
-from ._common import one_source
+from ._common import one_source, parts_of
 
 __all__ = ["Qwen3VLEncoderDataBalance", "SORTING_ALGO_FUNC", "balanced_rank_table"]
 
@@ -59,8 +59,7 @@ def balanced_rank_table(all_data_lengths: torch.Tensor, num_replicas: int,
     lengths = all_data_lengths[:, dim].cpu().numpy().astype(np.int64)
     n = lengths.shape[0]
     plan = balance(one_source(n, k), lengths, PATCHES_SQUARED, min_items=1 if n >= k else 0)
-    dst = np.asarray(plan.dst_rank)
-    return [[all_data_lengths[i] for i in np.flatnonzero(dst == r)] for r in range(k)]
+    return [[all_data_lengths[i] for i in part] for part in parts_of(plan.dst_rank, k)]
 
 
 #: VeOmni's registry of sorting functions by the names its configs use, each orchmllm's.

@@ -39,7 +39,7 @@ import torch.distributed as dist
 
 from .. import InfeasibleError, balance
 from ..torch import _collective_device
-from ._common import one_source
+from ._common import one_source, parts_of
 
 __all__ = [
     "calculate_workload",
@@ -80,13 +80,6 @@ def roundup_divisible(a: int, b: int) -> int:
     return ((a + b - 1) // b) * b
 
 
-def _parts_of(dst_rank: np.ndarray, k: int) -> List[List[int]]:
-    """Item ids by destination rank, each list ascending."""
-    order = np.argsort(dst_rank, kind="stable")
-    bounds = np.cumsum(np.bincount(dst_rank, minlength=k))[:-1]
-    return [part.tolist() for part in np.split(order, bounds)]
-
-
 def _values_as_lengths(seqlen_list: Any) -> Tuple[np.ndarray, Any]:
     """The values to partition as (int64 lengths, cost) for orchmllm.balance: integers as
     themselves under a linear cost; other reals as their rank among the distinct values under a
@@ -122,7 +115,7 @@ def _partition(lengths: np.ndarray, cost: Any, k: int, min_items: int,
                      algorithm="karmarkar_karp_equal" if equal else "karmarkar_karp")
         if kk.makespan < plan.makespan:
             plan = kk
-    return _parts_of(np.asarray(plan.dst_rank), k)
+    return parts_of(plan.dst_rank, k)
 
 
 def get_seqlen_balanced_partitions(seqlen_list: Sequence[int], k_partitions: int,
@@ -258,7 +251,7 @@ def _capped_parts(lengths: np.ndarray, count: int, cap: int) -> Optional[List[Li
         if count < n:
             return None
         return [[i] for i in range(n)] + [[] for _ in range(count - n)]
-    return _parts_of(np.asarray(plan.dst_rank), count)
+    return parts_of(plan.dst_rank, count)
 
 
 def _split_to(parts: List[List[int]], count: int) -> List[List[int]]:
