@@ -18,6 +18,7 @@
 
 #include "orchmllm/balance/balancer.hpp"
 #include "orchmllm/balance/balancers.hpp"
+#include "orchmllm/balance/context_parallel.hpp"
 #include "orchmllm/balance/micro_batches.hpp"
 #include "orchmllm/balance/problem.hpp"
 #include "orchmllm/balance/split.hpp"
