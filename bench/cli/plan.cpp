@@ -16,9 +16,11 @@
 #include <vector>
 
 #include "bench/cli/command.hpp"
+#include "bench/cli/cp_flags.hpp"
 #include "bench/cli/file_io.hpp"
 #include "bench/cli/json.hpp"
 #include "bench/cli/micro_batch_flags.hpp"
+#include "bench/cli/plan_cp.hpp"
 #include "bench/cli/plan_csv.hpp"
 #include "bench/cli/problem.hpp"
 #include "bench/support/args.hpp"
@@ -65,6 +67,15 @@ const command& plan_command() {
                        "fraction of the lower bound; default 0 (only at the bound)",
                        false});
     for (auto& f : micro_batch_flags()) c.flags.push_back(std::move(f));
+    for (auto& f : cp_flags()) c.flags.push_back(std::move(f));
+    c.flags.push_back({"cp-model", "7b|72b",
+                       "with --cp-sizes: the LLM whose time model costs a sample and its shards "
+                       "(bench/support/models.hpp); default 7b",
+                       false});
+    c.flags.push_back({"cp-flops", "FLOPS",
+                       "with --cp-sizes: sustained FLOP/s per GPU; default 4.945e14 (H100 bf16 "
+                       "dense at 50 %)",
+                       false});
     c.flags.push_back({"out", "PLAN.csv",
                        "output: rank,slot,dst_rank,dst_slot per input item (and "
                        "dst_micro_batch with micro-batches)",
@@ -104,6 +115,20 @@ const command& plan_command() {
         "objective_before (the input as sampled, each rank's items in slot order cut greedily\n"
         "under the same limit), objective_lower_bound (no plan with M micro-batches does\n"
         "better), objective_ratio and objective_proven_optimal.\n"
+        "\n"
+        "With --cp-sizes C1,C2,... the samples may be sharded over context-parallel groups of\n"
+        "those sizes, chosen per sample (orchmllm::balance_context_parallel): ITEMS.csv lengths\n"
+        "are sequence tokens, costed by the LLM of --cp-model at --cp-flops (causal attention,\n"
+        "the ring exchange of K and V over the default link figures); groups are aligned blocks\n"
+        "of ranks inside one node (--gpus-per-node). PLAN.csv is then rank,slot,dst_rank,\n"
+        "dst_slot,token_begin,token_end with one row per token chunk: a whole sample one row of\n"
+        "its whole range, a sample over C ranks 2C rows (position i holds chunks i and 2C-1-i,\n"
+        "on consecutive dst_slots). The JSON: algorithm (context-parallel), items, chunks,\n"
+        "ranks, gpus_per_node, cp_sizes, cp_model, cp_flops, cp_token_cap, min_shard_tokens,\n"
+        "makespan and lower_bound (seconds), ratio, plan_seconds, sharded, groups [{size,\n"
+        "samples}], max_tokens (the fullest rank), moved_bytes, inter_node_bytes (the bytes\n"
+        "column apportioned by tokens, else 1 per token), items_file, plan_file. Without\n"
+        "--cp-sizes the plan is the balance above, unchanged.\n"
         "\n"
         "exit status: 0 ok; 2 bad usage (including --mapping transport or bottleneck without\n"
         "--gpus-per-node),\n"
@@ -188,6 +213,9 @@ void add_micro_batch_figures(json_object& j, const micro_batching& micro,
 
 int run_plan(const parsed_args& args, std::ostream& out, std::ostream& err) {
   return guarded(plan_command(), err, [&] {
+    if (const auto cp = parse_cp_flags(args)) return run_plan_cp(args, *cp, out);
+    for (const char* f : {"cp-model", "cp-flops"})
+      if (args.has(f)) throw usage_error("--" + std::string(f) + " needs --cp-sizes");
     any_balancer balancer = parse_algorithm_flag(args);
     // Plain variables, not a structured binding: the visitor lambda below captures them.
     const auto mapping_flags = parse_mapping_flags(args);

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <variant>
@@ -10,6 +11,7 @@
 #include "bench/cli/command.hpp"
 #include "bench/cli/json.hpp"
 #include "bench/cli/problem.hpp"
+#include "bench/cli/simulate_cp.hpp"
 #include "bench/cli/trace_csv.hpp"
 #include "bench/support/args.hpp"
 #include "bench/support/simulator.hpp"
@@ -23,14 +25,20 @@ const command& simulate_command() {
     c.name = "simulate";
     c.summary = "Simulate one training step of a workload under a rearrangement scenario.";
     c.flags = {
-        {"workload", "NAME", "vl-sft, omni-pretrain, video-heavy or audio-asr (or --trace)", false},
+        {"workload", "NAME",
+         "vl-sft, omni-pretrain, video-heavy, audio-asr (or --trace), or long-context (its own "
+         "scenarios cp-none, cp-static, cp)",
+         false},
         {"trace", "FILE",
          "draw the samples from a length trace (sample,image_tokens,text_tokens) instead of "
          "--workload",
          false},
         {"ranks", "D", "number of data-parallel ranks (GPUs)", true},
         {"gpus-per-node", "G", "GPUs per node (nodes are consecutive blocks of G ranks)", true},
-        {"scenario", "S", "none, llm-only, per-stage, full, beyond, split or cells", true},
+        {"scenario", "S",
+         "none, llm-only, per-stage, full, beyond, split or cells; long-context: cp-none, "
+         "cp-static or cp",
+         true},
         {"model", "M", "7b (LLaMA-7B-like LLM, default) or 72b (Qwen2-72B-like)", false},
         {"seed", "S", "random seed of the workload; with --trace the batch number; default 1",
          false},
@@ -79,6 +87,7 @@ const command& simulate_command() {
          "cells scenario needs it",
          false},
     };
+    for (auto& f : simulate_cp_flags()) c.flags.push_back(std::move(f));
     c.details =
         "SIMULATED figures (simulated: true): per-stage compute = transformer FLOPs (forward +\n"
         "backward) / (peak x achievable), each stage waiting for its slowest rank; every\n"
@@ -110,7 +119,21 @@ const command& simulate_command() {
         "cells], micro_batch_tokens (with T), transfers [{name, moved_bytes,\n"
         "inter_node_bytes, seconds, schedule}] and planner (MEASURED phases: layout_seconds,\n"
         "stages_seconds, compose_seconds, route_seconds, stages [{name, balance_seconds,\n"
-        "map_seconds, report_seconds}]).\n";
+        "map_seconds, report_seconds}]).\n"
+        "\n"
+        "--workload long-context: text sequences of 1K-256K tokens (ByteScale's published mix,\n"
+        "bench/support/long_context.hpp) in the LLM alone, planned by\n"
+        "orchmllm::balance_context_parallel under the LLM's time model (FLOPs / (peak x\n"
+        "achievable), the ring exchange of K and V over the link figures). Scenarios: cp-none\n"
+        "(every sample whole, balanced), cp-static (every sample over --cp-size C ranks, as a\n"
+        "fixed context-parallel size), cp (the size chosen per sample from --cp-sizes);\n"
+        "--cp-token-cap and --min-shard-tokens as for plan. stdout: one JSON object with\n"
+        "simulated, scenario, workload, ranks, gpus_per_node, model, seed, samples_per_rank,\n"
+        "peak_flops, achievable, cp_sizes, cp_token_cap, min_shard_tokens, step_seconds,\n"
+        "compute_seconds (the busiest rank), lower_bound_seconds (no plan with these sizes\n"
+        "computes faster), ratio, comm_seconds (the token chunks' all-to-all), plan_seconds\n"
+        "(measured), unoverlapped_plan_seconds, samples, longest, sharded, chunks, groups\n"
+        "[{size, samples}], max_tokens (the fullest rank) and inter_node_bytes.\n";
     c.run = &run_simulate;
     return c;
   }();
@@ -201,6 +224,10 @@ std::string simulation_json(const bench::sim_result& r, const bench::sim_options
 
 int run_simulate(const parsed_args& args, std::ostream& out, std::ostream& err) {
   return guarded(simulate_command(), err, [&] {
+    if (args.get("workload") == std::optional<std::string>("long-context"))
+      return run_simulate_cp(args, out);
+    for (const auto& f : simulate_cp_flags())
+      if (args.has(f.name)) throw usage_error("--" + f.name + " needs --workload long-context");
     bench::sim_options o;
     const auto trace = args.get("trace");
     if (trace.has_value() == args.has("workload"))
@@ -211,7 +238,8 @@ int run_simulate(const parsed_args& args, std::ostream& out, std::ostream& err) 
         o.workload.name = bench::parse_workload(workload);
       } catch (const invalid_argument_error&) {
         throw usage_error("--workload is '" + workload +
-                          "', expected vl-sft, omni-pretrain, video-heavy or audio-asr");
+                          "', expected vl-sft, omni-pretrain, video-heavy, audio-asr or "
+                          "long-context");
       }
     }
     o.workload.ranks = args.require_int("ranks", 1, max_ranks);

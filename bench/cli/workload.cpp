@@ -1,6 +1,7 @@
 // orchmllm-bench workload: the ITEMS.csv files of a benchmark workload (workload.hpp).
 #include "bench/cli/workload.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <ostream>
@@ -17,6 +18,7 @@
 #include "bench/cli/problem.hpp"
 #include "bench/cli/trace_csv.hpp"
 #include "bench/support/args.hpp"
+#include "bench/support/long_context.hpp"
 #include "bench/support/workloads.hpp"
 
 namespace orchmllm::tool {
@@ -27,7 +29,10 @@ const command& workload_command() {
     c.name = "workload";
     c.summary = "Write the per-stage ITEMS.csv files of a benchmark workload.";
     c.flags = {
-        {"name", "NAME", "vl-sft, omni-pretrain, video-heavy or audio-asr (or --trace)", false},
+        {"name", "NAME",
+         "vl-sft, omni-pretrain, video-heavy, audio-asr (or --trace), or long-context (llm.csv "
+         "only)",
+         false},
         {"trace", "FILE",
          "draw the samples from a length trace (sample,image_tokens,text_tokens) instead of "
          "--name",
@@ -54,7 +59,11 @@ const command& workload_command() {
         "max/mean imbalance of the per-rank LLM tokens before balancing).\n"
         "--trace FILE: slot i of rank r holds trace row ((S*D + r)*K + i) mod rows (file order),\n"
         "every image a vision item of its patches (patches/4 LLM tokens); the JSON's workload\n"
-        "is \"trace\" and trace names the file (docs/tool.md, Traces).\n";
+        "is \"trace\" and trace names the file (docs/tool.md, Traces).\n"
+        "--name long-context writes llm.csv only: text sequences of 1K-256K tokens (ByteScale's\n"
+        "published mix, bench/support/long_context.hpp; bytes 8 per token), the input of\n"
+        "`plan --cp-sizes`; its JSON: workload, ranks, samples_per_rank, seed, samples, tokens,\n"
+        "max_length, out_dir.\n";
     c.run = &run_workload;
     return c;
   }();
@@ -69,13 +78,22 @@ std::vector<std::pair<std::string, std::string>> format_workload_items(
           {"llm.csv", format_items(layouts.llm)}};
 }
 
-void write_workload_items(const bench::workload_batch& w, const std::filesystem::path& dir) {
-  const auto files = format_workload_items(w);
+namespace {
+
+// Creates `dir` (and its parents) unless it exists; io_error naming it otherwise.
+void create_output_dir(const std::filesystem::path& dir) {
   std::error_code ec;
   if (!dir.empty()) std::filesystem::create_directories(dir, ec);
   if (ec || (!dir.empty() && !std::filesystem::is_directory(dir)))
     throw io_error("cannot create directory '" + dir.string() + "'" +
                    (ec ? ": " + ec.message() : std::string(": not a directory")));
+}
+
+}  // namespace
+
+void write_workload_items(const bench::workload_batch& w, const std::filesystem::path& dir) {
+  const auto files = format_workload_items(w);
+  create_output_dir(dir);
   std::vector<std::pair<std::filesystem::path, std::string_view>> writes;
   for (const auto& [name, text] : files) writes.emplace_back(dir / name, text);
   write_files_atomically(writes);
@@ -87,13 +105,46 @@ int run_workload(const parsed_args& args, std::ostream& out, std::ostream& err) 
     if (trace.has_value() == args.has("name"))
       throw usage_error("give one of --name NAME and --trace FILE");
     const std::string name_text = trace ? std::string("trace") : args.require("name");
+    if (name_text == "long-context") {
+      for (const char* f : {"long-form", "trace-out"})
+        if (args.has(f))
+          throw usage_error("--" + std::string(f) + " does not apply to --name long-context");
+      const std::int64_t ranks = args.require_int("ranks", 1, max_ranks);
+      const std::int64_t k = args.get_int("samples-per-rank", 8, 0, workload_max_samples);
+      if (k > workload_max_samples / ranks)
+        throw usage_error("--ranks " + std::to_string(ranks) + " x --samples-per-rank " +
+                          std::to_string(k) + " exceeds " + std::to_string(workload_max_samples) +
+                          " samples");
+      const auto seed = static_cast<std::uint64_t>(args.get_int("seed", 1, 0));
+      const std::filesystem::path dir = args.require("out-dir");
+      const batch_layout llm = bench::long_context_layout(ranks, k, seed);
+      create_output_dir(dir);
+      write_file_atomically(dir / "llm.csv", format_items(llm));
+      std::int64_t tokens = 0, longest = 0;
+      for (std::int64_t g = 0; g < llm.num_items(); ++g) {
+        tokens += llm.length(g);
+        longest = std::max(longest, llm.length(g));
+      }
+      json_object j;
+      j.add("workload", "long-context")
+          .add("ranks", ranks)
+          .add("samples_per_rank", k)
+          .add("seed", seed)
+          .add("samples", llm.num_items())
+          .add("tokens", tokens)
+          .add("max_length", longest)
+          .add("out_dir", dir.string());
+      out << j.str() << "\n";
+      return exit_ok;
+    }
     bench::workload_options o;
     if (!trace) {
       try {
         o.name = bench::parse_workload(name_text);
       } catch (const invalid_argument_error&) {
         throw usage_error("--name is '" + name_text +
-                          "', expected vl-sft, omni-pretrain, video-heavy or audio-asr");
+                          "', expected vl-sft, omni-pretrain, video-heavy, audio-asr or "
+                          "long-context");
       }
     }
     o.ranks = args.require_int("ranks", 1, max_ranks);

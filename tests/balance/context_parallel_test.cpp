@@ -461,6 +461,12 @@ TEST_CASE("balance_context_parallel: bad input names the value") {
   expect_invalid(
       [&] { (void)orchmllm::balance_context_parallel(layout, cp_cost{.attention = -2}, topo); },
       {"attention", "-2"});
+  orchmllm::test::expect_error<orchmllm::infeasible_error>(
+      [&] {
+        (void)orchmllm::balance_context_parallel(layout, m, topo,
+                                                 with([](auto& o) { o.token_cap = 50'100; }));
+      },
+      {"more than 200400 tokens", "4 ranks' token cap 50100"});
   // 200,000 tokens need 4 ranks of 50,000 under the cap: no size of a 2-GPU node holds it.
   orchmllm::test::expect_error<orchmllm::infeasible_error>(
       [&] {

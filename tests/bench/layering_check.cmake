@@ -2,13 +2,13 @@
 #   * nothing under bench/ outside bench/cli/ (benchmarks, bench/support/) includes the CLI;
 #   * in bench/cli/, a subcommand's files (generate, workload, plan, compare, simulate,
 #     dispatch and its dispatch_*.hpp parts) include only the shared files (command, json,
-#     file_io, items_csv, micro_batch_flags, plan_csv, problem, trace_csv), their own parts and bench/support/ (which holds
+#     file_io, items_csv, micro_batch_flags, cp_flags, plan_csv, problem, trace_csv), their own parts and bench/support/ (which holds
 #     the flag parser, args.hpp, and quote.hpp); only tool.hpp (the subcommand table) and
 #     main.cpp include the subcommands.
 #   * examples/*.cpp include only the public headers, the standard library and MPI.
 # Usage: cmake -DSOURCE_DIR=<repository root> -P tests/bench/layering_check.cmake
 cmake_minimum_required(VERSION 3.25)
-set(_shared command json file_io items_csv micro_batch_flags plan_csv problem trace_csv)
+set(_shared command cp_flags json file_io items_csv micro_batch_flags plan_csv problem trace_csv)
 set(_problems "")
 file(GLOB_RECURSE _files RELATIVE "${SOURCE_DIR}"
   "${SOURCE_DIR}/bench/*.hpp" "${SOURCE_DIR}/bench/*.cpp" "${SOURCE_DIR}/bench/*.cu"

@@ -159,6 +159,16 @@ inline cp_setup cp_prepare(const batch_layout& layout, const cp_cost& cost, cons
                    o.sizes.front(), (o.sizes.size() > 1 ? " ..." : ""),
                    ") has a group of ranks in this topology",
                    (o.within_node ? " inside one node" : ""));
+  if (o.token_cap <= std::numeric_limits<std::int64_t>::max() / s.d) {
+    const std::int64_t room = o.token_cap * s.d;
+    std::int64_t total = 0;
+    for (std::int64_t g = 0; g < s.n; ++g) {
+      ORCHMLLM_REQUIRE(layout.length(g) <= room - total, infeasible_error, "the ", s.n,
+                       " samples hold more than ", room, " tokens, the ", s.d, " ranks' token cap ",
+                       o.token_cap, " in all");
+      total += layout.length(g);
+    }
+  }
   const std::size_t k = s.groups.size();
   s.options.resize(static_cast<std::size_t>(s.n) * k);
   std::vector<double> times;
@@ -293,8 +303,11 @@ struct cp_placement {
   double makespan = std::numeric_limits<double>::infinity();
 };
 
-/// A tournament tree over the groups of one size, keyed by the group's busiest rank: the least
-/// busy group (ties to the lower index) at the root. O(1) query, O(log B) update.
+/// A tournament tree over the groups of one size, keyed by the group's busiest rank, that also
+/// knows every subtree's emptiest group in tokens: the least busy group (ties to the lower index)
+/// in O(1), the least busy one with at most `limit` tokens on its fullest rank by a pruned
+/// descent (subtrees without room, or without a group that beats the best found, are skipped),
+/// O(log B) updates.
 class cp_group_tree {
  public:
   void assign(std::int64_t blocks) {
@@ -302,34 +315,73 @@ class cp_group_tree {
     while (size_ < static_cast<std::size_t>(blocks)) size_ *= 2;
     key_.assign(static_cast<std::size_t>(blocks), 0.0);
     node_.assign(2 * size_, -1);
-    for (std::size_t b = 0; b < static_cast<std::size_t>(blocks); ++b)
+    room_.assign(2 * size_, std::numeric_limits<std::int64_t>::max());
+    for (std::size_t b = 0; b < static_cast<std::size_t>(blocks); ++b) {
       node_[size_ + b] = static_cast<std::int64_t>(b);
-    for (std::size_t i = size_; i-- > 1;) node_[i] = pick(node_[2 * i], node_[2 * i + 1]);
+      room_[size_ + b] = 0;
+    }
+    for (std::size_t i = size_; i-- > 1;) pull(i);
   }
   [[nodiscard]] std::int64_t least() const noexcept { return node_[1]; }
   [[nodiscard]] double key(std::int64_t b) const noexcept {
     return key_[static_cast<std::size_t>(b)];
   }
-  void update(std::int64_t b, double k) {
+  /// Tokens on group b's fullest rank.
+  [[nodiscard]] std::int64_t fullest(std::int64_t b) const noexcept {
+    return room_[size_ + static_cast<std::size_t>(b)];
+  }
+  /// The least busy group whose fullest rank holds at most `limit` tokens, or -1.
+  [[nodiscard]] std::int64_t least_with_room(std::int64_t limit) const {
+    std::int64_t best = -1;
+    search(1, limit, best);
+    return best;
+  }
+  /// Group b's busiest rank now has time `k` and its fullest rank `fullest` tokens.
+  void update(std::int64_t b, double k, std::int64_t fullest) {
     key_[static_cast<std::size_t>(b)] = k;
-    for (std::size_t i = (size_ + static_cast<std::size_t>(b)) / 2; i >= 1; i /= 2)
-      node_[i] = pick(node_[2 * i], node_[2 * i + 1]);
+    room_[size_ + static_cast<std::size_t>(b)] = fullest;
+    // Up to the first subtree whose least busy group and emptiest room stay the same (the
+    // same group with a grown key is a change: its ancestors compare it again).
+    const auto leaf = static_cast<std::int64_t>(b);
+    for (std::size_t i = (size_ + static_cast<std::size_t>(b)) / 2; i >= 1; i /= 2) {
+      const std::int64_t node = node_[i], room = room_[i];
+      pull(i);
+      if (node_[i] == node && node != leaf && room_[i] == room) break;
+    }
   }
 
  private:
-  [[nodiscard]] std::int64_t pick(std::int64_t a, std::int64_t b) const noexcept {
-    if (a < 0) return b;
-    if (b < 0) return a;
-    return key_[static_cast<std::size_t>(b)] < key_[static_cast<std::size_t>(a)] ? b : a;
+  [[nodiscard]] bool before(std::int64_t a, std::int64_t b) const noexcept {
+    if (b < 0) return a >= 0;
+    if (a < 0) return false;
+    const double ka = key_[static_cast<std::size_t>(a)], kb = key_[static_cast<std::size_t>(b)];
+    return ka < kb || (ka == kb && a < b);
+  }
+  void pull(std::size_t i) {
+    node_[i] = before(node_[2 * i + 1], node_[2 * i]) ? node_[2 * i + 1] : node_[2 * i];
+    room_[i] = std::min(room_[2 * i], room_[2 * i + 1]);
+  }
+  void search(std::size_t i, std::int64_t limit, std::int64_t& best) const {
+    if (room_[i] > limit || !before(node_[i], best)) return;
+    if (i >= size_) {
+      best = node_[i];
+      return;
+    }
+    // The child holding the subtree's least busy group first: without a binding cap the
+    // descent reaches it directly and every other subtree is pruned.
+    const std::size_t first = node_[2 * i] == node_[i] ? 2 * i : 2 * i + 1;
+    search(first, limit, best);
+    search(first ^ 1, limit, best);
   }
   std::size_t size_ = 1;
   std::vector<double> key_;
-  std::vector<std::int64_t> node_;
+  std::vector<std::int64_t> node_;  // the least busy group of each subtree
+  std::vector<std::int64_t> room_;  // the fewest tokens on a group's fullest rank, per subtree
 };
 
 /// The ranks' times and tokens during one placement, with a tree per allowed size that finds
-/// the least busy group (with room for a shard's tokens) in O(1) (O(B · c) when the cap rules
-/// the least busy one out), and places a sample whole or sharded on a group.
+/// the least busy group with room for a shard's tokens (O(1) when the least busy one has room,
+/// a pruned descent otherwise), and places a sample whole or sharded on a group.
 class cp_state {
  public:
   cp_state(const batch_layout& layout, const cp_cost& cost, const topology& topo, const cp_setup& s,
@@ -354,19 +406,7 @@ class cp_state {
 
   /// The least busy group of size index i with room for `need` tokens on each rank, or -1.
   [[nodiscard]] std::int64_t least(std::size_t i, std::int64_t need) const {
-    const cp_groups& grp = s_.groups[i];
-    const auto room = [&](std::int64_t b) {
-      const rank_t* q = grp.ranks.data() + b * grp.c;
-      for (std::int64_t j = 0; j < grp.c; ++j)
-        if (p_.tokens[static_cast<std::size_t>(q[j])] > o_.token_cap - need) return false;
-      return true;
-    };
-    const std::int64_t root = trees_[i].least();
-    if (room(root)) return root;
-    std::int64_t best = -1;
-    for (std::int64_t b = 0; b < grp.count(); ++b)
-      if (room(b) && (best < 0 || trees_[i].key(b) < trees_[i].key(best))) best = b;
-    return best;
+    return trees_[i].least_with_room(o_.token_cap - need);
   }
 
   /// When sample g would finish on group b of size index i: the group's busiest rank plus the
@@ -410,18 +450,16 @@ class cp_state {
   }
 
  private:
-  // Rank r's time changed: re-key its group of every size.
+  // Rank r's time and tokens grew: re-key its group of every size (they only grow during a
+  // placement, so a group's busiest and fullest rank are the larger of theirs and r's).
   void refresh(rank_t r) {
     const auto d = static_cast<std::size_t>(s_.d);
+    const auto ri = static_cast<std::size_t>(r);
     for (std::size_t i = 0; i < trees_.size(); ++i) {
-      const std::int64_t b = group_of_[i * d + static_cast<std::size_t>(r)];
+      const std::int64_t b = group_of_[i * d + ri];
       if (b < 0) continue;
-      const cp_groups& grp = s_.groups[i];
-      const rank_t* q = grp.ranks.data() + b * grp.c;
-      double busiest = 0.0;
-      for (std::int64_t j = 0; j < grp.c; ++j)
-        busiest = std::max(busiest, p_.loads[static_cast<std::size_t>(q[j])]);
-      trees_[i].update(b, busiest);
+      trees_[i].update(b, std::max(trees_[i].key(b), p_.loads[ri]),
+                       std::max(trees_[i].fullest(b), p_.tokens[ri]));
     }
   }
 
