@@ -66,6 +66,11 @@ __all__ = [
     "StepPlan",
     "make_step_metadata",
     "plan_step",
+    # Context parallelism (orchmllm/context_parallel.py).
+    "ContextParallelPlan",
+    "CpCost",
+    "Shard",
+    "context_parallel",
 ]
 
 #: The mappers :func:`map_bins` and the stages take by name: the library's built-in mappers
@@ -374,4 +379,10 @@ from .step import (  # noqa: E402
     StageDeclarations,
     make_step_metadata,
     plan_step,
+)
+from .context_parallel import (  # noqa: E402
+    ContextParallelPlan,
+    CpCost,
+    Shard,
+    context_parallel,
 )

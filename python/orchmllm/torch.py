@@ -15,7 +15,8 @@ A whole multimodal step: :func:`plan_step_dispatchers` all-gathers the ranks'
 transfer (encoder inputs, text, encoder outputs along the composed route, whose backward is the
 gradient route); :meth:`StepDispatchers.llm_input` assembles the LLM ranks' sequences so that
 every exchange stays in the loss's graph; :class:`AsyncStepPlanner` plans step t + 1 on a
-background thread while step t trains.
+background thread while step t trains. :class:`ContextParallelGroups` makes, once, the process
+groups of every context-parallel group :func:`orchmllm.context_parallel` can choose.
 
 Ranks that disagree fail together: before an exchange moves anything, the ranks agree (one
 ``all_reduce`` of five int64) that they run the same exchange (the route's fingerprint, the
@@ -48,8 +49,9 @@ from . import (AllToAll, CommunicationError, EncoderView, Error, InvalidArgument
                LocalBatch, Plan, StageDeclarations, StepMetadata, StepPlan, _int,
                _int64_vector, make_step_metadata, plan_step)
 
-__all__ = ["AsyncStepPlanner", "Dispatcher", "StepDispatchers", "combine", "default_timeout",
-           "dispatch", "gather_lengths", "gather_step_metadata", "plan_step_dispatchers"]
+__all__ = ["AsyncStepPlanner", "ContextParallelGroups", "Dispatcher", "StepDispatchers", "combine",
+           "context_parallel_blocks", "default_timeout", "dispatch", "gather_lengths",
+           "gather_step_metadata", "plan_step_dispatchers"]
 
 #: The environment variable of the agreement deadline, in milliseconds (0: none).
 TIMEOUT_ENV = "ORCHMLLM_TIMEOUT_MS"
@@ -894,3 +896,72 @@ class AsyncStepPlanner:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def context_parallel_blocks(sizes: Sequence[int], num_ranks: int, gpus_per_node: int = 0, *,
+                            node_of_rank: Any = None,
+                            within_node: bool = True) -> List[Tuple[int, ...]]:
+    """Every group of ranks :func:`orchmllm.context_parallel` can give a sample, for the sizes
+    ``sizes`` ≥ 2, in a fixed order (sizes ascending, then by first rank): aligned blocks of c
+    ranks inside one node (local indices [j·c, j·c + c) of a node, its ranks ascending; nodes
+    consecutive blocks of ``gpus_per_node`` ranks, 0 for one node, or ``node_of_rank``'s ids),
+    or aligned blocks of global ranks when ``within_node`` is False. The library's own rule
+    (balance/context_parallel.hpp), so the plan's groups are among these."""
+    if node_of_rank is not None:
+        ids = [int(x) for x in _int64_vector("node_of_rank", node_of_rank, num_ranks)]
+    else:
+        g = _int("gpus_per_node", gpus_per_node)
+        ids = [r // g if g > 0 else 0 for r in range(num_ranks)]
+    order: Dict[int, List[int]] = {}
+    for r, m in enumerate(ids):
+        order.setdefault(m, []).append(r)
+    nodes = list(order.values())
+    blocks: List[Tuple[int, ...]] = []
+    for c in sorted({int(c) for c in sizes}):
+        if c < 2:
+            continue
+        if within_node:
+            for members in nodes:
+                blocks += [tuple(members[j:j + c]) for j in range(0, len(members) - c + 1, c)]
+        else:
+            blocks += [tuple(range(j, j + c)) for j in range(0, num_ranks - c + 1, c)]
+    return blocks
+
+
+class ContextParallelGroups:
+    """A process group for every group of ranks :func:`orchmllm.context_parallel` can choose
+    (:func:`context_parallel_blocks`), made once, before the first step: creating groups is a
+    collective of every rank, too slow to repeat per step, and the plan's groups are aligned
+    blocks, so a few groups per size cover every plan. :meth:`group` finds a shard's group.
+
+    Every rank must construct it with the same arguments at the same point (it calls
+    ``torch.distributed.new_group`` for every block, in the same order everywhere). ``backend``
+    is passed to ``new_group`` (None: the default group's)."""
+
+    def __init__(self, sizes: Sequence[int], gpus_per_node: int = 0, *, node_of_rank: Any = None,
+                 within_node: bool = True, backend: Optional[str] = None) -> None:
+        self._blocks = context_parallel_blocks(sizes, dist.get_world_size(), gpus_per_node,
+                                               node_of_rank=node_of_rank,
+                                               within_node=within_node)
+        self._groups: Dict[Tuple[int, ...], dist.ProcessGroup] = {}
+        for b in self._blocks:
+            made = dist.new_group(list(b), backend=backend)
+            # new_group gives every rank a handle; a rank outside the block gets a placeholder.
+            if isinstance(made, dist.ProcessGroup):
+                self._groups[b] = made
+
+    @property
+    def blocks(self) -> List[Tuple[int, ...]]:
+        """The groups' ranks, in creation order."""
+        return list(self._blocks)
+
+    def group(self, ranks: Sequence[int]) -> dist.ProcessGroup:
+        """The process group of ``ranks`` (a shard's ``group``). Raises ValueError for ranks
+        that are not one of the blocks (a plan made with other sizes or nodes)."""
+        key = tuple(int(r) for r in ranks)
+        if key not in set(self._blocks):
+            raise ValueError(f"ranks {list(key)} are not a context-parallel group of these sizes "
+                             f"and nodes (a plan made with other sizes, nodes or within_node?)")
+        if key not in self._groups:
+            raise ValueError(f"this rank is not in the group of ranks {list(key)}")
+        return self._groups[key]

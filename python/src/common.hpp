@@ -246,5 +246,6 @@ nb::object mapping_dict(const py_plan& p);
 // The bindings of the other files, called from NB_MODULE.
 void bind_mapping(nb::module_& m);
 void bind_step(nb::module_& m);
+void bind_context_parallel(nb::module_& m);
 
 }  // namespace orchmllm_py

@@ -608,4 +608,5 @@ NB_MODULE(_orchmllm, m) {
 
   bind_mapping(m);
   bind_step(m);
+  bind_context_parallel(m);
 }

@@ -48,7 +48,8 @@ def main() -> int:
     others = [n for n in names if not n.startswith(("orchmllm/", "orchmllm-"))]
     assert not others, f"the wheel holds files outside the package: {others}"
     for want in ["orchmllm/__init__.py", "orchmllm/py.typed", "orchmllm/_orchmllm.pyi",
-                 "orchmllm/step.py", "orchmllm/torch.py", "orchmllm/compat/__init__.py",
+                 "orchmllm/step.py", "orchmllm/torch.py", "orchmllm/context_parallel.py",
+                 "orchmllm/compat/__init__.py",
                  "orchmllm/compat/_common.py",
                  "orchmllm/compat/verl.py", "orchmllm/compat/veomni.py"]:
         assert want in package, f"{want} missing from {wheels[0].name}: {package}"
