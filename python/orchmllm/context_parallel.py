@@ -41,6 +41,8 @@ class Shard(NamedTuple):
     #: Where its rows start and end among the rows this rank receives (the chunks' Plan, in
     #: destination-slot order): the head's rows, then the tail's.
     rows: Tuple[int, int]
+    #: The micro-batch it runs in (every shard of the sample runs in the same one).
+    micro_batch: int = 0
 
     @property
     def tokens(self) -> int:
@@ -130,6 +132,27 @@ class ContextParallelPlan:
     def plan_seconds(self) -> float:
         return float(self._native.plan_seconds)
 
+    @property
+    def micro_batches(self) -> int:
+        """M, the micro-batches every rank runs."""
+        return int(self._native.micro_batches)
+
+    @property
+    def micro_batch(self) -> np.ndarray:
+        """int64[n]: every sample's micro-batch (its group computes together)."""
+        return self._native.micro_batch
+
+    @property
+    def cell_offsets(self) -> np.ndarray:
+        """int64[D·M + 1]: cell (r, m) is the chunks' destination ids [cell_offsets[r·M + m],
+        cell_offsets[r·M + m + 1]); a rank receives its rows by micro-batch."""
+        return self._native.cell_offsets
+
+    @property
+    def objective(self) -> float:
+        """Σ_m max_r load(r, m): the step when every micro-batch synchronises."""
+        return float(self._native.objective)
+
     def group_ranks(self, item: int) -> Tuple[int, ...]:
         """The ranks of sample ``item``'s group in position order (one rank when whole)."""
         first = int(self.chunk_offsets[item])
@@ -155,7 +178,7 @@ class ContextParallelPlan:
             start = int(self._row_offsets[h]) - first_row
             end = int(self._row_offsets[h + (2 if c > 1 else 1)]) - first_row
             out.append(Shard(item, c, pos, ((hb, he), (tb, te)), self.group_ranks(item),
-                             (start, end)))
+                             (start, end), int(self.micro_batch[item])))
         return out
 
 
@@ -170,6 +193,7 @@ def context_parallel(offsets: Any, lengths: Any, cost: CpCost, *,
                      sizes: Sequence[int] = (1, 2, 4, 8), gpus_per_node: int = 0,
                      node_of_rank: Any = None, within_node: bool = True,
                      token_cap: Optional[int] = None, min_shard_tokens: int = 0,
+                     micro_batches: int = 1, max_tokens_per_micro_batch: Optional[int] = None,
                      bytes: Any = None, targets: int = 8) -> ContextParallelPlan:
     """Shards and places the samples of a packed stage (lengths in tokens) over the ranks.
 
@@ -181,6 +205,9 @@ def context_parallel(offsets: Any, lengths: Any, cost: CpCost, *,
         ``within_node`` is False (aligned blocks of global ranks).
     token_cap: most tokens a rank holds, its shards counted. min_shard_tokens: a sample is
         sharded over c ranks only with at least c times this many tokens.
+    micro_batches: M, the micro-batches every rank runs; a sample's shards all run in the same
+        one, chosen so that Σ_m max_r load stays small; max_tokens_per_micro_batch caps a
+        rank's tokens in one micro-batch.
     bytes: int64[n] payload bytes per sample (apportioned to the chunks by tokens).
     targets: placements tried (the groups-first one, then targets from the lower bound up).
 
@@ -200,5 +227,8 @@ def context_parallel(offsets: Any, lengths: Any, cost: CpCost, *,
                                          _int("gpus_per_node", gpus_per_node), nodes,
                                          bool(within_node), _optional_int("token_cap", token_cap),
                                          _int("min_shard_tokens", min_shard_tokens),
+                                         _int("micro_batches", micro_batches),
+                                         _optional_int("max_tokens_per_micro_batch",
+                                                       max_tokens_per_micro_batch),
                                          _int("targets", targets))
     return ContextParallelPlan(native, int(off.size) - 1)

@@ -41,13 +41,11 @@ struct py_cp_plan {
   double plan_seconds = 0;
 };
 
-std::unique_ptr<py_cp_plan> context_parallel(const i64_in& offsets, const i64_in& lengths,
-                                             std::optional<i64_in> bytes,
-                                             const orchmllm::cp_cost& cost,
-                                             const std::vector<i64>& sizes, i64 gpus_per_node,
-                                             std::optional<i64_in> node_of_rank, bool within_node,
-                                             std::optional<i64> token_cap, i64 min_shard_tokens,
-                                             int targets) {
+std::unique_ptr<py_cp_plan> context_parallel(
+    const i64_in& offsets, const i64_in& lengths, std::optional<i64_in> bytes,
+    const orchmllm::cp_cost& cost, const std::vector<i64>& sizes, i64 gpus_per_node,
+    std::optional<i64_in> node_of_rank, bool within_node, std::optional<i64> token_cap,
+    i64 min_shard_tokens, i64 micro_batches, std::optional<i64> micro_batch_tokens, int targets) {
   ORCHMLLM_REQUIRE(gpus_per_node >= 0, orchmllm::invalid_argument_error, "gpus_per_node is ",
                    gpus_per_node, ", must be >= 0 (0: every rank on one node)");
   ORCHMLLM_REQUIRE(!(node_of_rank && gpus_per_node > 0), orchmllm::invalid_argument_error,
@@ -69,6 +67,8 @@ std::unique_ptr<py_cp_plan> context_parallel(const i64_in& offsets, const i64_in
     o.within_node = within_node;
     if (token_cap) o.token_cap = *token_cap;
     o.min_shard_tokens = min_shard_tokens;
+    o.micro_batches = micro_batches;
+    if (micro_batch_tokens) o.micro_batch_tokens = *micro_batch_tokens;
     o.targets = targets;
     const auto start = std::chrono::steady_clock::now();
     out->result = orchmllm::balance_context_parallel(layout, cost, topo, o);
@@ -189,12 +189,23 @@ void bind_context_parallel(nb::module_& m) {
       .def_prop_ro("makespan", [](const py_cp_plan& p) { return p.result.makespan; })
       .def_prop_ro("lower_bound", [](const py_cp_plan& p) { return p.result.lower_bound; })
       .def_prop_ro("sharded", [](const py_cp_plan& p) { return p.result.sharded; })
+      .def_prop_ro("micro_batches", [](const py_cp_plan& p) { return p.result.micro_batches; })
+      .def_prop_ro(
+          "micro_batch",
+          [](const py_cp_plan& p) { return to_numpy(std::vector<i64>(p.result.micro_batch)); },
+          nb::rv_policy::reference)
+      .def_prop_ro(
+          "cell_offsets",
+          [](const py_cp_plan& p) { return to_numpy(std::vector<i64>(p.result.cell_offsets)); },
+          nb::rv_policy::reference)
+      .def_prop_ro("objective", [](const py_cp_plan& p) { return p.result.objective; })
       .def_ro("plan_seconds", &py_cp_plan::plan_seconds)
       .def("shards", &shards_of, "rank"_a);
 
   m.def("_context_parallel", &context_parallel, "offsets"_a, "lengths"_a, "bytes"_a.none(),
         "cost"_a, "sizes"_a, "gpus_per_node"_a, "node_of_rank"_a.none(), "within_node"_a,
-        "token_cap"_a.none(), "min_shard_tokens"_a, "targets"_a);
+        "token_cap"_a.none(), "min_shard_tokens"_a, "micro_batches"_a,
+        "micro_batch_tokens"_a.none(), "targets"_a);
 }
 
 }  // namespace orchmllm_py

@@ -49,8 +49,12 @@ def test_shards_cover_every_sample_once_where_the_rows_arrive():
         ranks = 4 + seed % 5
         offsets, lengths = batch(seed, ranks)
         sizes = (1, 2, 4) if seed % 2 else (1, 2)
-        plan = orchmllm.context_parallel(offsets, lengths, COST, sizes=sizes, gpus_per_node=4)
+        micro = 1 + seed % 3
+        plan = orchmllm.context_parallel(offsets, lengths, COST, sizes=sizes, gpus_per_node=4,
+                                         micro_batches=micro)
         assert plan.makespan >= plan.lower_bound * (1 - 1e-12)
+        assert plan.micro_batches == micro and plan.objective >= plan.makespan * (1 - 1e-12)
+        cells = plan.cell_offsets
         blocks = set(orchmllm.torch.context_parallel_blocks(sizes, ranks, 4))
         covered = [np.zeros(int(l), dtype=np.int64) for l in lengths]
         for r in range(ranks):
@@ -63,6 +67,13 @@ def test_shards_cover_every_sample_once_where_the_rows_arrive():
                 if s.group_size > 1:
                     assert s.group in blocks
                 assert s.rows == (at, at + s.tokens)
+                # The shard's rows lie in its micro-batch's cell of this rank.
+                first_id = int(plan.chunks.dst_offsets[r])
+                cell = r * micro + s.micro_batch
+                assert s.micro_batch == int(plan.micro_batch[s.item])
+                row_of = np.concatenate([[0], np.cumsum(plan.chunk_rows[plan.chunks.sources])])
+                assert row_of[cells[cell]] - row_of[first_id] <= s.rows[0]
+                assert s.rows[1] <= row_of[cells[cell + 1]] - row_of[first_id]
                 at += s.tokens
                 pos = s.positions()
                 assert len(pos) == s.tokens

@@ -135,6 +135,44 @@ std::vector<double> check_plan(const batch_layout& layout, const cp_cost& m, con
     busiest = std::max(busiest, r.loads[i]);
   }
   CHECK(r.makespan == busiest);
+  // Micro-batches: a sample's chunks all in its micro-batch's cell on their ranks, cells within
+  // the token limit, the objective Σ_m max_r of the cells' times recomputed.
+  const std::int64_t m_count = r.micro_batches;
+  REQUIRE(m_count == o.micro_batches);
+  REQUIRE(r.cell_offsets.size() == static_cast<std::size_t>(d * m_count + 1));
+  std::vector<double> cell_load(static_cast<std::size_t>(d * m_count), 0.0);
+  std::vector<std::int64_t> cell_tokens(cell_load.size(), 0);
+  for (std::int64_t k = 0; k < r.chunks.num_items(); ++k) {
+    const std::int64_t g = r.chunk_item(k);
+    const std::int64_t mb = r.micro_batch[static_cast<std::size_t>(g)];
+    REQUIRE((mb >= 0 && mb < m_count));
+    const rank_t q = r.plan.destination_of(k).rank;
+    const auto cell = static_cast<std::size_t>(q * m_count + mb);
+    const std::int64_t h = r.plan.destination_id(k);
+    CHECK(h >= r.cell_offsets[cell]);
+    CHECK(h < r.cell_offsets[cell + 1]);
+    cell_tokens[cell] += r.chunks.length(k);
+  }
+  for (std::int64_t g = 0; g < n; ++g) {
+    const std::int64_t c = r.group_size[static_cast<std::size_t>(g)];
+    const std::int64_t mb = r.micro_batch[static_cast<std::size_t>(g)];
+    bool intra = true;
+    for (std::int64_t i = 0; i < c; ++i)
+      intra = intra && topo.same_node(r.group_rank(g, i), r.group_rank(g, 0));
+    for (std::int64_t i = 0; i < c; ++i)
+      cell_load[static_cast<std::size_t>(r.group_rank(g, i) * m_count + mb)] +=
+          direct_shard_time(m, layout.length(g), c, i, topo.links, intra);
+  }
+  double objective = 0.0;
+  for (std::int64_t mb = 0; mb < m_count; ++mb) {
+    double top = 0.0;
+    for (rank_t q = 0; q < d; ++q)
+      top = std::max(top, cell_load[static_cast<std::size_t>(q * m_count + mb)]);
+    objective += top;
+  }
+  for (const auto t : cell_tokens) CHECK(t <= o.micro_batch_tokens);
+  CHECK(close(objective, r.objective));
+  CHECK(r.objective >= r.makespan * (1 - 1e-12));
   CHECK(r.sharded == sharded);
   CHECK(r.makespan >= r.lower_bound * (1 - 1e-12));
   // The shards of every rank, as the trainer reads them, are its chunks.
@@ -324,13 +362,16 @@ TEST_CASE("balance_context_parallel: valid shards on many random inputs") {
     o.within_node = trial % 5 != 0;
     if (trial % 7 == 0) o.token_cap = uniform(rng, 40'000, 400'000);
     if (trial % 4 == 1) o.min_shard_tokens = uniform(rng, 0, 20'000);
+    if (trial % 3 != 2) o.micro_batches = uniform(rng, 1, 4);
+    if (trial % 6 == 3) o.micro_batch_tokens = uniform(rng, 60'000, 300'000);
     o.targets = static_cast<int>(uniform(rng, 1, 8));
     const batch_layout layout = random_layout(rng, d, 6, 8'000, 300'000, 10);
     cp_result r;
     try {
       r = orchmllm::balance_context_parallel(layout, m, topo, o);
     } catch (const orchmllm::infeasible_error&) {
-      CHECK((o.token_cap != std::numeric_limits<std::int64_t>::max() || o.sizes.front() > 1));
+      CHECK((o.token_cap != std::numeric_limits<std::int64_t>::max() || o.sizes.front() > 1 ||
+             o.micro_batch_tokens != std::numeric_limits<std::int64_t>::max()));
       continue;
     } catch (const orchmllm::invalid_argument_error& e) {
       // Only a size set without a group in this topology.
@@ -459,6 +500,18 @@ TEST_CASE("balance_context_parallel: bad input names the value") {
       },
       {"min_shard_tokens -1"});
   expect_invalid(
+      [&] {
+        (void)orchmllm::balance_context_parallel(layout, m, topo,
+                                                 with([](auto& o) { o.micro_batches = 0; }));
+      },
+      {"micro_batches 0"});
+  expect_invalid(
+      [&] {
+        (void)orchmllm::balance_context_parallel(layout, m, topo,
+                                                 with([](auto& o) { o.micro_batch_tokens = 0; }));
+      },
+      {"micro_batch_tokens 0"});
+  expect_invalid(
       [&] { (void)orchmllm::balance_context_parallel(layout, cp_cost{.attention = -2}, topo); },
       {"attention", "-2"});
   orchmllm::test::expect_error<orchmllm::infeasible_error>(
@@ -474,4 +527,32 @@ TEST_CASE("balance_context_parallel: bad input names the value") {
                                                  with([](auto& o) { o.token_cap = 60'000; }));
       },
       {"sample 1", "200000 tokens", "60000", "100000"});
+}
+
+TEST_CASE("balance_context_parallel: micro-batches keep a sample's shards together") {
+  std::mt19937_64 rng(11);
+  const cp_cost m = model();
+  const topology topo = topology::uniform(16, 8);
+  const batch_layout layout = random_layout(rng, 16, 12, 8'000, 200'000, 10);
+  const cp_result single = orchmllm::balance_context_parallel(layout, m, topo, cp_options{});
+  CHECK(single.objective == single.makespan);
+  CHECK(single.cell_offsets == std::vector<std::int64_t>(single.plan.dst_offsets().begin(),
+                                                         single.plan.dst_offsets().end()));
+  for (const std::int64_t count : {2, 3, 4}) {
+    cp_options o;
+    o.micro_batches = count;
+    const cp_result r = orchmllm::balance_context_parallel(layout, m, topo, o);
+    check_plan(layout, m, topo, o, r);
+    // The ranks' plan is the single-batch one; only the slots are regrouped.
+    CHECK(r.makespan == single.makespan);
+    CHECK(r.loads == single.loads);
+    for (std::int64_t k = 0; k < r.chunks.num_items(); ++k)
+      CHECK(r.plan.destination_of(k).rank == single.plan.destination_of(k).rank);
+    CHECK(r.objective <= static_cast<double>(count) * r.makespan);
+  }
+  cp_options tight;
+  tight.micro_batches = 2;
+  tight.micro_batch_tokens = 1;
+  orchmllm::test::expect_error<orchmllm::infeasible_error>(
+      [&] { (void)orchmllm::balance_context_parallel(layout, m, topo, tight); }, {"token cap"});
 }

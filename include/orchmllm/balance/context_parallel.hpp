@@ -79,6 +79,13 @@ struct cp_options {
   /// A sample is sharded over c ≥ 2 ranks only if it has at least c × this many tokens (≥ 0):
   /// attention kernels lose efficiency on tiny shards, which the time model does not see.
   std::int64_t min_shard_tokens = 0;
+  /// M, the micro-batches every rank runs (≥ 1). A sample's shards all run in the same
+  /// micro-batch index (its group computes together); samples go to micro-batches so that
+  /// Σ_m max_r load(r, m) (what FSDP, ZeRO-3 or tensor parallelism pay: every micro-batch waits
+  /// for its slowest rank) stays small. A micro-batch may be empty on a rank.
+  std::int64_t micro_batches = 1;
+  /// Most tokens in one micro-batch of one rank (its shards counted); a shard must fit one.
+  std::int64_t micro_batch_tokens = std::numeric_limits<std::int64_t>::max();
   /// Placements tried (≥ 1): first the one with the proven guarantee (the bound's choices,
   /// groups first), then one per target T = L × 1, 1.01, 1.02, 1.05, 1.1, 1.2, 1.5 (L the lower
   /// bound) while they last; each costs one placement, the best is kept.
@@ -128,7 +135,15 @@ struct cp_result {
   double makespan = 0.0;                    ///< max of `loads`
   /// No plan with the allowed sizes, groups and cap has a smaller makespan (docs/algorithms.md).
   double lower_bound = 0.0;
-  std::int64_t sharded = 0;  ///< samples with c ≥ 2
+  std::int64_t sharded = 0;               ///< samples with c ≥ 2
+  std::int64_t micro_batches = 1;         ///< M
+  std::vector<std::int64_t> micro_batch;  ///< every sample's micro-batch (all its shards')
+  /// d·M + 1 destination ids of `plan`: cell (r, m) is [cell_offsets[r·M + m],
+  /// cell_offsets[r·M + m + 1]); a rank receives its chunks by micro-batch, then chunk id.
+  std::vector<std::int64_t> cell_offsets;
+  /// Σ_m max_r load(r, m): the step under per-micro-batch synchronisation (`makespan` when
+  /// M = 1; never below `makespan`, so `lower_bound` bounds it too).
+  double objective = 0.0;
 
   /// `makespan / lower_bound` (1 when the bound is 0). O(1).
   [[nodiscard]] double ratio() const noexcept {
@@ -162,14 +177,19 @@ struct cp_result {
                                     const topology& topo, const cp_options& options = {});
 
 /// Shards and places the samples of `layout` (a packed stage: one sequence per item, lengths
-/// in tokens) on its d ranks, as the file comment outlines. Packed, without a token cap, each
-/// placement's makespan is at most W(T)/d + max peak (the work and the busiest shard of its
-/// choices; docs/algorithms.md). Complexity per target: O(n log n) for the whole samples, plus
-/// O(d) per sharded sample (the group scan). Deterministic. Throws `invalid_argument_error` for
-/// a topology of another rank count, bad options (no size, a size < 1, sizes not increasing,
-/// cap < 1, min_shard_tokens < 0, targets < 1) or no size with a group, bad coefficients;
-/// `infeasible_error` naming the sample when one fits the cap at no allowed size, or when no
-/// target's placement keeps the cap.
+/// in tokens) on its d ranks, as the file comment outlines, then gives every sample a
+/// micro-batch (the same for all its shards) greedily, samples by busiest shard descending,
+/// each to the micro-batch where Σ_m max_r load(r, m) grows least with room for its tokens.
+/// Packed, without a token cap, the groups-first placement's makespan is at most W̃/d + max peak
+/// (docs/algorithms.md), and the kept one is never worse. Complexity per placement tried:
+/// O(n log n + Σ_g c_g · Σ_sizes log(d/c)) (the group trees; a descent that skips full
+/// subtrees under a cap), plus O(n · M · c) for the micro-batches. Deterministic. Throws
+/// `invalid_argument_error` for a topology of another rank count, bad options (no size, a size
+/// < 1, sizes not increasing, cap < 1, min_shard_tokens < 0, targets < 1, micro_batches < 1,
+/// micro_batch_tokens < 1), no size with a group, or bad coefficients; `infeasible_error` naming
+/// the sample when one fits the caps at no allowed size, when the samples hold more tokens than
+/// the d ranks' cap, when no placement keeps the caps, or when no micro-batch has room for a
+/// sample's shards.
 [[nodiscard]] cp_result balance_context_parallel(const batch_layout& layout, const cp_cost& cost,
                                                  const topology& topo,
                                                  const cp_options& options = {});

@@ -114,6 +114,7 @@ struct cp_option {
 struct cp_setup {
   rank_t d = 0;
   std::int64_t n = 0;
+  std::int64_t cap = 0;  // a rank's tokens: token_cap, and M micro-batches of micro_batch_tokens
   std::vector<cp_groups> groups;    // per allowed size with at least one group
   std::vector<cp_option> options;   // n × groups.size()
   std::vector<std::int64_t> order;  // items by whole-sample time descending, then id
@@ -140,6 +141,10 @@ inline void cp_validate(const batch_layout& layout, const cp_cost& cost, const t
                    " must be >= 1");
   ORCHMLLM_REQUIRE(o.min_shard_tokens >= 0, invalid_argument_error, "cp_options: min_shard_tokens ",
                    o.min_shard_tokens, " must be >= 0");
+  ORCHMLLM_REQUIRE(o.micro_batches >= 1, invalid_argument_error, "cp_options: micro_batches ",
+                   o.micro_batches, " must be >= 1");
+  ORCHMLLM_REQUIRE(o.micro_batch_tokens >= 1, invalid_argument_error,
+                   "cp_options: micro_batch_tokens ", o.micro_batch_tokens, " must be >= 1");
   ORCHMLLM_REQUIRE(o.targets >= 1, invalid_argument_error, "cp_options: targets ", o.targets,
                    " must be >= 1");
 }
@@ -159,13 +164,16 @@ inline cp_setup cp_prepare(const batch_layout& layout, const cp_cost& cost, cons
                    o.sizes.front(), (o.sizes.size() > 1 ? " ..." : ""),
                    ") has a group of ranks in this topology",
                    (o.within_node ? " inside one node" : ""));
-  if (o.token_cap <= std::numeric_limits<std::int64_t>::max() / s.d) {
-    const std::int64_t room = o.token_cap * s.d;
+  s.cap = o.micro_batch_tokens <= std::numeric_limits<std::int64_t>::max() / o.micro_batches
+              ? std::min(o.token_cap, o.micro_batch_tokens * o.micro_batches)
+              : o.token_cap;
+  if (s.cap <= std::numeric_limits<std::int64_t>::max() / s.d) {
+    const std::int64_t room = s.cap * s.d;
     std::int64_t total = 0;
     for (std::int64_t g = 0; g < s.n; ++g) {
       ORCHMLLM_REQUIRE(layout.length(g) <= room - total, infeasible_error, "the ", s.n,
                        " samples hold more than ", room, " tokens, the ", s.d, " ranks' token cap ",
-                       o.token_cap, " in all");
+                       s.cap, " in all");
       total += layout.length(g);
     }
   }
@@ -203,11 +211,13 @@ inline cp_setup cp_prepare(const batch_layout& layout, const cp_cost& cost, cons
       ORCHMLLM_REQUIRE(std::isfinite(opt.peak) && std::isfinite(opt.work), invalid_argument_error,
                        "sample ", g, " of ", l, " tokens takes ", opt.peak, " s over ", grp.c,
                        " ranks, must be finite: the cost overflows double");
-      opt.usable = opt.max_tokens <= o.token_cap && (grp.c == 1 || l / grp.c >= o.min_shard_tokens);
+      opt.usable = opt.max_tokens <= std::min(s.cap, o.micro_batch_tokens) &&
+                   (grp.c == 1 || l / grp.c >= o.min_shard_tokens);
       any = any || opt.usable;
     }
     ORCHMLLM_REQUIRE(any, infeasible_error, "sample ", g, " of ", l, " tokens fits the token cap ",
-                     o.token_cap, " at no allowed group size (the widest gives a rank ",
+                     std::min(s.cap, o.micro_batch_tokens),
+                     " at no allowed group size (the widest gives a rank ",
                      s.option(g, k - 1).max_tokens, " tokens; shards of at least ",
                      o.min_shard_tokens, " tokens)");
   }
@@ -385,8 +395,8 @@ class cp_group_tree {
 class cp_state {
  public:
   cp_state(const batch_layout& layout, const cp_cost& cost, const topology& topo, const cp_setup& s,
-           const cp_options& o, cp_placement& p)
-      : layout_(layout), cost_(cost), topo_(topo), s_(s), o_(o), p_(p) {
+           cp_placement& p)
+      : layout_(layout), cost_(cost), topo_(topo), s_(s), p_(p) {
     const auto d = static_cast<std::size_t>(s.d);
     const std::size_t k = s.groups.size();
     p.loads.assign(d, 0.0);
@@ -406,7 +416,7 @@ class cp_state {
 
   /// The least busy group of size index i with room for `need` tokens on each rank, or -1.
   [[nodiscard]] std::int64_t least(std::size_t i, std::int64_t need) const {
-    return trees_[i].least_with_room(o_.token_cap - need);
+    return trees_[i].least_with_room(s_.cap - need);
   }
 
   /// When sample g would finish on group b of size index i: the group's busiest rank plus the
@@ -467,7 +477,6 @@ class cp_state {
   const cp_cost& cost_;
   const topology& topo_;
   const cp_setup& s_;
-  const cp_options& o_;
   cp_placement& p_;
   std::vector<cp_group_tree> trees_;
   std::vector<std::int64_t> group_of_;  // per size index, per rank: its group or -1
@@ -479,9 +488,9 @@ class cp_state {
 /// onto the least busy group of its size; then the whole samples by LPT (whole time descending,
 /// each to the least loaded rank with room). False when the cap leaves a sample no room.
 inline bool cp_place_nested(const batch_layout& layout, const cp_cost& cost, const topology& topo,
-                            const cp_setup& s, const cp_options& o,
-                            const std::vector<std::int64_t>& choice, cp_placement& p) {
-  cp_state state(layout, cost, topo, s, o, p);
+                            const cp_setup& s, const std::vector<std::int64_t>& choice,
+                            cp_placement& p) {
+  cp_state state(layout, cost, topo, s, p);
   const auto size_of = [&](std::int64_t g) {
     return s.groups[static_cast<std::size_t>(choice[static_cast<std::size_t>(g)])].c;
   };
@@ -514,9 +523,8 @@ inline bool cp_place_nested(const batch_layout& layout, const cp_cost& cost, con
 /// narrowest allowed size that finishes it by `target`, else wherever it finishes first (ties
 /// to the narrower size). False when the cap leaves a sample no room.
 inline bool cp_place_target(const batch_layout& layout, const cp_cost& cost, const topology& topo,
-                            const cp_setup& s, const cp_options& o, double target,
-                            cp_placement& p) {
-  cp_state state(layout, cost, topo, s, o, p);
+                            const cp_setup& s, double target, cp_placement& p) {
+  cp_state state(layout, cost, topo, s, p);
   for (const std::int64_t g : s.order) {
     std::int64_t chosen = -1, chosen_group = -1;
     double chosen_finish = std::numeric_limits<double>::infinity();
@@ -538,8 +546,95 @@ inline bool cp_place_target(const batch_layout& layout, const cp_cost& cost, con
   return true;
 }
 
-inline cp_result cp_build(const batch_layout& layout, const cp_setup& s, cp_placement&& p,
-                          double bound) {
+/// Every sample's micro-batch (`out.micro_batch`), its chunks' destinations (`dst`, by chunk
+/// id) given: samples by busiest shard descending (then id), each to the micro-batch m where
+/// Σ_m max_r load(r, m) grows least (then where its busiest cell ends lowest, then the lowest
+/// m) among those with room for its tokens on every rank of its group. Sets `cell_offsets` and
+/// `objective`; false when a sample finds no room.
+inline bool cp_micro_batches(const batch_layout& layout, const cp_cost& cost, const topology& topo,
+                             const cp_setup& s, const cp_options& o, const std::vector<rank_t>& dst,
+                             cp_result& out) {
+  const std::int64_t m_count = o.micro_batches;
+  const auto n = static_cast<std::size_t>(s.n);
+  const auto cells = static_cast<std::size_t>(s.d) * static_cast<std::size_t>(m_count);
+  std::vector<double> load(cells, 0.0), top(static_cast<std::size_t>(m_count), 0.0), peak(n);
+  std::vector<std::int64_t> tokens(cells, 0);
+  // Every sample's ranks, times and tokens per position, flattened (c entries each).
+  std::vector<std::int64_t> first(n + 1, 0);
+  for (std::size_t g = 0; g < n; ++g) first[g + 1] = first[g] + out.group_size[g];
+  std::vector<rank_t> ranks(static_cast<std::size_t>(first[n]));
+  std::vector<double> times(ranks.size());
+  std::vector<std::int64_t> held(ranks.size());
+  std::vector<double> scratch;
+  for (std::size_t g = 0; g < n; ++g) {
+    const std::int64_t c = out.group_size[g], l = layout.length(static_cast<std::int64_t>(g));
+    const auto at = static_cast<std::size_t>(first[g]);
+    const auto chunk = static_cast<std::size_t>(out.chunk_offsets[g]);
+    if (c == 1) {
+      ranks[at] = dst[chunk];
+      times[at] = cost(l);
+      held[at] = l;
+    } else {
+      bool intra = true;
+      for (std::int64_t i = 0; i < c; ++i) {
+        ranks[at + static_cast<std::size_t>(i)] = dst[chunk + static_cast<std::size_t>(i)];
+        intra = intra && topo.same_node(ranks[at], ranks[at + static_cast<std::size_t>(i)]);
+        held[at + static_cast<std::size_t>(i)] =
+            out.chunks.length(static_cast<std::int64_t>(chunk) + i) +
+            out.chunks.length(static_cast<std::int64_t>(chunk) + 2 * c - 1 - i);
+      }
+      scratch.resize(static_cast<std::size_t>(c));
+      cp_shard_times(cost, l, c, topo.links, intra, scratch);
+      std::copy(scratch.begin(), scratch.end(), times.begin() + static_cast<std::ptrdiff_t>(at));
+    }
+    peak[g] = *std::max_element(times.begin() + static_cast<std::ptrdiff_t>(at),
+                                times.begin() + static_cast<std::ptrdiff_t>(first[g + 1]));
+  }
+  std::vector<std::int64_t> order(n);
+  for (std::size_t g = 0; g < n; ++g) order[g] = static_cast<std::int64_t>(g);
+  std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+    const double pa = peak[static_cast<std::size_t>(a)], pb = peak[static_cast<std::size_t>(b)];
+    return pa > pb || (pa == pb && a < b);
+  });
+  out.micro_batch.assign(n, 0);
+  for (const std::int64_t g : order) {
+    const auto at = static_cast<std::size_t>(first[static_cast<std::size_t>(g)]);
+    const auto end = static_cast<std::size_t>(first[static_cast<std::size_t>(g) + 1]);
+    std::int64_t best = -1;
+    double best_rise = 0.0, best_end = 0.0;
+    for (std::int64_t m = 0; m < m_count; ++m) {
+      double ends = 0.0;
+      bool room = true;
+      for (std::size_t i = at; i < end && room; ++i) {
+        const auto cell = static_cast<std::size_t>(ranks[i]) * static_cast<std::size_t>(m_count) +
+                          static_cast<std::size_t>(m);
+        room = tokens[cell] <= o.micro_batch_tokens - held[i];
+        ends = std::max(ends, load[cell] + times[i]);
+      }
+      if (!room) continue;
+      const double rise = std::max(0.0, ends - top[static_cast<std::size_t>(m)]);
+      if (best < 0 || rise < best_rise || (rise == best_rise && ends < best_end)) {
+        best = m, best_rise = rise, best_end = ends;
+      }
+    }
+    if (best < 0) return false;
+    out.micro_batch[static_cast<std::size_t>(g)] = best;
+    for (std::size_t i = at; i < end; ++i) {
+      const auto cell = static_cast<std::size_t>(ranks[i]) * static_cast<std::size_t>(m_count) +
+                        static_cast<std::size_t>(best);
+      load[cell] += times[i];
+      tokens[cell] += held[i];
+      top[static_cast<std::size_t>(best)] =
+          std::max(top[static_cast<std::size_t>(best)], load[cell]);
+    }
+  }
+  out.objective = 0.0;
+  for (const double t : top) out.objective += t;
+  return true;
+}
+
+inline cp_result cp_build(const batch_layout& layout, const cp_cost& cost, const topology& topo,
+                          const cp_setup& s, const cp_options& o, cp_placement&& p, double bound) {
   cp_result out;
   const auto n = static_cast<std::size_t>(s.n);
   out.group_size.resize(n);
@@ -586,9 +681,36 @@ inline cp_result cp_build(const batch_layout& layout, const cp_setup& s, cp_plac
       }
     }
   }
-  out.plan = rearrangement::from_destinations(offsets, dst, s.d);
-  out.chunks =
-      batch_layout(std::move(offsets), std::move(lengths), std::move(bytes), std::move(parents));
+  out.chunks = batch_layout(offsets, std::move(lengths), std::move(bytes), std::move(parents));
+  out.micro_batches = o.micro_batches;
+  if (o.micro_batches == 1) {
+    out.plan = rearrangement::from_destinations(offsets, dst, s.d);
+    out.micro_batch.assign(n, 0);
+    out.cell_offsets.assign(out.plan.dst_offsets().begin(), out.plan.dst_offsets().end());
+    out.objective = p.makespan;
+  } else {
+    ORCHMLLM_REQUIRE(cp_micro_batches(layout, cost, topo, s, o, dst, out), infeasible_error,
+                     "no micro-batch of the ", o.micro_batches, " has room under ",
+                     o.micro_batch_tokens, " tokens for every sample's shards");
+    // Destination slots by (micro-batch, chunk id) on every rank: cell (r, m) is one range.
+    const auto m_count = static_cast<std::size_t>(o.micro_batches);
+    std::vector<std::int64_t> fill(static_cast<std::size_t>(s.d) * m_count + 1, 0);
+    const auto cell_of = [&](std::size_t h) {
+      return static_cast<std::size_t>(dst[h]) * m_count +
+             static_cast<std::size_t>(out.micro_batch[static_cast<std::size_t>(
+                 out.chunk_item(static_cast<std::int64_t>(h)))]);
+    };
+    std::vector<std::size_t> cell(dst.size());
+    for (std::size_t h = 0; h < dst.size(); ++h) ++fill[(cell[h] = cell_of(h)) + 1];
+    for (std::size_t c = 1; c < fill.size(); ++c) fill[c] += fill[c - 1];
+    out.cell_offsets = fill;
+    std::vector<placement> where(dst.size());
+    for (std::size_t h = 0; h < dst.size(); ++h) {
+      const auto r = static_cast<std::size_t>(dst[h]);
+      where[h] = {dst[h], fill[cell[h]]++ - out.cell_offsets[r * m_count]};
+    }
+    out.plan = rearrangement::from_placements(offsets, where, s.d);
+  }
   out.loads = std::move(p.loads);
   out.tokens = std::move(p.tokens);
   out.makespan = p.makespan;
@@ -671,14 +793,14 @@ inline cp_result balance_context_parallel(const batch_layout& layout, const cp_c
   std::vector<std::int64_t> choice(static_cast<std::size_t>(s.n));
   for (std::int64_t g = 0; g < s.n; ++g)
     choice[static_cast<std::size_t>(g)] = detail::cp_choose(s, g, bound);
-  keep(detail::cp_place_nested(layout, cost, topo, s, options, choice, trial));
+  keep(detail::cp_place_nested(layout, cost, topo, s, choice, trial));
   static constexpr std::array<double, 7> factors{1.0, 1.01, 1.02, 1.05, 1.1, 1.2, 1.5};
   for (int t = 0; t + 1 < options.targets && t < static_cast<int>(factors.size()); ++t)
-    keep(detail::cp_place_target(layout, cost, topo, s, options,
+    keep(detail::cp_place_target(layout, cost, topo, s,
                                  bound * factors[static_cast<std::size_t>(t)], trial));
   ORCHMLLM_REQUIRE(found, infeasible_error, "no placement of the ", s.n,
-                   " samples keeps every rank within the token cap ", options.token_cap);
-  return detail::cp_build(layout, s, std::move(best), bound);
+                   " samples keeps every rank within the token cap ", s.cap);
+  return detail::cp_build(layout, cost, topo, s, options, std::move(best), bound);
 }
 
 inline token_range cp_result::chunk_range(std::int64_t k) const {
