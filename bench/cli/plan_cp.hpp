@@ -15,12 +15,15 @@ namespace orchmllm::tool {
 /// The PLAN.csv text of a context-parallel plan: header rank,slot,dst_rank,dst_slot,token_begin,
 /// token_end, then one row per chunk in chunk-id order (samples in (rank, slot) order, a
 /// sample's chunks in token order); a whole sample is one row of its whole range, a sharded
-/// one 2c rows, the head and tail of a position on consecutive dst_slots. O(chunks).
-std::string format_cp_plan(const batch_layout& items, const cp_result& plan);
+/// one 2c rows, the head and tail of a position on consecutive dst_slots; with
+/// `micro_batches`, a last column dst_micro_batch (the sample's). O(chunks).
+std::string format_cp_plan(const batch_layout& items, const cp_result& plan,
+                           bool micro_batches = false);
 
 /// Runs `plan` with --cp-sizes (the flags that only shape a balance, --algorithm, --cost,
-/// --policy, caps, mapping and micro-batch flags, are usage errors): prints the JSON line,
-/// writes PLAN.csv atomically. Returns the exit code (see command.hpp).
+/// --policy, caps, mapping, --sync and the micro-batch count's rules, are usage errors;
+/// --micro-batches M and --micro-batch-tokens T apply): prints the JSON line, writes PLAN.csv
+/// atomically. Returns the exit code (see command.hpp).
 int run_plan_cp(const parsed_args& args, const cp_options& options, std::ostream& out);
 
 }  // namespace orchmllm::tool

@@ -231,7 +231,10 @@ TEST_CASE("plan and simulate: bad context-parallel flags exit 2 and say why") {
     CHECK(r.err.find(needle) != std::string::npos);
   };
   expect(plan, {"--cp-sizes", "1,2", "--cost", "linear"}, "--cost does not apply");
-  expect(plan, {"--cp-sizes", "1,2", "--micro-batch-tokens", "9"}, "--micro-batch-tokens");
+  expect(plan, {"--cp-sizes", "1,2", "--sync", "step"}, "--sync does not apply");
+  expect(plan, {"--cp-sizes", "1,2", "--micro-batches", "auto"}, "give a count");
+  expect(plan, {"--cp-sizes", "1,2", "--micro-batches", "2", "--micro-batch-tokens", "9"},
+         "token cap 18 in all");
   expect(plan, {"--cp-sizes", "2,1"}, "sizes must increase");
   expect(plan, {"--cp-sizes", "1,x"}, "'x'");
   expect(plan, {"--cp-sizes", "0,2"}, "must be in [1");
@@ -249,4 +252,30 @@ TEST_CASE("plan and simulate: bad context-parallel flags exit 2 and say why") {
          "--trace does not apply");
   expect(sim, {"--workload", "vl-sft", "--scenario", "full", "--cp-sizes", "1,2"},
          "--cp-sizes needs --workload long-context");
+}
+
+TEST_CASE("plan --cp-sizes --micro-batches: the sample's micro-batch in a last column") {
+  scratch_dir dir;
+  const std::string items = dir.file("items.csv");
+  const std::string out = dir.file("plan.csv");
+  const batch_layout layout = long_tailed(9, 8, 6);
+  write_text(items, tool::format_items(layout));
+  const auto r = run_tool({"plan", "--items", items, "--ranks", "8", "--gpus-per-node", "4",
+                           "--cp-sizes", "1,2,4", "--micro-batches", "3", "--out", out});
+  CAPTURE(r.err);
+  REQUIRE(r.rc == 0);
+  const auto j = scalars(r.out);
+  CHECK(j.at("micro_batches").integer() == 3);
+  CHECK(j.at("micro_batch_tokens").k == json_value::kind::null);
+  CHECK(j.at("objective").num() >= j.at("makespan").num() * (1 - 1e-12));
+  orchmllm::cp_options o;
+  o.sizes = {1, 2, 4};
+  o.micro_batches = 3;
+  const auto lib = orchmllm::balance_context_parallel(
+      layout, orchmllm::cp_cost::from_transformer(orchmllm::bench::llm_7b(), 989e12 * 0.5),
+      orchmllm::topology::uniform(8, 4), o);
+  const std::string text = read_text(out);
+  CHECK(text.rfind("rank,slot,dst_rank,dst_slot,token_begin,token_end,dst_micro_batch\n", 0) == 0);
+  CHECK(text == tool::format_cp_plan(layout, lib, true));
+  CHECK(j.at("objective").num() == doctest::Approx(lib.objective).epsilon(1e-12));
 }
