@@ -99,6 +99,19 @@ int main() {
     fitted.add(fit.linear);
     fitted.add(fit.quadratic);
 
+    // Context parallelism: the shard times, the bound and the placements in double.
+    cp_options cp;
+    cp.sizes = {1, 2, 4};
+    cp.micro_batches = 2;
+    const cp_cost per_shard = cp_cost::from_transformer(config, full_mantissa(rng, 40));
+    const cp_result sharded =
+        balance_context_parallel(layout, per_shard, topology::uniform(d, 4), cp);
+    for (const rank_t r : sharded.plan.dst_ranks()) plans.add(static_cast<std::uint64_t>(r));
+    for (const auto m : sharded.micro_batch) plans.add(static_cast<std::uint64_t>(m));
+    plans.add(sharded.makespan);
+    plans.add(sharded.lower_bound);
+    plans.add(sharded.objective);
+
     std::printf("round %2d d=%2d n=%4lld costs %016llx plans %016llx fit %016llx\n", round,
                 static_cast<int>(d), static_cast<long long>(n),
                 static_cast<unsigned long long>(costs.h), static_cast<unsigned long long>(plans.h),

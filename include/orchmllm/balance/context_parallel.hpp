@@ -5,14 +5,16 @@
 /// chunks in head-tail (zigzag) order so that its causal-attention work equals the others', and
 /// everything else is placed around the groups.
 ///
-/// `balance_context_parallel` chooses every sample's c jointly with the placement: for a few
-/// targets T from the lower bound up, each sample takes the allowed c of least total work whose
-/// busiest shard stays within T, the sharded samples go to aligned groups of ranks (inside one
-/// node by default: ring attention wants NVLink, and aligned groups can be created once), largest
-/// groups first, each onto the group whose busiest rank is least loaded, then the whole samples
-/// by LPT; the best placement is kept. The lower bound accounts for the allowed sizes and for the
-/// work sharding adds. Deterministic: every rank computes the same shards. The model, the bound
-/// and its proof: docs/algorithms.md, "Context parallelism".
+/// `balance_context_parallel` chooses every sample's c jointly with the placement. Groups are
+/// aligned blocks of ranks (inside one node by default: ring attention wants NVLink, and aligned
+/// groups can be created once). It tries a placement with a proven guarantee (every sample at
+/// the size the lower bound chooses, sharded samples widest first onto the least busy group,
+/// then whole ones by LPT) and placements for targets T from the lower bound up (samples by
+/// time, each whole on the least loaded rank if it finishes by T there, else sharded over the
+/// narrowest size that does), keeps the best, then gives every sample a micro-batch (all its
+/// shards the same). The lower bound accounts for the allowed sizes and for the work sharding
+/// adds. Deterministic: every rank computes the same shards. The model, the bound and its
+/// proof: docs/algorithms.md, "Context parallelism".
 
 #include <array>
 #include <cstdint>
@@ -124,8 +126,8 @@ struct cp_result {
   /// apportioned by tokens as `piece_layout` does, parents the samples' parents.
   batch_layout chunks;
   /// Every chunk's destination (rank, slot): a route over `chunks` moves the token ranges as
-  /// they are. A rank receives its chunks in chunk-id order, so a shard's head and tail arrive
-  /// next to each other.
+  /// they are. A rank receives its chunks by micro-batch, then in chunk-id order, so a shard's
+  /// head and tail arrive next to each other.
   rearrangement plan;
   std::vector<std::int64_t> chunk_offsets;  ///< n + 1: the chunks of every sample
   std::vector<std::int64_t> chunk_begins;   ///< every chunk's first token in its sample
