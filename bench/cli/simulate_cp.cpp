@@ -24,13 +24,18 @@ std::vector<flag_spec> simulate_cp_flags() {
       flags.begin() + 1,
       {"cp-size", "C", "long-context, scenario cp-static: the one group size; default 8", false});
   flags[0].help = "long-context, scenario cp: the group sizes chosen per sample; default 1,2,4,8";
+  flags.push_back({"micro-batches", "M",
+                   "long-context: M micro-batches per rank, each synchronising every rank "
+                   "(FSDP; compute = the sum over micro-batches of the slowest rank), a sample's "
+                   "shards in one; default 1 (--micro-batch-tokens caps one)",
+                   false});
   return flags;
 }
 
 int run_simulate_cp(const parsed_args& args, std::ostream& out) {
   for (const char* f : {"trace", "gap-tolerance", "auction-tolerance", "schedule", "vision-cost",
                         "audio-cost", "llm-cost", "vision-row-bytes", "output-row-bytes",
-                        "text-row-bytes", "sync", "blocking-planning", "micro-batch-tokens"})
+                        "text-row-bytes", "sync", "blocking-planning"})
     if (args.has(f))
       throw usage_error("--" + std::string(f) + " does not apply to --workload long-context");
   bench::cp_sim_options o;
@@ -55,6 +60,8 @@ int run_simulate_cp(const parsed_args& args, std::ostream& out) {
   if (const auto sizes = args.get("cp-sizes")) o.sizes = parse_cp_sizes("cp-sizes", *sizes);
   o.token_cap = args.get_int("cp-token-cap", o.token_cap, 1);
   o.min_shard_tokens = args.get_int("min-shard-tokens", 0, 0);
+  o.micro_batches = args.get_int("micro-batches", 1, 1);
+  o.micro_batch_tokens = args.get_int("micro-batch-tokens", o.micro_batch_tokens, 1);
   const std::string model = args.get("model").value_or("7b");
   if (model != "7b" && model != "72b")
     throw usage_error("--model is '" + model + "', expected 7b or 72b");
@@ -103,6 +110,10 @@ int run_simulate_cp(const parsed_args& args, std::ostream& out) {
                                ? std::string("null")
                                : std::to_string(o.token_cap))
       .add("min_shard_tokens", o.min_shard_tokens)
+      .add("micro_batches", o.micro_batches)
+      .raw("micro_batch_tokens", o.micro_batch_tokens == bench::cp_sim_options{}.micro_batch_tokens
+                                     ? std::string("null")
+                                     : std::to_string(o.micro_batch_tokens))
       .add("step_seconds", r.step_seconds)
       .add("compute_seconds", r.compute_seconds)
       .add("lower_bound_seconds", r.lower_bound_seconds)

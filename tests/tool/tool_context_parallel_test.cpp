@@ -190,6 +190,11 @@ TEST_CASE("simulate --workload long-context: per-sample CP beats none and every 
   const auto none = run("cp-none");
   CHECK(none.at("sharded").integer() == 0);
   CHECK(ours.at("step_seconds").num() < none.at("step_seconds").num());
+  // FSDP: four micro-batches that each wait for the slowest rank cost at least the one batch.
+  const auto fsdp = run("cp", {"--micro-batches", "4"});
+  CHECK(fsdp.at("micro_batches").integer() == 4);
+  CHECK(fsdp.at("compute_seconds").num() >= ours.at("compute_seconds").num() * (1 - 1e-12));
+  CHECK(fsdp.at("compute_seconds").num() <= 4 * ours.at("compute_seconds").num());
   for (const std::string c : {"2", "4", "8"}) {
     const auto fixed = run("cp-static", {"--cp-size", c});
     CHECK(fixed.at("cp_sizes").text == c);
