@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "orchmllm/core/pieces.hpp"
-#include "orchmllm/detail/balance/lpt.hpp"
 
 namespace orchmllm {
 
@@ -27,6 +26,13 @@ inline double cp_entries(std::int64_t a, std::int64_t b) noexcept {
 /// First token of chunk k of a sample of l tokens cut into `chunks` zigzag chunks.
 inline std::int64_t cp_chunk_begin(std::int64_t l, std::int64_t k, std::int64_t chunks) noexcept {
   return scaled_share(l, k, chunks);
+}
+
+/// Tokens held by position i of a group of c ≥ 2: its chunks i and 2c − 1 − i.
+inline std::int64_t cp_position_tokens(std::int64_t l, std::int64_t c, std::int64_t i) noexcept {
+  const std::int64_t chunks = 2 * c;
+  return (cp_chunk_begin(l, i + 1, chunks) - cp_chunk_begin(l, i, chunks)) +
+         (cp_chunk_begin(l, chunks - i, chunks) - cp_chunk_begin(l, chunks - 1 - i, chunks));
 }
 
 inline void cp_check_cost_value(double v, const char* name) {
@@ -44,7 +50,7 @@ inline std::int64_t cp_shard_times(const cp_cost& cost, std::int64_t l, std::int
     const std::int64_t h0 = cp_chunk_begin(l, i, chunks), h1 = cp_chunk_begin(l, i + 1, chunks);
     const std::int64_t t0 = cp_chunk_begin(l, chunks - 1 - i, chunks),
                        t1 = cp_chunk_begin(l, chunks - i, chunks);
-    const std::int64_t tokens = (h1 - h0) + (t1 - t0);
+    const std::int64_t tokens = cp_position_tokens(l, c, i);
     max_tokens = std::max(max_tokens, tokens);
     out[static_cast<std::size_t>(i)] =
         cost.constant + rounded_mul(cost.linear, static_cast<double>(tokens)) +
@@ -442,13 +448,10 @@ class cp_state {
     p_.group[static_cast<std::size_t>(g)] = b;
     times_.resize(static_cast<std::size_t>(c));
     cp_shard_times(cost_, l, c, topo_.links, grp.intra[static_cast<std::size_t>(b)] != 0, times_);
-    const std::int64_t chunks = 2 * c;
     for (std::int64_t j = 0; j < c; ++j) {
       const auto r = static_cast<std::size_t>(q[j]);
       p_.loads[r] += times_[static_cast<std::size_t>(j)];
-      p_.tokens[r] +=
-          (cp_chunk_begin(l, j + 1, chunks) - cp_chunk_begin(l, j, chunks)) +
-          (cp_chunk_begin(l, chunks - j, chunks) - cp_chunk_begin(l, chunks - 1 - j, chunks));
+      p_.tokens[r] += cp_position_tokens(l, c, j);
     }
     for (std::int64_t j = 0; j < c; ++j) refresh(q[j]);
   }
@@ -579,9 +582,7 @@ inline bool cp_micro_batches(const batch_layout& layout, const cp_cost& cost, co
       for (std::int64_t i = 0; i < c; ++i) {
         ranks[at + static_cast<std::size_t>(i)] = dst[chunk + static_cast<std::size_t>(i)];
         intra = intra && topo.same_node(ranks[at], ranks[at + static_cast<std::size_t>(i)]);
-        held[at + static_cast<std::size_t>(i)] =
-            out.chunks.length(static_cast<std::int64_t>(chunk) + i) +
-            out.chunks.length(static_cast<std::int64_t>(chunk) + 2 * c - 1 - i);
+        held[at + static_cast<std::size_t>(i)] = cp_position_tokens(l, c, i);
       }
       scratch.resize(static_cast<std::size_t>(c));
       cp_shard_times(cost, l, c, topo.links, intra, scratch);
@@ -695,13 +696,14 @@ inline cp_result cp_build(const batch_layout& layout, const cp_cost& cost, const
     // Destination slots by (micro-batch, chunk id) on every rank: cell (r, m) is one range.
     const auto m_count = static_cast<std::size_t>(o.micro_batches);
     std::vector<std::int64_t> fill(static_cast<std::size_t>(s.d) * m_count + 1, 0);
-    const auto cell_of = [&](std::size_t h) {
-      return static_cast<std::size_t>(dst[h]) * m_count +
-             static_cast<std::size_t>(out.micro_batch[static_cast<std::size_t>(
-                 out.chunk_item(static_cast<std::int64_t>(h)))]);
-    };
     std::vector<std::size_t> cell(dst.size());
-    for (std::size_t h = 0; h < dst.size(); ++h) ++fill[(cell[h] = cell_of(h)) + 1];
+    for (std::size_t g = 0; g < n; ++g)
+      for (auto h = static_cast<std::size_t>(out.chunk_offsets[g]);
+           h < static_cast<std::size_t>(out.chunk_offsets[g + 1]); ++h) {
+        cell[h] = static_cast<std::size_t>(dst[h]) * m_count +
+                  static_cast<std::size_t>(out.micro_batch[g]);
+        ++fill[cell[h] + 1];
+      }
     for (std::size_t c = 1; c < fill.size(); ++c) fill[c] += fill[c - 1];
     out.cell_offsets = fill;
     std::vector<placement> where(dst.size());
